@@ -1,0 +1,38 @@
+"""Actions: one step of an agent, and the registry a loop performs them from."""
+
+from actions.base import BaseAgentAction
+from actions.context import context_value, maybe_await
+from actions.errors import (
+    AgentLoopError,
+    BranchFailedError,
+    RunCancelledError,
+    RunDeadlineExceededError,
+    RunStoppedError,
+    StateNotSerializableError,
+    UnknownActionError,
+)
+from actions.forced_tool import ForcedToolAction
+from actions.model import AiResponse, FunctionCall, ModelProcessor, Usage
+from actions.prompt import embed_user_fields, embed_user_text
+from actions.registry import AgentActionRegistry
+
+__all__ = [
+    "AgentActionRegistry",
+    "AgentLoopError",
+    "AiResponse",
+    "BaseAgentAction",
+    "BranchFailedError",
+    "ForcedToolAction",
+    "FunctionCall",
+    "ModelProcessor",
+    "RunCancelledError",
+    "RunDeadlineExceededError",
+    "RunStoppedError",
+    "StateNotSerializableError",
+    "UnknownActionError",
+    "Usage",
+    "context_value",
+    "embed_user_fields",
+    "embed_user_text",
+    "maybe_await",
+]

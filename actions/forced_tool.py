@@ -1,0 +1,128 @@
+"""``ForcedToolAction``: a step that is exactly one forced model tool call.
+
+The flow is fixed: load the tool schema -> build the instruction -> force the
+call -> extract the call -> parse its arguments -> re-validate in code. Every
+failure on the way returns :meth:`ForcedToolAction.fallback` (``None`` unless a
+subclass declares otherwise); a model fault never raises out of :meth:`run`.
+
+The tool schema is data, not code: it lives in the tool store
+(``context.tool_store``, whose ``get_payload(tool_id)`` returns the payload as
+a JSON string or object, or ``None``), under the id found in
+``context.<tool_id_key>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+from actions.base import BaseAgentAction
+from actions.context import context_value, maybe_await
+from actions.model import AiResponse, FunctionCall
+
+logger = logging.getLogger(__name__)
+
+
+class ForcedToolAction(BaseAgentAction):
+    """Subclasses set ``tool_name`` and ``tool_id_key`` and implement
+    :meth:`build_instruction` and :meth:`normalize`."""
+
+    tool_name: str = ""
+    tool_id_key: str = ""
+
+    async def load_tool_payload(self, *, context: Any) -> dict[str, Any] | None:
+        """The tool schema from the tool store; ``None`` when missing or unparsable."""
+        store = context_value(context, "tool_store")
+        tool_id = context_value(context, self.tool_id_key) if self.tool_id_key else None
+        if store is None or tool_id is None:
+            return None
+        try:
+            payload = await maybe_await(store.get_payload(tool_id))
+        except Exception:  # a broken store is a missing tool, not a crash
+            logger.warning("tool store failed for tool id %r", tool_id, exc_info=True)
+            return None
+        if isinstance(payload, str | bytes):
+            try:
+                payload = json.loads(payload)
+            except ValueError:
+                return None
+        if not isinstance(payload, Mapping) or not isinstance(payload.get("name"), str):
+            return None
+        return dict(payload)
+
+    async def send_forced_tool_request(
+        self, *, context: Any, instruction: str, tool_payload: Mapping[str, Any]
+    ) -> AiResponse:
+        """One model turn that must call ``tool_payload``'s tool."""
+        processor = context_value(context, "processor")
+        if processor is None:
+            return AiResponse.failure("context has no processor")
+        try:
+            return await processor.send_request(
+                instruction=instruction,
+                tools=[dict(tool_payload)],
+                tool_choices=[{"name": tool_payload["name"]}],
+                history_messages=list(context_value(context, "history_messages", [])),
+                documents=list(context_value(context, "documents", [])),
+                files=list(context_value(context, "files", [])),
+                is_auto_handle_function_call=False,
+            )
+        except Exception as error:  # processors should not raise; if one does, it is a model fault
+            logger.warning("processor raised during forced tool call", exc_info=True)
+            return AiResponse.failure(f"{type(error).__name__}: {error}")
+
+    def extract_function_call(self, *, response: AiResponse, tool_name: str) -> FunctionCall | None:
+        """The first call to ``tool_name``; ``None`` when the model called none."""
+        return next((call for call in response.function_calls if call.name == tool_name), None)
+
+    def parse_function_call_arguments(self, *, function_call: FunctionCall) -> dict[str, Any] | None:
+        """The call's arguments as a JSON object; ``None`` when they are not one."""
+        try:
+            parsed = json.loads(function_call.arguments)
+        except (TypeError, ValueError):
+            return None
+        return parsed if isinstance(parsed, dict) else None
+
+    @abstractmethod
+    def build_instruction(self, *, arguments: dict[str, Any], context: Any) -> str:
+        """The instruction for the model; embed user text with ``embed_user_text``."""
+
+    @abstractmethod
+    def normalize(self, *, parsed: dict[str, Any], arguments: dict[str, Any], context: Any) -> Any:
+        """Re-validate the model's output in code; return the typed value or ``None``."""
+
+    def fallback(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
+        """What the step returns when anything fails. ``None`` by default."""
+        return None
+
+    async def run(self, *, arguments: dict[str, Any], context: Any) -> Any:
+        def fail(reason: str) -> Any:
+            logger.info("action %s fell back: %s", self.name, reason)
+            return self.fallback(arguments=arguments, context=context, reason=reason)
+
+        tool_payload = await maybe_await(self.load_tool_payload(context=context))
+        if tool_payload is None:
+            return fail("tool schema missing or unparsable")
+        tool_name = self.tool_name or tool_payload["name"]
+        instruction = await maybe_await(self.build_instruction(arguments=arguments, context=context))
+        response = await self.send_forced_tool_request(
+            context=context, instruction=instruction, tool_payload=tool_payload
+        )
+        if response.has_error:
+            return fail(f"model error: {response.error}")
+        function_call = self.extract_function_call(response=response, tool_name=tool_name)
+        if function_call is None:
+            return fail(f"model did not call {tool_name!r}")
+        parsed = self.parse_function_call_arguments(function_call=function_call)
+        if parsed is None:
+            return fail("tool arguments are not a JSON object")
+        try:
+            value = await maybe_await(self.normalize(parsed=parsed, arguments=arguments, context=context))
+        except Exception as error:  # a validator that trips on odd output is a rejection
+            return fail(f"normalize raised {type(error).__name__}: {error}")
+        if value is None:
+            return fail("model output rejected by normalize")
+        return value

@@ -1,0 +1,126 @@
+"""The model-processor protocol and the values a model turn returns.
+
+A processor is whatever ``context.processor`` holds: the OpenAI processor in
+``orchestration``, the offline model, or a scripted test double. The core only
+speaks this protocol.
+
+Tools are plain JSON objects ``{"name", "description", "parameters"}`` where
+``parameters`` is a JSON Schema; a forced choice is ``[{"name": tool_name}]``.
+History messages are JSON objects in a provider-neutral shape::
+
+    {"role": "user" | "assistant" | "tool" | "system", "content": str,
+     "tool_calls": [{"id", "name", "arguments"}],   # assistant turns only
+     "tool_call_id": str}                           # tool results only
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """Token usage of one model turn (or a sum of turns)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Usage:
+        return cls(
+            input_tokens=int(data.get("input_tokens", 0)),
+            output_tokens=int(data.get("output_tokens", 0)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FunctionCall:
+    """One tool call the model made. ``arguments`` is the raw string it sent."""
+
+    name: str
+    arguments: str
+    id: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FunctionCall:
+        return cls(name=str(data["name"]), arguments=str(data.get("arguments", "")), id=str(data.get("id", "")))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AiResponse:
+    """What one model turn returned. A fault is a value: ``error`` is set."""
+
+    text: str = ""
+    function_calls: tuple[FunctionCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    error: str | None = None
+    model: str = ""
+
+    @property
+    def has_error(self) -> bool:
+        return self.error is not None
+
+    @classmethod
+    def failure(cls, error: str, *, usage: Usage | None = None, model: str = "") -> AiResponse:
+        return cls(error=error, usage=usage or Usage(), model=model)
+
+    def to_dict(self) -> JsonObject:
+        return {
+            "text": self.text,
+            "function_calls": [call.to_dict() for call in self.function_calls],
+            "usage": self.usage.to_dict(),
+            "error": self.error,
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AiResponse:
+        return cls(
+            text=str(data.get("text", "")),
+            function_calls=tuple(FunctionCall.from_dict(c) for c in data.get("function_calls", ())),
+            usage=Usage.from_dict(data.get("usage", {})),
+            error=data.get("error"),
+            model=str(data.get("model", "")),
+        )
+
+
+@runtime_checkable
+class ModelProcessor(Protocol):
+    """What ``context.processor`` must provide.
+
+    ``tool_choices`` of ``None`` lets the model choose freely among ``tools``;
+    ``[{"name": n}]`` forces the tool ``n``. Implementations never raise for a
+    model fault: they return :meth:`AiResponse.failure`.
+    """
+
+    async def send_request(
+        self,
+        *,
+        instruction: str,
+        tools: Sequence[Mapping[str, Any]],
+        tool_choices: Sequence[Mapping[str, Any]] | None,
+        history_messages: Sequence[Mapping[str, Any]],
+        documents: Sequence[Any],
+        files: Sequence[Any],
+        is_auto_handle_function_call: bool,
+    ) -> AiResponse: ...
