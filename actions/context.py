@@ -17,10 +17,7 @@ def context_value(context: Any, name: str, default: Any = None) -> Any:
     """``context.name`` or ``context[name]``; ``default`` when absent or ``None``."""
     if context is None:
         return default
-    if isinstance(context, Mapping):
-        value = context.get(name, default)
-    else:
-        value = getattr(context, name, default)
+    value = context.get(name, default) if isinstance(context, Mapping) else getattr(context, name, default)
     return default if value is None else value
 
 

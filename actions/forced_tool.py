@@ -61,7 +61,7 @@ class ForcedToolAction(BaseAgentAction):
         if processor is None:
             return AiResponse.failure("context has no processor")
         try:
-            return await processor.send_request(
+            response: AiResponse = await processor.send_request(
                 instruction=instruction,
                 tools=[dict(tool_payload)],
                 tool_choices=[{"name": tool_payload["name"]}],
@@ -70,6 +70,7 @@ class ForcedToolAction(BaseAgentAction):
                 files=list(context_value(context, "files", [])),
                 is_auto_handle_function_call=False,
             )
+            return response
         except Exception as error:  # processors should not raise; if one does, it is a model fault
             logger.warning("processor raised during forced tool call", exc_info=True)
             return AiResponse.failure(f"{type(error).__name__}: {error}")
@@ -103,7 +104,7 @@ class ForcedToolAction(BaseAgentAction):
             logger.info("action %s fell back: %s", self.name, reason)
             return self.fallback(arguments=arguments, context=context, reason=reason)
 
-        tool_payload = await maybe_await(self.load_tool_payload(context=context))
+        tool_payload = await self.load_tool_payload(context=context)
         if tool_payload is None:
             return fail("tool schema missing or unparsable")
         tool_name = self.tool_name or tool_payload["name"]

@@ -63,7 +63,9 @@ class FunctionCall:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FunctionCall:
-        return cls(name=str(data["name"]), arguments=str(data.get("arguments", "")), id=str(data.get("id", "")))
+        return cls(
+            name=str(data["name"]), arguments=str(data.get("arguments", "")), id=str(data.get("id", ""))
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

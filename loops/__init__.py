@@ -1,0 +1,36 @@
+"""Loops: the runnable contract, progress events and the iteration engine."""
+
+from loops.ai_driven import AiDrivenAgentLoop
+from loops.base import BaseAgentLoop
+from loops.contract import ProgressCallback, Runnable, RunnableBase
+from loops.procedural import ProceduralAgentLoop
+from loops.progress import ProgressEvent, ProgressStatus
+from loops.runner import InlineAgentRunner
+from loops.scope import (
+    CancellationToken,
+    CancelToken,
+    Checkpointer,
+    RunScope,
+    current_scope,
+    new_run_id,
+    use_scope,
+)
+
+__all__ = [
+    "AiDrivenAgentLoop",
+    "BaseAgentLoop",
+    "CancelToken",
+    "CancellationToken",
+    "Checkpointer",
+    "InlineAgentRunner",
+    "ProceduralAgentLoop",
+    "ProgressCallback",
+    "ProgressEvent",
+    "ProgressStatus",
+    "RunScope",
+    "Runnable",
+    "RunnableBase",
+    "current_scope",
+    "new_run_id",
+    "use_scope",
+]

@@ -1,0 +1,184 @@
+"""``BaseAgentLoop``: the iteration engine.
+
+Per iteration, in this order (DESIGN §5):
+
+1. ``is_complete`` -> return ``build_result``;
+2. iteration at ``max_iterations`` -> return ``build_bounded_result`` (the
+   safety bound; by default the same as ``build_result``);
+3. ``should_compress`` -> ``compress_state`` (and a ``compress`` progress event);
+4. ``advance_state`` returns the NEXT state;
+5. one progress event from ``build_progress_event``;
+6. next iteration.
+
+The engine is a plain ``while`` loop: no recursion, so any bound works. Before
+each iteration it checks the run scope for cancellation and the deadline.
+When the scope carries a checkpointer, every finished iteration's state is
+saved and a redelivered loop resumes from the last one.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+from actions.context import maybe_await
+from actions.errors import RunStoppedError
+from actions.registry import AgentActionRegistry
+from loops.contract import ProgressCallback, RunnableBase
+from loops.progress import ProgressEvent, ProgressStatus
+from loops.scope import RunScope, ensure_scope
+
+
+class BaseAgentLoop(RunnableBase):
+    """Subclass and implement the four abstract hooks; override anything else."""
+
+    #: The safety bound: the engine never runs more iterations than this.
+    max_iterations: int = 10
+
+    @property
+    def registry(self) -> AgentActionRegistry:
+        """The actions :meth:`perform_action` may call. Empty by default."""
+        return AgentActionRegistry()
+
+    @abstractmethod
+    def create_initial_state(self, *, input: Any) -> Any:
+        """The state before the first iteration."""
+
+    @abstractmethod
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        """Do one iteration; return the NEXT state (never mutate ``state``)."""
+
+    @abstractmethod
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        """Whether the loop is done."""
+
+    @abstractmethod
+    def build_result(self, *, state: Any) -> Any:
+        """The run's result from the final state."""
+
+    def build_bounded_result(self, *, state: Any) -> Any:
+        """The result when the bound was hit before completion."""
+        return self.build_result(state=state)
+
+    def should_compress(self, *, state: Any, iteration: int) -> bool:
+        return False
+
+    def compress_state(self, *, state: Any, iteration: int) -> Any:
+        return state
+
+    def build_progress_event(self, *, state: Any, iteration: int) -> ProgressEvent:
+        """The event after an iteration; ``iteration`` counts finished iterations."""
+        return self.make_event(
+            scope=self._scope,
+            iteration=iteration,
+            max_iterations=self.max_iterations,
+            phase="iteration",
+            status=ProgressStatus.PROGRESS,
+            message=f"iteration {iteration} of at most {self.max_iterations}",
+        )
+
+    async def perform_action(self, *, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """Look ``name`` up in :attr:`registry` and run it (``context`` defaults to the loop's)."""
+        action = self.registry.get(name)
+        return await action.run(arguments=arguments, context=self.context if context is None else context)
+
+    @property
+    def _scope(self) -> RunScope:
+        scope: RunScope | None = getattr(self, "_run_scope", None)
+        if scope is None:
+            raise RuntimeError("the run scope exists only while the loop runs")
+        return scope
+
+    async def _emit(
+        self,
+        on_progress: ProgressCallback | None,
+        *,
+        iteration: int,
+        phase: str,
+        status: ProgressStatus,
+        message: str = "",
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        event = self.make_event(
+            scope=self._scope,
+            iteration=iteration,
+            max_iterations=self.max_iterations,
+            phase=phase,
+            status=status,
+            message=message,
+            data=data,
+        )
+        await self.emit_progress(event=event, on_progress=on_progress)
+
+    async def run(self, *, input: Any, on_progress: ProgressCallback | None = None) -> Any:
+        with ensure_scope() as scope:
+            self._run_scope = scope
+            return await self._iterate(scope=scope, input=input, on_progress=on_progress)
+
+    async def _iterate(self, *, scope: RunScope, input: Any, on_progress: ProgressCallback | None) -> Any:
+        bound = self.max_iterations
+        checkpoint = scope.checkpointer.load(path=scope.path) if scope.checkpointer else None
+        if checkpoint is None:
+            iteration, state = 0, await maybe_await(self.create_initial_state(input=input))
+            await self._emit(on_progress, iteration=0, phase="start", status=ProgressStatus.STARTED)
+        else:
+            iteration, state = checkpoint
+            await self._emit(
+                on_progress,
+                iteration=iteration,
+                phase="resume",
+                status=ProgressStatus.STARTED,
+                message=f"resumed after iteration {iteration}",
+                data={"resumed_from": iteration},
+            )
+        try:
+            while True:
+                scope.check()
+                if await maybe_await(self.is_complete(state=state, iteration=iteration)):
+                    result, stopped_by = await maybe_await(self.build_result(state=state)), "complete"
+                    break
+                if iteration >= bound:
+                    result, stopped_by = await maybe_await(self.build_bounded_result(state=state)), "bound"
+                    break
+                if await maybe_await(self.should_compress(state=state, iteration=iteration)):
+                    state = await maybe_await(self.compress_state(state=state, iteration=iteration))
+                    await self._emit(
+                        on_progress,
+                        iteration=iteration,
+                        phase="compress",
+                        status=ProgressStatus.PROGRESS,
+                        message="compressed the working context",
+                    )
+                state = await maybe_await(self.advance_state(state=state, iteration=iteration))
+                iteration += 1
+                if scope.checkpointer is not None:
+                    scope.checkpointer.save(path=scope.path, iteration=iteration, state=state)
+                event = await maybe_await(self.build_progress_event(state=state, iteration=iteration))
+                await self.emit_progress(event=event, on_progress=on_progress)
+        except RunStoppedError as stop:
+            await self._emit(
+                on_progress,
+                iteration=iteration,
+                phase=stop.status,
+                status=ProgressStatus.FAILED,
+                message=str(stop),
+            )
+            raise
+        except Exception as error:
+            await self._emit(
+                on_progress,
+                iteration=iteration,
+                phase="error",
+                status=ProgressStatus.FAILED,
+                message=f"{type(error).__name__}: {error}",
+            )
+            raise
+        await self._emit(
+            on_progress,
+            iteration=iteration,
+            phase="done",
+            status=ProgressStatus.COMPLETED,
+            message="hit the iteration bound" if stopped_by == "bound" else "complete",
+            data={"stopped_by": stopped_by},
+        )
+        return result

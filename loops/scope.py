@@ -1,0 +1,114 @@
+"""The run scope: run id, workflow path, cancellation, deadline, checkpoints.
+
+A runner opens a :class:`RunScope` for the run; pipelines and composites open
+child scopes for their stages and branches. The scope travels in a
+``ContextVar``, so asyncio tasks (concurrent branches) each see their own, and
+every nested runnable sees the run's cancellation token and deadline without
+anything being threaded through ``context``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
+
+from actions.errors import RunCancelledError, RunDeadlineExceededError
+
+
+@runtime_checkable
+class CancelToken(Protocol):
+    """Anything that can say whether the run was asked to stop."""
+
+    def is_cancelled(self) -> bool: ...
+
+
+class CancellationToken:
+    """An in-process cancellation token."""
+
+    __slots__ = ("_cancelled", "reason")
+
+    def __init__(self) -> None:
+        self._cancelled = False
+        self.reason = ""
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        self._cancelled = True
+        self.reason = reason
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled
+
+
+@runtime_checkable
+class Checkpointer(Protocol):
+    """Durable loops: where each finished iteration's state is kept.
+
+    ``load`` returns ``(iteration, state)`` of the last finished iteration for
+    the loop at ``path``, or ``None``; ``save`` records one.
+    """
+
+    def load(self, *, path: str) -> tuple[int, Any] | None: ...
+
+    def save(self, *, path: str, iteration: int, state: Any) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunScope:
+    run_id: str
+    path: str = ""
+    deadline: float | None = None  # time.monotonic() value
+    cancel: CancelToken | None = None
+    checkpointer: Checkpointer | None = None
+
+    def child(self, segment: str) -> RunScope:
+        """The scope of a nested runnable, e.g. ``pipeline/1`` or ``branch/a``."""
+        return replace(self, path=f"{self.path}/{segment}" if self.path else segment)
+
+    def remaining(self) -> float | None:
+        """Seconds until the deadline, or ``None`` when there is none."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def check(self) -> None:
+        """Raise when the run was cancelled or its deadline passed."""
+        if self.cancel is not None and self.cancel.is_cancelled():
+            raise RunCancelledError(f"run {self.run_id} was cancelled", path=self.path)
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise RunDeadlineExceededError(f"run {self.run_id} passed its deadline", path=self.path)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+_current: ContextVar[RunScope | None] = ContextVar("agentloop_run_scope", default=None)
+
+
+def current_scope() -> RunScope | None:
+    """The scope of the running runnable, or ``None`` outside any run."""
+    return _current.get()
+
+
+@contextmanager
+def ensure_scope() -> Iterator[RunScope]:
+    """The current scope, or a fresh root scope for a runnable run on its own."""
+    scope = _current.get()
+    if scope is not None:
+        yield scope
+        return
+    with use_scope(RunScope(run_id=new_run_id())) as root:
+        yield root
+
+
+@contextmanager
+def use_scope(scope: RunScope) -> Iterator[RunScope]:
+    """Run the block inside ``scope``."""
+    token = _current.set(scope)
+    try:
+        yield scope
+    finally:
+        _current.reset(token)
