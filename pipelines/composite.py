@@ -77,6 +77,9 @@ class BaseCompositeAgent(RunnableBase):
     #: At most this many branches run at once in-process (``None``: no bound).
     max_concurrency: int | None = 8
     failure_policy: FailurePolicy = FailurePolicy.FAIL_FAST
+    #: The runnable classes branches may use. In-process this is documentation;
+    #: on Celery, registering the composite registers these too.
+    branch_runnables: Sequence[type[Runnable]] = ()
 
     def build_branches(self, *, input: Any) -> Sequence[Branch]:
         raise NotImplementedError(f"{type(self).__name__} must implement build_branches")

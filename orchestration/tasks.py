@@ -1,0 +1,119 @@
+"""The Celery tasks. Each is thin: decode the message, call the executor, encode
+the answer, and either return a value or replace itself with the canvas the
+workflow expands into (a pipeline -> a ``chain``, a composite -> a ``chord``,
+expanded at run time so a width can depend on the previous stage's output).
+
+Task names are the public wire contract; ``agentloop.launch`` is the one other
+services call::
+
+    send_task("agentloop.launch", kwargs={"runnable": NAME, "input": JSON,
+              "context": JSON (optional), "run_id": str (optional)})
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from celery import Celery, Signature, Task, chain, chord
+
+from orchestration.executor import NodeExecutor, Step
+from orchestration.nodes import Node
+from orchestration.registry import ContextSpecError, registry
+from orchestration.runtime import get_run_store
+
+LAUNCH = "agentloop.launch"
+RUN = "agentloop.run"
+STAGE = "agentloop.stage"
+PIPELINE_DONE = "agentloop.pipeline_done"
+MERGE = "agentloop.merge"
+FINALIZE = "agentloop.finalize"
+TASK_NAMES = (LAUNCH, RUN, STAGE, PIPELINE_DONE, MERGE, FINALIZE)
+
+
+def _executor(task: Task) -> NodeExecutor:
+    def publish(event: dict[str, Any]) -> None:
+        if task.request.id and not task.request.called_directly:
+            task.update_state(state="PROGRESS", meta=event)
+            task.send_event("task-progress", progress=event)
+
+    return NodeExecutor(registry=registry, store=get_run_store(), update_state=publish)
+
+
+def install_tasks(app: Celery) -> None:
+    """Register the framework's tasks on ``app`` (and only on it)."""
+
+    def expand(task: Task, answer: Step | dict[str, Any], then: Signature | None = None) -> Any:
+        """Return the value, or replace ``task`` with the canvas the node expands into."""
+        if isinstance(answer, dict):  # a failure marker travelling to its collecting composite
+            return answer
+        if answer.is_value:
+            return answer.value
+        assert answer.node is not None
+        node = answer.node.to_dict()
+        tail = [then] if then is not None else []
+        if answer.stages:
+            steps = [stage.si(answer.input, node, 0, answer.input)]
+            steps += [stage.s(node, index, answer.input) for index in range(1, answer.stages)]
+            raise task.replace(chain(*steps, pipeline_done.s(node), *tail))
+        header = [run.si(child.to_dict(), child_input) for child, child_input in answer.branches]
+        if len(header) == 1:  # a one-member group in a chain is unsafe in Celery: chain it instead
+            raise task.replace(chain(header[0], merge.s(node, answer.input, True), *tail))
+        raise task.replace(chain(chord(header, merge.s(node, answer.input)), *tail))
+
+    def record_success(result: Any, run_id: str) -> Any:
+        get_run_store().finish_run(run_id, status="succeeded", output=result)
+        return result
+
+    @app.task(name=LAUNCH, bind=True, shared=False)
+    def launch(
+        self: Task, runnable: str, input: Any = None, context: Any = None, run_id: str | None = None
+    ) -> Any:
+        """Start the registered workflow ``runnable``; its final result becomes this task's."""
+        run_id = str(run_id or self.request.id)
+        store = get_run_store()
+        store.create_run(run_id=run_id, runnable=str(runnable), input=input, celery_task_id=self.request.id)
+        try:
+            registry.get(runnable)
+            if context is not None and not isinstance(context, dict):
+                raise ContextSpecError(
+                    f"the context spec must be a JSON object, got {type(context).__name__}"
+                )
+        except Exception as error:
+            store.finish_run(
+                run_id, status="failed", error={"type": type(error).__name__, "message": str(error)}
+            )
+            raise
+        store.mark_running(run_id)
+        node = Node(run_id=run_id, runnable=runnable, context=context or {})
+        answer = asyncio.run(_executor(self).start(node, input))
+        if isinstance(answer, Step) and answer.is_value:
+            return record_success(answer.value, run_id)
+        return expand(self, answer, then=finalize.s(run_id))
+
+    @app.task(name=RUN, bind=True, shared=False)
+    def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
+        """Run one loop or action stage, or expand one pipeline or composite."""
+        return expand(self, asyncio.run(_executor(self).start(Node.from_dict(node), input)))
+
+    @app.task(name=STAGE, bind=True, shared=False)
+    def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
+        """Stage ``index`` of a pipeline, fed the previous stage's output."""
+        answer = asyncio.run(_executor(self).stage(previous, Node.from_dict(node), int(index), input))
+        return expand(self, answer)
+
+    @app.task(name=PIPELINE_DONE, bind=True, shared=False)
+    def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
+        """Close a pipeline: its result is the last stage's output."""
+        return asyncio.run(_executor(self).pipeline_done(previous, Node.from_dict(node)))
+
+    @app.task(name=MERGE, bind=True, shared=False)
+    def merge(self: Task, outputs: Any, node: dict[str, Any], input: Any = None, single: bool = False) -> Any:
+        """Fan-in of a composite: merge its branches' outputs."""
+        outputs = [outputs] if single else list(outputs)
+        return expand(self, asyncio.run(_executor(self).merge(Node.from_dict(node), outputs, input)))
+
+    @app.task(name=FINALIZE, bind=True, shared=False)
+    def finalize(self: Task, result: Any, run_id: str) -> Any:
+        """Record the run's result; the run's id then answers with it."""
+        return record_success(result, run_id)
