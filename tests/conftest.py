@@ -1,0 +1,107 @@
+"""Shared fixtures: a private run store, and Celery on the embedded and real workers.
+
+Servers come from ``orchestration.testing``: a private ``redis-server`` and a
+private RabbitMQ vhost. Without them a test is skipped with the reason, except
+under ``CI=true``, where a missing server is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestration.app import create_app
+from orchestration.runtime import set_run_store
+from orchestration.store import RunStore, open_store
+from orchestration.testing.redis_server import ServiceUnavailable, private_redis_server
+from orchestration.testing.worker import embedded_worker, run_worker_process
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+
+
+@dataclass
+class CeleryRig:
+    """A Celery app with a worker consuming its queue, and the run store both sides share."""
+
+    app: Any
+    store: RunStore
+    broker_url: str
+    worker: Any = None
+
+
+def _sqlite_url(folder: Path) -> str:
+    return f"sqlite:///{folder / 'runs.sqlite3'}"
+
+
+@pytest.fixture
+def run_store(tmp_path: Path) -> Iterator[RunStore]:
+    """A fresh SQLite run store installed as this process's store."""
+    store, _ = open_store(_sqlite_url(tmp_path))
+    set_run_store(store)
+    try:
+        yield store
+    finally:
+        set_run_store(None)
+
+
+@pytest.fixture(scope="session")
+def memory_celery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryRig]:
+    """The embedded defaults: ``memory://`` broker, in-memory results, a worker thread."""
+    import parity_workflows  # noqa: F401  (registers the parity workflows)
+
+    store, _ = open_store(_sqlite_url(tmp_path_factory.mktemp("memory-celery")))
+    set_run_store(store)
+    app = create_app(
+        overrides={
+            "broker_url": "memory://",
+            "result_backend": "cache+memory://",
+            "task_default_queue": f"test-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    try:
+        with embedded_worker(app, pool="threads", concurrency=4) as worker:
+            yield CeleryRig(app=app, store=store, broker_url="memory://", worker=worker)
+    finally:
+        set_run_store(None)
+        app.close()
+
+
+def _worker_env(database_url: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": database_url,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
+    }
+
+
+@pytest.fixture(scope="session")
+def redis_celery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryRig]:
+    """A real prefork worker process on a private Redis, sharing a SQLite run store with the test."""
+    import parity_workflows  # noqa: F401
+
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(private_redis_server())
+        except ServiceUnavailable as unavailable:
+            pytest.skip(unavailable.reason)
+        database_url = _sqlite_url(tmp_path_factory.mktemp("redis-celery"))
+        store, _ = open_store(database_url)
+        worker = stack.enter_context(
+            run_worker_process(
+                broker_url=server.url,
+                result_backend=server.url,
+                imports=["parity_workflows"],
+                env=_worker_env(database_url),
+                concurrency=2,
+            )
+        )
+        app = create_app(overrides={"broker_url": server.url, "result_backend": server.url})
+        stack.callback(app.close)
+        yield CeleryRig(app=app, store=store, broker_url=server.url, worker=worker)
