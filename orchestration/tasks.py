@@ -3,11 +3,13 @@ the answer, and either return a value or replace itself with the canvas the
 workflow expands into (a pipeline -> a ``chain``, a composite -> a ``chord``,
 expanded at run time so a width can depend on the previous stage's output).
 
-Task names are the public wire contract; ``agentloop.launch`` is the one other
-services call::
+Task names are the public wire contract. Other services, importing only Celery::
 
-    send_task("agentloop.launch", kwargs={"runnable": NAME, "input": JSON,
-              "context": JSON (optional), "run_id": str (optional)})
+    result = send_task("agentloop.launch", kwargs={"runnable": NAME, "input": JSON,
+                       "context": JSON (optional), "run_id": str (optional)})
+    send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": 0}).get()
+    send_task("agentloop.cancel", kwargs={"run_id": result.id})
+    result.get()   # the workflow's result
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ STAGE = "agentloop.stage"
 PIPELINE_DONE = "agentloop.pipeline_done"
 MERGE = "agentloop.merge"
 FINALIZE = "agentloop.finalize"
-TASK_NAMES = (LAUNCH, RUN, STAGE, PIPELINE_DONE, MERGE, FINALIZE)
+PROGRESS = "agentloop.progress"
+CANCEL = "agentloop.cancel"
+TASK_NAMES = (LAUNCH, RUN, STAGE, PIPELINE_DONE, MERGE, FINALIZE, PROGRESS, CANCEL)
 
 
 def _executor(task: Task) -> NodeExecutor:
@@ -112,6 +116,29 @@ def install_tasks(app: Celery) -> None:
         """Fan-in of a composite: merge its branches' outputs."""
         outputs = [outputs] if single else list(outputs)
         return expand(self, asyncio.run(_executor(self).merge(Node.from_dict(node), outputs, input)))
+
+    @app.task(name=PROGRESS, shared=False)
+    def progress(run_id: str, after_id: int = 0, limit: int = 500) -> dict[str, Any]:
+        """A run's status and its events after ``after_id``, for clients that import only Celery."""
+        store = get_run_store()
+        record = store.get_run(str(run_id))
+        rows = store.events(str(run_id), after_id=int(after_id), limit=max(1, min(int(limit), 5000)))
+        return {
+            "run_id": run_id,
+            "status": record.status if record is not None else "unknown",
+            "error": record.error if record is not None else None,
+            "usage": {"input_tokens": record.input_tokens, "output_tokens": record.output_tokens}
+            if record is not None
+            else None,
+            "events": [event for _, event in rows],
+            "last_id": rows[-1][0] if rows else int(after_id),
+        }
+
+    @app.task(name=CANCEL, shared=False)
+    def cancel(run_id: str) -> bool:
+        """Ask every task of the run to stop at its next step."""
+        get_run_store().request_cancel(str(run_id))
+        return True
 
     @app.task(name=FINALIZE, bind=True, shared=False)
     def finalize(self: Task, result: Any, run_id: str) -> Any:

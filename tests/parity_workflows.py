@@ -161,3 +161,21 @@ WORKFLOWS: dict[str, type] = {
 
 for _name, _cls in WORKFLOWS.items():
     register(_name, _cls)
+
+
+class SlowShort(Slow):
+    max_iterations = 10
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["n"] >= state["start"] + 6)
+
+
+class SlowFanShort(BaseCompositeAgent):
+    failure_policy = FailurePolicy.COLLECT
+    branch_runnables = (SlowShort,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=SlowShort, input=i, key=str(i)) for i in range(input)]
+
+
+register("parity.slow_fan_short", SlowFanShort)

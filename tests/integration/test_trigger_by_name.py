@@ -1,0 +1,93 @@
+"""Another service starts a registered workflow by name, importing only ``celery``,
+follows its progress while it runs, and gets its result; bad messages get a clear
+error and leave the worker up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+pytestmark = pytest.mark.integration
+
+CLIENT = textwrap.dedent(
+    """
+    import json, sys, time
+    from celery import Celery
+
+    url = sys.argv[1]
+    app = Celery(broker=url, backend=url)
+    app.conf.task_default_queue = "agentloop"
+    result = app.send_task(
+        "agentloop.launch", kwargs={"runnable": "parity.slow_fan_short", "input": 2}
+    )
+    seen, after, statuses = [], 0, []
+    while not result.ready():
+        page = app.send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": after}).get(timeout=10)
+        after = page["last_id"]
+        seen.extend(page["events"])
+        statuses.append(page["status"])
+        time.sleep(0.05)
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in {"actions", "loops", "pipelines", "orchestration"})
+    print(json.dumps({"result": result.get(timeout=30), "events_while_running": len(seen),
+                      "statuses": sorted(set(statuses)), "agent_modules": loaded}))
+    """
+)
+
+
+def test_a_service_that_imports_only_celery_triggers_follows_and_gets_the_result(redis_celery: Any) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT, redis_celery.broker_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["agent_modules"] == []
+    assert report["events_while_running"] > 0
+    assert "running" in report["statuses"]
+    assert report["result"] == [
+        {"key": "0", "ok": True, "output": 6, "error": None},
+        {"key": "1", "ok": True, "output": 7, "error": None},
+    ]
+
+
+def test_an_unknown_runnable_is_a_clear_failure_and_the_worker_stays_up(redis_celery: Any) -> None:
+    app = redis_celery.app
+    result = app.send_task("agentloop.launch", kwargs={"runnable": "no.such.workflow", "input": 1})
+    with pytest.raises(Exception) as failure:
+        result.get(timeout=30)
+    assert "unknown runnable 'no.such.workflow'" in str(failure.value)
+    record = redis_celery.store.get_run(result.id)
+    assert record is not None and record.status == "failed"
+    assert record.error["type"] == "UnknownRunnableError"
+    assert app.send_task("agentloop.ping").get(timeout=30) == "pong"
+    assert redis_celery.worker.is_alive()
+
+
+def test_a_context_that_is_not_an_object_is_rejected_clearly(redis_celery: Any) -> None:
+    app = redis_celery.app
+    result = app.send_task("agentloop.launch", kwargs={"runnable": "parity.count", "input": 1, "context": [1]})
+    with pytest.raises(Exception) as failure:
+        result.get(timeout=30)
+    assert "context spec must be a JSON object" in str(failure.value)
+    assert app.send_task("agentloop.ping").get(timeout=30) == "pong"
+
+
+def test_a_pickled_message_is_never_executed(redis_celery: Any) -> None:
+    app = redis_celery.app
+    result = app.send_task(
+        "agentloop.launch", kwargs={"runnable": "parity.count", "input": 1}, serializer="pickle"
+    )
+    with pytest.raises(CeleryTimeoutError):
+        result.get(timeout=3)
+    assert redis_celery.store.get_run(result.id) is None
+    assert app.send_task("agentloop.ping").get(timeout=30) == "pong"
