@@ -1,0 +1,55 @@
+"""Persistence: runs, progress events, checkpoints and the ``AiTool`` table.
+
+SQLAlchemy 2 on a SQLite file by default, PostgreSQL through ``DATABASE_URL``,
+schema managed by the Alembic migrations in ``migrations/``. JSON is the only
+storage format; nothing is pickled.
+
+Typical use::
+
+    run_store, tool_store = open_store()          # migrates to head first
+    run_store.create_run(run_id="r1", runnable="search", input={"q": "..."})
+
+:class:`RunStore` and :class:`ToolStore` are the protocols; each SQL store has
+an in-memory twin (:class:`InMemoryRunStore`, :class:`InMemoryToolStore`) for
+tests and offline runs.
+"""
+
+from orchestration.store.bootstrap import open_store
+from orchestration.store.engine import create_engine_for, database_url, normalize_url, session_factory
+from orchestration.store.jsondata import JsonValue, to_json_value
+from orchestration.store.memory import InMemoryRunStore
+from orchestration.store.migrate import current_revision, downgrade_database, upgrade_database
+from orchestration.store.records import TERMINAL_STATUSES, RunNotFoundError, RunRecord, RunStatus, RunStore
+from orchestration.store.run_store import SqlRunStore
+from orchestration.store.tool_store import (
+    InMemoryToolStore,
+    SqlToolStore,
+    ToolRecord,
+    ToolStore,
+    validate_tool_payload,
+)
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "InMemoryRunStore",
+    "InMemoryToolStore",
+    "JsonValue",
+    "RunNotFoundError",
+    "RunRecord",
+    "RunStatus",
+    "RunStore",
+    "SqlRunStore",
+    "SqlToolStore",
+    "ToolRecord",
+    "ToolStore",
+    "create_engine_for",
+    "current_revision",
+    "database_url",
+    "downgrade_database",
+    "normalize_url",
+    "open_store",
+    "session_factory",
+    "to_json_value",
+    "upgrade_database",
+    "validate_tool_payload",
+]

@@ -1,0 +1,22 @@
+"""``open_store``: one call from a URL to migrated, ready-to-use stores."""
+
+from __future__ import annotations
+
+from orchestration.store.engine import create_engine_for, session_factory
+from orchestration.store.migrate import upgrade_database
+from orchestration.store.run_store import SqlRunStore
+from orchestration.store.tool_store import SqlToolStore
+
+
+def open_store(url: str | None = None, *, migrate: bool = True) -> tuple[SqlRunStore, SqlToolStore]:
+    """The run store and tool store on ``url`` (default: ``DATABASE_URL`` or the SQLite file).
+
+    The database is migrated to the latest revision first unless ``migrate``
+    is false. Both stores share one engine (``run_store.engine``), which the
+    caller may ``dispose()`` when done.
+    """
+    engine = create_engine_for(url)
+    if migrate:
+        upgrade_database(engine)
+    sessions = session_factory(engine)
+    return SqlRunStore(sessions), SqlToolStore(sessions)

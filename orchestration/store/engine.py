@@ -1,0 +1,98 @@
+"""Where the store lives and how to connect to it.
+
+``DATABASE_URL`` picks the database; without it the store is a SQLite file at
+``$AGENTLOOP_HOME/agentloop.sqlite3`` (``AGENTLOOP_HOME`` defaults to
+``./.agentloop``). Plain ``postgresql://`` URLs are rewritten to use psycopg 3.
+SQLite files are opened in WAL mode with a busy timeout so several worker
+processes can share one file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+DEFAULT_HOME = ".agentloop"
+SQLITE_FILENAME = "agentloop.sqlite3"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+_POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def normalize_url(url: str) -> str:
+    """``url`` with ``postgresql://`` / ``postgres://`` rewritten to ``postgresql+psycopg://``."""
+    for prefix in _POSTGRES_PREFIXES:
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def database_url(environ: Mapping[str, str] | None = None) -> str:
+    """The store's URL: ``DATABASE_URL``, else the default SQLite file (its folder is created)."""
+    env = os.environ if environ is None else environ
+    configured = env.get("DATABASE_URL", "").strip()
+    if configured:
+        return normalize_url(configured)
+    home = Path(env.get("AGENTLOOP_HOME", "").strip() or DEFAULT_HOME).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(home / SQLITE_FILENAME).resolve()}"
+
+
+def _sqlite_file(url: str) -> Path | None:
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:") or parsed.query.get("mode") == "memory":
+        return None
+    return Path(database)
+
+
+def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            if wal:
+                cursor.execute("PRAGMA journal_mode = WAL")
+                cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+
+def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
+    """An engine for ``url`` (default :func:`database_url`), ready for several processes.
+
+    SQLite files get WAL mode, ``synchronous=NORMAL`` and a busy timeout; the
+    file's folder is created. An in-memory SQLite database (``sqlite://``) is
+    one connection shared by every thread, for single-process tests. Every
+    engine pings pooled connections before use. Extra keyword arguments go to
+    :func:`sqlalchemy.create_engine`.
+    """
+    resolved = normalize_url(url) if url else database_url()
+    options: dict[str, Any] = {"pool_pre_ping": True, **kwargs}
+    if make_url(resolved).get_backend_name() != "sqlite":
+        return create_engine(resolved, **options)
+    path = _sqlite_file(resolved)
+    connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, **options.pop("connect_args", {})}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    else:  # an in-memory database lives in one connection: share it between threads
+        connect_args.setdefault("check_same_thread", False)
+        options.setdefault("poolclass", StaticPool)
+    engine = create_engine(resolved, connect_args=connect_args, **options)
+    _configure_sqlite(engine, wal=path is not None)
+    return engine
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Sessions bound to ``engine`` that keep loaded values readable after commit."""
+    return sessionmaker(bind=engine, expire_on_commit=False)

@@ -1,0 +1,69 @@
+"""Checking that a value can be stored as JSON, and naming what cannot.
+
+Everything the store keeps (run input and output, progress events, checkpoint
+state, loop results) goes through :func:`to_json_value`. It accepts exactly
+what survives a JSON round-trip unchanged (``dict`` with ``str`` keys, ``list``,
+``str``, ``int``, finite ``float``, ``bool``, ``None``; tuples are accepted and
+come back as lists) and raises :class:`~actions.StateNotSerializableError`
+naming the offending value's type and where it sits otherwise. The store never
+pickles.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from actions import StateNotSerializableError
+
+JsonValue = Any
+"""A value made of JSON types only (``dict``/``list``/``str``/``int``/``float``/``bool``/``None``)."""
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def find_non_json(value: object, where: str = "value") -> str | None:
+    """A sentence naming the first part of ``value`` JSON cannot carry; ``None`` when all of it can."""
+    if isinstance(value, _SCALARS):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} is the float {value!r} (JSON has no NaN/Infinity)"
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            problem = find_non_json(item, f"{where}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where} has a key {key!r} of type {type(key).__qualname__} (JSON keys are strings)"
+            problem = find_non_json(item, f"{where}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+    kind = type(value)
+    return f"{where} is of type {kind.__module__}.{kind.__qualname__}, which JSON cannot carry"
+
+
+def to_json_value(value: object, *, what: str) -> JsonValue:
+    """A normalised copy of ``value`` (tuples become lists) as it will be read back.
+
+    Raises :class:`~actions.StateNotSerializableError` when ``value`` is not
+    JSON data; ``what`` names the value in the message (e.g. ``"checkpoint state"``).
+    """
+    try:
+        problem = find_non_json(value)
+    except RecursionError:
+        problem = "it is nested too deeply or contains itself"
+    if problem is not None:
+        raise StateNotSerializableError(
+            f"{what} must be JSON-serialisable (dicts with string keys, lists, str, int, float, bool, "
+            f"None) but {problem}"
+        )
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as error:  # e.g. a cycle or absurd nesting
+        raise StateNotSerializableError(f"{what} must be JSON-serialisable: {error}") from error

@@ -1,0 +1,225 @@
+"""``InMemoryRunStore``: the run store's in-process twin, for tests and offline runs.
+
+It keeps the same promises as :class:`~orchestration.store.SqlRunStore`
+(same validation, same errors, values read back as JSON would return them)
+behind one lock, so it is safe across threads but not shared between
+processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from orchestration.store.jsondata import JsonValue, to_json_value
+from orchestration.store.models import utcnow
+from orchestration.store.records import (
+    TERMINAL_STATUSES,
+    RunNotFoundError,
+    RunRecord,
+    RunStatus,
+    check_count,
+    check_terminal_status,
+    error_value,
+)
+
+
+@dataclass(kw_only=True, slots=True)
+class _Checkpoint:
+    iteration: int | None = None
+    state: JsonValue = None
+    finished: bool = False
+    result: JsonValue = None
+
+
+def _copied(record: RunRecord) -> RunRecord:
+    return replace(
+        record,
+        input=copy.deepcopy(record.input),
+        output=copy.deepcopy(record.output),
+        error=copy.deepcopy(record.error),
+    )
+
+
+class InMemoryRunStore:
+    """A dict-backed :class:`~orchestration.store.RunStore` (thread-safe, one process)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, RunRecord] = {}
+        self._events: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self._event_ids = itertools.count(1)
+        self._checkpoints: dict[tuple[str, str], _Checkpoint] = {}
+
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        runnable: str,
+        input: JsonValue,
+        root_run_id: str | None = None,
+        parent_run_id: str | None = None,
+        path: str = "",
+        token_budget: int | None = None,
+        celery_task_id: str | None = None,
+    ) -> RunRecord:
+        """Record a pending run; creating an id that exists returns the stored run unchanged."""
+        record = RunRecord(
+            id=run_id,
+            root_run_id=root_run_id or run_id,
+            parent_run_id=parent_run_id,
+            runnable=runnable,
+            path=path,
+            status=RunStatus.PENDING.value,
+            input=to_json_value(input, what=f"input of run {run_id!r}"),
+            output=None,
+            error=None,
+            input_tokens=0,
+            output_tokens=0,
+            token_budget=None if token_budget is None else check_count(token_budget, "token_budget"),
+            created_at=utcnow(),
+            started_at=None,
+            finished_at=None,
+            celery_task_id=celery_task_id,
+            cancel_requested=False,
+        )
+        with self._lock:
+            stored = self._runs.setdefault(run_id, record)
+            return _copied(stored)
+
+    def _get(self, run_id: str) -> RunRecord:
+        record = self._runs.get(run_id)
+        if record is None:
+            raise RunNotFoundError(run_id)
+        return record
+
+    def mark_running(self, run_id: str) -> bool:
+        """Mark the run running, keeping its first start time; ``False`` when it had already ended."""
+        with self._lock:
+            record = self._get(run_id)
+            if record.status in TERMINAL_STATUSES:
+                return False
+            started_at = record.started_at or utcnow()
+            self._runs[run_id] = replace(record, status=RunStatus.RUNNING.value, started_at=started_at)
+            return True
+
+    def finish_run(
+        self, run_id: str, *, status: str, output: JsonValue = None, error: JsonValue | BaseException = None
+    ) -> None:
+        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``."""
+        final = check_terminal_status(status)
+        output = to_json_value(output, what=f"output of run {run_id!r}")
+        error = to_json_value(error_value(error), what=f"error of run {run_id!r}")
+        with self._lock:
+            record = self._get(run_id)
+            self._runs[run_id] = replace(
+                record, status=final, output=output, error=error, finished_at=utcnow()
+            )
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or ``None``."""
+        with self._lock:
+            record = self._runs.get(run_id)
+            return None if record is None else _copied(record)
+
+    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunRecord]:
+        """The most recently created runs first, optionally only those with ``status``."""
+        check_count(limit, "limit")
+        with self._lock:
+            records = [r for r in self._runs.values() if status is None or r.status == status]
+        records.sort(key=lambda record: (record.created_at, record.id), reverse=True)
+        return [_copied(record) for record in records[:limit]]
+
+    def append_event(self, root_run_id: str, event: Mapping[str, Any]) -> int:
+        """Store a progress event under ``root_run_id``; returns its id."""
+        if not isinstance(event, Mapping):
+            raise TypeError(f"a progress event is a mapping, not {type(event).__name__}")
+        payload = to_json_value(dict(event), what=f"progress event of run {root_run_id!r}")
+        with self._lock:
+            event_id = next(self._event_ids)
+            self._events.setdefault(root_run_id, []).append((event_id, payload))
+            return event_id
+
+    def events(
+        self, run_id: str, *, after_id: int = 0, limit: int | None = None
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """The events of root run ``run_id`` with an id above ``after_id``, oldest first."""
+        if limit is not None:
+            check_count(limit, "limit")
+        with self._lock:
+            selected = [(i, copy.deepcopy(e)) for i, e in self._events.get(run_id, []) if i > after_id]
+        return selected if limit is None else selected[:limit]
+
+    def _run_and_root(self, run_id: str) -> list[str]:
+        record = self._runs.get(run_id)
+        if record is None:
+            return []
+        return [run_id] if record.root_run_id not in self._runs else [run_id, record.root_run_id]
+
+    def request_cancel(self, run_id: str) -> None:
+        """Ask the whole workflow of ``run_id`` to stop: flags the run and its root run."""
+        with self._lock:
+            targets = self._run_and_root(run_id)
+            if not targets:
+                raise RunNotFoundError(run_id)
+            for target in targets:
+                self._runs[target] = replace(self._runs[target], cancel_requested=True)
+
+    def is_cancel_requested(self, run_id: str) -> bool:
+        """Whether cancellation was requested for the run or its root run (``False`` if unknown)."""
+        with self._lock:
+            return any(self._runs[target].cancel_requested for target in self._run_and_root(run_id))
+
+    def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
+        """Atomically add token usage; returns the new ``(input, output)`` totals."""
+        check_count(input_tokens, "input_tokens")
+        check_count(output_tokens, "output_tokens")
+        with self._lock:
+            record = self._get(run_id)
+            record = replace(
+                record,
+                input_tokens=record.input_tokens + input_tokens,
+                output_tokens=record.output_tokens + output_tokens,
+            )
+            self._runs[run_id] = record
+            return record.input_tokens, record.output_tokens
+
+    def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
+        """Replace the loop's checkpoint with ``(iteration, state)``."""
+        check_count(iteration, "iteration")
+        state = to_json_value(state, what=f"checkpoint state of loop {path!r} in run {run_id!r}")
+        with self._lock:
+            checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
+            checkpoint.iteration, checkpoint.state = iteration, state
+
+    def load_checkpoint(self, run_id: str, path: str) -> tuple[int, JsonValue] | None:
+        """The latest ``(iteration, state)`` of the loop at ``path``, or ``None``."""
+        with self._lock:
+            checkpoint = self._checkpoints.get((run_id, path))
+            if checkpoint is None or checkpoint.iteration is None:
+                return None
+            return checkpoint.iteration, copy.deepcopy(checkpoint.state)
+
+    def mark_loop_finished(self, run_id: str, path: str, result: JsonValue) -> None:
+        """Record that the loop at ``path`` finished with ``result`` (its checkpoint is kept)."""
+        result = to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}")
+        with self._lock:
+            checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
+            checkpoint.finished, checkpoint.result = True, result
+
+    def finished_result(self, run_id: str, path: str) -> tuple[bool, JsonValue]:
+        """``(True, result)`` when the loop at ``path`` finished, else ``(False, None)``."""
+        with self._lock:
+            checkpoint = self._checkpoints.get((run_id, path))
+            if checkpoint is None or not checkpoint.finished:
+                return False, None
+            return True, copy.deepcopy(checkpoint.result)
+
+    def checkpoint_count(self) -> int:
+        """How many loop checkpoints are kept (one per run and path)."""
+        with self._lock:
+            return len(self._checkpoints)

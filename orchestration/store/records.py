@@ -1,0 +1,222 @@
+"""What the run store promises: its values, its errors and its protocol.
+
+:class:`RunStore` is satisfied by :class:`~orchestration.store.SqlRunStore`
+(SQLite/PostgreSQL) and by its in-memory twin
+:class:`~orchestration.store.InMemoryRunStore`; code that needs a run store
+should ask for the protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from actions import AgentLoopError
+from orchestration.store.jsondata import JsonValue
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life. Values are the strings stored in ``runs.status``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    BUDGET_EXCEEDED = "budget_exceeded"
+
+
+TERMINAL_STATUSES: frozenset[str] = frozenset(
+    status.value for status in RunStatus if status not in (RunStatus.PENDING, RunStatus.RUNNING)
+)
+"""The statuses :meth:`RunStore.finish_run` accepts; a run in one of them has ended."""
+
+
+class RunNotFoundError(AgentLoopError, KeyError):
+    """The store has no run with this id."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(run_id)
+
+    def __str__(self) -> str:
+        return f"no run with id {self.run_id!r} in the run store"
+
+
+def check_terminal_status(status: str) -> str:
+    """``status`` as a plain string when it ends a run; ``ValueError`` naming the allowed ones otherwise."""
+    if status not in TERMINAL_STATUSES:
+        allowed = ", ".join(sorted(TERMINAL_STATUSES))
+        raise ValueError(f"{status!r} does not end a run; use one of: {allowed}")
+    return str(status)
+
+
+def check_count(value: int, what: str) -> int:
+    """``value`` when it is a non-negative ``int`` (not a bool); ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative int, not {value!r}")
+    return value
+
+
+def error_value(error: JsonValue | BaseException) -> JsonValue:
+    """An exception as ``{"type", "message"}``; any other value unchanged."""
+    if isinstance(error, BaseException):
+        return {"type": type(error).__name__, "message": str(error)}
+    return error
+
+
+def _datetime_to_json(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _datetime_from_json(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRecord:
+    """One row of ``runs`` as an immutable value. Timestamps are timezone-aware UTC."""
+
+    id: str
+    root_run_id: str
+    parent_run_id: str | None
+    runnable: str
+    path: str
+    status: str
+    input: JsonValue
+    output: JsonValue
+    error: JsonValue
+    input_tokens: int
+    output_tokens: int
+    token_budget: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    celery_task_id: str | None
+    cancel_requested: bool
+
+    @property
+    def is_root(self) -> bool:
+        """Whether this run is a whole workflow rather than one task of one."""
+        return self.id == self.root_run_id
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether the run has ended, whatever the outcome."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens used so far."""
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (timestamps as ISO 8601 strings)."""
+        data = asdict(self)
+        for name in ("created_at", "started_at", "finished_at"):
+            data[name] = _datetime_to_json(data[name])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
+        """The record :meth:`to_dict` produced; unknown keys are ignored."""
+        values: dict[str, Any] = {field.name: data.get(field.name) for field in fields(cls)}
+        created_at = _datetime_from_json(values["created_at"])
+        if created_at is None:
+            raise ValueError("a run record needs created_at")
+        values.update(
+            created_at=created_at,
+            started_at=_datetime_from_json(values["started_at"]),
+            finished_at=_datetime_from_json(values["finished_at"]),
+            path=values["path"] or "",
+            input_tokens=int(values["input_tokens"] or 0),
+            output_tokens=int(values["output_tokens"] or 0),
+            cancel_requested=bool(values["cancel_requested"]),
+        )
+        return cls(**values)
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Runs, their progress events, token usage, cancellation and loop checkpoints.
+
+    Every method is synchronous and safe to call from several threads; the SQL
+    implementation is also safe across processes sharing one database.
+    """
+
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        runnable: str,
+        input: JsonValue,
+        root_run_id: str | None = None,
+        parent_run_id: str | None = None,
+        path: str = "",
+        token_budget: int | None = None,
+        celery_task_id: str | None = None,
+    ) -> RunRecord:
+        """Record a pending run (root when ``root_run_id`` is None); an existing id is returned unchanged."""
+        ...
+
+    def mark_running(self, run_id: str) -> bool:
+        """Mark the run running (first start time kept); ``False`` when it had already ended."""
+        ...
+
+    def finish_run(
+        self, run_id: str, *, status: str, output: JsonValue = None, error: JsonValue = None
+    ) -> None:
+        """End the run with a terminal ``status`` and its ``output`` or ``error`` (``{"type", ...}``)."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or ``None``."""
+        ...
+
+    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunRecord]:
+        """The most recently created runs first, optionally only those with ``status``."""
+        ...
+
+    def append_event(self, root_run_id: str, event: Mapping[str, Any]) -> int:
+        """Store a progress event under the root run; returns its id (the order of events)."""
+        ...
+
+    def events(
+        self, run_id: str, *, after_id: int = 0, limit: int | None = None
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """The root run's events with an id above ``after_id``, oldest first, as ``(id, event)``."""
+        ...
+
+    def request_cancel(self, run_id: str) -> None:
+        """Ask the whole workflow ``run_id`` belongs to to stop (the flag is set on its root run)."""
+        ...
+
+    def is_cancel_requested(self, run_id: str) -> bool:
+        """Whether cancellation was requested for the workflow ``run_id`` belongs to."""
+        ...
+
+    def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
+        """Atomically add token usage to the run; returns its new ``(input, output)`` totals."""
+        ...
+
+    def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
+        """Keep ``state`` as the latest checkpoint of the loop at ``path`` (replacing the previous one)."""
+        ...
+
+    def load_checkpoint(self, run_id: str, path: str) -> tuple[int, JsonValue] | None:
+        """The latest ``(iteration, state)`` of the loop at ``path``, or ``None``."""
+        ...
+
+    def mark_loop_finished(self, run_id: str, path: str, result: JsonValue) -> None:
+        """Record that the loop at ``path`` finished with ``result``."""
+        ...
+
+    def finished_result(self, run_id: str, path: str) -> tuple[bool, JsonValue]:
+        """``(True, result)`` when the loop at ``path`` finished, else ``(False, None)``."""
+        ...

@@ -1,0 +1,50 @@
+"""An embedded worker thread on memory:// runs real tasks with no server, and refuses pickle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from celery import _state
+
+from orchestration.app import PING_TASK_NAME
+from orchestration.testing.worker import embedded_worker
+
+
+def test_an_embedded_memory_worker_round_trips_ping(memory_app: Any) -> None:
+    with embedded_worker(memory_app):
+        assert memory_app.send_task(PING_TASK_NAME).get(timeout=10) == "pong"
+        assert memory_app.tasks[PING_TASK_NAME].delay().get(timeout=10) == "pong"
+
+
+def test_the_embedded_worker_gives_back_the_current_and_default_app(memory_app: Any) -> None:
+    previous_default, previous_current = _state.default_app, _state._tls.current_app
+    with embedded_worker(memory_app):
+        assert _state.default_app is memory_app  # start_worker's doing
+    assert (_state.default_app, _state._tls.current_app) == (previous_default, previous_current)
+
+
+def test_a_pickle_message_is_refused_and_never_executed(memory_app: Any) -> None:
+    calls: list[str] = []
+
+    def record(value: str) -> str:
+        calls.append(value)
+        return value
+
+    memory_app.task(name="test.record", shared=False)(record)
+
+    with embedded_worker(memory_app):
+        refused = memory_app.send_task("test.record", args=["pickled"], serializer="pickle")
+        # The solo worker takes messages in order: once the JSON one is done, the pickle one was seen.
+        assert memory_app.send_task("test.record", args=["json"]).get(timeout=10) == "json"
+        assert calls == ["json"]
+        assert refused.state == "PENDING"
+
+
+def test_the_app_itself_refuses_to_decode_pickle(memory_app: Any) -> None:
+    from kombu.exceptions import ContentDisallowed
+    from kombu.serialization import dumps, loads
+
+    content_type, encoding, body = dumps({"x": 1}, serializer="pickle")  # type: ignore[no-untyped-call]
+    with pytest.raises(ContentDisallowed):
+        loads(body, content_type, encoding, accept=memory_app.conf.accept_content)  # type: ignore[no-untyped-call]

@@ -1,0 +1,276 @@
+"""Every run store keeps the same promises: in memory, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from actions import StateNotSerializableError
+from orchestration.store import TERMINAL_STATUSES, RunNotFoundError, RunRecord, RunStatus, RunStore
+
+
+def _event(path: str, iteration: int, status: str = "progress", **data: Any) -> dict[str, Any]:
+    return {
+        "run_id": "root",
+        "path": path,
+        "runnable": "demo",
+        "iteration": iteration,
+        "max_iterations": 10,
+        "phase": "advance",
+        "status": status,
+        "message": f"{path} #{iteration}",
+        "data": data,
+        "at": 1_700_000_000.5 + iteration,
+    }
+
+
+def test_both_implementations_satisfy_the_protocol(run_store: RunStore) -> None:
+    assert isinstance(run_store, RunStore)
+
+
+def test_a_run_goes_from_pending_to_running_to_succeeded(run_store: RunStore) -> None:
+    created = run_store.create_run(run_id="r1", runnable="search", input={"query": "maps"}, token_budget=500)
+    assert created.status == RunStatus.PENDING
+    assert created.is_root and created.root_run_id == "r1" and created.parent_run_id is None
+    assert created.input == {"query": "maps"}
+    assert (created.input_tokens, created.output_tokens, created.token_budget) == (0, 0, 500)
+    assert created.created_at.tzinfo is not None
+    assert created.started_at is None and created.finished_at is None
+
+    assert run_store.mark_running("r1") is True
+    running = run_store.get_run("r1")
+    assert running is not None and running.status == "running" and running.started_at is not None
+
+    run_store.finish_run("r1", status="succeeded", output={"records": [1, 2]})
+    finished = run_store.get_run("r1")
+    assert finished is not None
+    assert finished.status == "succeeded" and finished.is_finished
+    assert finished.output == {"records": [1, 2]} and finished.error is None
+    assert finished.finished_at is not None and finished.finished_at >= running.started_at
+    assert finished.started_at == running.started_at
+
+
+def test_a_failed_run_keeps_its_error(run_store: RunStore) -> None:
+    run_store.create_run(run_id="r1", runnable="search", input=None)
+    run_store.finish_run("r1", status="failed", error=ValueError("bad input"))
+    record = run_store.get_run("r1")
+    assert record is not None and record.input is None
+    assert record.error == {"type": "ValueError", "message": "bad input"}
+    run_store.finish_run("r1", status=RunStatus.BUDGET_EXCEEDED, error={"type": "Budget", "message": "over"})
+    record = run_store.get_run("r1")
+    assert record is not None and record.status == "budget_exceeded"
+
+
+def test_finishing_needs_a_terminal_status(run_store: RunStore) -> None:
+    run_store.create_run(run_id="r1", runnable="search", input={})
+    for status in ("running", "pending", "done"):
+        with pytest.raises(ValueError, match="does not end a run"):
+            run_store.finish_run("r1", status=status)
+    assert {"succeeded", "failed", "cancelled", "deadline_exceeded", "budget_exceeded"} == TERMINAL_STATUSES
+
+
+def test_a_finished_run_is_not_marked_running_again(run_store: RunStore) -> None:
+    run_store.create_run(run_id="r1", runnable="search", input={})
+    run_store.mark_running("r1")
+    first_start = run_store.get_run("r1").started_at  # type: ignore[union-attr]
+    assert run_store.mark_running("r1") is True
+    assert run_store.get_run("r1").started_at == first_start  # type: ignore[union-attr]
+    run_store.finish_run("r1", status="cancelled")
+    assert run_store.mark_running("r1") is False
+    assert run_store.get_run("r1").status == "cancelled"  # type: ignore[union-attr]
+
+
+def test_creating_an_existing_run_returns_it_unchanged(run_store: RunStore) -> None:
+    first = run_store.create_run(run_id="r1", runnable="search", input={"v": 1}, celery_task_id="t1")
+    run_store.mark_running("r1")
+    again = run_store.create_run(run_id="r1", runnable="other", input={"v": 2}, celery_task_id="t2")
+    assert again.runnable == "search" and again.input == {"v": 1} and again.celery_task_id == "t1"
+    assert again.status == "running"
+    assert again.created_at == first.created_at
+    assert [record.id for record in run_store.list_runs()] == ["r1"]
+
+
+def test_a_child_run_points_at_its_root_and_parent(run_store: RunStore) -> None:
+    run_store.create_run(run_id="root", runnable="pipeline", input={})
+    child = run_store.create_run(
+        run_id="child",
+        runnable="stage",
+        input={},
+        root_run_id="root",
+        parent_run_id="root",
+        path="pipeline/1",
+    )
+    assert (child.root_run_id, child.parent_run_id, child.path) == ("root", "root", "pipeline/1")
+    assert not child.is_root
+
+
+def test_unknown_runs_are_reported_by_id(run_store: RunStore) -> None:
+    assert run_store.get_run("ghost") is None
+    assert run_store.is_cancel_requested("ghost") is False
+    for call in (
+        lambda: run_store.mark_running("ghost"),
+        lambda: run_store.finish_run("ghost", status="failed"),
+        lambda: run_store.request_cancel("ghost"),
+        lambda: run_store.add_usage("ghost", 1, 1),
+    ):
+        with pytest.raises(RunNotFoundError, match="'ghost'"):
+            call()
+
+
+def test_list_runs_shows_the_newest_first_and_filters_by_status(run_store: RunStore) -> None:
+    for index in range(5):
+        run_store.create_run(run_id=f"r{index}", runnable="search", input={"i": index})
+        time.sleep(0.002)
+    run_store.finish_run("r1", status="failed")
+    run_store.finish_run("r3", status="failed")
+    assert [record.id for record in run_store.list_runs()] == ["r4", "r3", "r2", "r1", "r0"]
+    assert [record.id for record in run_store.list_runs(limit=2)] == ["r4", "r3"]
+    assert [record.id for record in run_store.list_runs(status="failed")] == ["r3", "r1"]
+    assert run_store.list_runs(status="succeeded") == []
+
+
+def test_events_follow_a_whole_workflow_in_order_across_paths(run_store: RunStore) -> None:
+    sent = [
+        _event("", 0, "started"),
+        _event("pipeline/0", 1),
+        _event("pipeline/1/branch/0", 1),
+        _event("pipeline/1/branch/1", 1),
+        _event("pipeline/1/branch/0", 2, hits=3),
+        _event("", 1, "completed"),
+    ]
+    ids = [run_store.append_event("root", event) for event in sent]
+    run_store.append_event("other-root", _event("", 0))
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+    stored = run_store.events("root")
+    assert [event_id for event_id, _ in stored] == ids
+    assert [event for _, event in stored] == sent
+
+    assert [event for _, event in run_store.events("root", after_id=ids[2])] == sent[3:]
+    assert [event for _, event in run_store.events("root", after_id=ids[1], limit=2)] == sent[2:4]
+    assert run_store.events("root", after_id=ids[-1]) == []
+    assert run_store.events("nobody") == []
+
+
+def test_events_must_be_json(run_store: RunStore) -> None:
+    with pytest.raises(StateNotSerializableError, match="progress event"):
+        run_store.append_event("root", {**_event("", 0), "data": {"when": object()}})
+    assert run_store.events("root") == []
+
+
+def test_cancelling_any_run_of_a_workflow_is_seen_from_every_run_of_it(run_store: RunStore) -> None:
+    run_store.create_run(run_id="root", runnable="composite", input={})
+    run_store.create_run(run_id="a", runnable="branch", input={}, root_run_id="root", parent_run_id="root")
+    run_store.create_run(run_id="b", runnable="branch", input={}, root_run_id="root", parent_run_id="root")
+    run_store.create_run(run_id="elsewhere", runnable="branch", input={})
+    assert not any(run_store.is_cancel_requested(run_id) for run_id in ("root", "a", "b"))
+
+    run_store.request_cancel("a")
+    assert all(run_store.is_cancel_requested(run_id) for run_id in ("root", "a", "b"))
+    assert run_store.is_cancel_requested("elsewhere") is False
+    assert run_store.get_run("root").cancel_requested is True  # type: ignore[union-attr]
+
+
+def test_usage_adds_up_and_is_returned(run_store: RunStore) -> None:
+    run_store.create_run(run_id="r1", runnable="search", input={})
+    assert run_store.add_usage("r1", 100, 20) == (100, 20)
+    assert run_store.add_usage("r1", 5, 0) == (105, 20)
+    record = run_store.get_run("r1")
+    assert record is not None
+    assert (record.input_tokens, record.output_tokens, record.total_tokens) == (105, 20, 125)
+    with pytest.raises(ValueError, match="input_tokens"):
+        run_store.add_usage("r1", -1, 0)
+
+
+def test_usage_from_many_threads_is_never_lost(run_store: RunStore) -> None:
+    run_store.create_run(run_id="r1", runnable="search", input={})
+
+    def spend() -> None:
+        for _ in range(25):
+            run_store.add_usage("r1", 1, 2)
+
+    threads = [threading.Thread(target=spend) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert run_store.add_usage("r1", 0, 0) == (100, 200)
+
+
+def test_a_checkpoint_is_replaced_by_the_next_one(run_store: RunStore) -> None:
+    assert run_store.load_checkpoint("r1", "loop") is None
+    for iteration in range(1, 31):
+        state = {"seen": list(range(iteration))[-3:], "i": iteration}
+        run_store.save_checkpoint("r1", "loop", iteration, state)
+    run_store.save_checkpoint("r1", "pipeline/1/loop", 2, ["other", "loop"])
+    assert run_store.load_checkpoint("r1", "loop") == (30, {"seen": [27, 28, 29], "i": 30})
+    assert run_store.load_checkpoint("r1", "pipeline/1/loop") == (2, ["other", "loop"])
+    assert run_store.load_checkpoint("r2", "loop") is None
+    assert run_store.checkpoint_count() == 2  # type: ignore[attr-defined]
+
+
+def test_checkpoint_state_round_trips_as_json(run_store: RunStore) -> None:
+    state = {"history": ({"role": "user", "content": "é ✓"},), "score": 0.25, "done": False, "none": None}
+    run_store.save_checkpoint("r1", "loop", 0, state)
+    assert run_store.load_checkpoint("r1", "loop") == (
+        0,
+        {"history": [{"role": "user", "content": "é ✓"}], "score": 0.25, "done": False, "none": None},
+    )
+    run_store.save_checkpoint("r1", "loop", 1, None)
+    assert run_store.load_checkpoint("r1", "loop") == (1, None)
+
+
+@pytest.mark.parametrize(
+    ("state", "named"),
+    [
+        ({"items": {1, 2}}, "value['items'] is of type builtins.set"),
+        ({"when": time}, "value['when'] is of type builtins.module"),
+        ({"nested": [1, [2, b"raw"]]}, "value['nested'][1][1] is of type builtins.bytes"),
+        ({1: "int key"}, "has a key 1 of type int"),
+        ({"x": float("inf")}, "JSON has no NaN/Infinity"),
+    ],
+)
+def test_state_that_is_not_json_is_refused_naming_the_offending_type(
+    run_store: RunStore, state: Any, named: str
+) -> None:
+    with pytest.raises(StateNotSerializableError) as raised:
+        run_store.save_checkpoint("r1", "pipeline/loop", 3, state)
+    message = str(raised.value)
+    assert named in message
+    assert "checkpoint state of loop 'pipeline/loop' in run 'r1'" in message
+    assert isinstance(raised.value, TypeError)
+    assert run_store.load_checkpoint("r1", "pipeline/loop") is None
+
+
+def test_a_finished_loop_reports_its_result_and_keeps_its_checkpoint(run_store: RunStore) -> None:
+    assert run_store.finished_result("r1", "loop") == (False, None)
+    run_store.save_checkpoint("r1", "loop", 4, {"i": 4})
+    assert run_store.finished_result("r1", "loop") == (False, None)
+    run_store.mark_loop_finished("r1", "loop", {"answer": 42})
+    assert run_store.finished_result("r1", "loop") == (True, {"answer": 42})
+    assert run_store.load_checkpoint("r1", "loop") == (4, {"i": 4})
+    run_store.mark_loop_finished("r1", "other", None)
+    assert run_store.finished_result("r1", "other") == (True, None)
+    assert run_store.load_checkpoint("r1", "other") is None
+
+
+def test_values_read_back_cannot_change_what_is_stored(run_store: RunStore) -> None:
+    given = {"items": [1, 2]}
+    run_store.create_run(run_id="r1", runnable="search", input=given)
+    given["items"].append(3)
+    record = run_store.get_run("r1")
+    assert record is not None and record.input == {"items": [1, 2]}
+    record.input["items"].append(4)
+    assert run_store.get_run("r1").input == {"items": [1, 2]}  # type: ignore[union-attr]
+
+
+def test_a_stored_record_round_trips_through_json(run_store: RunStore) -> None:
+    run_store.create_run(run_id="r1", runnable="search", input={"q": "x"}, token_budget=10)
+    run_store.mark_running("r1")
+    run_store.finish_run("r1", status="succeeded", output=[1, "two"])
+    record = run_store.get_run("r1")
+    assert record is not None
+    assert RunRecord.from_dict(record.to_dict()) == record

@@ -1,0 +1,134 @@
+"""Migrations go up and down on both databases, and the models agree with them."""
+
+from __future__ import annotations
+
+import io
+import threading
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, inspect, text
+
+from orchestration.store import (
+    create_engine_for,
+    current_revision,
+    database_url,
+    downgrade_database,
+    normalize_url,
+    open_store,
+    upgrade_database,
+)
+from orchestration.store.migrate import alembic_config
+from orchestration.store.models import Base
+
+TABLES = {"ai_tools", "runs", "run_events", "checkpoints"}
+
+
+def _tables(url: str) -> set[str]:
+    engine = create_engine_for(url)
+    try:
+        return set(inspect(engine).get_table_names()) - {"alembic_version"}
+    finally:
+        engine.dispose()
+
+
+def test_migrations_go_up_to_head_down_to_base_and_up_again(blank_database_url: str) -> None:
+    assert current_revision(blank_database_url) is None
+    assert _tables(blank_database_url) == set()
+
+    upgrade_database(blank_database_url)
+    assert current_revision(blank_database_url) == "0001"
+    assert _tables(blank_database_url) == TABLES
+
+    downgrade_database(blank_database_url, "base")
+    assert current_revision(blank_database_url) is None
+    assert _tables(blank_database_url) == set()
+
+    upgrade_database(blank_database_url, "head")
+    assert _tables(blank_database_url) == TABLES
+
+
+def test_upgrading_an_up_to_date_database_changes_nothing(blank_database_url: str) -> None:
+    upgrade_database(blank_database_url)
+    upgrade_database(blank_database_url)
+    assert current_revision(blank_database_url) == "0001"
+
+
+def test_the_models_match_the_migrated_schema_exactly(sql_engine: Engine) -> None:
+    with sql_engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, Base.metadata) == []
+
+
+def test_migrations_render_offline_sql_for_postgresql() -> None:
+    buffer = io.StringIO()
+    config = alembic_config()
+    config.set_main_option("sqlalchemy.url", "postgresql://user@localhost/agentloop")
+    config.output_buffer = buffer
+    command.upgrade(config, "head", sql=True)
+    sql = buffer.getvalue()
+    assert "CREATE TABLE runs" in sql
+    assert "JSONB" in sql
+
+
+def test_open_store_migrates_a_new_database_by_itself(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nested' / 'new.sqlite3'}"
+    run_store, tool_store = open_store(url)
+    try:
+        assert current_revision(url) == "0001"
+        assert run_store.get_run("nothing") is None
+        assert tool_store.list() == []
+    finally:
+        run_store.engine.dispose()
+
+
+def test_database_url_defaults_to_a_sqlite_file_under_agentloop_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    url = database_url({"AGENTLOOP_HOME": str(home)})
+    assert url == f"sqlite:///{home.resolve() / 'agentloop.sqlite3'}"
+    assert home.is_dir()
+
+
+def test_database_url_defaults_to_dot_agentloop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert database_url({}) == f"sqlite:///{tmp_path.resolve() / '.agentloop' / 'agentloop.sqlite3'}"
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("postgresql://u:p@db:5432/app", "postgresql+psycopg://u:p@db:5432/app"),
+        ("postgres://u@db/app", "postgresql+psycopg://u@db/app"),
+        ("postgresql+psycopg://u@db/app", "postgresql+psycopg://u@db/app"),
+        ("sqlite:////tmp/x.sqlite3", "sqlite:////tmp/x.sqlite3"),
+    ],
+)
+def test_database_url_rewrites_postgresql_urls_to_psycopg(given: str, expected: str) -> None:
+    assert normalize_url(given) == expected
+    assert database_url({"DATABASE_URL": given}) == expected
+
+
+def test_sqlite_files_use_wal_and_a_busy_timeout(tmp_path: Path) -> None:
+    engine = create_engine_for(f"sqlite:///{tmp_path / 'wal.sqlite3'}")
+    try:
+        with engine.connect() as connection:
+            assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert connection.execute(text("PRAGMA busy_timeout")).scalar() == 30_000
+    finally:
+        engine.dispose()
+
+
+def test_an_in_memory_sqlite_store_is_one_database_for_every_thread() -> None:
+    run_store, _ = open_store("sqlite://")
+    try:
+        run_store.create_run(run_id="r1", runnable="search", input={})
+        seen: list[object] = []
+        reader = threading.Thread(target=lambda: seen.append(run_store.get_run("r1")))
+        reader.start()
+        reader.join()
+        assert [getattr(record, "id", None) for record in seen] == ["r1"]
+    finally:
+        run_store.engine.dispose()

@@ -1,0 +1,105 @@
+"""Values that cross the store's boundary: run records, JSON checks, the public surface."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import orchestration.store as store_package
+from actions import StateNotSerializableError
+from orchestration.store import RunRecord, RunStatus, to_json_value
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=12,
+)
+ids = st.text(min_size=1, max_size=20)
+moments = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC))
+records = st.builds(
+    RunRecord,
+    id=ids,
+    root_run_id=ids,
+    parent_run_id=st.none() | ids,
+    runnable=ids,
+    path=st.text(max_size=30),
+    status=st.sampled_from([status.value for status in RunStatus]),
+    input=json_values,
+    output=json_values,
+    error=st.none() | st.fixed_dictionaries({"type": st.text(), "message": st.text()}),
+    input_tokens=st.integers(min_value=0),
+    output_tokens=st.integers(min_value=0),
+    token_budget=st.none() | st.integers(min_value=0),
+    created_at=moments,
+    started_at=st.none() | moments,
+    finished_at=st.none() | moments,
+    celery_task_id=st.none() | ids,
+    cancel_requested=st.booleans(),
+)
+
+
+@given(records)
+def test_a_run_record_survives_a_json_round_trip(record: RunRecord) -> None:
+    assert RunRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+
+
+@given(json_values)
+def test_json_values_are_accepted_and_come_back_equal(value: Any) -> None:
+    assert to_json_value(value, what="value") == value
+
+
+def test_a_run_record_is_frozen_and_keyword_only() -> None:
+    record = RunRecord.from_dict(
+        {
+            "id": "r",
+            "root_run_id": "r",
+            "runnable": "x",
+            "status": "pending",
+            "created_at": "2025-01-01T00:00:00+00:00",
+        }
+    )
+    assert record.created_at == datetime(2025, 1, 1, tzinfo=UTC)
+    assert (record.path, record.input_tokens, record.cancel_requested) == ("", 0, False)
+    assert not record.is_finished
+    with pytest.raises(AttributeError):
+        record.status = "running"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        RunRecord("r")  # type: ignore[call-arg]
+
+
+def test_a_run_record_needs_a_creation_time() -> None:
+    with pytest.raises(ValueError, match="created_at"):
+        RunRecord.from_dict({"id": "r"})
+
+
+def test_record_timestamps_keep_their_offset_through_json() -> None:
+    moment = datetime(2025, 5, 1, 12, tzinfo=UTC) + timedelta(microseconds=7)
+    record = RunRecord.from_dict(
+        {"id": "r", "root_run_id": "r", "runnable": "x", "status": "running", "created_at": moment}
+    )
+    assert RunRecord.from_dict(record.to_dict()).created_at == moment
+
+
+def test_tuples_become_lists_and_cycles_are_refused() -> None:
+    assert to_json_value({"pair": (1, (2, 3))}, what="state") == {"pair": [1, [2, 3]]}
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    with pytest.raises(StateNotSerializableError, match="contains itself"):
+        to_json_value(cyclic, what="state")
+
+
+def _isort_key(name: str) -> tuple[int, str]:
+    kind = 0 if name.isupper() else 1 if name[0].isupper() else 2
+    return kind, name
+
+
+def test_the_public_surface_is_sorted_and_importable() -> None:
+    exported = store_package.__all__
+    assert list(exported) == sorted(exported, key=_isort_key)  # constants, classes, functions (RUF022)
+    for name in exported:
+        assert getattr(store_package, name) is not None, name
