@@ -1,0 +1,39 @@
+"""The ``agentloop`` command line.
+
+::
+
+    agentloop demo                       the main job, on embedded defaults
+    agentloop trigger NAME --input JSON [--context JSON] [--wait]
+    agentloop runs list | show ID | watch ID
+    agentloop tools list | show ID | load FILE...
+
+Workers, beat and Flower start with Celery's own commands:
+``celery -A orchestration worker|beat|flower``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from orchestration.cli.demo import demo
+from orchestration.cli.runs import runs
+from orchestration.cli.tools import tools
+from orchestration.cli.trigger import trigger
+
+app = typer.Typer(
+    name="agentloop",
+    help="Agent loops and composite agent workflows, in-process or on Celery.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.command("demo")(demo)
+app.command("trigger")(trigger)
+app.add_typer(runs, name="runs")
+app.add_typer(tools, name="tools")
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

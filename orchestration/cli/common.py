@@ -1,0 +1,110 @@
+"""What the CLI commands share: JSON arguments, the stores, the Celery app, live progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from loops.progress import ProgressEvent, ProgressStatus
+
+console = Console()
+errors = Console(stderr=True)
+
+#: Exit codes: 0 done, 1 the run failed or was stopped, 2 bad input, 3 timed out.
+EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 1, 2, 3
+
+
+def fail(message: str, *, code: int = EXIT_USAGE) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def parse_json(text: str | None, *, what: str, default: Any = None) -> Any:
+    """``text`` as JSON, or a clear usage error naming the option."""
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise fail(f"{what} is not valid JSON: {error}") from None
+
+
+def import_deployment_modules() -> list[str]:
+    """Import the modules named in ``AGENTLOOP_IMPORTS`` (they register runnables)."""
+    import importlib
+
+    names = [n.strip() for n in os.environ.get("AGENTLOOP_IMPORTS", "").split(",") if n.strip()]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise fail(f"AGENTLOOP_IMPORTS names {name!r}, which cannot be imported: {error}") from None
+    return names
+
+
+@contextmanager
+def celery_app(*, start_worker: bool | None = None) -> Iterator[Any]:
+    """The app from ``celeryconfig``; on the in-memory broker, with a worker thread in this process."""
+    from orchestration.app import create_app
+
+    app = create_app()
+    in_memory = str(app.conf.broker_url).startswith("memory://")
+    try:
+        if start_worker or (start_worker is None and in_memory):
+            from orchestration.testing.worker import embedded_worker
+
+            with embedded_worker(app, pool="threads", concurrency=4, loglevel="ERROR"):
+                yield app
+        else:
+            yield app
+    finally:
+        app.close()
+
+
+def describe_event(event: ProgressEvent) -> str:
+    where = event.path or "root"
+    return f"{event.runnable} [{where}] {event.phase}: {event.message}"
+
+
+def follow(handle: Any, *, timeout: float | None, title: str = "running") -> Any:
+    """Wait for ``handle``'s result with a live progress bar of the run's steps.
+
+    Every runnable in the workflow (each loop, stage, branch) is a step; the
+    bar shows how many have finished of those started so far.
+    """
+    started: set[str] = set()
+    finished: set[str] = set()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    columns = (
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}", style="dim"),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(title, total=None, last="")
+        while True:
+            done = handle.result.ready()
+            for event in handle.new_events():
+                if event.status is ProgressStatus.STARTED:
+                    started.add(event.path)
+                elif event.status in (ProgressStatus.COMPLETED, ProgressStatus.FAILED):
+                    finished.add(event.path)
+                bar.update(task, total=max(len(started), 1), completed=len(finished),
+                           last=describe_event(event)[:80])
+            if done:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError
+            time.sleep(0.1)
+    return handle._outcome()

@@ -1,0 +1,68 @@
+"""``agentloop tools list|show|load``: the ``AiTool`` table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from orchestration.cli.common import console, fail
+from orchestration.store import open_store, validate_tool_payload
+
+tools = typer.Typer(help="Tool schemas in the AiTool table (DATABASE_URL).", no_args_is_help=True)
+
+
+@tools.command("list")
+def list_tools() -> None:
+    """Every tool: id, name and description."""
+    _, store = open_store()
+    table = Table("id", "name", "description", "updated")
+    for tool in store.list():
+        table.add_row(tool.id, tool.name, str(tool.payload.get("description", ""))[:60],
+                      tool.updated_at.strftime("%Y-%m-%d %H:%M"))
+    console.print(table)
+
+
+@tools.command("show")
+def show(tool_id: str = typer.Argument(..., help="The tool id.")) -> None:
+    """One tool's JSON payload."""
+    _, store = open_store()
+    payload = store.get_payload(tool_id)
+    if payload is None:
+        raise fail(f"no tool {tool_id!r}")
+    console.print_json(json.dumps(payload))
+
+
+def _entries(data: Any, source: Path) -> list[tuple[str, Any]]:
+    if isinstance(data, dict) and "id" in data and "payload" in data:
+        return [(str(data["id"]), data["payload"])]
+    if isinstance(data, dict):
+        return [(str(key), value) for key, value in data.items()]
+    if isinstance(data, list) and all(isinstance(d, dict) and {"id", "payload"} <= set(d) for d in data):
+        return [(str(d["id"]), d["payload"]) for d in data]
+    raise fail(f"{source}: expected {{id: payload}}, {{'id', 'payload'}} or a list of those")
+
+
+@tools.command("load")
+def load(
+    files: list[Path] = typer.Argument(..., exists=True, dir_okay=False, readable=True, help="JSON files."),
+) -> None:
+    """Load tool schemas from JSON files; every payload is validated before anything is written."""
+    entries: list[tuple[str, dict[str, Any]]] = []
+    for source in files:
+        try:
+            data = json.loads(source.read_text())
+        except ValueError as error:
+            raise fail(f"{source}: not valid JSON: {error}") from None
+        for tool_id, payload in _entries(data, source):
+            try:
+                entries.append((tool_id, validate_tool_payload(payload)))
+            except ValueError as error:
+                raise fail(f"{source}: tool {tool_id!r}: {error}") from None
+    _, store = open_store()
+    for tool_id, payload in entries:
+        store.put(tool_id, payload)
+    console.print(f"loaded {len(entries)} tool(s): {', '.join(tool_id for tool_id, _ in entries)}")

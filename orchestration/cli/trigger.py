@@ -1,0 +1,52 @@
+"""``agentloop trigger NAME --input JSON``: start a registered workflow on Celery."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from orchestration.celery_runner import CeleryAgentRunner, WorkflowFailedError
+from orchestration.cli.common import (
+    EXIT_FAILED,
+    EXIT_TIMEOUT,
+    celery_app,
+    console,
+    fail,
+    follow,
+    import_deployment_modules,
+    parse_json,
+)
+from orchestration.registry import UnknownRunnableError, registry
+
+
+def trigger(
+    name: str = typer.Argument(..., help="A registered runnable (see AGENTLOOP_IMPORTS)."),
+    input: str = typer.Option("null", "--input", "-i", help="The workflow's input, as JSON."),
+    context: str | None = typer.Option(None, "--context", "-c", help="The context spec, a JSON object."),
+    wait: bool = typer.Option(False, "--wait", "-w", help="Follow the run with a progress bar until it ends."),
+    timeout: float | None = typer.Option(None, min=0.1, help="With --wait: give up after this many seconds."),
+) -> None:
+    """Start NAME on Celery and print its run id (with --wait: follow it and print its result)."""
+    payload = parse_json(input, what="--input")
+    spec = parse_json(context, what="--context", default={})
+    if not isinstance(spec, dict):
+        raise fail("--context must be a JSON object")
+    imported = import_deployment_modules()
+    if imported and name not in registry:
+        raise fail(str(UnknownRunnableError(name, registry.names)))
+    with celery_app() as app:
+        handle = CeleryAgentRunner.create(runnable=name, context=spec, app=app).request_sync(input=payload)
+        console.print(f"run id: [bold]{handle.run_id}[/]")
+        if not wait:
+            if str(app.conf.broker_url).startswith("memory://"):
+                console.print("[yellow]the in-memory broker lives in this process: waiting for the run[/]")
+            else:
+                return
+        try:
+            result = follow(handle, timeout=timeout, title=name)
+        except TimeoutError:
+            raise fail(f"run {handle.run_id} still running after {timeout}s", code=EXIT_TIMEOUT) from None
+        except (WorkflowFailedError, Exception) as error:
+            raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
+        console.print_json(json.dumps(result, default=str))
