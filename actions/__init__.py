@@ -15,6 +15,15 @@ from actions.forced_tool import ForcedToolAction
 from actions.model import AiResponse, FunctionCall, ModelProcessor, Usage
 from actions.prompt import embed_user_fields, embed_user_text
 from actions.registry import AgentActionRegistry
+from actions.usage import (
+    InMemoryUsageMeter,
+    TokenBudgetExceededError,
+    UsageMeter,
+    check_budget,
+    current_meter,
+    report_usage,
+    use_meter,
+)
 
 __all__ = [
     "AgentActionRegistry",
@@ -24,15 +33,22 @@ __all__ = [
     "BranchFailedError",
     "ForcedToolAction",
     "FunctionCall",
+    "InMemoryUsageMeter",
     "ModelProcessor",
     "RunCancelledError",
     "RunDeadlineExceededError",
     "RunStoppedError",
     "StateNotSerializableError",
+    "TokenBudgetExceededError",
     "UnknownActionError",
     "Usage",
+    "UsageMeter",
+    "check_budget",
     "context_value",
+    "current_meter",
     "embed_user_fields",
     "embed_user_text",
     "maybe_await",
+    "report_usage",
+    "use_meter",
 ]

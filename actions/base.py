@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Any, Self
 
@@ -24,7 +25,7 @@ class BaseAgentAction(ABC):
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return dict(EMPTY_PARAMETERS)
+        return copy.deepcopy(EMPTY_PARAMETERS)
 
     def as_tool(self) -> dict[str, Any]:
         """The tool payload an AI-driven loop offers the model for this action."""

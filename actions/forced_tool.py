@@ -22,6 +22,7 @@ from typing import Any
 from actions.base import BaseAgentAction
 from actions.context import context_value, maybe_await
 from actions.model import AiResponse, FunctionCall
+from actions.usage import check_budget, report_usage
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class ForcedToolAction(BaseAgentAction):
         processor = context_value(context, "processor")
         if processor is None:
             return AiResponse.failure("context has no processor")
+        check_budget()  # a spent budget stops the step: it is not a model fault
         try:
             response: AiResponse = await processor.send_request(
                 instruction=instruction,
@@ -70,10 +72,11 @@ class ForcedToolAction(BaseAgentAction):
                 files=list(context_value(context, "files", [])),
                 is_auto_handle_function_call=False,
             )
-            return response
         except Exception as error:  # processors should not raise; if one does, it is a model fault
             logger.warning("processor raised during forced tool call", exc_info=True)
             return AiResponse.failure(f"{type(error).__name__}: {error}")
+        report_usage(response.usage)
+        return response
 
     def extract_function_call(self, *, response: AiResponse, tool_name: str) -> FunctionCall | None:
         """The first call to ``tool_name``; ``None`` when the model called none."""

@@ -3,7 +3,9 @@
 One helper, :func:`embed_user_text`, wraps text in an XML element whose body is
 CDATA. Whatever the text holds (closing tags, ``]]>``, fake instructions), it
 cannot end the element early: every ``]]>`` inside it is split across two CDATA
-sections, so an XML reader gets back exactly the original text.
+sections, and every carriage return is written as the character reference
+``&#13;`` between two sections (XML readers turn a raw CR into a line feed), so
+an XML reader gets back exactly the original text.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def embed_user_text(tag: str, text: str) -> str:
         raise ValueError(f"not a plain XML tag name: {tag!r}")
     if not isinstance(text, str):
         raise TypeError(f"user text must be str, not {type(text).__name__}")
-    body = _NOT_XML.sub("\ufffd", text).replace("]]>", "]]]]><![CDATA[>")
+    body = _NOT_XML.sub("\ufffd", text).replace("]]>", "]]]]><![CDATA[>").replace("\r", "]]>&#13;<![CDATA[")
     return f"<{tag}><![CDATA[{body}]]></{tag}>"
 
 

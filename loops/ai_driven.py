@@ -26,6 +26,7 @@ from actions.context import context_value, maybe_await
 from actions.errors import UnknownActionError
 from actions.model import AiResponse, FunctionCall, Usage
 from actions.prompt import embed_user_text
+from actions.usage import check_budget, report_usage
 from loops.base import BaseAgentLoop
 from loops.progress import ProgressEvent, ProgressStatus
 
@@ -121,6 +122,7 @@ class AiDrivenAgentLoop(BaseAgentLoop):
         processor = context_value(self.context, "processor")
         if processor is None:
             raise RuntimeError("AiDrivenAgentLoop needs context.processor")
+        check_budget()
         try:
             response: AiResponse = await processor.send_request(
                 instruction=await maybe_await(self.build_instruction(state=state)),
@@ -133,6 +135,7 @@ class AiDrivenAgentLoop(BaseAgentLoop):
             )
         except Exception as error:  # a processor that raises is a model fault like any other
             response = AiResponse.failure(f"{type(error).__name__}: {error}")
+        report_usage(response.usage)
         usage = (Usage.from_dict(state["usage"]) + response.usage).to_dict()
         if response.has_error:
             return {**state, "usage": usage, "model_errors": [*state["model_errors"], str(response.error)]}

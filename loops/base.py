@@ -11,14 +11,17 @@ Per iteration, in this order (DESIGN §5):
 6. next iteration.
 
 The engine is a plain ``while`` loop: no recursion, so any bound works. Before
-each iteration it checks the run scope for cancellation and the deadline.
+each iteration it checks the run scope for cancellation and the deadline; a
+loop whose task is cancelled from outside (the deadline, a fail-fast sibling)
+still ends its progress with a ``failed`` event saying why.
 When the scope carries a checkpointer, every finished iteration's state is
 saved and a redelivered loop resumes from the last one.
 """
 
 from __future__ import annotations
 
-from abc import abstractmethod
+import asyncio
+from abc import ABC, abstractmethod
 from typing import Any
 
 from actions.context import maybe_await
@@ -26,10 +29,10 @@ from actions.errors import RunStoppedError
 from actions.registry import AgentActionRegistry
 from loops.contract import ProgressCallback, RunnableBase
 from loops.progress import ProgressEvent, ProgressStatus
-from loops.scope import RunScope, ensure_scope
+from loops.scope import RunScope, ensure_scope, failure_phase
 
 
-class BaseAgentLoop(RunnableBase):
+class BaseAgentLoop(RunnableBase, ABC):
     """Subclass and implement the four abstract hooks; override anything else."""
 
     #: The safety bound: the engine never runs more iterations than this.
@@ -168,9 +171,20 @@ class BaseAgentLoop(RunnableBase):
             await self._emit(
                 on_progress,
                 iteration=iteration,
-                phase="error",
+                phase=failure_phase(error, scope),
                 status=ProgressStatus.FAILED,
                 message=f"{type(error).__name__}: {error}",
+            )
+            raise
+        except asyncio.CancelledError as error:  # cancelled from outside: the deadline, or a sibling failed
+            phase = failure_phase(error, scope)
+            deadline_passed = phase == "deadline_exceeded"
+            await self._emit(
+                on_progress,
+                iteration=iteration,
+                phase=phase,
+                status=ProgressStatus.FAILED,
+                message="the run passed its deadline" if deadline_passed else "the run was cancelled",
             )
             raise
         await self._emit(

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any, Self
 
 from actions.errors import RunDeadlineExceededError
+from actions.usage import InMemoryUsageMeter, UsageMeter, use_meter
 from loops.contract import ProgressCallback, Runnable
 from loops.scope import CancelToken, Checkpointer, RunScope, new_run_id, use_scope
 
@@ -39,12 +40,19 @@ class InlineAgentRunner:
         deadline: timedelta | None = None,
         checkpointer: Checkpointer | None = None,
         path: str = "",
+        meter: UsageMeter | None = None,
+        token_budget: int | None = None,
     ) -> Any:
         """Run once and return the result.
 
         Raises :class:`~actions.RunCancelledError` when ``cancel`` fires and
-        :class:`~actions.RunDeadlineExceededError` when ``deadline`` passes.
+        :class:`~actions.RunDeadlineExceededError` when ``deadline`` passes. Model
+        usage is summed in ``meter`` (an :class:`~actions.InMemoryUsageMeter` with
+        ``token_budget`` when none is given); a step that passes the budget ends
+        with :class:`~actions.TokenBudgetExceededError`.
         """
+        if meter is None:
+            meter = InMemoryUsageMeter(budget=token_budget)
         seconds = None if deadline is None else deadline.total_seconds()
         scope = RunScope(
             run_id=run_id or new_run_id(),
@@ -54,7 +62,7 @@ class InlineAgentRunner:
             checkpointer=checkpointer,
         )
         instance = self.runnable.create(context=self.context)
-        with use_scope(scope):
+        with use_scope(scope), use_meter(meter):
             try:
                 async with asyncio.timeout(seconds):
                     return await instance.run(input=input, on_progress=on_progress)

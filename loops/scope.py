@@ -9,6 +9,7 @@ anything being threaded through ``context``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from actions.errors import RunCancelledError, RunDeadlineExceededError
+from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceededError, RunStoppedError
 
 
 @runtime_checkable
@@ -79,6 +80,23 @@ class RunScope:
             raise RunCancelledError(f"run {self.run_id} was cancelled", path=self.path)
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise RunDeadlineExceededError(f"run {self.run_id} passed its deadline", path=self.path)
+
+
+def failure_phase(error: BaseException, scope: RunScope) -> str:
+    """The phase of the ``failed`` event a runnable emits when ``error`` ends it.
+
+    A task cancelled from outside (the runner's deadline, or a fail-fast sibling)
+    reports why, as a stopped run does; any other error is ``"error"``.
+    """
+    if isinstance(error, RunStoppedError):
+        return error.status
+    status = getattr(error, "status", None)
+    if isinstance(error, AgentLoopError) and isinstance(status, str):
+        return status  # e.g. "budget_exceeded"
+    if isinstance(error, asyncio.CancelledError):
+        deadline_passed = scope.deadline is not None and time.monotonic() >= scope.deadline
+        return RunDeadlineExceededError.status if deadline_passed else RunCancelledError.status
+    return "error"
 
 
 def new_run_id() -> str:

@@ -46,8 +46,10 @@ _STOPPED: dict[str, type[RunStoppedError]] = {
 class RunHandle:
     """One run on Celery, followed by its run id."""
 
-    def __init__(self, *, app: Celery, run_id: str, store: RunStore) -> None:
-        self.app, self.run_id, self.store = app, run_id, store
+    def __init__(
+        self, *, app: Celery, run_id: str, store: RunStore, on_progress: ProgressCallback | None = None
+    ) -> None:
+        self.app, self.run_id, self.store, self.on_progress = app, run_id, store, on_progress
         self._last_event_id = 0
 
     @property
@@ -95,6 +97,7 @@ class RunHandle:
         when the run stopped, :class:`WorkflowFailedError` when it failed, ``TimeoutError``
         when ``timeout`` passes first.
         """
+        on_progress = on_progress or self.on_progress
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         deadline = None if seconds is None else time.monotonic() + seconds
         while True:
@@ -159,16 +162,26 @@ class CeleryAgentRunner:
         return cls(runnable=runnable, context=context, app=app, store=store)
 
     async def request(
-        self, *, input: Any, on_progress: ProgressCallback | None = None, run_id: str | None = None
+        self, *, input: Any, run_id: str | None = None, token_budget: int | None = None
     ) -> RunHandle:
-        """Launch a run; the handle follows it. ``on_progress`` is given to :meth:`RunHandle.wait`."""
-        return self.request_sync(input=input, run_id=run_id)
-
-    def request_sync(self, *, input: Any, run_id: str | None = None) -> RunHandle:
-        run_id = run_id or new_run_id()
-        self.app.send_task(
-            LAUNCH,
-            kwargs={"runnable": self.name, "input": input, "context": self.context, "run_id": run_id},
-            task_id=run_id,
+        """Launch a run; the returned handle follows it (``await handle.wait(on_progress=...)``)."""
+        return await asyncio.to_thread(
+            self.request_sync, input=input, run_id=run_id, token_budget=token_budget
         )
-        return RunHandle(app=self.app, run_id=run_id, store=self.store or get_run_store())
+
+    def request_sync(
+        self,
+        *,
+        input: Any,
+        on_progress: ProgressCallback | None = None,
+        run_id: str | None = None,
+        token_budget: int | None = None,
+    ) -> RunHandle:
+        run_id = run_id or new_run_id()
+        kwargs = {"runnable": self.name, "input": input, "context": self.context, "run_id": run_id}
+        if token_budget is not None:
+            kwargs["token_budget"] = token_budget
+        self.app.send_task(LAUNCH, kwargs=kwargs, task_id=run_id)
+        return RunHandle(
+            app=self.app, run_id=run_id, store=self.store or get_run_store(), on_progress=on_progress
+        )

@@ -16,12 +16,13 @@ from typing import Any
 
 from actions.context import maybe_await
 from actions.errors import BranchFailedError, RunStoppedError
+from actions.usage import use_meter
 from loops.contract import ProgressCallback
 from loops.progress import ProgressStatus
 from loops.scope import RunScope, use_scope
 from orchestration.nodes import Ancestor, Node, failure_marker, is_failure_marker
 from orchestration.registry import RunnableRegistry
-from orchestration.runtime import ProgressPublisher, StoreCancelToken, StoreCheckpointer
+from orchestration.runtime import ProgressPublisher, StoreCancelToken, StoreCheckpointer, StoreUsageMeter
 from orchestration.store import RunStore
 from pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from pipelines.pipeline import BaseAgentPipeline
@@ -105,7 +106,7 @@ class NodeExecutor:
         if finished:  # a redelivered task whose work is already done
             return Step(value=result)
         try:
-            with use_scope(scope):
+            with use_scope(scope), use_meter(StoreUsageMeter(self.store, node.run_id)):
                 result = await instance.run(input=input, on_progress=on_progress)
         except Exception as error:
             on_progress.flush()
@@ -301,7 +302,7 @@ class NodeExecutor:
             publisher.flush()
         self.store.finish_run(
             node.run_id,
-            status=getattr(error, "status", "failed") if isinstance(error, RunStoppedError) else "failed",
+            status=str(getattr(error, "status", "failed")),
             error={"type": type(error).__name__, "message": str(error)},
         )
         raise error

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from actions.model import Usage
+from actions.usage import TokenBudgetExceededError
 from loops.progress import ProgressEvent, ProgressStatus
 from orchestration.store import RunStore, open_store
 
@@ -56,6 +58,40 @@ class StoreCancelToken:
             except Exception:
                 logger.warning("could not read the cancel flag of run %s", self.run_id, exc_info=True)
         return self._cancelled
+
+
+class StoreUsageMeter:
+    """Token usage of a whole run, summed in the run store by every task on every worker.
+
+    The run's ``token_budget`` (if any) is shared: the step whose call passes it
+    ends with :class:`~actions.TokenBudgetExceededError`, and no step starts a
+    model call once it is spent.
+    """
+
+    def __init__(self, store: RunStore, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+        record = store.get_run(run_id)
+        self.budget = record.token_budget if record is not None else None
+        self.used = record.input_tokens + record.output_tokens if record is not None else 0
+
+    def _over(self) -> bool:
+        return self.budget is not None and self.used >= self.budget
+
+    def check(self) -> None:
+        if self.budget is not None:
+            record = self.store.get_run(self.run_id)
+            if record is not None:
+                self.used = record.input_tokens + record.output_tokens
+            if self._over():
+                raise TokenBudgetExceededError(used=self.used, budget=self.budget)
+
+    def record(self, usage: Usage) -> None:
+        if usage.total_tokens == 0:
+            return
+        total_in, total_out = self.store.add_usage(self.run_id, usage.input_tokens, usage.output_tokens)
+        self.used = total_in + total_out
+        if self.budget is not None and self.used > self.budget:
+            raise TokenBudgetExceededError(used=self.used, budget=self.budget)
 
 
 class StoreCheckpointer:
