@@ -76,11 +76,15 @@ def _parsed_or_none(tool_id: str, payload: Any) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolRecord:
-    """One stored tool: its id, the tool's ``name``, its payload and timestamps (UTC)."""
+    """One stored tool: its id, the tool's ``name``, its payload as stored and timestamps (UTC).
+
+    ``payload`` is a dict for every tool written through a store; a row written
+    around the store may hold anything (``get_payload`` reads it as missing).
+    """
 
     id: str
     name: str
-    payload: dict[str, Any]
+    payload: Any
     created_at: datetime
     updated_at: datetime
 

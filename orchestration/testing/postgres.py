@@ -145,38 +145,21 @@ def private_cluster(*, superuser: str = "postgres") -> Iterator[str]:
         os.chown(root, owner.pw_uid, owner.pw_gid)
         options.update(user=owner.pw_uid, group=owner.pw_gid, extra_groups=[])
     data, port = root / "data", _free_port()
-    started = False
+    server_options = f"-F -p {port} -k {root} -c listen_addresses={LOCAL_HOST}"
+    initialise = [initdb, "-D", str(data), "-U", superuser, "-A", "trust", "-E", "UTF8", "--no-locale", "-N"]
+    start = [pg_ctl, "-D", str(data), "-l", str(root / "server.log"), "-o", server_options, "-w", "start"]
     try:
         try:
-            subprocess.run(
-                [initdb, "-D", str(data), "-U", superuser, "-A", "trust", "-E", "UTF8", "--no-locale", "-N"],
-                **options,
-            )
-            server_options = f"-F -p {port} -k {root} -c listen_addresses={LOCAL_HOST}"
-            subprocess.run(
-                [
-                    pg_ctl,
-                    "-D",
-                    str(data),
-                    "-l",
-                    str(root / "server.log"),
-                    "-o",
-                    server_options,
-                    "-w",
-                    "start",
-                ],
-                **options,
-            )
+            subprocess.run(initialise, **options)
+            subprocess.run(start, **options)
         except (OSError, subprocess.CalledProcessError) as error:
             detail = getattr(error, "stderr", "") or str(error)
             raise PostgresUnavailableError(f"could not start a private cluster: {detail.strip()}") from error
-        started = True
         yield sqlalchemy_url(user=superuser, host=LOCAL_HOST, port=port, database="postgres")
     finally:
-        if started:
-            subprocess.run(
-                [pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"], **{**options, "check": False}
-            )
+        if (data / "postmaster.pid").exists():  # started, even if pg_ctl gave up waiting for it
+            stop = [pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"]
+            subprocess.run(stop, **{**options, "check": False})
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import orchestration.store as store_package
@@ -43,11 +43,13 @@ records = st.builds(
 )
 
 
+@settings(max_examples=40)
 @given(records)
 def test_a_run_record_survives_a_json_round_trip(record: RunRecord) -> None:
     assert RunRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
 
 
+@settings(max_examples=40)
 @given(json_values)
 def test_json_values_are_accepted_and_come_back_equal(value: Any) -> None:
     assert to_json_value(value, what="value") == value
