@@ -41,6 +41,10 @@ Environment variables (all optional):
     before it redelivers the message to another worker. With late acks a task
     is acked when it ends, so this must exceed the hard time limit, or a long
     task still running is delivered a second time. Default: hard limit + 300.
+``AGENTLOOP_UNACKED_RESTORE_SECONDS``
+    Redis only: how often a worker sweeps for messages whose worker died
+    (unacknowledged past the visibility timeout) and puts them back in the
+    queue. Default: ``60``. (kombu's own default sweep is about 100 s.)
 ``AGENTLOOP_RESULT_EXPIRES``
     Seconds results are kept. Default: ``604800`` (7 days).
 ``AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES``
@@ -141,7 +145,12 @@ if _visibility_timeout <= task_time_limit:
         f"AGENTLOOP_VISIBILITY_TIMEOUT ({_visibility_timeout}) must exceed AGENTLOOP_TASK_TIME_LIMIT "
         f"({task_time_limit}): a task still running would be delivered twice"
     )
-broker_transport_options: dict[str, float] = {"visibility_timeout": _visibility_timeout}
+broker_transport_options: dict[str, float] = {
+    "visibility_timeout": _visibility_timeout,
+    # One Redis scan per interval (kombu otherwise scans on every tenth 10 s tick).
+    "unacked_restore_interval": _env_int("AGENTLOOP_UNACKED_RESTORE_SECONDS", 60),
+    "unacked_restore_throttle": 1,
+}
 if _scheme(broker_url) == "memory":
     # kombu polls its in-memory queues once a second by default: each hop of a chain would cost 1 s.
     broker_transport_options["polling_interval"] = 0.01

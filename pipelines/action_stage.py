@@ -8,7 +8,7 @@ from actions.base import BaseAgentAction
 from actions.context import maybe_await
 from loops.contract import ProgressCallback, RunnableBase
 from loops.progress import ProgressStatus
-from loops.scope import ensure_scope
+from loops.scope import ensure_scope, failure_phase
 
 
 class BaseActionStage(RunnableBase):
@@ -50,7 +50,7 @@ class BaseActionStage(RunnableBase):
             except BaseException as error:
                 await emit(
                     ProgressStatus.FAILED,
-                    getattr(error, "status", "error"),
+                    failure_phase(error, scope),
                     0,
                     f"{type(error).__name__}: {error}",
                 )

@@ -22,7 +22,7 @@ from actions.context import maybe_await
 from actions.errors import BranchFailedError, RunStoppedError
 from loops.contract import ProgressCallback, Runnable, RunnableBase
 from loops.progress import ProgressStatus
-from loops.scope import RunScope, ensure_scope, use_scope
+from loops.scope import RunScope, ensure_scope, failure_phase, use_scope
 
 
 class FailurePolicy(StrEnum):
@@ -150,7 +150,7 @@ class BaseCompositeAgent(RunnableBase):
                 merged = await maybe_await(self.merge_results(results=results, input=input))
             except BaseException as error:
                 await emit(
-                    getattr(error, "status", "error"),
+                    failure_phase(error, scope),
                     ProgressStatus.FAILED,
                     0,
                     f"{type(error).__name__}: {error}",

@@ -8,7 +8,7 @@ from typing import Any
 from actions.context import maybe_await
 from loops.contract import ProgressCallback, Runnable, RunnableBase
 from loops.progress import ProgressStatus
-from loops.scope import RunScope, ensure_scope, use_scope
+from loops.scope import RunScope, ensure_scope, failure_phase, use_scope
 
 
 class BaseAgentPipeline(RunnableBase):
@@ -77,7 +77,7 @@ class BaseAgentPipeline(RunnableBase):
                 await self.emit_pipeline_event(
                     scope=scope,
                     on_progress=on_progress,
-                    phase=getattr(error, "status", "error"),
+                    phase=failure_phase(error, scope),
                     status=ProgressStatus.FAILED,
                     done=index,
                     message=f"stage {index} failed: {type(error).__name__}: {error}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -61,14 +62,45 @@ def example_from_schema(schema: Mapping[str, Any], *, name: str = "value") -> An
 
 
 def _example_number(schema: Mapping[str, Any], *, integer: bool) -> int | float:
-    low = schema.get("minimum", schema.get("exclusiveMinimum"))
-    high = schema.get("maximum", schema.get("exclusiveMaximum"))
-    value: float = 0 if low is None else low
-    if "exclusiveMinimum" in schema and "minimum" not in schema:
-        value = low + (1 if integer else 0.5)
-    if high is not None and value > high:
-        value = high
-    return int(value) if integer else float(value)
+    """The lower bound (just above it when exclusive), else 0, moved inside the upper bound."""
+    low = _bound(schema, "minimum", "exclusiveMinimum", lower=True)
+    high = _bound(schema, "maximum", "exclusiveMaximum", lower=False)
+    if integer:
+        first = None if low is None else (math.floor(low[0]) + 1 if low[1] else math.ceil(low[0]))
+        last = None if high is None else (math.ceil(high[0]) - 1 if high[1] else math.floor(high[0]))
+        value = 0 if first is None else first
+        return value if last is None else min(value, last)
+    number = 0.0 if low is None else low[0] + (0.5 if low[1] else 0)
+    if high is not None and (number > high[0] or (high[1] and number >= high[0])):
+        if low is None:
+            number = high[0] - (0.5 if high[1] else 0)
+        else:
+            number = (low[0] + high[0]) / 2 if high[1] or low[1] else high[0]
+    return float(number)
+
+
+def _bound(
+    schema: Mapping[str, Any], inclusive: str, exclusive: str, *, lower: bool
+) -> tuple[float, bool] | None:
+    """The tightest of a schema's inclusive and exclusive bounds on one side, as ``(value, exclusive)``.
+
+    Draft 4 spelled an exclusive bound as ``exclusiveMinimum: true`` beside ``minimum``.
+    """
+    flag = schema.get(exclusive)
+    candidates: list[tuple[float, bool]] = []
+    if isinstance(flag, bool):
+        if schema.get(inclusive) is not None:
+            candidates.append((schema[inclusive], flag))
+    else:
+        if schema.get(inclusive) is not None:
+            candidates.append((schema[inclusive], False))
+        if flag is not None:
+            candidates.append((flag, True))
+    if not candidates:
+        return None
+    if lower:
+        return max(candidates, key=lambda bound: (bound[0], bound[1]))
+    return min(candidates, key=lambda bound: (bound[0], not bound[1]))
 
 
 def estimate_usage(*, instruction: str, history: Sequence[Any], output: str) -> Usage:

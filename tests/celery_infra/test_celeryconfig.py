@@ -191,3 +191,10 @@ def test_tuning_knobs_come_from_the_environment(load_config: LoadConfig) -> None
 def test_every_variable_the_worker_helper_strips_is_documented(load_config: LoadConfig) -> None:
     doc = load_config().__doc__ or ""
     assert all(f"``{name}``" in doc for name in CONFIG_ENV_VARS)
+
+
+def test_dead_workers_messages_are_swept_back_on_a_configurable_interval(load_config: LoadConfig) -> None:
+    assert load_config().broker_transport_options["unacked_restore_interval"] == 60
+    assert load_config().broker_transport_options["unacked_restore_throttle"] == 1
+    options = load_config(AGENTLOOP_UNACKED_RESTORE_SECONDS="2").broker_transport_options
+    assert options["unacked_restore_interval"] == 2

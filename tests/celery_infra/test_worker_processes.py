@@ -58,7 +58,11 @@ def test_the_worker_takes_its_configuration_from_the_environment(redis_server: R
         conf = app.control.inspect([worker.hostname], timeout=5).conf()[worker.hostname]
         active_queues = app.control.inspect([worker.hostname], timeout=5).active_queues()[worker.hostname]
     assert (conf["task_soft_time_limit"], conf["task_time_limit"]) == (100, 120)
-    assert conf["broker_transport_options"] == {"visibility_timeout": 420}
+    assert conf["broker_transport_options"] == {
+        "visibility_timeout": 420,
+        "unacked_restore_interval": 60,
+        "unacked_restore_throttle": 1,
+    }
     assert conf["accept_content"] == ["json"]
     assert conf["task_acks_late"] is True
     assert conf["worker_prefetch_multiplier"] == 1

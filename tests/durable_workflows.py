@@ -1,0 +1,43 @@
+"""Workflows of the durability tests (imported by worker processes too)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from loops import BaseAgentLoop
+from orchestration.registry import register
+
+
+class SlowCount(BaseAgentLoop):
+    """Counts to ``input`` slowly; every iteration appends one line to the file named in
+    the context, so a test can see which iterations ran (and in which process)."""
+
+    max_iterations = 50
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"goal": input, "n": 0}
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        time.sleep(float(self.context.get("step_seconds", 0.25)))
+        log = self.context.get("log")
+        if log:
+            with open(log, "a") as handle:
+                handle.write(f"{iteration} {os.getpid()}\n")
+        return {**state, "n": state["n"] + 1}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["n"] >= state["goal"])
+
+    def build_result(self, *, state: Any) -> Any:
+        return {"counted": state["n"]}
+
+
+class NotJsonState(SlowCount):
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        return {**state, "n": state["n"] + 1, "seen": {1, 2}}
+
+
+register("durable.slow_count", SlowCount)
+register("durable.not_json_state", NotJsonState)
