@@ -28,6 +28,11 @@ Environment variables (all optional):
 ``AGENTLOOP_IMPORTS``
     Comma-separated modules the worker imports at start (they register a
     deployment's runnables). Blanks are ignored. Default: none.
+``AGENTLOOP_BEAT_SCHEDULE``
+    The batches beat starts, as a JSON list of entries (see
+    ``orchestration/schedule.py``): each names a registered runnable, a
+    ``crontab`` (five fields, UTC) or ``every`` (seconds), its ``inputs`` or an
+    input ``provider``, and ``expires``. Default: none.
 ``AGENTLOOP_TASK_DEFAULT_QUEUE``
     Queue tasks go to and workers consume by default. Default: ``agentloop``.
 ``AGENTLOOP_TASK_SOFT_TIME_LIMIT``
@@ -66,6 +71,8 @@ Passwords in URLs are never printed by the project: use
 """
 
 import os as _os
+
+from orchestration.schedule import schedule_from_json as _schedule_from_json
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -175,4 +182,6 @@ enable_utc = True
 imports: tuple[str, ...] = tuple(
     name.strip() for name in (_env("AGENTLOOP_IMPORTS") or "").split(",") if name.strip()
 )
-beat_schedule: dict[str, dict[str, object]] = {}
+# Batches run by ``celery -A orchestration beat`` (exactly one beat per deployment).
+# Write entries here with ``orchestration.schedule.batch_entry(...)``, or set them as JSON.
+beat_schedule: dict[str, dict[str, object]] = _schedule_from_json(_env("AGENTLOOP_BEAT_SCHEDULE") or "")

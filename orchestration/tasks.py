@@ -19,6 +19,7 @@ from typing import Any
 
 from celery import Celery, Signature, Task, chain, chord
 
+from orchestration.batches import install_batch_tasks
 from orchestration.executor import NodeExecutor, Step
 from orchestration.nodes import Node
 from orchestration.registry import ContextSpecError, registry
@@ -139,6 +140,8 @@ def install_tasks(app: Celery) -> None:
         """Ask every task of the run to stop at its next step."""
         get_run_store().request_cancel(str(run_id))
         return True
+
+    install_batch_tasks(app)
 
     @app.task(name=FINALIZE, bind=True, shared=False)
     def finalize(self: Task, result: Any, run_id: str) -> Any:

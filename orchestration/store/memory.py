@@ -126,13 +126,43 @@ class InMemoryRunStore:
             record = self._runs.get(run_id)
             return None if record is None else _copied(record)
 
-    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunRecord]:
-        """The most recently created runs first, optionally only those with ``status``."""
+    def list_runs(
+        self,
+        *,
+        limit: int = 50,
+        status: str | None = None,
+        runnable: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> list[RunRecord]:
+        """The most recently created runs first, optionally filtered."""
         check_count(limit, "limit")
         with self._lock:
-            records = [r for r in self._runs.values() if status is None or r.status == status]
+            records = [
+                r
+                for r in self._runs.values()
+                if (status is None or r.status == status)
+                and (runnable is None or r.runnable == runnable)
+                and (parent_run_id is None or r.parent_run_id == parent_run_id)
+            ]
         records.sort(key=lambda record: (record.created_at, record.id), reverse=True)
         return [_copied(record) for record in records[:limit]]
+
+    def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
+        """Counts per status and summed token usage of the runs whose parent is ``parent_run_id``."""
+        by_status: dict[str, int] = {}
+        tokens_in = tokens_out = 0
+        with self._lock:
+            for record in self._runs.values():
+                if record.parent_run_id == parent_run_id:
+                    by_status[record.status] = by_status.get(record.status, 0) + 1
+                    tokens_in += record.input_tokens
+                    tokens_out += record.output_tokens
+        return {
+            "total": sum(by_status.values()),
+            "by_status": by_status,
+            "input_tokens": tokens_in,
+            "output_tokens": tokens_out,
+        }
 
     def append_event(self, root_run_id: str, event: Mapping[str, Any]) -> int:
         """Store a progress event under ``root_run_id``; returns its id."""

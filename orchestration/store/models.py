@@ -104,7 +104,11 @@ class Run(Base):
     """One run: a whole workflow (root run, ``root_run_id == id``) or one task of it."""
 
     __tablename__ = "runs"
-    __table_args__ = (Index("ix_runs_status_created_at", "status", "created_at"),)
+    __table_args__ = (
+        Index("ix_runs_status_created_at", "status", "created_at"),
+        Index("ix_runs_parent_run_id_status", "parent_run_id", "status"),
+        Index("ix_runs_runnable_status", "runnable", "status"),
+    )
 
     id: Mapped[str] = mapped_column(String(255), primary_key=True)
     root_run_id: Mapped[str] = mapped_column(String(255), index=True)

@@ -179,8 +179,19 @@ class RunStore(Protocol):
         """The run, or ``None``."""
         ...
 
-    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunRecord]:
-        """The most recently created runs first, optionally only those with ``status``."""
+    def list_runs(
+        self,
+        *,
+        limit: int = 50,
+        status: str | None = None,
+        runnable: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> list[RunRecord]:
+        """The most recently created runs first, optionally filtered."""
+        ...
+
+    def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
+        """``{"total", "by_status", "input_tokens", "output_tokens"}`` of a run's child runs."""
         ...
 
     def append_event(self, root_run_id: str, event: Mapping[str, Any]) -> int:

@@ -148,15 +148,47 @@ class SqlRunStore(SqlStoreBase):
             row = session.get(Run, run_id)
             return None if row is None else _record(row)
 
-    def list_runs(self, *, limit: int = 50, status: str | None = None) -> list[RunRecord]:
-        """The most recently created runs first, optionally only those with ``status``."""
+    def list_runs(
+        self,
+        *,
+        limit: int = 50,
+        status: str | None = None,
+        runnable: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> list[RunRecord]:
+        """The most recently created runs first, optionally filtered."""
         statement = (
             select(Run).order_by(Run.created_at.desc(), Run.id.desc()).limit(check_count(limit, "limit"))
         )
         if status is not None:
             statement = statement.where(Run.status == str(status))
+        if runnable is not None:
+            statement = statement.where(Run.runnable == str(runnable))
+        if parent_run_id is not None:
+            statement = statement.where(Run.parent_run_id == str(parent_run_id))
         with self._sessions() as session:
             return [_record(row) for row in session.execute(statement).scalars()]
+
+    def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
+        """Counts per status and summed token usage of the runs whose parent is ``parent_run_id``."""
+        statement = (
+            select(Run.status, func.count(), func.sum(Run.input_tokens), func.sum(Run.output_tokens))
+            .where(Run.parent_run_id == str(parent_run_id))
+            .group_by(Run.status)
+        )
+        by_status: dict[str, int] = {}
+        tokens_in = tokens_out = 0
+        with self._sessions() as session:
+            for status, count, total_in, total_out in session.execute(statement):
+                by_status[str(status)] = int(count)
+                tokens_in += int(total_in or 0)
+                tokens_out += int(total_out or 0)
+        return {
+            "total": sum(by_status.values()),
+            "by_status": by_status,
+            "input_tokens": tokens_in,
+            "output_tokens": tokens_out,
+        }
 
     def append_event(self, root_run_id: str, event: Mapping[str, Any]) -> int:
         """Store a progress event under ``root_run_id``; returns its id.

@@ -9,7 +9,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -52,7 +51,9 @@ def test_a_redelivered_task_that_already_finished_is_not_run_again(durable: RunS
 
 def test_a_loop_resumes_from_its_last_checkpoint(durable: RunStore, tmp_path: Path) -> None:
     log = tmp_path / "iterations.log"
-    node = Node(run_id="r-resume", runnable="durable.slow_count", context={"log": str(log), "step_seconds": 0})
+    node = Node(
+        run_id="r-resume", runnable="durable.slow_count", context={"log": str(log), "step_seconds": 0}
+    )
     durable.create_run(run_id="r-resume", runnable="durable.slow_count", input=5)
     durable.save_checkpoint("r-resume", "", 3, {"goal": 5, "n": 3})
 

@@ -28,12 +28,14 @@ CLIENT = textwrap.dedent(
     )
     seen, after, statuses = [], 0, []
     while not result.ready():
-        page = app.send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": after}).get(timeout=10)
+        asked = app.send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": after})
+        page = asked.get(timeout=10)
         after = page["last_id"]
         seen.extend(page["events"])
         statuses.append(page["status"])
         time.sleep(0.05)
-    loaded = sorted(m for m in sys.modules if m.split(".")[0] in {"actions", "loops", "pipelines", "orchestration"})
+    ours = {"actions", "loops", "pipelines", "orchestration"}
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ours)
     print(json.dumps({"result": result.get(timeout=30), "events_while_running": len(seen),
                       "statuses": sorted(set(statuses)), "agent_modules": loaded}))
     """
@@ -75,7 +77,9 @@ def test_an_unknown_runnable_is_a_clear_failure_and_the_worker_stays_up(redis_ce
 
 def test_a_context_that_is_not_an_object_is_rejected_clearly(redis_celery: Any) -> None:
     app = redis_celery.app
-    result = app.send_task("agentloop.launch", kwargs={"runnable": "parity.count", "input": 1, "context": [1]})
+    result = app.send_task(
+        "agentloop.launch", kwargs={"runnable": "parity.count", "input": 1, "context": [1]}
+    )
     with pytest.raises(Exception) as failure:
         result.get(timeout=30)
     assert "context spec must be a JSON object" in str(failure.value)

@@ -61,7 +61,9 @@ SCENARIOS = [
     pytest.param("parity.collecting_fan", None, None, id="failing-branch-collected"),
     pytest.param("parity.fail_fast_fan", None, ["", "branch/bad"], id="failing-branch-fail-fast"),
     pytest.param(
-        "parity.pipeline_over_fail_fast", 1, ["", "pipeline/0", "pipeline/1", "pipeline/1/branch/bad"],
+        "parity.pipeline_over_fail_fast",
+        1,
+        ["", "pipeline/0", "pipeline/1", "pipeline/1/branch/bad"],
         id="fail-fast-inside-pipeline",
     ),
     pytest.param("parity.bounded", 5, None, id="loop-hits-its-bound"),
@@ -103,12 +105,16 @@ def test_a_cancelled_run_stops_on_both_runners(redis_celery: Any) -> None:
     recorder = ProgressRecorder()
 
     async def inline_run() -> None:
-        await runner.request(input=3, cancel=token, on_progress=lambda e: (recorder(e), cancel_on_first_step(e)))
+        await runner.request(
+            input=3, cancel=token, on_progress=lambda e: (recorder(e), cancel_on_first_step(e))
+        )
 
     with pytest.raises(RunCancelledError):
         asyncio.run(inline_run())
 
-    handle = CeleryAgentRunner.create(runnable="parity.slow_fan", app=redis_celery.app, store=redis_celery.store)
+    handle = CeleryAgentRunner.create(
+        runnable="parity.slow_fan", app=redis_celery.app, store=redis_celery.store
+    )
     started = handle.request_sync(input=3)
     for event in started.events(timeout=30):
         if event.phase == "iteration":

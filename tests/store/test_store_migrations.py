@@ -35,13 +35,27 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
+def _indexes(url: str, table: str) -> set[str]:
+    engine = create_engine_for(url)
+    try:
+        return {index["name"] for index in inspect(engine).get_indexes(table) if index["name"]}
+    finally:
+        engine.dispose()
+
+
 def test_migrations_go_up_to_head_down_to_base_and_up_again(blank_database_url: str) -> None:
     assert current_revision(blank_database_url) is None
     assert _tables(blank_database_url) == set()
 
     upgrade_database(blank_database_url)
-    assert current_revision(blank_database_url) == "0001"
+    assert current_revision(blank_database_url) == "0002"
     assert _tables(blank_database_url) == TABLES
+
+    downgrade_database(blank_database_url, "0001")
+    assert current_revision(blank_database_url) == "0001"
+    assert "ix_runs_parent_run_id_status" not in _indexes(blank_database_url, "runs")
+    upgrade_database(blank_database_url)
+    assert "ix_runs_parent_run_id_status" in _indexes(blank_database_url, "runs")
 
     downgrade_database(blank_database_url, "base")
     assert current_revision(blank_database_url) is None
@@ -54,7 +68,7 @@ def test_migrations_go_up_to_head_down_to_base_and_up_again(blank_database_url: 
 def test_upgrading_an_up_to_date_database_changes_nothing(blank_database_url: str) -> None:
     upgrade_database(blank_database_url)
     upgrade_database(blank_database_url)
-    assert current_revision(blank_database_url) == "0001"
+    assert current_revision(blank_database_url) == "0002"
 
 
 def test_the_models_match_the_migrated_schema_exactly(sql_engine: Engine) -> None:
@@ -78,7 +92,7 @@ def test_open_store_migrates_a_new_database_by_itself(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'nested' / 'new.sqlite3'}"
     run_store, tool_store = open_store(url)
     try:
-        assert current_revision(url) == "0001"
+        assert current_revision(url) == "0002"
         assert run_store.get_run("nothing") is None
         assert tool_store.list() == []
     finally:
