@@ -34,11 +34,13 @@ def get_run_store() -> RunStore:
         return _store
 
 
-def set_run_store(store: RunStore | None) -> None:
-    """Install ``store`` for this process (``None``: reopen from the environment next time)."""
+def set_run_store(store: RunStore | None) -> RunStore | None:
+    """Install ``store`` for this process (``None``: reopen from the environment next time);
+    returns the store installed before."""
     global _store
     with _lock:
-        _store = store
+        previous, _store = _store, store
+        return previous
 
 
 class StoreCancelToken:

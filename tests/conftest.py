@@ -46,11 +46,11 @@ def _sqlite_url(folder: Path) -> str:
 def run_store(tmp_path: Path) -> Iterator[RunStore]:
     """A fresh SQLite run store installed as this process's store."""
     store, _ = open_store(_sqlite_url(tmp_path))
-    set_run_store(store)
+    previous = set_run_store(store)
     try:
         yield store
     finally:
-        set_run_store(None)
+        set_run_store(previous)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,15 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from loops.progress import ProgressEvent, ProgressStatus
 
@@ -23,7 +31,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 1, 2, 3
 
 
 def fail(message: str, *, code: int = EXIT_USAGE) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}")
+    errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -70,8 +78,9 @@ def celery_app(*, start_worker: bool | None = None) -> Iterator[Any]:
 
 
 def describe_event(event: ProgressEvent) -> str:
+    """One line for an event, safe to print as rich markup (its text is escaped)."""
     where = event.path or "root"
-    return f"{event.runnable} [{where}] {event.phase}: {event.message}"
+    return escape(f"{event.runnable} ({where}) {event.phase}: {event.message}")
 
 
 def follow(handle: Any, *, timeout: float | None, title: str = "running") -> Any:
@@ -100,8 +109,9 @@ def follow(handle: Any, *, timeout: float | None, title: str = "running") -> Any
                     started.add(event.path)
                 elif event.status in (ProgressStatus.COMPLETED, ProgressStatus.FAILED):
                     finished.add(event.path)
-                bar.update(task, total=max(len(started), 1), completed=len(finished),
-                           last=describe_event(event)[:80])
+                bar.update(
+                    task, total=max(len(started), 1), completed=len(finished), last=describe_event(event)[:80]
+                )
             if done:
                 break
             if deadline is not None and time.monotonic() > deadline:

@@ -21,8 +21,12 @@ def list_tools() -> None:
     _, store = open_store()
     table = Table("id", "name", "description", "updated")
     for tool in store.list():
-        table.add_row(tool.id, tool.name, str(tool.payload.get("description", ""))[:60],
-                      tool.updated_at.strftime("%Y-%m-%d %H:%M"))
+        table.add_row(
+            tool.id,
+            tool.name,
+            str(tool.payload.get("description", ""))[:60],
+            tool.updated_at.strftime("%Y-%m-%d %H:%M"),
+        )
     console.print(table)
 
 

@@ -24,7 +24,9 @@ def trigger(
     name: str = typer.Argument(..., help="A registered runnable (see AGENTLOOP_IMPORTS)."),
     input: str = typer.Option("null", "--input", "-i", help="The workflow's input, as JSON."),
     context: str | None = typer.Option(None, "--context", "-c", help="The context spec, a JSON object."),
-    wait: bool = typer.Option(False, "--wait", "-w", help="Follow the run with a progress bar until it ends."),
+    wait: bool = typer.Option(
+        False, "--wait", "-w", help="Follow the run with a progress bar until it ends."
+    ),
     timeout: float | None = typer.Option(None, min=0.1, help="With --wait: give up after this many seconds."),
 ) -> None:
     """Start NAME on Celery and print its run id (with --wait: follow it and print its result)."""

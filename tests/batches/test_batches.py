@@ -3,6 +3,7 @@ no overlapping batches, and a real beat tick on a real worker."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -214,7 +215,7 @@ def test_beat_ticks_start_batches_on_a_real_worker_and_never_overlap_them(tmp_pa
     assert batches, beat_log[-2000:]
     assert len(batches) < ticks  # ticks that found a batch still running started nothing
     ordered = sorted(batches, key=lambda b: b.created_at)
-    for earlier, later in zip(ordered, ordered[1:], strict=False):
+    for earlier, later in itertools.pairwise(ordered):
         assert earlier.finished_at is not None and earlier.finished_at <= later.created_at
     for record in batches:
         assert record.status == "succeeded"

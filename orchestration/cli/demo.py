@@ -1,0 +1,90 @@
+"""``agentloop demo``: the main job.
+
+A composite fans several questions out to the record-search agent, a summary
+stage merges them, on real Celery (an in-process worker on the embedded
+defaults), with a live progress display; then the answers are printed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import typer
+from rich.console import Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from orchestration.app import redact_url
+from orchestration.celery_runner import CeleryAgentRunner
+from orchestration.cli.common import EXIT_FAILED, EXIT_TIMEOUT, celery_app, console, fail, follow
+
+
+def demo(
+    question: list[str] = typer.Option(
+        [], "--question", "-q", help="Ask this instead of the built-in questions (repeatable)."
+    ),
+    worker: bool = typer.Option(
+        True, "--worker/--no-worker", help="Start a worker thread in this process (off: use running workers)."
+    ),
+    timeout: float = typer.Option(300.0, min=1, help="Give up after this many seconds."),
+) -> None:
+    """Run the record-search demo workflow on Celery and print its answers."""
+    from examples.record_search.generator import default_processor
+    from examples.record_search.loop import model_name
+    from examples.record_search.resources import open_resources, resolve_database_url
+    from examples.record_search.workflows import DEMO, DEMO_QUESTIONS
+
+    os.environ.setdefault("AGENTLOOP_IMPORTS", "examples.record_search.workflows")
+    processor = default_processor()
+    offline = model_name(processor) == "offline"
+    database = resolve_database_url()
+    with console.status("preparing the sample database and the AiTool rows"):
+        resources = open_resources(database)
+        resources.dispose()
+    questions = list(question) or list(DEMO_QUESTIONS)
+
+    with celery_app(start_worker=worker) as app:
+        broker = str(app.conf.broker_url)
+        console.print(
+            f"[bold]model[/]    {model_name(processor)}"
+            + (" (deterministic offline model: no API key set)" if offline else "")
+        )
+        console.print(
+            f"[bold]broker[/]   {redact_url(broker)}"
+            + (" (worker thread in this process)" if worker else " (running workers)")
+        )
+        console.print(f"[bold]database[/] {redact_url(database)}")
+        console.print(
+            f"[bold]workflow[/] {DEMO}: {len(questions)} questions fanned out, then a summary stage\n"
+        )
+        runner = CeleryAgentRunner.create(runnable=DEMO, context={}, app=app)
+        handle = runner.request_sync(input={"questions": questions})
+        try:
+            result = follow(handle, timeout=timeout, title=DEMO)
+        except TimeoutError:
+            raise fail(f"run {handle.run_id} still running after {timeout:g}s", code=EXIT_TIMEOUT) from None
+        except Exception as error:
+            raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
+
+    for entry in result.get("answers", []):
+        answer = entry.get("answer") or {}
+        body = answer.get("message") or (entry.get("error") or {}).get("message", "(no answer)")
+        parts: list[Any] = [Text(str(body))]
+        records = answer.get("records") or []
+        if records:
+            table = Table("category", "record", header_style="dim", box=None)
+            for record in records[:5]:
+                table.add_row(str(record.get("category", "")), str(record.get("label", record.get("id", ""))))
+            if len(records) > 5:
+                table.add_row("", f"... {len(records) - 5} more")
+            parts.append(table)
+        console.print(Panel(Group(*parts), title=escape(str(entry.get("question", ""))), title_align="left"))
+    console.print(Text(str(result.get("summary", "")), style="bold"))
+    console.print(f"run id {handle.run_id}: see it again with `agentloop runs show {handle.run_id}`")
+    if offline:
+        console.print(
+            Text("Text marked [offline model] was written by the offline model, not a real one.", style="dim")
+        )

@@ -1,0 +1,117 @@
+"""The ``agentloop`` command line: the demo (the README's first command), trigger, runs, tools."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestration.cli import app
+from orchestration.runtime import set_run_store
+
+runner = CliRunner()
+
+CELERY_ENV = ("BROKER_URL", "REDIS_URL", "RESULT_BACKEND", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Embedded defaults in a fresh folder: no servers, no key, a SQLite file of our own."""
+    for name in CELERY_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AGENTLOOP_HOME", str(tmp_path / ".agentloop"))
+    monkeypatch.chdir(tmp_path)
+    previous = set_run_store(None)
+    yield tmp_path
+    set_run_store(previous)
+
+
+def invoke(*args: str) -> Any:
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_the_demo_runs_on_embedded_defaults_and_prints_real_records(home: Path) -> None:
+    result = invoke("demo")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("model") and "offline" in lines[0]
+    assert lines[1].startswith("broker") and "memory://" in lines[1]
+    header = result.output.split("workflow")[0]
+    assert lines[2].startswith("database") and "sqlite" in header
+    assert "Bright Data GmbH" in result.output  # a record from the sample database
+    assert "[offline model]" in result.output  # model-written text is labelled
+    assert "4 of 5 questions found records" in result.output
+    assert "could not turn that into a record search" in result.output
+
+
+def test_every_command_has_help() -> None:
+    for command in ([], ["demo"], ["trigger"], ["runs"], ["runs", "list"], ["tools"], ["tools", "load"]):
+        result = invoke(*command, "--help")
+        assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_trigger_rejects_input_that_is_not_json(home: Path) -> None:
+    result = invoke("trigger", "parity.count", "--input", "{not json")
+    assert result.exit_code == 2
+    assert "--input is not valid JSON" in result.output
+
+
+def test_trigger_rejects_a_context_that_is_not_an_object(home: Path) -> None:
+    result = invoke("trigger", "parity.count", "--input", "1", "--context", "[1]")
+    assert result.exit_code == 2
+    assert "--context must be a JSON object" in result.output
+
+
+def test_trigger_names_only_registered_runnables(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    result = invoke("trigger", "no.such.thing", "--input", "1")
+    assert result.exit_code == 2
+    assert "unknown runnable 'no.such.thing'" in result.output and "parity.count" in result.output
+
+
+def test_trigger_waits_for_the_result_and_runs_show_it(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    result = invoke("trigger", "parity.three_stages", "--input", "1", "--wait")
+    assert result.exit_code == 0, result.output
+    run_id = result.output.split("run id: ")[1].split()[0]
+    assert result.output.rstrip().endswith("17")  # 1 -> 4 -> 7, doubled to 14 -> 17
+
+    listed = invoke("runs", "list")
+    assert run_id[:8] in listed.output and "succeeded" in listed.output
+    shown = invoke("runs", "show", run_id)
+    assert shown.exit_code == 0 and "ThreeStages (root) done" in shown.output
+    assert invoke("runs", "show", "nope").exit_code == 2
+
+
+def test_a_failing_run_exits_with_1(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    result = invoke("trigger", "parity.count", "--input", "null", "--wait")
+    assert result.exit_code == 1
+    assert "TypeError" in result.output
+
+
+def test_tools_load_validates_every_payload_before_writing(home: Path) -> None:
+    good = home / "good.json"
+    good.write_text(json.dumps({"t.one": {"name": "one", "description": "d", "parameters": {"type": "object"}}}))
+    bad = home / "bad.json"
+    bad.write_text(json.dumps({"t.two": {"name": "two words", "parameters": {"type": "object"}}}))
+
+    refused = invoke("tools", "load", str(good), str(bad))
+    assert refused.exit_code == 2 and "t.two" in refused.output
+    assert "t.one" not in invoke("tools", "list").output
+
+    loaded = invoke("tools", "load", str(good))
+    assert loaded.exit_code == 0 and "loaded 1 tool(s): t.one" in loaded.output
+    assert "t.one" in invoke("tools", "list").output
+    assert '"name": "one"' in invoke("tools", "show", "t.one").output
+    assert invoke("tools", "show", "missing").exit_code == 2
+
+
+def test_tools_load_rejects_a_file_that_is_not_json(home: Path) -> None:
+    broken = home / "broken.json"
+    broken.write_text("{")
+    result = invoke("tools", "load", str(broken))
+    assert result.exit_code == 2 and "not valid JSON" in result.output
