@@ -10,6 +10,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
 
 class ProgressStatus(StrEnum):
     STARTED = "started"
@@ -52,8 +54,10 @@ class ProgressEvent:
     at: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "status", ProgressStatus(self.status))
-        object.__setattr__(self, "data", freeze(self.data))
+        if type(self.status) is not ProgressStatus:
+            object.__setattr__(self, "status", ProgressStatus(self.status))
+        # Events are built every iteration: skip the deep copy when there is no data.
+        object.__setattr__(self, "data", _EMPTY if not self.data else freeze(self.data))
 
     def to_dict(self) -> dict[str, Any]:
         return {

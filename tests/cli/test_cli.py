@@ -14,7 +14,14 @@ from orchestration.runtime import set_run_store
 
 runner = CliRunner()
 
-CELERY_ENV = ("BROKER_URL", "REDIS_URL", "RESULT_BACKEND", "DATABASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+CELERY_ENV = (
+    "BROKER_URL",
+    "REDIS_URL",
+    "RESULT_BACKEND",
+    "DATABASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+)
 
 
 @pytest.fixture
@@ -95,7 +102,9 @@ def test_a_failing_run_exits_with_1(home: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_tools_load_validates_every_payload_before_writing(home: Path) -> None:
     good = home / "good.json"
-    good.write_text(json.dumps({"t.one": {"name": "one", "description": "d", "parameters": {"type": "object"}}}))
+    good.write_text(
+        json.dumps({"t.one": {"name": "one", "description": "d", "parameters": {"type": "object"}}})
+    )
     bad = home / "bad.json"
     bad.write_text(json.dumps({"t.two": {"name": "two words", "parameters": {"type": "object"}}}))
 
