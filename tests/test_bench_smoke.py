@@ -1,0 +1,79 @@
+"""Smoke test of ``bench/engine_overhead.py``: it runs and yields sane numbers (no timing assertions)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench_module(name: str) -> ModuleType:
+    # ``bench`` is a top-level folder of the checkout, not an installed package:
+    # make it importable however pytest was started.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(name)
+
+
+def _check_side(side: object) -> None:
+    for name in ("per_step_us", "min_per_step_us", "max_per_step_us", "cpu_per_step_us"):
+        value = getattr(side, name)
+        assert isinstance(value, float), (side, name)
+        assert math.isfinite(value) and value > 0, (side, name, value)
+
+
+def test_engine_benchmark_quick_mode_gives_finite_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    engine_overhead = _bench_module("bench.engine_overhead")
+    report = engine_overhead.run(quick=True)
+
+    assert report.iterations == engine_overhead.QUICK_ITERATIONS
+    assert report.rounds == engine_overhead.QUICK_ROUNDS
+    for side in report.sides:
+        assert len(side.samples_ns) == report.rounds
+        _check_side(side)
+    _check_side(report.plain)
+    _check_side(report.engine)
+    assert math.isfinite(report.engine_vs_plain) and report.engine_vs_plain > 0
+
+    if importlib.util.find_spec("langgraph") is None:
+        assert report.langgraph is None
+        assert report.langgraph_missing is not None and "pip install" in report.langgraph_missing
+        assert report.passed is None
+    else:
+        assert report.langgraph is not None
+        _check_side(report.langgraph)
+        ratio = report.langgraph_vs_engine
+        assert ratio is not None and math.isfinite(ratio) and ratio > 0
+        assert isinstance(report.passed, bool)
+
+    engine_overhead.print_report(report)
+    text = engine_overhead.render(report)
+    printed = capsys.readouterr().out
+    for out in (printed, text):
+        assert "engine/plain" in out
+        assert "langgraph/engine" in out
+
+
+def test_engine_benchmark_without_langgraph_still_reports_the_plain_ratio() -> None:
+    engine_overhead = _bench_module("bench.engine_overhead")
+    report = engine_overhead.run(iterations=20, rounds=1, include_langgraph=False)
+
+    assert report.langgraph is None and report.passed is None
+    assert math.isfinite(report.engine_vs_plain) and report.engine_vs_plain > 0
+    assert "NOT CHECKED" in engine_overhead.render(report)
+
+
+def test_bench_command_line_dispatches_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    cli = _bench_module("bench.__main__")
+    assert "engine" in cli.BENCHMARKS
+    assert cli.main(["--list"]) == 0
+    assert "engine" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["no-such-benchmark"])
