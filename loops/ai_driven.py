@@ -241,7 +241,7 @@ class AiDrivenAgentLoop(BaseAgentLoop):
         }
 
     def best_answer_so_far(self, *, state: Any) -> Any:
-        """The last assistant text, else the last successful tool result, else ``None``."""
+        """The most recent assistant text or successful tool result, or ``None``."""
         for message in reversed(state["history"]):
             if message["role"] == "assistant" and message.get("content"):
                 return message["content"]
@@ -310,5 +310,6 @@ class AiDrivenAgentLoop(BaseAgentLoop):
             text = f"called {calls}" if calls else content
             lines.append(f"{message['role']}: {text[: self.summary_line_chars]}")
         budget_chars = self.token_budget * 2
-        summary = "\n".join(lines)
-        return summary[-budget_chars:]
+        while len(lines) > 1 and sum(len(line) + 1 for line in lines) > budget_chars:
+            lines.pop(0)  # drop whole lines, oldest first
+        return "\n".join(lines)[-budget_chars:]

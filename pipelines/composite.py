@@ -162,6 +162,9 @@ class BaseCompositeAgent(RunnableBase):
     async def _run_branches(
         self, *, scope: RunScope, branches: list[Branch], on_progress: ProgressCallback | None
     ) -> list[BranchResult]:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            bound = self.max_concurrency
+            raise ValueError(f"max_concurrency must be at least 1 (or None for no bound), not {bound}")
         limit = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else None
         collect = self.failure_policy == FailurePolicy.COLLECT
 

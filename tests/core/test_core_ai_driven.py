@@ -525,3 +525,16 @@ def test_after_any_compression_every_tool_result_still_follows_its_call(
                 asked = {call["id"] for call in message.get("tool_calls", ())}
             else:
                 assert message["tool_call_id"] in asked, f"orphan tool result in {history}"
+
+
+def test_the_built_in_summary_drops_whole_old_lines_to_fit_its_budget() -> None:
+    from loops import AiDrivenAgentLoop
+
+    class Tiny(AiDrivenAgentLoop):
+        token_budget = 20  # 40 characters of summary
+
+    loop = Tiny.create(context=None)
+    messages = [{"role": "user", "content": f"message number {i}"} for i in range(6)]
+    summary = loop.summarize_history(messages=messages, previous_summary=None)
+    assert summary == "user: message number 5"
+    assert all(line.startswith("user: ") for line in summary.splitlines())

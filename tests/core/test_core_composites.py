@@ -298,3 +298,18 @@ def test_a_failed_branch_result_names_the_error_type_and_message() -> None:
         "output": None,
         "error": {"type": "KeyError", "message": "'id'"},
     }
+
+
+async def test_a_concurrency_bound_below_one_is_a_clear_error() -> None:
+    from pipelines import BaseCompositeAgent, Branch
+
+    class NoRoom(BaseCompositeAgent):
+        max_concurrency = 0
+
+        def build_branches(self, *, input: object) -> list[Branch]:
+            return []
+
+    import pytest as _pytest
+
+    with _pytest.raises(ValueError, match="max_concurrency must be at least 1"):
+        await NoRoom.create(context=None).run(input=None)
