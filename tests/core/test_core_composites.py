@@ -301,12 +301,12 @@ def test_a_failed_branch_result_names_the_error_type_and_message() -> None:
 
 
 async def test_a_concurrency_bound_below_one_is_a_clear_error() -> None:
-    from pipelines import BaseCompositeAgent, Branch
+    from pipelines import BaseCompositeAgent
 
     class NoRoom(BaseCompositeAgent):
         max_concurrency = 0
 
-        def build_branches(self, *, input: object) -> list[Branch]:
+        def build_branches(self, *, input: object) -> list[object]:
             return []
 
     import pytest as _pytest
