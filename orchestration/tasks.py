@@ -6,7 +6,8 @@ expanded at run time so a width can depend on the previous stage's output).
 Task names are the public wire contract. Other services, importing only Celery::
 
     result = send_task("agentloop.launch", kwargs={"runnable": NAME, "input": JSON,
-                       "context": JSON (optional), "run_id": str (optional)})
+                       "context": JSON (optional), "run_id": str (optional),
+                       "token_budget": int (optional)})
     send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": 0}).get()
     send_task("agentloop.cancel", kwargs={"run_id": result.id})
     result.get()   # the workflow's result
@@ -47,6 +48,11 @@ def _executor(task: Task) -> NodeExecutor:
 
 def install_tasks(app: Celery) -> None:
     """Register the framework's tasks on ``app`` (and only on it)."""
+    # -- privacy: agentloop.* arguments and results hidden from Flower and worker logs (orchestration.privacy)
+    from orchestration.privacy import install_privacy
+
+    install_privacy(app)
+    # -- end privacy
 
     def expand(task: Task, answer: Step | dict[str, Any], then: Signature | None = None) -> Any:
         """Return the value, or replace ``task`` with the canvas the node expands into."""
@@ -72,13 +78,32 @@ def install_tasks(app: Celery) -> None:
 
     @app.task(name=LAUNCH, bind=True, shared=False)
     def launch(
-        self: Task, runnable: str, input: Any = None, context: Any = None, run_id: str | None = None
+        self: Task,
+        runnable: str,
+        input: Any = None,
+        context: Any = None,
+        run_id: str | None = None,
+        token_budget: int | None = None,
     ) -> Any:
-        """Start the registered workflow ``runnable``; its final result becomes this task's."""
+        """Start the registered workflow ``runnable``; its final result becomes this task's.
+
+        ``token_budget`` (optional) caps the tokens all steps of the run may use together.
+        """
         run_id = str(run_id or self.request.id)
         store = get_run_store()
-        store.create_run(run_id=run_id, runnable=str(runnable), input=input, celery_task_id=self.request.id)
+        bad_budget = token_budget is not None and (
+            isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0
+        )
+        store.create_run(
+            run_id=run_id,
+            runnable=str(runnable),
+            input=input,
+            celery_task_id=self.request.id,
+            token_budget=None if bad_budget else token_budget,
+        )
         try:
+            if bad_budget:
+                raise ContextSpecError(f"token_budget must be a non-negative integer, got {token_budget!r}")
             registry.get(runnable)
             if context is not None and not isinstance(context, dict):
                 raise ContextSpecError(

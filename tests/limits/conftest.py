@@ -1,0 +1,103 @@
+"""Fixtures of the rate-limit and budget tests: a private Redis, a recording model server,
+and two real worker processes sharing one broker, one result backend and one run store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from limits_support import RecordingModel, TwoWorkers
+
+from orchestration.app import create_app
+from orchestration.store import open_store
+from orchestration.testing.openai_server import OpenAICompatibleServer
+from orchestration.testing.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from orchestration.testing.worker import WorkerProcess, run_worker_process
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    try:
+        with private_redis_server() as server:
+            yield server
+    except ServiceUnavailable as unavailable:
+        pytest.skip(unavailable.reason)
+
+
+@pytest.fixture(scope="module")
+def model_server() -> Iterator[tuple[OpenAICompatibleServer, RecordingModel]]:
+    """A local OpenAI-protocol server whose replies and usage the test controls."""
+    recorder = RecordingModel()
+    with OpenAICompatibleServer(responder=recorder) as server:
+        yield server, recorder
+
+
+@pytest.fixture(scope="module")
+def two_workers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
+    """Two prefork workers (concurrency 1 each) on one private Redis and one SQLite run store."""
+    import limits_workflows  # noqa: F401  (registers the workflows in the test process too)
+
+    database_url = f"sqlite:///{tmp_path_factory.mktemp('limits-workers') / 'runs.sqlite3'}"
+    store, _ = open_store(database_url)
+    env = {
+        "DATABASE_URL": database_url,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
+        "AGENTLOOP_TASK_DEFAULT_QUEUE": f"limits-{uuid.uuid4().hex[:8]}",
+    }
+    managers = [
+        run_worker_process(
+            broker_url=redis_server.url,
+            result_backend=redis_server.url,
+            imports=["limits_workflows"],
+            env=env,
+            concurrency=1,
+        )
+        for _ in range(2)
+    ]
+    with ExitStack() as stack:
+        # start both at once (each takes seconds to answer its first ping); stop any that started
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            starts = [pool.submit(manager.__enter__) for manager in managers]
+        workers: list[WorkerProcess] = []
+        for manager, start in zip(managers, starts, strict=True):
+            if start.exception() is None:
+                stack.push(manager.__exit__)
+                workers.append(start.result())
+        for start in starts:
+            error = start.exception()
+            if error is not None:
+                raise error
+        # on the way out, ask both to stop before waiting for either
+        stack.callback(lambda: [worker.kill(signal.SIGTERM, group=False) for worker in workers])
+        app = create_app(
+            overrides={
+                "broker_url": redis_server.url,
+                "result_backend": redis_server.url,
+                "task_default_queue": env["AGENTLOOP_TASK_DEFAULT_QUEUE"],
+            }
+        )
+        stack.callback(app.close)
+        stack.callback(_close_result_consumer, app)
+        yield TwoWorkers(app=app, store=store, redis_url=redis_server.url, workers=(workers[0], workers[1]))
+
+
+def _close_result_consumer(app: Any) -> None:
+    """Close the result backend's pub/sub before the private Redis stops (else it retries noisily)."""
+    import gc
+
+    gc.collect()
+    consumer = getattr(app.backend, "result_consumer", None)
+    pubsub = getattr(consumer, "_pubsub", None)
+    if pubsub is not None:
+        pubsub.close()
+        consumer._pubsub = None

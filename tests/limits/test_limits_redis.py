@@ -1,0 +1,236 @@
+"""The Redis limiter on a private redis-server: one limit for every caller, in any process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actions import AiResponse, Usage
+from orchestration.models import Permit, RateLimitedProcessor, RedisRateLimiter, current_permit
+from orchestration.models.limits import Denial
+from orchestration.testing.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.integration
+
+REQUEST: dict[str, Any] = {
+    "instruction": "say hi",
+    "tools": [],
+    "tool_choices": None,
+    "history_messages": [],
+    "documents": [],
+    "files": [],
+    "is_auto_handle_function_call": False,
+}
+
+
+def fresh_key() -> str:
+    return f"agentloop:ratelimit:test-{uuid.uuid4().hex[:10]}"
+
+
+class FixedUsageModel:
+    def __init__(self, usage: Usage) -> None:
+        self.usage = usage
+        self.permits: list[Permit | None] = []
+
+    async def send_request(self, **request: Any) -> AiResponse:
+        self.permits.append(current_permit())
+        return AiResponse(text="ok", usage=self.usage)
+
+
+async def test_concurrent_callers_on_separate_clients_never_get_more_than_the_limit_per_window(
+    redis_server: RedisServer,
+) -> None:
+    key, limit = fresh_key(), 3
+    windows: list[int] = []
+    lock = threading.Lock()
+
+    def limiter() -> RedisRateLimiter:  # each one its own connection pool, as separate processes have
+        return RedisRateLimiter(redis_server.url, key=key, requests_per_minute=limit, window=0.4, max_wait=10)
+
+    async def caller(limiter: RedisRateLimiter, calls: int) -> None:
+        for _ in range(calls):
+            permit = await limiter.acquire()
+            assert permit.enforced
+            with lock:
+                windows.append(permit.window)
+
+    async def thread_callers() -> None:
+        shared = limiter()
+        await asyncio.gather(*(caller(shared, 2) for _ in range(3)))
+
+    threads = [threading.Thread(target=asyncio.run, args=(thread_callers(),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    await asyncio.gather(*(caller(limiter(), 2) for _ in range(3)))
+    for thread in threads:
+        thread.join(15)
+
+    per_window = Counter(windows)
+    assert len(windows) == 18
+    assert max(per_window.values()) <= limit
+    assert len(per_window) >= 6  # 18 requests at 3 a window
+    assert sorted(per_window.values(), reverse=True)[:5] == [limit] * 5  # and it was busy: no slot lost
+
+
+def test_callers_in_separate_processes_share_one_limit(redis_server: RedisServer) -> None:
+    key, limit = fresh_key(), 2
+    script = textwrap.dedent(
+        f"""
+        import asyncio, json
+        from orchestration.models.limits import RedisRateLimiter
+
+        async def main():
+            limiter = RedisRateLimiter({redis_server.url!r}, key={key!r}, requests_per_minute={limit},
+                                       window=0.3, max_wait=10)
+            permits = [await limiter.acquire() for _ in range(4)]
+            print(json.dumps([[p.window, p.enforced] for p in permits]))
+
+        asyncio.run(main())
+        """
+    )
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [process.communicate(timeout=30) for process in processes]
+
+    assert [process.returncode for process in processes] == [0, 0, 0], [err for _, err in outputs]
+    permits = [permit for out, _ in outputs for permit in json.loads(out)]
+    assert len(permits) == 12
+    assert all(enforced for _, enforced in permits)
+    assert max(Counter(window for window, _ in permits).values()) <= limit
+
+
+async def test_tokens_recorded_by_one_client_close_the_window_for_every_client(
+    redis_server: RedisServer,
+) -> None:
+    key = fresh_key()
+    first = RedisRateLimiter(redis_server.url, key=key, tokens_per_minute=100, window=timedelta(seconds=30))
+    second = RedisRateLimiter(redis_server.url, key=key, tokens_per_minute=100, window=timedelta(seconds=30))
+
+    granted = await first.try_acquire()
+    await first.record(70)
+    still_open = await second.try_acquire()
+    await second.record(45)
+    closed = await first.try_acquire()
+
+    assert isinstance(granted, Permit) and isinstance(still_open, Permit)
+    assert still_open.tokens == 70
+    assert isinstance(closed, Denial)
+    assert closed.reason == "tokens"
+    assert 0 < closed.retry_after <= 30
+    window, requests, tokens = second.usage()
+    assert (requests, tokens) == (2, 115)
+    assert window == closed.window
+
+
+async def test_the_processor_spends_tokens_per_window_and_waits_for_the_next(
+    redis_server: RedisServer,
+) -> None:
+    limiter = RedisRateLimiter(
+        redis_server.url, key=fresh_key(), tokens_per_minute=150, window=0.3, max_wait=5
+    )
+    model = FixedUsageModel(Usage(input_tokens=50, output_tokens=50))
+    processor = RateLimitedProcessor(model, limiter)
+
+    responses = [await processor.send_request(**REQUEST) for _ in range(4)]
+
+    assert not any(response.has_error for response in responses)
+    windows = [permit.window for permit in model.permits if permit is not None]
+    assert len(windows) == 4
+    assert max(Counter(windows).values()) <= 2  # 100 tokens after two calls, 200 >= 150 after a third
+
+
+async def test_a_wait_longer_than_max_wait_is_a_failure_response(redis_server: RedisServer) -> None:
+    limiter = RedisRateLimiter(redis_server.url, key=fresh_key(), requests_per_minute=2, window=60)
+    model = FixedUsageModel(Usage(input_tokens=1, output_tokens=1))
+    processor = RateLimitedProcessor(model, limiter, max_wait=0.5)
+
+    started = time.monotonic()
+    responses = [await processor.send_request(**REQUEST) for _ in range(3)]
+
+    assert [response.has_error for response in responses] == [False, False, True]
+    error = responses[2].error or ""
+    assert "rate limit: no request slot within max_wait 0.5s" in error
+    assert "requests limit (2 requests per 60s window)" in error
+    assert len(model.permits) == 2
+    assert time.monotonic() - started < 2
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_when_redis_is_down_calls_proceed_unlimited_and_it_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = f"redis://:secret@127.0.0.1:{closed_port()}/0"
+    limiter = RedisRateLimiter(url, key=fresh_key(), requests_per_minute=1, tokens_per_minute=10, timeout=0.5)
+    model = FixedUsageModel(Usage(input_tokens=40, output_tokens=40))
+    processor = RateLimitedProcessor(model, limiter)
+
+    started = time.monotonic()
+    with caplog.at_level(logging.DEBUG, logger="orchestration.models.limits"):
+        responses = [await processor.send_request(**REQUEST) for _ in range(3)]
+
+    assert time.monotonic() - started < 5  # never blocks for long
+    assert not any(response.has_error for response in responses)  # 3 calls over a limit of 1: unlimited
+    assert [permit.enforced if permit else None for permit in model.permits] == [False, False, False]
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1  # then debug lines, not a warning per call
+    message = warnings[0].getMessage()
+    assert "unavailable" in message and "calls proceed without the limit" in message
+    assert "secret" not in caplog.text
+
+
+async def test_a_redis_restart_loses_at_most_the_current_window_and_the_limiter_recovers(
+    redis_server: RedisServer,
+) -> None:
+    if not redis_server.restartable:
+        pytest.skip("an external Redis cannot be restarted")
+    limiter = RedisRateLimiter(
+        redis_server.url,
+        key=fresh_key(),
+        requests_per_minute=1,
+        window=60,
+        timeout=0.5,
+        retry_interval=0,
+        log_interval=0,
+    )
+    assert isinstance(await limiter.try_acquire(), Permit)
+    assert isinstance(await limiter.try_acquire(), Denial)
+
+    redis_server.stop()
+    try:
+        during = await limiter.try_acquire()
+    finally:
+        redis_server.start()
+    after = await limiter.try_acquire()
+
+    assert isinstance(during, Permit) and not during.enforced
+    assert isinstance(after, Permit) and after.enforced  # counters were not persisted: a fresh window
