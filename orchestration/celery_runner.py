@@ -162,11 +162,17 @@ class CeleryAgentRunner:
         return cls(runnable=runnable, context=context, app=app, store=store)
 
     async def request(
-        self, *, input: Any, run_id: str | None = None, token_budget: int | None = None
+        self,
+        *,
+        input: Any,
+        on_progress: ProgressCallback | None = None,
+        run_id: str | None = None,
+        token_budget: int | None = None,
     ) -> RunHandle:
-        """Launch a run; the returned handle follows it (``await handle.wait(on_progress=...)``)."""
+        """Launch a run and return its handle at once; ``on_progress`` then receives the
+        run's events while :meth:`RunHandle.wait` waits for the result."""
         return await asyncio.to_thread(
-            self.request_sync, input=input, run_id=run_id, token_budget=token_budget
+            self.request_sync, input=input, on_progress=on_progress, run_id=run_id, token_budget=token_budget
         )
 
     def request_sync(

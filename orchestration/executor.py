@@ -23,7 +23,7 @@ from loops.scope import RunScope, use_scope
 from orchestration.nodes import Ancestor, Node, failure_marker, is_failure_marker
 from orchestration.registry import RunnableRegistry
 from orchestration.runtime import ProgressPublisher, StoreCancelToken, StoreCheckpointer, StoreUsageMeter
-from orchestration.store import RunStore
+from orchestration.store import TERMINAL_STATUSES, RunStore
 from pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from pipelines.pipeline import BaseAgentPipeline
 
@@ -302,7 +302,7 @@ class NodeExecutor:
             publisher.flush()
         self.store.finish_run(
             node.run_id,
-            status=str(getattr(error, "status", "failed")),
+            status=_run_status(error),
             error={"type": type(error).__name__, "message": str(error)},
         )
         raise error
@@ -344,6 +344,12 @@ class NodeExecutor:
             )
         publisher(event)
         return error
+
+
+def _run_status(error: BaseException) -> str:
+    """The run's final status for the error that ended it (``failed`` unless it says otherwise)."""
+    status = str(getattr(error, "status", "failed"))
+    return status if status in TERMINAL_STATUSES else "failed"
 
 
 def _error_of(failure: dict[str, Any]) -> dict[str, str]:
