@@ -14,7 +14,6 @@ Both run :class:`RecordSearchAgentLoop` on the :class:`~loops.InlineAgentRunner`
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Self
@@ -29,13 +28,12 @@ from loops import InlineAgentRunner
 
 
 def default_processor(environ: Mapping[str, str] | None = None) -> ModelProcessor:
-    """The OpenAI processor when ``OPENAI_API_KEY`` (or ``OPENAI_BASE_URL``) is set, else offline."""
-    env = os.environ if environ is None else environ
-    if env.get("OPENAI_API_KEY", "").strip() or env.get("OPENAI_BASE_URL", "").strip():
-        from orchestration.models.openai_processor import OpenAIProcessor
+    """The model the environment asks for (``orchestration.models.processor_from_env``: OpenAI
+    or a compatible server, rate-limited when configured); offline, with this agent's responders."""
+    from orchestration.models import processor_from_env
 
-        return OpenAIProcessor.from_env(env)
-    return create_offline_model()
+    processor: ModelProcessor = processor_from_env(environ, offline=create_offline_model)
+    return processor
 
 
 class RecordSearchGenerator:

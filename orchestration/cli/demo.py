@@ -20,6 +20,7 @@ from rich.text import Text
 from orchestration.app import redact_url
 from orchestration.celery_runner import CeleryAgentRunner
 from orchestration.cli.common import EXIT_FAILED, EXIT_TIMEOUT, celery_app, console, fail, follow
+from orchestration.models import describe_processor
 
 
 def demo(
@@ -33,13 +34,12 @@ def demo(
 ) -> None:
     """Run the record-search demo workflow on Celery and print its answers."""
     from examples.record_search.generator import default_processor
-    from examples.record_search.loop import model_name
     from examples.record_search.resources import open_resources, resolve_database_url
     from examples.record_search.workflows import DEMO, DEMO_QUESTIONS
 
     os.environ.setdefault("AGENTLOOP_IMPORTS", "examples.record_search.workflows")
     processor = default_processor()
-    offline = model_name(processor) == "offline"
+    offline = describe_processor(processor).startswith("offline")
     database = resolve_database_url()
     with console.status("preparing the sample database and the AiTool rows"):
         resources = open_resources(database)
@@ -48,10 +48,7 @@ def demo(
 
     with celery_app(start_worker=worker) as app:
         broker = str(app.conf.broker_url)
-        console.print(
-            f"[bold]model[/]    {model_name(processor)}"
-            + (" (deterministic offline model: no API key set)" if offline else "")
-        )
+        console.print(f"[bold]model[/]    {escape(describe_processor(processor))}")
         console.print(
             f"[bold]broker[/]   {redact_url(broker)}"
             + (" (worker thread in this process)" if worker else " (running workers)")

@@ -33,7 +33,7 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -158,10 +158,14 @@ def _shared_limiter(
         return result
 
 
-def processor_from_env(environ: Mapping[str, str] | None = None) -> Any:
+def processor_from_env(
+    environ: Mapping[str, str] | None = None, *, offline: Callable[[], Any] | None = None
+) -> Any:
     """The model processor the environment asks for (see the module doc).
 
     ``environ`` defaults to ``os.environ``; empty values count as unset.
+    ``offline`` builds the model used without a key (default: a plain
+    ``OfflineModel``; an application passes one with its responders).
     Raises ``ValueError`` for a malformed setting.
     """
     env = os.environ if environ is None else environ
@@ -174,7 +178,7 @@ def processor_from_env(environ: Mapping[str, str] | None = None) -> Any:
     else:
         from orchestration.models.offline import OfflineModel
 
-        processor = OfflineModel()
+        processor = offline() if offline is not None else OfflineModel()
         model = OfflineModel.model_name
     rpm = _positive_int(env, "AGENTLOOP_MODEL_RPM")
     tpm = _positive_int(env, "AGENTLOOP_MODEL_TPM")
