@@ -30,7 +30,6 @@ from orchestration.store.tool_store import (
 )
 
 __all__ = [
-    "TERMINAL_STATUSES",
     "InMemoryRunStore",
     "InMemoryToolStore",
     "JsonValue",
@@ -40,6 +39,7 @@ __all__ = [
     "RunStore",
     "SqlRunStore",
     "SqlToolStore",
+    "TERMINAL_STATUSES",
     "ToolRecord",
     "ToolStore",
     "create_engine_for",
