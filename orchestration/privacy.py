@@ -1,56 +1,38 @@
 """Keep what agentloop tasks carry out of Flower and the worker logs.
 
 The arguments of ``agentloop.*`` tasks hold prompts, user text and maybe
-secrets (a run's input, its context spec, a stage's previous output), and
-their results hold model output. Celery shows all of it by default: in the
-``task-sent``/``task-received`` events Flower keeps (``args``, ``kwargs``),
-in ``task-succeeded`` (the result's repr), in ``celery inspect active`` and in
-the worker's log lines (``Task ... succeeded in 0.1s: <result>``, the
-failure line with the exception's message and traceback).
-
+secrets (a run's input, its context spec, a stage's previous output); their
+results hold model output. Celery shows both by default: in the events Flower
+keeps, in ``celery inspect active`` and in the worker's log lines (``Task ...
+succeeded in 0.1s: <result>``, a failure's message and traceback).
 :func:`install_privacy` (called by ``orchestration.tasks.install_tasks``)
-hides it while task names, ids, states and identifiers stay readable::
+hides them while task names, ids, states and identifiers stay readable::
 
-    kwargs: {'runnable': 'record_search.demo', 'input': <hidden dict 123 chars>,
-             'context': <hidden dict 2 chars>, 'run_id': 'r-1'}
-    args:   (<hidden list 88 chars>, node=<node runnable='record_search.demo.stage1' path='1'
+    kwargs: {'runnable': 'record_search.demo', 'input': <hidden dict 123 chars>, 'context': None}
+    args:   (previous=<hidden list 88 chars>, node=<node runnable='record_search.demo' path=''
              run_id='r-1'>, index=1, input=<hidden dict 123 chars>)
     result: <hidden result, 57 chars>
 
-Three places, each verified against Celery 5.x's code:
+* **Producer** — :class:`RedactingAMQP`, the app's AMQP class, writes redacted
+  ``argsrepr``/``kwargsrepr`` into every ``agentloop.*`` message the app sends
+  (``send_task``, canvas, ``Task.replace``, chord callbacks, Flower's
+  ``send-task`` when Flower runs ``-A orchestration``): message headers and
+  ``task-sent`` events carry nothing else.
+* **Worker** — :class:`RedactingRequest` recomputes both reprs from the decoded
+  arguments (so messages from services without this package are covered):
+  they are what the ``received`` line, ``task-received``, the pool child's log
+  lines and ``inspect active|reserved|scheduled`` show. Its events carry
+  ``<hidden result ...>`` and exceptions scrubbed of the hidden arguments' text.
+* **Logs** — :class:`RedactingLogFilter` on Celery's worker loggers hides the
+  success line's return value, scrubs failure and retry lines (message and
+  traceback, each line cut at :data:`MAX_EXCEPTION_CHARS`) and cuts the pool's
+  ``DEBUG`` line that dumps a whole message.
 
-* **Producer** — :class:`RedactingAMQP`, the app's AMQP class, writes the
-  redacted ``argsrepr``/``kwargsrepr`` into every ``agentloop.*`` message the
-  app sends (``send_task``, canvas, ``Task.replace``, chord callbacks, and
-  Flower's ``send-task`` API when Flower runs ``-A orchestration``). The
-  message headers and the ``task-sent`` event carry nothing else.
-* **Worker** — :class:`RedactingRequest`, the ``Request`` class of the app's
-  tasks, recomputes both reprs from the decoded arguments, so a message from
-  a service that imports only ``celery`` (whose headers hold Celery's plain
-  repr) is covered too. They are what the ``received`` log line, the
-  ``task-received`` event, the pool child's log lines and ``inspect
-  active|reserved|scheduled`` show. Its events carry ``<hidden result ...>``
-  instead of the result's repr and exception messages and tracebacks with
-  the text of the hidden arguments replaced by ``<hidden>`` and their length
-  bounded.
-* **Logs** — :class:`RedactingLogFilter` on Celery's trace, request, strategy
-  and pool loggers: the return value of the success line is hidden, failure
-  and retry lines (message and traceback) are scrubbed and bounded like the
-  events, and the pool's ``DEBUG`` line that dumps a whole message is cut.
-
-Scope: tasks whose name starts with ``agentloop.``; other tasks of the app
-keep Celery's behaviour. Shown are the parameters named in
-:data:`SHOWN_PARAMETERS` when their value is a short scalar, and a
-``node``'s runnable, path and run id; every other argument is a size hint.
-The results of ``agentloop.cancel`` and ``agentloop.ping`` stay visible.
-
-Not covered (by design or because Celery offers no hook): the result backend
-stores results, progress meta and, with ``result_extended``, the raw
-arguments, so Flower's ``/api/task/result/<id>`` answers with a task's real
-result and its exception (the point of that endpoint); progress events are
-the workflow's own reporting and are shown as written; the text of an
-exception is scrubbed only of the hidden arguments' own text. See
-``docs/deployment.md``.
+Shown are the parameters in :data:`SHOWN_PARAMETERS` whose value is a short
+scalar and a ``node``'s runnable, path and run id; everything else is a size
+hint. Other tasks keep Celery's behaviour. The result backend (results,
+progress meta, exceptions as raised, arguments with ``result_extended``) is
+not redacted: ``docs/deployment.md`` says what that means for Flower.
 """
 
 from __future__ import annotations
@@ -68,11 +50,11 @@ from celery.worker.request import Request
 
 __all__ = [
     "PRIVATE_PREFIX",
-    "SHOWN_PARAMETERS",
-    "VISIBLE_RESULTS",
     "RedactingAMQP",
     "RedactingLogFilter",
     "RedactingRequest",
+    "SHOWN_PARAMETERS",
+    "VISIBLE_RESULTS",
     "describe_hidden",
     "hidden_texts",
     "hide_result",
@@ -408,16 +390,28 @@ class RedactingRequest(Request):  # type: ignore[misc]
 # -- logs ------------------------------------------------------------------------------------------
 
 
-def _current_call() -> tuple[str | None, tuple[str, ...], str | None, str | None]:
-    """The running task's name, the hidden texts of its call and its reprs (pool child or thread)."""
-    task = get_current_task()
-    if task is None or not is_private(getattr(task, "name", None)):
-        return None, (), None, None
-    request = task.request
-    parameters = _parameter_names(task)
-    args, kwargs = getattr(request, "args", None), getattr(request, "kwargs", None)
-    argsrepr, kwargsrepr = redact_call(args, kwargs, parameters)
-    return str(task.name), hidden_texts(args, kwargs, parameters), argsrepr, kwargsrepr
+class _CurrentCall:
+    """The private task running in this process or thread (pool child), read only when a record needs it."""
+
+    def __init__(self) -> None:
+        task = get_current_task()
+        self.task = task if task is not None and is_private(getattr(task, "name", None)) else None
+        self.name = str(self.task.name) if self.task is not None else None
+        self._secrets: tuple[str, ...] | None = None
+
+    def _call(self) -> tuple[Any, Any, tuple[str, ...] | None]:
+        assert self.task is not None
+        request = self.task.request
+        args, kwargs = getattr(request, "args", None), getattr(request, "kwargs", None)
+        return args, kwargs, _parameter_names(self.task)
+
+    def secrets(self) -> tuple[str, ...]:
+        if self._secrets is None:
+            self._secrets = hidden_texts(*self._call()) if self.task is not None else ()
+        return self._secrets
+
+    def reprs(self) -> tuple[str, str] | None:
+        return redact_call(*self._call()) if self.task is not None else None
 
 
 class RedactingLogFilter(logging.Filter):
@@ -440,8 +434,9 @@ class RedactingLogFilter(logging.Filter):
             elif isinstance(record.msg, str) and record.msg.startswith(_POOL_APPLY):
                 self._redact_pool_apply(record)
             elif record.exc_info or record.args:
-                name, secrets, _, _ = _current_call()
-                if name is not None:
+                current = _CurrentCall()
+                if current.name is not None:
+                    secrets = current.secrets()
                     record.args = tuple(scrub(_text(arg), secrets) for arg in _as_tuple(record.args))
                     self._scrub_exc_info(record, secrets)
         except Exception:  # a filter must never break logging; hide rather than show on failure
@@ -456,19 +451,21 @@ class RedactingLogFilter(logging.Filter):
         name = args.get("name")
         if not is_private(name):
             return
-        current, secrets, argsrepr, kwargsrepr = _current_call()
+        current = _CurrentCall()
         context = dict(args)
         if "return_value" in context:
             context["return_value"] = hide_result(context["return_value"], name)
         for key in ("exc", "traceback"):
             if key in context:
-                context[key] = scrub(context[key], secrets)
-        if current == name and argsrepr is not None:
-            context["args"], context["kwargs"] = argsrepr, kwargsrepr
+                context[key] = scrub(context[key], current.secrets())
+        reprs = current.reprs() if current.name == name else None
+        if reprs is not None:
+            context["args"], context["kwargs"] = reprs
         record.args = context
         if hasattr(record, "data"):
             record.data = context
-        RedactingLogFilter._scrub_exc_info(record, secrets)
+        if record.exc_info:
+            RedactingLogFilter._scrub_exc_info(record, current.secrets())
 
     @staticmethod
     def _scrub_exc_info(record: logging.LogRecord, secrets: Sequence[str]) -> None:
