@@ -14,12 +14,14 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from orchestration.store.engine import create_engine_for
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 HEAD_REVISION = "head"
+#: The PostgreSQL advisory lock that serialises concurrent migrations of one database.
+MIGRATION_LOCK_KEY = 0x6167_656E_746C_6F70 & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -37,6 +39,10 @@ def _connection(target: str | Engine | None) -> Iterator[Connection]:
     engine = target if isinstance(target, Engine) else create_engine_for(target)
     try:
         with engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                # Workers starting together on a new database migrate one at a time:
+                # the lock lasts until this transaction (the migration) commits.
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             yield connection
     finally:
         if not isinstance(target, Engine):

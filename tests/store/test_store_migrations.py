@@ -23,6 +23,7 @@ from orchestration.store import (
 )
 from orchestration.store.migrate import alembic_config
 from orchestration.store.models import Base
+from orchestration.testing.postgres import private_database
 
 TABLES = {"ai_tools", "runs", "run_events", "checkpoints"}
 
@@ -146,3 +147,28 @@ def test_an_in_memory_sqlite_store_is_one_database_for_every_thread() -> None:
         assert [getattr(record, "id", None) for record in seen] == ["r1"]
     finally:
         run_store.engine.dispose()
+
+
+@pytest.mark.integration
+def test_workers_migrating_one_new_postgresql_database_together_take_turns(pg_admin_url: str) -> None:
+    with private_database(pg_admin_url) as url:
+        _migrate_from_four_threads(url)
+
+
+def _migrate_from_four_threads(blank_database_url: str) -> None:
+    errors: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            upgrade_database(blank_database_url)
+        except BaseException as error:  # collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=migrate) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert current_revision(blank_database_url) == "0002"
+    assert _tables(blank_database_url) == TABLES
