@@ -57,9 +57,11 @@ class NodeExecutor:
         store: RunStore,
         update_state: Callable[[dict[str, Any]], None] | None = None,
         progress_interval: float = 0.2,
+        checkpoint_interval: float = 0.0,
     ) -> None:
         self.registry, self.store = registry, store
         self.update_state, self.progress_interval = update_state, progress_interval
+        self.checkpoint_interval = checkpoint_interval
 
     def publisher(self, node: Node) -> ProgressPublisher:
         return ProgressPublisher(
@@ -69,12 +71,14 @@ class NodeExecutor:
             interval=self.progress_interval,
         )
 
-    def scope(self, node: Node, path: str | None = None) -> RunScope:
+    def scope(self, node: Node, *, checkpoint: tuple[int, Any] | None = None) -> RunScope:
         return RunScope(
             run_id=node.run_id,
-            path=node.path if path is None else path,
+            path=node.path,
             cancel=StoreCancelToken(self.store, node.run_id),
-            checkpointer=StoreCheckpointer(self.store, node.run_id),
+            checkpointer=StoreCheckpointer(
+                self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}
+            ),
         )
 
     def instance(self, name: str, node: Node) -> Any:
@@ -83,13 +87,20 @@ class NodeExecutor:
 
     # ----- the node itself --------------------------------------------------------------------
 
-    async def start(self, node: Node, input: Any) -> Step | dict[str, Any]:
-        """Run ``node`` here (a loop or action stage) or say how it expands."""
+    async def start(
+        self, node: Node, input: Any, publisher: ProgressPublisher | None = None
+    ) -> Step | dict[str, Any]:
+        """Run ``node`` here (a loop or action stage) or say how it expands.
+
+        The task's events go out through one ``publisher``, written when the task ends.
+        """
+        if publisher is not None:
+            return await self._start(node, input, publisher)
         publisher = self.publisher(node)
         try:
             return await self._start(node, input, publisher)
         finally:
-            publisher.flush()
+            publisher.flush(final=True)
 
     async def _start(self, node: Node, input: Any, on_progress: ProgressPublisher) -> Step | dict[str, Any]:
         scope = self.scope(node)
@@ -102,16 +113,18 @@ class NodeExecutor:
             return await self._start_pipeline(node, instance, scope, input, on_progress)
         if isinstance(instance, BaseCompositeAgent):
             return await self._start_composite(node, instance, scope, input, on_progress)
-        finished, result = self.store.finished_result(node.run_id, node.path)
+        finished, result, checkpoint = self.store.loop_state(node.run_id, node.path)
         if finished:  # a redelivered task whose work is already done
             return Step(value=result)
+        scope = self.scope(node, checkpoint=checkpoint)
         try:
             with use_scope(scope), use_meter(StoreUsageMeter(self.store, node.run_id)):
                 result = await instance.run(input=input, on_progress=on_progress)
         except Exception as error:
-            on_progress.flush()
+            on_progress.flush(final=True)
             return self.fail(node, error)
-        self.store.mark_loop_finished(node.run_id, node.path, result)
+        # The result and the task's progress, written together.
+        self.store.finish_loop(node.run_id, node.path, result, events=on_progress.take())
         return Step(value=result)
 
     async def _start_pipeline(
@@ -219,11 +232,11 @@ class NodeExecutor:
                     done=index,
                     message=f"stage {index} failed: {type(error).__name__}: {error}",
                 )
-                publisher.flush()
+                publisher.flush(final=True)
                 return self.fail(node, error)
+            return await self.start(child, stage_input, publisher)
         finally:
-            publisher.flush()
-        return await self.start(child, stage_input)
+            publisher.flush(final=True)
 
     async def pipeline_done(self, previous: Any, node: Node) -> Any:
         if is_failure_marker(previous):
@@ -238,7 +251,7 @@ class NodeExecutor:
         await pipeline.emit_pipeline_event(
             scope=scope, on_progress=publisher, phase="done", status=ProgressStatus.COMPLETED, done=total
         )
-        publisher.flush()
+        publisher.flush(final=True)
         return previous
 
     # ----- composite fan-in -------------------------------------------------------------------
@@ -279,12 +292,12 @@ class NodeExecutor:
                 merged = await maybe_await(composite.merge_results(results=results, input=input))
             except Exception as error:
                 await emit(_phase(error), ProgressStatus.FAILED, 0, f"{type(error).__name__}: {error}")
-                publisher.flush()
+                publisher.flush(final=True)
                 return self.fail(node, error)
             await emit("done", ProgressStatus.COMPLETED, width)
             return Step(value=merged)
         finally:
-            publisher.flush()
+            publisher.flush(final=True)
 
     # ----- failure ----------------------------------------------------------------------------
 
@@ -299,7 +312,7 @@ class NodeExecutor:
                     return failure_marker(capture=node.capture, error=error)
                 error = self._report_ancestor(node, ancestor, error, publisher, reported)
         finally:
-            publisher.flush()
+            publisher.flush(final=True)
         self.store.finish_run(
             node.run_id,
             status=_run_status(error),

@@ -8,15 +8,16 @@ opened once per process; tests and embedders may install another with
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from actions.model import Usage
 from actions.usage import TokenBudgetExceededError
-from loops.progress import ProgressEvent, ProgressStatus
+from loops.progress import ProgressEvent
 from orchestration.store import RunStore, open_store
 
 logger = logging.getLogger(__name__)
@@ -44,22 +45,34 @@ def set_run_store(store: RunStore | None) -> RunStore | None:
 
 
 class StoreCancelToken:
-    """Cancellation requested through the run store; asks it at most every ``interval`` seconds."""
+    """Cancellation requested through the run store.
+
+    The store is asked at most every ``interval`` seconds per run and process:
+    the many tasks of one run that a worker process runs share one answer.
+    """
+
+    _seen: ClassVar[dict[str, tuple[float, bool]]] = {}
+    _seen_lock = threading.Lock()
 
     def __init__(self, store: RunStore, run_id: str, *, interval: float = 0.5) -> None:
         self.store, self.run_id, self.interval = store, run_id, interval
-        self._checked_at = -1e9
-        self._cancelled = False
 
     def is_cancelled(self) -> bool:
         now = time.monotonic()
-        if not self._cancelled and now - self._checked_at >= self.interval:
-            self._checked_at = now
-            try:
-                self._cancelled = self.store.is_cancel_requested(self.run_id)
-            except Exception:
-                logger.warning("could not read the cancel flag of run %s", self.run_id, exc_info=True)
-        return self._cancelled
+        with self._seen_lock:
+            checked_at, cancelled = self._seen.get(self.run_id, (-1e9, False))
+        if cancelled or now - checked_at < self.interval:
+            return cancelled
+        try:
+            cancelled = self.store.is_cancel_requested(self.run_id)
+        except Exception:
+            logger.warning("could not read the cancel flag of run %s", self.run_id, exc_info=True)
+            return False
+        with self._seen_lock:
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            self._seen[self.run_id] = (now, cancelled)
+        return cancelled
 
 
 class StoreUsageMeter:
@@ -67,29 +80,34 @@ class StoreUsageMeter:
 
     The run's ``token_budget`` (if any) is shared: the step whose call passes it
     ends with :class:`~actions.TokenBudgetExceededError`, and no step starts a
-    model call once it is spent.
+    model call once it is spent. The run record is read at the first model
+    call, so steps that call no model cost nothing.
     """
 
     def __init__(self, store: RunStore, run_id: str) -> None:
         self.store, self.run_id = store, run_id
-        record = store.get_run(run_id)
-        self.budget = record.token_budget if record is not None else None
-        self.used = record.input_tokens + record.output_tokens if record is not None else 0
+        self.budget: int | None = None
+        self.used = 0
+        self._loaded = False
 
-    def _over(self) -> bool:
-        return self.budget is not None and self.used >= self.budget
+    def _refresh(self) -> None:
+        record = self.store.get_run(self.run_id)
+        if record is not None:
+            self.budget = record.token_budget
+            self.used = record.input_tokens + record.output_tokens
+        self._loaded = True
 
     def check(self) -> None:
-        if self.budget is not None:
-            record = self.store.get_run(self.run_id)
-            if record is not None:
-                self.used = record.input_tokens + record.output_tokens
-            if self._over():
-                raise TokenBudgetExceededError(used=self.used, budget=self.budget)
+        if not self._loaded or self.budget is not None:
+            self._refresh()
+        if self.budget is not None and self.used >= self.budget:
+            raise TokenBudgetExceededError(used=self.used, budget=self.budget)
 
     def record(self, usage: Usage) -> None:
         if usage.total_tokens == 0:
             return
+        if not self._loaded:
+            self._refresh()
         total_in, total_out = self.store.add_usage(self.run_id, usage.input_tokens, usage.output_tokens)
         self.used = total_in + total_out
         if self.budget is not None and self.used > self.budget:
@@ -97,25 +115,52 @@ class StoreUsageMeter:
 
 
 class StoreCheckpointer:
-    """Per-iteration checkpoints of the loops of one run, in the run store."""
+    """Per-iteration checkpoints of the loops of one run, in the run store.
 
-    def __init__(self, store: RunStore, run_id: str) -> None:
-        self.store, self.run_id = store, run_id
+    A loop's state is saved after a finished iteration when ``interval``
+    seconds have passed since its last save (0: after every iteration). LLM
+    iterations take longer than that, so each is saved; a fast loop is not
+    slowed by a write per iteration, and a redelivery repeats at most
+    ``interval`` seconds of its work. A loop that finishes records its result
+    instead (:meth:`RunStore.mark_loop_finished`).
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        *,
+        interval: float = 0.0,
+        loaded: dict[str, tuple[int, Any] | None] | None = None,
+    ) -> None:
+        self.store, self.run_id, self.interval = store, run_id, interval
+        self._saved_at: dict[str, float] = {}
+        self._loaded = dict(loaded or {})
 
     def load(self, *, path: str) -> tuple[int, Any] | None:
+        self._saved_at[path] = time.monotonic()
+        if path in self._loaded:  # read already, with the rest of the loop's record
+            return self._loaded.pop(path)
         return self.store.load_checkpoint(self.run_id, path)
 
     def save(self, *, path: str, iteration: int, state: Any) -> None:
+        now = time.monotonic()
+        if self.interval > 0 and now - self._saved_at.get(path, -1e9) < self.interval:
+            return
         self.store.save_checkpoint(self.run_id, path, iteration, state)
+        self._saved_at[path] = now
 
 
 class ProgressPublisher:
     """The ``on_progress`` of a task: every event goes to the run store under the root run
     id; the latest becomes the task's ``PROGRESS`` state and a ``task-progress`` event.
 
-    Writes are batched and throttled (``interval``) for fast loops; ``started``,
-    ``completed`` and ``failed`` events flush at once. A failing write is logged
-    and dropped: progress never fails a run.
+    Events are buffered and written together, at most ``interval`` seconds after
+    the first of them (a timer on the running event loop, or the next event),
+    and at the end of the task (:meth:`flush` with ``final``, which publishes no
+    ``PROGRESS`` state: the task's own end follows). A step that takes seconds
+    shows its progress within ``interval``; a fast task costs one write. A
+    failing write is logged and dropped: progress never fails a run.
     """
 
     def __init__(
@@ -128,27 +173,49 @@ class ProgressPublisher:
     ) -> None:
         self.store, self.run_id, self.update_state, self.interval = store, run_id, update_state, interval
         self._pending: list[dict[str, Any]] = []
-        self._flushed_at = time.monotonic()
+        self._first_pending_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     def __call__(self, event: ProgressEvent) -> None:
+        now = time.monotonic()
+        if not self._pending:
+            self._first_pending_at = now
+            self._arm_timer()
         self._pending.append(event.to_dict())
-        urgent = event.status is not ProgressStatus.PROGRESS
-        if urgent or time.monotonic() - self._flushed_at >= self.interval:
+        if now - self._first_pending_at >= self.interval:
             self.flush()
 
-    def flush(self) -> None:
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, []
-        self._flushed_at = time.monotonic()
+    def _arm_timer(self) -> None:
         try:
-            for event in pending:
-                self.store.append_event(self.run_id, event)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop: the next event or the final flush writes it
+        if self._timer is None:
+            self._timer = loop.call_later(self.interval, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.flush()
+
+    def take(self) -> list[dict[str, Any]]:
+        """The events not written yet (the caller writes them); they leave the buffer."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending, self._pending = self._pending, []
+        return pending
+
+    def flush(self, *, final: bool = False) -> None:
+        pending = self.take()
+        if not pending:
+            return
+        try:
+            self.store.append_events(self.run_id, pending)
         except Exception:
             logger.warning(
                 "could not record %d progress event(s) of run %s", len(pending), self.run_id, exc_info=True
             )
-        if self.update_state is not None:
+        if self.update_state is not None and not final:
             try:
                 self.update_state(pending[-1])
             except Exception:

@@ -16,7 +16,10 @@ Task names are the public wire contract. Other services, importing only Celery::
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from celery import Celery, Signature, Task, chain, chord
 
@@ -26,6 +29,8 @@ from orchestration.nodes import Node
 from orchestration.registry import ContextSpecError, registry
 from orchestration.runtime import get_run_store
 
+T = TypeVar("T")
+
 LAUNCH = "agentloop.launch"
 RUN = "agentloop.run"
 STAGE = "agentloop.stage"
@@ -34,7 +39,21 @@ MERGE = "agentloop.merge"
 FINALIZE = "agentloop.finalize"
 PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
+#: Seconds between checkpoints of a fast loop (every LLM-paced iteration is checkpointed);
+#: ``AGENTLOOP_CHECKPOINT_SECONDS=0`` checkpoints after every iteration.
+CHECKPOINT_SECONDS = float(os.environ.get("AGENTLOOP_CHECKPOINT_SECONDS", "0.5") or 0.5)
 TASK_NAMES = (LAUNCH, RUN, STAGE, PIPELINE_DONE, MERGE, FINALIZE, PROGRESS, CANCEL)
+
+
+_loops = threading.local()
+
+
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run the core's coroutine on this thread's event loop (one per worker thread, reused)."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _loops.loop = asyncio.new_event_loop()
+    return loop.run_until_complete(coroutine)
 
 
 def _executor(task: Task) -> NodeExecutor:
@@ -43,7 +62,9 @@ def _executor(task: Task) -> NodeExecutor:
             task.update_state(state="PROGRESS", meta=event)
             task.send_event("task-progress", progress=event)
 
-    return NodeExecutor(registry=registry, store=get_run_store(), update_state=publish)
+    return NodeExecutor(
+        registry=registry, store=get_run_store(), update_state=publish, checkpoint_interval=CHECKPOINT_SECONDS
+    )
 
 
 def install_tasks(app: Celery) -> None:
@@ -116,7 +137,7 @@ def install_tasks(app: Celery) -> None:
             raise
         store.mark_running(run_id)
         node = Node(run_id=run_id, runnable=runnable, context=context or {})
-        answer = asyncio.run(_executor(self).start(node, input))
+        answer = _run(_executor(self).start(node, input))
         if isinstance(answer, Step) and answer.is_value:
             return record_success(answer.value, run_id)
         return expand(self, answer, then=finalize.s(run_id))
@@ -124,24 +145,24 @@ def install_tasks(app: Celery) -> None:
     @app.task(name=RUN, bind=True, shared=False)
     def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
         """Run one loop or action stage, or expand one pipeline or composite."""
-        return expand(self, asyncio.run(_executor(self).start(Node.from_dict(node), input)))
+        return expand(self, _run(_executor(self).start(Node.from_dict(node), input)))
 
     @app.task(name=STAGE, bind=True, shared=False)
     def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
         """Stage ``index`` of a pipeline, fed the previous stage's output."""
-        answer = asyncio.run(_executor(self).stage(previous, Node.from_dict(node), int(index), input))
+        answer = _run(_executor(self).stage(previous, Node.from_dict(node), int(index), input))
         return expand(self, answer)
 
     @app.task(name=PIPELINE_DONE, bind=True, shared=False)
     def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
         """Close a pipeline: its result is the last stage's output."""
-        return asyncio.run(_executor(self).pipeline_done(previous, Node.from_dict(node)))
+        return _run(_executor(self).pipeline_done(previous, Node.from_dict(node)))
 
     @app.task(name=MERGE, bind=True, shared=False)
     def merge(self: Task, outputs: Any, node: dict[str, Any], input: Any = None, single: bool = False) -> Any:
         """Fan-in of a composite: merge its branches' outputs."""
         outputs = [outputs] if single else list(outputs)
-        return expand(self, asyncio.run(_executor(self).merge(Node.from_dict(node), outputs, input)))
+        return expand(self, _run(_executor(self).merge(Node.from_dict(node), outputs, input)))
 
     @app.task(name=PROGRESS, shared=False)
     def progress(run_id: str, after_id: int = 0, limit: int = 500) -> dict[str, Any]:

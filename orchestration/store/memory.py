@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -174,6 +174,14 @@ class InMemoryRunStore:
             self._events.setdefault(root_run_id, []).append((event_id, payload))
             return event_id
 
+    def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
+        """Store several progress events under ``root_run_id``, in order."""
+        payloads = [to_json_value(dict(e), what=f"progress event of run {root_run_id!r}") for e in events]
+        with self._lock:
+            stored = self._events.setdefault(root_run_id, [])
+            for payload in payloads:
+                stored.append((next(self._event_ids), payload))
+
     def events(
         self, run_id: str, *, after_id: int = 0, limit: int | None = None
     ) -> list[tuple[int, dict[str, Any]]]:
@@ -233,6 +241,18 @@ class InMemoryRunStore:
             if checkpoint is None or checkpoint.iteration is None:
                 return None
             return checkpoint.iteration, copy.deepcopy(checkpoint.state)
+
+    def loop_state(self, run_id: str, path: str) -> tuple[bool, JsonValue, tuple[int, JsonValue] | None]:
+        """``(finished, result, checkpoint)`` of the loop at ``path`` in one read."""
+        finished, result = self.finished_result(run_id, path)
+        return finished, result, self.load_checkpoint(run_id, path)
+
+    def finish_loop(
+        self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        """:meth:`mark_loop_finished` and :meth:`append_events` (under ``run_id``) together."""
+        self.mark_loop_finished(run_id, path, result)
+        self.append_events(run_id, events)
 
     def mark_loop_finished(self, run_id: str, path: str, result: JsonValue) -> None:
         """Record that the loop at ``path`` finished with ``result`` (its checkpoint is kept)."""

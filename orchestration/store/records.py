@@ -8,7 +8,7 @@ should ask for the protocol.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
@@ -198,6 +198,10 @@ class RunStore(Protocol):
         """Store a progress event under the root run; returns its id (the order of events)."""
         ...
 
+    def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
+        """Store several progress events under ``root_run_id`` in one transaction, in order."""
+        ...
+
     def events(
         self, run_id: str, *, after_id: int = 0, limit: int | None = None
     ) -> list[tuple[int, dict[str, Any]]]:
@@ -222,6 +226,16 @@ class RunStore(Protocol):
 
     def load_checkpoint(self, run_id: str, path: str) -> tuple[int, JsonValue] | None:
         """The latest ``(iteration, state)`` of the loop at ``path``, or ``None``."""
+        ...
+
+    def loop_state(self, run_id: str, path: str) -> tuple[bool, JsonValue, tuple[int, JsonValue] | None]:
+        """``(finished, result, checkpoint)`` of the loop at ``path`` in one read."""
+        ...
+
+    def finish_loop(
+        self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        """Record the loop's result and append ``events`` under ``run_id``, in one transaction."""
         ...
 
     def mark_loop_finished(self, run_id: str, path: str, result: JsonValue) -> None:

@@ -9,7 +9,7 @@ serialise on the file lock (WAL mode, busy timeout), on PostgreSQL on row locks.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import func, literal, or_, select, update
@@ -209,6 +209,21 @@ class SqlRunStore(SqlStoreBase):
             )
             return int(session.execute(statement).scalar_one())
 
+    def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
+        """Store several progress events under ``root_run_id`` in one transaction, in order."""
+        if not events:
+            return
+        payloads = [to_json_value(dict(e), what=f"progress event of run {root_run_id!r}") for e in events]
+        now = utcnow()
+        rows = [
+            {"run_id": root_run_id, "payload": payload, "created_at": now, **event_columns(payload)}
+            for payload in payloads
+        ]
+        with self._sessions.begin() as session:
+            if self._dialect == "postgresql":
+                session.execute(select(func.pg_advisory_xact_lock(_lock_key(root_run_id))))
+            session.execute(self._insert(RunEvent), rows)
+
     def events(
         self, run_id: str, *, after_id: int = 0, limit: int | None = None
     ) -> list[tuple[int, dict[str, Any]]]:
@@ -285,6 +300,48 @@ class SqlRunStore(SqlStoreBase):
             if row is None or row.iteration is None:
                 return None
             return row.iteration, row.state
+
+    def loop_state(self, run_id: str, path: str) -> tuple[bool, JsonValue, tuple[int, JsonValue] | None]:
+        """``(finished, result, checkpoint)`` of the loop at ``path`` in one read."""
+        with self._sessions() as session:
+            row = session.get(Checkpoint, (run_id, path))
+            if row is None:
+                return False, None, None
+            checkpoint = None if row.iteration is None else (row.iteration, row.state)
+            return bool(row.finished), row.result if row.finished else None, checkpoint
+
+    def finish_loop(
+        self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        """:meth:`mark_loop_finished` and :meth:`append_events` (under ``run_id``) in one transaction."""
+        payloads = [to_json_value(dict(e), what=f"progress event of run {run_id!r}") for e in events]
+        now = utcnow()
+        insert = self._insert(Checkpoint).values(
+            run_id=run_id,
+            path=path,
+            iteration=None,
+            state=None,
+            finished=True,
+            result=to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}"),
+            updated_at=now,
+        )
+        upsert = insert.on_conflict_do_update(
+            index_elements=["run_id", "path"],
+            set_={
+                "finished": True,
+                "result": insert.excluded.result,
+                "updated_at": insert.excluded.updated_at,
+            },
+        )
+        with self._sessions.begin() as session:
+            if payloads and self._dialect == "postgresql":
+                session.execute(select(func.pg_advisory_xact_lock(_lock_key(run_id))))
+            session.execute(upsert)
+            if payloads:
+                rows = [
+                    {"run_id": run_id, "payload": p, "created_at": now, **event_columns(p)} for p in payloads
+                ]
+                session.execute(self._insert(RunEvent), rows)
 
     def mark_loop_finished(self, run_id: str, path: str, result: JsonValue) -> None:
         """Record that the loop at ``path`` finished with ``result`` (its checkpoint is kept)."""

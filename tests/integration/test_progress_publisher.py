@@ -1,0 +1,65 @@
+"""A task's progress publisher: one write for a fast task, progress visible within the
+interval for a slow one, no PROGRESS state published at the task's end, and failures of
+the store never failing the run."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from loops import ProgressEvent, ProgressStatus
+from orchestration.runtime import ProgressPublisher
+from orchestration.store import InMemoryRunStore
+
+
+class CountingStore(InMemoryRunStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def append_events(self, root_run_id: str, events: Any) -> None:
+        self.writes += 1
+        super().append_events(root_run_id, events)
+
+
+def progress(n: int, status: ProgressStatus = ProgressStatus.PROGRESS) -> ProgressEvent:
+    return ProgressEvent(
+        run_id="r", path="", runnable="L", iteration=n, max_iterations=9, phase="x", status=status
+    )
+
+
+def test_a_fast_task_writes_its_events_once_and_publishes_no_state_at_its_end() -> None:
+    store, states = CountingStore(), []
+    publisher = ProgressPublisher(store=store, run_id="r", update_state=states.append, interval=10)
+    for n in range(5):
+        publisher(progress(n, ProgressStatus.STARTED if n == 0 else ProgressStatus.PROGRESS))
+    publisher.flush(final=True)
+    assert store.writes == 1 and len(store.events("r")) == 5
+    assert states == []
+
+
+def test_a_slow_step_shows_its_progress_within_the_interval() -> None:
+    store, states = CountingStore(), []
+
+    async def slow_task() -> int:
+        publisher = ProgressPublisher(store=store, run_id="r", update_state=states.append, interval=0.05)
+        publisher(progress(0, ProgressStatus.STARTED))
+        await asyncio.sleep(0.2)  # a model call: the event loop is free, the timer fires
+        written_while_running = len(store.events("r"))
+        publisher(progress(1))
+        publisher.flush(final=True)
+        return written_while_running
+
+    assert asyncio.run(slow_task()) == 1
+    assert [s["status"] for s in states] == ["started"]
+    assert len(store.events("r")) == 2
+
+
+def test_a_store_that_fails_never_fails_the_run() -> None:
+    class Broken(InMemoryRunStore):
+        def append_events(self, root_run_id: str, events: Any) -> None:
+            raise ConnectionError("database away")
+
+    publisher = ProgressPublisher(store=Broken(), run_id="r", interval=0)
+    publisher(progress(0))
+    publisher.flush(final=True)
