@@ -8,11 +8,13 @@ serialise on the file lock (WAL mode, busy timeout), on PostgreSQL on row locks.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, literal, or_, select, update
+from sqlalchemy import Table, bindparam, func, literal, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestration.store.jsondata import JsonValue, to_json_value
 from orchestration.store.models import Checkpoint, Run, RunEvent, UtcDateTime, utcnow
@@ -59,6 +61,25 @@ def _record(row: Run) -> RunRecord:
         celery_task_id=row.celery_task_id,
         cancel_requested=row.cancel_requested,
     )
+
+
+_CHECKPOINTS: Table = Checkpoint.__table__  # type: ignore[assignment]
+_RUN_EVENTS: Table = RunEvent.__table__  # type: ignore[assignment]
+_LOOP_STATE = select(
+    _CHECKPOINTS.c.finished, _CHECKPOINTS.c.result, _CHECKPOINTS.c.iteration, _CHECKPOINTS.c.state
+).where(_CHECKPOINTS.c.run_id == bindparam("run_id"), _CHECKPOINTS.c.path == bindparam("path"))
+
+
+@functools.cache
+def _finish_statements(dialect: str) -> tuple[Any, Any]:
+    """The upsert of a finished loop and the insert of events, built once per dialect."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    upsert = insert(_CHECKPOINTS)
+    upsert = upsert.on_conflict_do_update(
+        index_elements=["run_id", "path"],
+        set_={"finished": True, "result": upsert.excluded.result, "updated_at": upsert.excluded.updated_at},
+    )
+    return upsert, insert(_RUN_EVENTS)
 
 
 def _lock_key(root_run_id: str) -> int:
@@ -219,10 +240,10 @@ class SqlRunStore(SqlStoreBase):
             {"run_id": root_run_id, "payload": payload, "created_at": now, **event_columns(payload)}
             for payload in payloads
         ]
-        with self._sessions.begin() as session:
+        with self.engine.begin() as connection:
             if self._dialect == "postgresql":
-                session.execute(select(func.pg_advisory_xact_lock(_lock_key(root_run_id))))
-            session.execute(self._insert(RunEvent), rows)
+                connection.execute(select(func.pg_advisory_xact_lock(_lock_key(root_run_id))))
+            connection.execute(_finish_statements(self._dialect)[1], rows)
 
     def events(
         self, run_id: str, *, after_id: int = 0, limit: int | None = None
@@ -252,8 +273,8 @@ class SqlRunStore(SqlStoreBase):
     def is_cancel_requested(self, run_id: str) -> bool:
         """Whether cancellation was requested for the run or its root run (``False`` if unknown)."""
         statement = select(Run.id).where(self._run_and_root(run_id), Run.cancel_requested).limit(1)
-        with self._sessions() as session:
-            return session.execute(statement).first() is not None
+        with self.engine.connect() as connection:
+            return connection.execute(statement).first() is not None
 
     def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
         """Atomically add token usage (``SET x = x + :n``); returns the new ``(input, output)`` totals."""
@@ -302,46 +323,46 @@ class SqlRunStore(SqlStoreBase):
             return row.iteration, row.state
 
     def loop_state(self, run_id: str, path: str) -> tuple[bool, JsonValue, tuple[int, JsonValue] | None]:
-        """``(finished, result, checkpoint)`` of the loop at ``path`` in one read."""
-        with self._sessions() as session:
-            row = session.get(Checkpoint, (run_id, path))
-            if row is None:
-                return False, None, None
-            checkpoint = None if row.iteration is None else (row.iteration, row.state)
-            return bool(row.finished), row.result if row.finished else None, checkpoint
+        """``(finished, result, checkpoint)`` of the loop at ``path`` in one read.
+
+        On the hot path of every task: SQLAlchemy Core on a plain connection, no ORM session.
+        """
+        with self.engine.connect() as connection:
+            row = connection.execute(_LOOP_STATE, {"run_id": run_id, "path": path}).first()
+        if row is None:
+            return False, None, None
+        finished, result, iteration, state = row
+        checkpoint = None if iteration is None else (iteration, state)
+        return bool(finished), result if finished else None, checkpoint
 
     def finish_loop(
         self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
     ) -> None:
-        """:meth:`mark_loop_finished` and :meth:`append_events` (under ``run_id``) in one transaction."""
+        """:meth:`mark_loop_finished` and :meth:`append_events` (under ``run_id``) in one transaction.
+
+        On the hot path of every task: prepared Core statements on a plain connection.
+        """
         payloads = [to_json_value(dict(e), what=f"progress event of run {run_id!r}") for e in events]
         now = utcnow()
-        insert = self._insert(Checkpoint).values(
-            run_id=run_id,
-            path=path,
-            iteration=None,
-            state=None,
-            finished=True,
-            result=to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}"),
-            updated_at=now,
-        )
-        upsert = insert.on_conflict_do_update(
-            index_elements=["run_id", "path"],
-            set_={
-                "finished": True,
-                "result": insert.excluded.result,
-                "updated_at": insert.excluded.updated_at,
-            },
-        )
-        with self._sessions.begin() as session:
+        row = {
+            "run_id": run_id,
+            "path": path,
+            "iteration": None,
+            "state": None,
+            "finished": True,
+            "result": to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}"),
+            "updated_at": now,
+        }
+        upsert, insert_events = _finish_statements(self._dialect)
+        with self.engine.begin() as connection:
             if payloads and self._dialect == "postgresql":
-                session.execute(select(func.pg_advisory_xact_lock(_lock_key(run_id))))
-            session.execute(upsert)
+                connection.execute(select(func.pg_advisory_xact_lock(_lock_key(run_id))))
+            connection.execute(upsert, row)
             if payloads:
                 rows = [
                     {"run_id": run_id, "payload": p, "created_at": now, **event_columns(p)} for p in payloads
                 ]
-                session.execute(self._insert(RunEvent), rows)
+                connection.execute(insert_events, rows)
 
     def mark_loop_finished(self, run_id: str, path: str, result: JsonValue) -> None:
         """Record that the loop at ``path`` finished with ``result`` (its checkpoint is kept)."""
