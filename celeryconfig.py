@@ -50,6 +50,9 @@ Environment variables (all optional):
     Redis only: how often a worker sweeps for messages whose worker died
     (unacknowledged past the visibility timeout) and puts them back in the
     queue. Default: ``60``. (kombu's own default sweep is about 100 s.)
+``AGENTLOOP_RESULT_BACKEND_MAX_RETRIES``
+    How often storing a result is retried while the result backend is
+    unreachable (e.g. a Redis restart). Default: ``20``.
 ``AGENTLOOP_RESULT_EXPIRES``
     Seconds results are kept. Default: ``604800`` (7 days).
 ``AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES``
@@ -128,6 +131,14 @@ result_backend: str = _env("RESULT_BACKEND") or _default_result_backend(broker_u
 broker_connection_retry_on_startup = True
 broker_connection_retry = True
 broker_connection_max_retries: int = _env_int("AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES", 100)
+# A result backend that restarts (Redis) is retried, not a lost result: the step that
+# finished while it was away still records its result once it is back.
+result_backend_always_retry = True
+# On a lost broker connection, tasks running with late acks cannot be acknowledged any more:
+# cancel them so the broker delivers them again (Celery 6's default). Durable loops resume
+# from their checkpoints and finished steps are not run again, so this loses no work.
+worker_cancel_long_running_tasks_on_connection_loss = True
+result_backend_max_retries: int = _env_int("AGENTLOOP_RESULT_BACKEND_MAX_RETRIES", 20)
 
 # -- serialization: JSON only -----------------------------------------------------------------------
 

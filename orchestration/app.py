@@ -45,8 +45,10 @@ def create_app(
     accident. ``orchestration.tasks.install_tasks`` registers the framework's
     tasks; :data:`PING_TASK_NAME` is registered here.
     """
+    from orchestration import compat
     from orchestration.tasks import install_tasks  # imported late: orchestration.tasks may import this module
 
+    compat.install()
     app = Celery(main, set_as_current=False)
     app.config_from_object(config)
     if overrides:
