@@ -177,7 +177,9 @@ task_acks_late = True
 task_reject_on_worker_lost = True
 worker_prefetch_multiplier: int = _env_int("AGENTLOOP_WORKER_PREFETCH_MULTIPLIER", 1)
 result_expires: int = _env_int("AGENTLOOP_RESULT_EXPIRES", 7 * 24 * 3600)
-result_extended = True
+# Off: the backend would keep every task's arguments (runs' inputs) next to its result,
+# doubling what each task writes to Redis, for nothing the framework reads.
+result_extended = False
 
 # -- visibility in Flower ---------------------------------------------------------------------------
 

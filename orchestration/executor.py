@@ -36,6 +36,7 @@ class Step:
     node: Node | None = None  # the pipeline or composite that expands
     input: Any = None  # its input
     stages: int = 0  # > 0: chain the pipeline's stages
+    pipeline_reads_input: bool = True  # build_stage_input overridden: it may read the input
     branches: Sequence[tuple[Node, Any]] = field(default_factory=tuple)
 
     @property
@@ -143,7 +144,8 @@ class NodeExecutor:
                 scope=scope, on_progress=on_progress, phase="done", status=ProgressStatus.COMPLETED, done=0
             )
             return Step(value=input)
-        return Step(node=node, input=input, stages=len(pipeline.stages))
+        reads_input = type(pipeline).build_stage_input is not BaseAgentPipeline.build_stage_input
+        return Step(node=node, input=input, stages=len(pipeline.stages), pipeline_reads_input=reads_input)
 
     async def _start_composite(
         self,

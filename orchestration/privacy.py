@@ -31,7 +31,7 @@ hides them while task names, ids, states and identifiers stay readable::
 Shown are the parameters in :data:`SHOWN_PARAMETERS` whose value is a short
 scalar and a ``node``'s runnable, path and run id; everything else is a size
 hint. Other tasks keep Celery's behaviour. The result backend (results,
-progress meta, exceptions as raised, arguments with ``result_extended``) is
+progress meta, exceptions as raised; ``result_extended`` is off) is
 not redacted: ``docs/deployment.md`` says what that means for Flower.
 """
 

@@ -85,8 +85,10 @@ def install_tasks(app: Celery) -> None:
         node = answer.node.to_dict()
         tail = [then] if then is not None else []
         if answer.stages:
-            steps = [stage.si(answer.input, node, 0, answer.input)]
-            steps += [stage.s(node, index, answer.input) for index in range(1, answer.stages)]
+            # The pipeline's own input rides along with each stage only when it reads it.
+            carried = answer.input if answer.pipeline_reads_input else None
+            steps = [stage.si(answer.input, node, 0, carried)]
+            steps += [stage.s(node, index, carried) for index in range(1, answer.stages)]
             raise task.replace(chain(*steps, pipeline_done.s(node), *tail))
         header = [run.si(child.to_dict(), child_input) for child, child_input in answer.branches]
         if len(header) == 1:  # a one-member group in a chain is unsafe in Celery: chain it instead

@@ -167,7 +167,7 @@ def test_fixed_settings(load_config: LoadConfig) -> None:
     assert config.task_default_queue == "agentloop"
     assert config.timezone == "UTC"
     assert config.enable_utc is True
-    assert config.result_extended is True
+    assert config.result_extended is False  # arguments are not copied into the backend
     assert config.result_expires == 7 * 24 * 3600
     assert config.task_track_started is True
     assert config.worker_send_task_events is True
