@@ -44,12 +44,12 @@ if TYPE_CHECKING:
         RateLimitedProcessor,
         RateLimiter,
         RateLimitTimeoutError,
-        RedisRateLimiter,
         current_permit,
         limit_key,
     )
     from orchestration.models.offline import OfflineModel
     from orchestration.models.openai_processor import OpenAIProcessor
+    from orchestration.models.redis_limits import RedisRateLimiter
 
 __all__ = [
     "LocalRateLimiter",
@@ -72,7 +72,7 @@ _LAZY = {
     "RateLimitTimeoutError": "orchestration.models.limits",
     "RateLimitedProcessor": "orchestration.models.limits",
     "RateLimiter": "orchestration.models.limits",
-    "RedisRateLimiter": "orchestration.models.limits",
+    "RedisRateLimiter": "orchestration.models.redis_limits",
     "current_permit": "orchestration.models.limits",
     "limit_key": "orchestration.models.limits",
     "OfflineModel": "orchestration.models.offline",
@@ -139,7 +139,8 @@ def _shared_limiter(
     max_wait: float,
 ) -> RateLimiter:
     """One limiter per distinct setting in this process (a local limiter must be shared to limit)."""
-    from orchestration.models.limits import LocalRateLimiter, RedisRateLimiter
+    from orchestration.models.limits import LocalRateLimiter
+    from orchestration.models.redis_limits import RedisRateLimiter
 
     cache_key = (redis_url, key, rpm, tpm, window, max_wait)
     with _limiters_lock:
