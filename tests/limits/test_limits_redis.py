@@ -195,7 +195,7 @@ async def test_when_redis_is_down_calls_proceed_unlimited_and_it_is_logged_once(
     processor = RateLimitedProcessor(model, limiter)
 
     started = time.monotonic()
-    with caplog.at_level(logging.DEBUG, logger="orchestration.models.limits"):
+    with caplog.at_level(logging.DEBUG, logger="orchestration.models"):
         responses = [await processor.send_request(**REQUEST) for _ in range(3)]
 
     assert time.monotonic() - started < 5  # never blocks for long
