@@ -3,7 +3,7 @@
 With nothing set, the embedded defaults need no server: Celery's in-memory
 transport (``memory://``) and in-memory results (``cache+memory://``). Those
 only work inside one process, so whoever needs a worker starts it in-process
-as a thread (``orchestration.testing.worker.embedded_worker``, as
+as a thread (``orchestration.testing.servers.worker.embedded_worker``, as
 ``celery.contrib.testing`` does); ``celery -A orchestration worker`` on them
 runs, but nothing outside that process can reach it.
 
@@ -30,7 +30,7 @@ Environment variables (all optional):
     deployment's runnables). Blanks are ignored. Default: none.
 ``AGENTLOOP_BEAT_SCHEDULE``
     The batches beat starts, as a JSON list of entries (see
-    ``orchestration/schedule.py``): each names a registered runnable, a
+    ``orchestration/celery_adapter/schedule.py``): each names a registered runnable, a
     ``crontab`` (five fields, UTC) or ``every`` (seconds), its ``inputs`` or an
     input ``provider``, and ``expires``. Default: none.
 ``AGENTLOOP_TASK_DEFAULT_QUEUE``
@@ -70,12 +70,12 @@ and sent events are on, so Flower sees every task; UTC; extended results
 On ``memory://`` the transport polls every 10 ms instead of kombu's 1 s.
 
 Passwords in URLs are never printed by the project: use
-``orchestration.app.redact_url`` (or ``describe_app``) to show a URL.
+``orchestration.celery_adapter.app.redact_url`` (or ``describe_app``) to show a URL.
 """
 
 import os as _os
 
-from orchestration.schedule import schedule_from_json as _schedule_from_json
+from orchestration.celery_adapter.schedule import schedule_from_json as _schedule_from_json
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -196,5 +196,5 @@ imports: tuple[str, ...] = tuple(
     name.strip() for name in (_env("AGENTLOOP_IMPORTS") or "").split(",") if name.strip()
 )
 # Batches run by ``celery -A orchestration beat`` (exactly one beat per deployment).
-# Write entries here with ``orchestration.schedule.batch_entry(...)``, or set them as JSON.
+# Write entries here with ``orchestration.celery_adapter.schedule.batch_entry(...)``, or set them as JSON.
 beat_schedule: dict[str, dict[str, object]] = _schedule_from_json(_env("AGENTLOOP_BEAT_SCHEDULE") or "")

@@ -102,7 +102,7 @@ def run_store_url(kind: str) -> Iterator[str]:
     from orchestration.store import open_store
 
     if kind == "postgres":
-        from orchestration.testing.postgres import PostgresUnavailableError, private_postgres_database
+        from orchestration.testing.servers.postgres import PostgresUnavailableError, private_postgres_database
 
         try:
             manager = private_postgres_database()
@@ -141,9 +141,9 @@ def rig(*, store_kind: str, stages: int, worker_env: dict[str, str] | None = Non
     """A private Redis, a run store, a prefork worker importing the benchmark module, a client app."""
     import redis
 
-    from orchestration.app import create_app
-    from orchestration.testing.redis_server import ServiceUnavailable, private_redis_server
-    from orchestration.testing.worker import run_worker_process
+    from orchestration.celery_adapter.app import create_app
+    from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+    from orchestration.testing.servers.worker import run_worker_process
 
     with ExitStack() as stack:
         try:
@@ -206,7 +206,7 @@ def build_sides(width: int, stages: int) -> list[Side]:
     from celery import chain, chord
 
     from bench.workflows_celery import FAN, NOOP, NOOP_BODY, pipeline_name
-    from orchestration.tasks import LAUNCH
+    from orchestration.celery_adapter.tasks import LAUNCH
 
     def launch(runnable: str, input: Any) -> Callable[[Rig], Any]:
         def send(r: Rig) -> Any:
@@ -578,8 +578,8 @@ def _per_task_lines(
 
 
 def _task_like_executor(cls: Any, registry: Any, store: Any, update_state: Any) -> Any:
-    """A ``NodeExecutor`` built with the settings ``orchestration.tasks`` gives its executors."""
-    import orchestration.tasks as tasks
+    """A ``NodeExecutor`` built with the settings the Celery tasks give their executors."""
+    import orchestration.celery_adapter.tasks as tasks
 
     options: dict[str, Any] = {}
     parameters = inspect.signature(cls).parameters
@@ -589,8 +589,8 @@ def _task_like_executor(cls: Any, registry: Any, store: Any, update_state: Any) 
 
 
 def _task_like_runner() -> Callable[[Any], Any]:
-    """How ``orchestration.tasks`` runs a coroutine (its per-thread loop), else ``asyncio.run``."""
-    import orchestration.tasks as tasks
+    """How the Celery tasks run a coroutine (their per-thread loop), else ``asyncio.run``."""
+    import orchestration.celery_adapter.tasks as tasks
 
     runner = getattr(tasks, "_run", None)
     return runner if callable(runner) else asyncio.run
@@ -599,10 +599,10 @@ def _task_like_runner() -> Callable[[Any], Any]:
 def profile_executor(*, store_kind: str, width: int, stages: int) -> str:
     """Run the executor's per-task work in-process against a fresh store: store calls and SQL per task."""
     from bench.workflows_celery import FAN, pipeline_name
-    from orchestration.executor import NodeExecutor, Step
-    from orchestration.nodes import Node
+    from orchestration.engine import NodeExecutor, Step
     from orchestration.registry import registry
     from orchestration.store import open_store
+    from orchestration.wire import Node
 
     out: list[str] = [
         f"In-process executor (no Celery; update_state is a list.append) on a fresh {store_kind} store:"
@@ -697,8 +697,8 @@ def _store_alternatives(store: Any, samples: int) -> list[str]:
     from sqlalchemy import insert, select
     from sqlalchemy.dialects import postgresql, sqlite
 
-    from orchestration.store.models import Checkpoint, Run, RunEvent, utcnow
     from orchestration.store.run_store import event_columns
+    from orchestration.store.tables import Checkpoint, Run, RunEvent, utcnow
 
     run_id = uuid.uuid4().hex
     store.create_run(run_id=run_id, runnable="bench", input=None)
@@ -895,9 +895,9 @@ _FOCUS = (
 )
 #: Every function of these files that ran is shown (the framework's own cost centres).
 _FRAMEWORK_FILES = (
-    "orchestration/tasks.py",
-    "orchestration/executor.py",
-    "orchestration/runtime.py",
+    "orchestration/celery_adapter/tasks.py",
+    "orchestration/engine.py",
+    "orchestration/store/seams.py",
     "orchestration/store/run_store.py",
     "bench/workflows_celery.py",
 )

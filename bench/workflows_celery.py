@@ -178,7 +178,7 @@ def _install_profiler(folder: str) -> None:
     def start(**_kwargs: Any) -> None:
         from sqlalchemy import event
 
-        from orchestration.runtime import get_run_store
+        from orchestration.store.seams import get_run_store
 
         store: Any = get_run_store()
         event.listen(store.engine, "before_cursor_execute", count_statement)
@@ -262,7 +262,7 @@ def _replace(owner: Any, name: str, function: Any) -> None:
 
 def _ablate_celery_progress() -> None:
     """No ``update_state(PROGRESS)`` / ``task-progress`` event (the run store still gets the events)."""
-    import orchestration.tasks as tasks
+    import orchestration.celery_adapter.tasks as tasks
 
     original = tasks._executor
 
@@ -292,8 +292,8 @@ def _ablate_store_progress() -> None:
 
 def _ablate_checkpoints() -> None:
     """No checkpoint or loop-finished rows are read or written (the progress events still are)."""
-    from orchestration.runtime import StoreCheckpointer
     from orchestration.store import SqlRunStore
+    from orchestration.store.seams import StoreCheckpointer
 
     def events_only(self: Any, run_id: str, path: str, result: Any, *, events: Any = ()) -> None:
         self.append_events(run_id, events)
@@ -308,7 +308,7 @@ def _ablate_checkpoints() -> None:
 
 def _ablate_cancel() -> None:
     """The cancel flag is never read from the run store."""
-    from orchestration.runtime import StoreCancelToken
+    from orchestration.store.seams import StoreCancelToken
 
     _replace(StoreCancelToken, "is_cancelled", lambda self: False)
 

@@ -1,13 +1,13 @@
 """The deployed Celery app: ``celery -A orchestration worker|beat|flower`` finds ``app`` here.
 
 Configured from ``celeryconfig`` (the environment) by
-:func:`orchestration.app.create_app`. Library code and tests build their own
+:func:`orchestration.celery_adapter.app.create_app`. Library code and tests build their own
 app with the factory instead of importing this module.
 """
 
 from __future__ import annotations
 
-from orchestration.app import create_app
+from orchestration.celery_adapter.app import create_app
 
 __all__ = ["app"]
 

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from orchestration.app import create_app
-from orchestration.runtime import set_run_store
+from orchestration.celery_adapter.app import create_app
+from orchestration.celery_adapter.embedded import embedded_worker
 from orchestration.store import RunStore, open_store
-from orchestration.testing.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.worker import embedded_worker, run_worker_process
+from orchestration.store.seams import set_run_store
+from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+from orchestration.testing.servers.worker import run_worker_process
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent

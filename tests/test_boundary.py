@@ -87,7 +87,7 @@ def test_no_core_module_imports_infrastructure_or_orchestration(path: Path) -> N
         ("from openai import AsyncOpenAI", "actions.model", False),
         ("from orchestration.testing import ScriptedModel", "pipelines.pipeline", False),
         ("from .. import orchestration", "loops.base", False),
-        ("from ..orchestration.app import create_app", "pipelines.pipeline", False),
+        ("from ..orchestration.celery_adapter.app import create_app", "pipelines.pipeline", False),
         ("from . import orchestration", "", True),
         ("def f():\n    import celery", "loops.base", False),
         ("try:\n    import redis\nexcept ImportError:\n    pass", "loops.base", False),

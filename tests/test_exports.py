@@ -60,7 +60,7 @@ EXPECTED: dict[str, set[str]] = {
         "BranchResult",
         "FailurePolicy",
     },
-    "orchestration.models": {
+    "orchestration.llm": {
         "LocalRateLimiter",
         "OfflineModel",
         "OpenAIProcessor",

@@ -61,13 +61,13 @@ def import_deployment_modules() -> list[str]:
 @contextmanager
 def celery_app(*, start_worker: bool | None = None) -> Iterator[Any]:
     """The app from ``celeryconfig``; on the in-memory broker, with a worker thread in this process."""
-    from orchestration.app import create_app
+    from orchestration.celery_adapter.app import create_app
 
     app = create_app()
     in_memory = str(app.conf.broker_url).startswith("memory://")
     try:
         if start_worker or (start_worker is None and in_memory):
-            from orchestration.testing.worker import embedded_worker
+            from orchestration.celery_adapter.embedded import embedded_worker
 
             with embedded_worker(app, pool="threads", concurrency=4, loglevel="ERROR"):
                 yield app

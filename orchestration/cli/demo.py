@@ -17,10 +17,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from orchestration.app import redact_url
-from orchestration.celery_runner import CeleryAgentRunner
+from orchestration.celery_adapter.app import redact_url
 from orchestration.cli.common import EXIT_FAILED, EXIT_TIMEOUT, celery_app, console, fail, follow
-from orchestration.models import describe_processor
+from orchestration.client import CeleryAgentRunner
+from orchestration.llm import describe_processor
 
 
 def demo(
@@ -33,11 +33,11 @@ def demo(
     timeout: float = typer.Option(300.0, min=1, help="Give up after this many seconds."),
 ) -> None:
     """Run the record-search demo workflow on Celery and print its answers."""
-    from examples.record_search.generator import default_processor
-    from examples.record_search.resources import open_resources, resolve_database_url
-    from examples.record_search.workflows import DEMO, DEMO_QUESTIONS
+    from agentloop.examples.record_search.generator import default_processor
+    from agentloop.examples.record_search.resources import open_resources, resolve_database_url
+    from agentloop.examples.record_search.workflows import DEMO, DEMO_QUESTIONS
 
-    os.environ.setdefault("AGENTLOOP_IMPORTS", "examples.record_search.workflows")
+    os.environ.setdefault("AGENTLOOP_IMPORTS", "agentloop.examples.record_search.workflows")
     processor = default_processor()
     offline = describe_processor(processor).startswith("offline")
     database = resolve_database_url()

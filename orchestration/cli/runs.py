@@ -10,8 +10,8 @@ from rich.table import Table
 
 from loops.progress import ProgressEvent
 from orchestration.cli.common import EXIT_USAGE, console, describe_event, fail
-from orchestration.runtime import get_run_store
 from orchestration.store import TERMINAL_STATUSES
+from orchestration.store.seams import get_run_store
 
 runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_args_is_help=True)
 

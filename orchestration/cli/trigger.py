@@ -6,7 +6,6 @@ import json
 
 import typer
 
-from orchestration.celery_runner import CeleryAgentRunner, WorkflowFailedError
 from orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
@@ -17,6 +16,7 @@ from orchestration.cli.common import (
     import_deployment_modules,
     parse_json,
 )
+from orchestration.client import CeleryAgentRunner, WorkflowFailedError
 from orchestration.registry import UnknownRunnableError, registry
 
 

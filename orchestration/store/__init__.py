@@ -19,7 +19,7 @@ from orchestration.store.engine import create_engine_for, database_url, normaliz
 from orchestration.store.jsondata import JsonValue, to_json_value
 from orchestration.store.memory import InMemoryRunStore
 from orchestration.store.migrate import current_revision, downgrade_database, upgrade_database
-from orchestration.store.records import TERMINAL_STATUSES, RunNotFoundError, RunRecord, RunStatus, RunStore
+from orchestration.store.protocol import TERMINAL_STATUSES, RunNotFoundError, RunRecord, RunStatus, RunStore
 from orchestration.store.run_store import SqlRunStore
 from orchestration.store.tool_store import (
     InMemoryToolStore,

@@ -16,8 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestration.store.jsondata import JsonValue, to_json_value
-from orchestration.store.models import utcnow
-from orchestration.store.records import (
+from orchestration.store.protocol import (
     TERMINAL_STATUSES,
     RunNotFoundError,
     RunRecord,
@@ -26,6 +25,7 @@ from orchestration.store.records import (
     check_terminal_status,
     error_value,
 )
+from orchestration.store.tables import utcnow
 
 
 @dataclass(kw_only=True, slots=True)

@@ -17,8 +17,7 @@ from sqlalchemy import Table, bindparam, func, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestration.store.jsondata import JsonValue, to_json_value
-from orchestration.store.models import Checkpoint, Run, RunEvent, UtcDateTime, utcnow
-from orchestration.store.records import (
+from orchestration.store.protocol import (
     TERMINAL_STATUSES,
     RunNotFoundError,
     RunRecord,
@@ -28,6 +27,7 @@ from orchestration.store.records import (
     error_value,
 )
 from orchestration.store.sqlbase import SqlStoreBase
+from orchestration.store.tables import Checkpoint, Run, RunEvent, UtcDateTime, utcnow
 
 
 def event_columns(event: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,8 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 from sqlalchemy import delete, select
 
 from orchestration.store.jsondata import find_non_json, to_json_value
-from orchestration.store.models import AiTool, utcnow
 from orchestration.store.sqlbase import SqlStoreBase
+from orchestration.store.tables import AiTool, utcnow
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Also a pytest plugin (``orchestration.testing.plugin``), registered as the
 Importing this package does not import Celery.
 """
 
-from orchestration.models.offline import OfflineModel, example_from_schema
+from orchestration.llm.offline import OfflineModel, example_from_schema
 from orchestration.testing.contract import (
     ContractReport,
     assert_event_contract,

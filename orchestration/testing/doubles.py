@@ -2,7 +2,7 @@
 
 - :class:`ScriptedModel` answers from a queue of responses, in order.
 - :class:`FunctionModel` calls a function per turn, which sees the request.
-- :class:`~orchestration.models.offline.OfflineModel` derives answers from
+- :class:`~orchestration.llm.offline.OfflineModel` derives answers from
   tool schemas (re-exported by ``orchestration.testing``).
 
 Every double records each :class:`ModelRequest` it received, so a test can

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestration.models.offline import OfflineModel
+from orchestration.llm.offline import OfflineModel
 from orchestration.testing import contract
 from orchestration.testing.doubles import FunctionModel, ScriptedModel, TurnFunction
 from orchestration.testing.recorder import ProgressRecorder

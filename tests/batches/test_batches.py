@@ -15,12 +15,18 @@ from typing import Any
 
 import pytest
 
-from orchestration.app import create_app
-from orchestration.batches import BATCH, BATCH_CHUNK, BATCH_SUMMARY, register_input_provider, summarize
-from orchestration.schedule import ScheduleError, batch_entry, schedule_from_json
+from orchestration.celery_adapter.app import create_app
+from orchestration.celery_adapter.batches import (
+    BATCH,
+    BATCH_CHUNK,
+    BATCH_SUMMARY,
+    register_input_provider,
+    summarize,
+)
+from orchestration.celery_adapter.schedule import ScheduleError, batch_entry, schedule_from_json
 from orchestration.store import RunStore, open_store
-from orchestration.testing.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.worker import run_worker_process
+from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+from orchestration.testing.servers.worker import run_worker_process
 
 TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from orchestration.app import create_app
-from orchestration.testing.rabbitmq import RabbitMQTarget, private_rabbitmq
-from orchestration.testing.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from orchestration.celery_adapter.app import create_app
+from orchestration.testing.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
+from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 
 
 @pytest.fixture

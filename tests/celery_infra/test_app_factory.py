@@ -12,7 +12,7 @@ import pytest
 from celery import Celery, _state
 from celery.contrib.testing.app import set_trap
 
-from orchestration.app import PING_TASK_NAME, create_app, describe_app, redact_url
+from orchestration.celery_adapter.app import PING_TASK_NAME, create_app, describe_app, redact_url
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 
 import celeryconfig
-from orchestration.testing.worker import CONFIG_ENV_VARS
+from orchestration.testing.servers.worker import CONFIG_ENV_VARS
 
 LoadConfig = Callable[..., ModuleType]
 

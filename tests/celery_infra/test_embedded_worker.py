@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from celery import _state
 
-from orchestration.app import PING_TASK_NAME
-from orchestration.testing.worker import embedded_worker
+from orchestration.celery_adapter.app import PING_TASK_NAME
+from orchestration.celery_adapter.embedded import embedded_worker
 
 
 def test_an_embedded_memory_worker_round_trips_ping(memory_app: Any) -> None:

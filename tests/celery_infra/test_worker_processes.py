@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import redis
 
-from orchestration.app import PING_TASK_NAME, create_app
-from orchestration.testing import rabbitmq as rabbitmq_module
-from orchestration.testing.rabbitmq import RabbitMQTarget, private_rabbitmq
-from orchestration.testing.redis_server import RedisServer, ServiceUnavailable
-from orchestration.testing.worker import WorkerStartError, run_worker_process
+from orchestration.celery_adapter.app import PING_TASK_NAME, create_app
+from orchestration.testing.servers import rabbitmq as rabbitmq_module
+from orchestration.testing.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
+from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable
+from orchestration.testing.servers.worker import WorkerStartError, run_worker_process
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestration.cli import app
-from orchestration.runtime import set_run_store
+from orchestration.store.seams import set_run_store
 
 runner = CliRunner()
 

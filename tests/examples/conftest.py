@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from examples.record_search import RecordSearchContext, RecordSearchResources, open_resources
+from agentloop.examples.record_search import RecordSearchContext, RecordSearchResources, open_resources
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from examples.record_search import NO_PLAN_MESSAGE, workflows
-from examples.record_search.resources import dispose_shared_resources
-from orchestration.celery_runner import CeleryAgentRunner, WorkflowFailedError
+from agentloop.examples.record_search import NO_PLAN_MESSAGE, workflows
+from agentloop.examples.record_search.resources import dispose_shared_resources
+from orchestration.client import CeleryAgentRunner, WorkflowFailedError
 from orchestration.registry import ContextSpecError, registry
 
 QUESTIONS = [

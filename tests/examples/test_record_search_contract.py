@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from examples.record_search import (
+from agentloop.examples.record_search import (
     RecordSearchAgentLoop,
     RecordSearchContext,
     RecordSearchDemo,

@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from examples.record_search import (
+from agentloop.examples.record_search import (
     NO_PLAN_MESSAGE,
     RecordSearchGenerator,
     RecordSearchResources,
     build_sample_database,
     default_processor,
 )
-from examples.record_search.sample_data import count_records, generate_sample_data
-from examples.record_search.schema import companies_table, contacts_table, deals_table
-from orchestration.models.offline import LABEL, OfflineModel
-from orchestration.models.openai_processor import OpenAIProcessor
+from agentloop.examples.record_search.sample_data import count_records, generate_sample_data
+from agentloop.examples.record_search.schema import companies_table, contacts_table, deals_table
+from orchestration.llm.offline import LABEL, OfflineModel
+from orchestration.llm.openai_processor import OpenAIProcessor
 
 
 @pytest.fixture

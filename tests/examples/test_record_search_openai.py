@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from examples.record_search import NO_PLAN_MESSAGE, RecordSearchGenerator
-from examples.record_search.offline import extract_embedded_text, offline_responders
-from orchestration.models.openai_processor import OpenAIProcessor
-from orchestration.testing.openai_server import (
+from agentloop.examples.record_search import NO_PLAN_MESSAGE, RecordSearchGenerator
+from agentloop.examples.record_search.offline import extract_embedded_text, offline_responders
+from orchestration.llm.openai_processor import OpenAIProcessor
+from orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,
     reply_error,

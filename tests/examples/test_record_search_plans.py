@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import event, inspect
 
 from actions import AiResponse
-from examples.record_search import (
+from agentloop.examples.record_search import (
     NO_PLAN_MESSAGE,
     SEARCHABLE_CATEGORIES,
     PlanSearchAction,

@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 import pytest
 
 from actions import AiResponse
-from examples.record_search import (
+from agentloop.examples.record_search import (
     ClassifySearchIntentAction,
     ComposeAnswerAction,
     ExecuteSearchPlanAction,
@@ -19,7 +19,7 @@ from examples.record_search import (
     RecordSearchContext,
     describe_result,
 )
-from examples.record_search.offline import extract_embedded_text
+from agentloop.examples.record_search.offline import extract_embedded_text
 from loops import InlineAgentRunner
 from orchestration.testing import ScriptedModel, check_action, error_reply, text_reply, tool_call
 

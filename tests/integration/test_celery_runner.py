@@ -10,8 +10,8 @@ from parity_workflows import ThreeStages
 
 from actions import RunStoppedError
 from loops import ProgressEvent
-from orchestration.celery_runner import CeleryAgentRunner
-from orchestration.executor import _run_status
+from orchestration.client import CeleryAgentRunner
+from orchestration.engine import _run_status
 
 
 def test_request_and_wait_stream_every_event_to_on_progress(memory_celery: Any) -> None:

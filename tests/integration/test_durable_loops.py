@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from actions import StateNotSerializableError
-from orchestration.app import create_app
-from orchestration.celery_runner import CeleryAgentRunner
-from orchestration.executor import NodeExecutor, Step
-from orchestration.nodes import Node
+from orchestration.celery_adapter.app import create_app
+from orchestration.client import CeleryAgentRunner
+from orchestration.engine import NodeExecutor, Step
 from orchestration.registry import registry
 from orchestration.store import RunStore, open_store
-from orchestration.testing.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.worker import run_worker_process
+from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+from orchestration.testing.servers.worker import run_worker_process
+from orchestration.wire import Node
 
 TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent

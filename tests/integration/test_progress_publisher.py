@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from loops import ProgressEvent, ProgressStatus
-from orchestration.runtime import ProgressPublisher
 from orchestration.store import InMemoryRunStore
+from orchestration.store.seams import ProgressPublisher
 
 
 class CountingStore(InMemoryRunStore):

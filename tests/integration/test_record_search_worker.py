@@ -11,15 +11,19 @@ from typing import Any
 
 import pytest
 
-from examples.record_search.offline import offline_responders
-from examples.record_search.workflows import DEMO, DEMO_QUESTIONS
-from orchestration.app import create_app
-from orchestration.celery_runner import CeleryAgentRunner
+from agentloop.examples.record_search.offline import offline_responders
+from agentloop.examples.record_search.workflows import DEMO, DEMO_QUESTIONS
+from orchestration.celery_adapter.app import create_app
+from orchestration.client import CeleryAgentRunner
 from orchestration.store import open_store
-from orchestration.testing.openai_server import OpenAICompatibleServer, Reply, reply_tool_call
-from orchestration.testing.postgres import PostgresUnavailableError, private_postgres_database, skip_or_fail
-from orchestration.testing.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.worker import run_worker_process
+from orchestration.testing.servers.openai_server import OpenAICompatibleServer, Reply, reply_tool_call
+from orchestration.testing.servers.postgres import (
+    PostgresUnavailableError,
+    private_postgres_database,
+    skip_or_fail,
+)
+from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+from orchestration.testing.servers.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +62,7 @@ def test_the_demo_runs_on_a_worker_with_postgresql_and_the_openai_protocol() -> 
             run_worker_process(
                 broker_url=redis.url,
                 result_backend=redis.url,
-                imports=["examples.record_search.workflows"],
+                imports=["agentloop.examples.record_search.workflows"],
                 env=env,
                 concurrency=2,
             )

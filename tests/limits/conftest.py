@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from limits_support import RecordingModel, TwoWorkers
 
-from orchestration.app import create_app
+from orchestration.celery_adapter.app import create_app
 from orchestration.store import open_store
-from orchestration.testing.openai_server import OpenAICompatibleServer
-from orchestration.testing.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from orchestration.testing.worker import WorkerProcess, run_worker_process
+from orchestration.testing.servers.openai_server import OpenAICompatibleServer
+from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from orchestration.testing.servers.worker import WorkerProcess, run_worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestration.store import RunStore
-from orchestration.testing.openai_server import Reply, default_reply, reply_delay, reply_tool_call
-from orchestration.testing.worker import WorkerProcess
+from orchestration.testing.servers.openai_server import Reply, default_reply, reply_delay, reply_tool_call
+from orchestration.testing.servers.worker import WorkerProcess
 
 
 @dataclass(frozen=True)

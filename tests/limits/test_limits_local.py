@@ -16,7 +16,7 @@ from limits_workflows import TOOL_ID, ModelCalls, StaticToolStore
 
 from actions import AiResponse, RunDeadlineExceededError, Usage
 from loops import InlineAgentRunner
-from orchestration.models import (
+from orchestration.llm import (
     LocalRateLimiter,
     OfflineModel,
     OpenAIProcessor,
@@ -29,7 +29,7 @@ from orchestration.models import (
     limit_key,
     processor_from_env,
 )
-from orchestration.models.limits import Denial, redact_url
+from orchestration.llm.limits import Denial, redact_url
 
 REQUEST: dict[str, Any] = {
     "instruction": "say hi",
@@ -208,7 +208,7 @@ async def test_a_call_that_would_wait_longer_than_max_wait_is_a_clear_failure_wi
     processor = RateLimitedProcessor(inner, limiter, max_wait=timedelta(milliseconds=100))
     await processor.send_request(**REQUEST)
 
-    with caplog.at_level(logging.WARNING, logger="orchestration.models.limits"):
+    with caplog.at_level(logging.WARNING, logger="orchestration.llm.limits"):
         response = await processor.send_request(**REQUEST)
 
     assert response.has_error

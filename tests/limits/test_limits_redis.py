@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from actions import AiResponse, Usage
-from orchestration.models import Permit, RateLimitedProcessor, RedisRateLimiter, current_permit
-from orchestration.models.limits import Denial
-from orchestration.testing.redis_server import RedisServer
+from orchestration.llm import Permit, RateLimitedProcessor, RedisRateLimiter, current_permit
+from orchestration.llm.limits import Denial
+from orchestration.testing.servers.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +93,7 @@ def test_callers_in_separate_processes_share_one_limit(redis_server: RedisServer
     script = textwrap.dedent(
         f"""
         import asyncio, json
-        from orchestration.models.limits import RedisRateLimiter
+        from orchestration.llm.limits import RedisRateLimiter
 
         async def main():
             limiter = RedisRateLimiter({redis_server.url!r}, key={key!r}, requests_per_minute={limit},
@@ -195,7 +195,7 @@ async def test_when_redis_is_down_calls_proceed_unlimited_and_it_is_logged_once(
     processor = RateLimitedProcessor(model, limiter)
 
     started = time.monotonic()
-    with caplog.at_level(logging.DEBUG, logger="orchestration.models"):
+    with caplog.at_level(logging.DEBUG, logger="orchestration.llm"):
         responses = [await processor.send_request(**REQUEST) for _ in range(3)]
 
     assert time.monotonic() - started < 5  # never blocks for long

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from limits_support import ModelCall, RecordingModel, TwoWorkers
 
-from orchestration.celery_runner import CeleryAgentRunner, RunHandle, WorkflowFailedError
+from orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestration.testing.openai_server import OpenAICompatibleServer
+from orchestration.testing.servers.openai_server import OpenAICompatibleServer
 
 
 @pytest.fixture

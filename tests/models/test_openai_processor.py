@@ -21,12 +21,12 @@ import pytest
 from openai import AsyncOpenAI
 
 from actions import AiResponse, ForcedToolAction, FunctionCall, ModelProcessor, Usage
-from orchestration.models.openai_processor import (
+from orchestration.llm.openai_processor import (
     DEFAULT_MODEL,
     OpenAIProcessor,
     render_documents,
 )
-from orchestration.testing.openai_server import (
+from orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,
     reply_completion,
@@ -472,7 +472,7 @@ async def test_files_are_ignored_with_a_debug_line(
     make_processor: Callable[..., OpenAIProcessor],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.DEBUG, logger="orchestration.models.openai_processor"):
+    with caplog.at_level(logging.DEBUG, logger="orchestration.llm.openai_processor"):
         response = await send(make_processor(), files=["https://example.invalid/a.pdf"])
 
     assert response.text == "ok"

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestration.testing.redis_server import RedisServer
-from orchestration.testing.worker import CONFIG_ENV_VARS, WorkerProcess
+from orchestration.testing.servers.redis_server import RedisServer
+from orchestration.testing.servers.worker import CONFIG_ENV_VARS, WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

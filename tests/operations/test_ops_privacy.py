@@ -10,8 +10,8 @@ import pytest
 from celery import Celery
 from celery.contrib.testing.mocks import TaskMessage
 
-from orchestration.app import create_app
-from orchestration.privacy import (
+from orchestration.celery_adapter.app import create_app
+from orchestration.celery_adapter.privacy import (
     MAX_EXCEPTION_CHARS,
     RedactingAMQP,
     RedactingRequest,

@@ -15,7 +15,7 @@ import pytest
 
 from actions import RunCancelledError
 from loops import CancellationToken, InlineAgentRunner, ProgressEvent
-from orchestration.celery_runner import CeleryAgentRunner, WorkflowFailedError
+from orchestration.client import CeleryAgentRunner, WorkflowFailedError
 from orchestration.registry import registry
 from orchestration.testing import ProgressRecorder
 

@@ -22,8 +22,8 @@ from orchestration.store import (
     upgrade_database,
 )
 from orchestration.store.migrate import alembic_config
-from orchestration.store.models import Base
-from orchestration.testing.postgres import private_database
+from orchestration.store.tables import Base
+from orchestration.testing.servers.postgres import private_database
 
 TABLES = {"ai_tools", "runs", "run_events", "checkpoints"}
 

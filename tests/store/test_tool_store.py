@@ -11,7 +11,7 @@ from sqlalchemy import Engine, insert
 
 from actions import ForcedToolAction
 from orchestration.store import InMemoryToolStore, SqlToolStore, ToolStore, validate_tool_payload
-from orchestration.store.models import AiTool, utcnow
+from orchestration.store.tables import AiTool, utcnow
 
 PLAN = {
     "name": "plan_record_search",

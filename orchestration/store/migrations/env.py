@@ -13,7 +13,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from orchestration.store.engine import create_engine_for, database_url, normalize_url
-from orchestration.store.models import Base
+from orchestration.store.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

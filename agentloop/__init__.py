@@ -1,0 +1,1 @@
+"""agentloop: LLM agent loops and composite agent workflows whose procedure is code."""

@@ -1,0 +1,223 @@
+"""Beat batches: one registered runnable fanned out over many inputs.
+
+``agentloop.batch`` (what a beat entry sends; see :mod:`orchestration.celery_adapter.schedule`)
+takes its inputs from the entry or from a registered input provider, records a
+batch run, and sends ``agentloop.batch_chunk`` tasks of at most ``chunk_size``
+inputs; each chunk records one child run per input and launches it with
+``agentloop.launch``. No chord is built: a chord of 10,000 members would keep
+10,000 results in the backend and one failing member would fail its body.
+Fan-in goes through the run store instead: ``agentloop.batch_summary`` counts
+the child runs by status (one indexed query) every ``poll_seconds`` until all
+have ended, then writes the batch's summary record (counts, token usage,
+duration). A batch whose key still has a run in progress is not started again
+by the next tick.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from celery import Celery, Task
+
+from loops.progress import ProgressEvent, ProgressStatus
+from orchestration.registry import registry
+from orchestration.store import TERMINAL_STATUSES, RunStore
+from orchestration.store.seams import get_run_store
+
+BATCH = "agentloop.batch"
+BATCH_CHUNK = "agentloop.batch_chunk"
+BATCH_SUMMARY = "agentloop.batch_summary"
+
+InputProvider = Callable[..., Iterable[Any]]
+_providers: dict[str, InputProvider] = {}
+_lock = threading.Lock()
+
+
+def register_input_provider(name: str, provider: InputProvider) -> None:
+    """Make ``provider(**provider_args)`` (e.g. a database query) usable by batch entries as ``name``."""
+    if not name or not callable(provider):
+        raise ValueError("an input provider needs a name and a callable")
+    with _lock:
+        _providers[name] = provider
+
+
+def input_provider(name: str) -> InputProvider:
+    with _lock:
+        if name not in _providers:
+            known = ", ".join(sorted(_providers)) or "(none)"
+            raise LookupError(f"unknown input provider {name!r}; registered: {known}")
+        return _providers[name]
+
+
+def batch_runnable_name(key: str) -> str:
+    return f"batch:{key}"
+
+
+def _event(
+    batch_id: str, key: str, *, status: ProgressStatus, phase: str, done: int, total: int, **data: Any
+) -> Any:
+    return ProgressEvent(
+        run_id=batch_id,
+        path="",
+        runnable=batch_runnable_name(key),
+        iteration=done,
+        max_iterations=total,
+        phase=phase,
+        status=status,
+        message=f"{done} of {total} runs ended",
+        data=data,
+    ).to_dict()
+
+
+def summarize(store: RunStore, batch_id: str) -> dict[str, Any]:
+    """Where the batch stands: counts per status of its runs, tokens, how many are still open."""
+    record = store.get_run(batch_id)
+    if record is None or not isinstance(record.input, dict):
+        raise LookupError(f"no batch run {batch_id!r}")
+    expected = int(record.input.get("count", 0))
+    children = store.summarize_children(batch_id)
+    by_status: dict[str, int] = children["by_status"]
+    ended = sum(count for status, count in by_status.items() if status in TERMINAL_STATUSES)
+    succeeded = by_status.get("succeeded", 0)
+    return {
+        "runnable": record.input.get("runnable"),
+        "total": expected,
+        "ended": ended,
+        "succeeded": succeeded,
+        "failed": ended - succeeded,
+        "open": expected - ended,
+        "by_status": by_status,
+        "input_tokens": children["input_tokens"],
+        "output_tokens": children["output_tokens"],
+    }
+
+
+def install_batch_tasks(app: Celery) -> None:
+    """Register the batch tasks on ``app``."""
+
+    @app.task(name=BATCH, bind=True, shared=False)
+    def batch(
+        self: Task,
+        runnable: str,
+        inputs: list[Any] | None = None,
+        provider: str | None = None,
+        provider_args: dict[str, Any] | None = None,
+        context: dict[str, Any] | None = None,
+        chunk_size: int = 100,
+        token_budget: int | None = None,
+        key: str | None = None,
+        poll_seconds: float = 5.0,
+        max_seconds: float = 86400.0,
+    ) -> dict[str, Any]:
+        """Start a batch of ``runnable`` over ``inputs`` (or ``provider``'s); returns its id and size."""
+        key = key or runnable
+        registry.get(runnable)
+        store = get_run_store()
+        running = store.list_runs(limit=1, status="running", runnable=batch_runnable_name(key))
+        if running:
+            return {
+                "skipped": True,
+                "reason": "the previous batch is still running",
+                "running": running[0].id,
+            }
+        items = (
+            list(inputs)
+            if inputs is not None
+            else list(input_provider(str(provider))(**(provider_args or {})))
+        )
+        size = max(1, int(chunk_size))
+        batch_id = str(self.request.id)
+        store.create_run(
+            run_id=batch_id,
+            runnable=batch_runnable_name(key),
+            input={"runnable": runnable, "count": len(items), "provider": provider, "chunk_size": size},
+            celery_task_id=batch_id,
+        )
+        store.mark_running(batch_id)
+        store.append_event(
+            batch_id,
+            _event(batch_id, key, status=ProgressStatus.STARTED, phase="start", done=0, total=len(items)),
+        )
+        for offset in range(0, len(items), size):
+            batch_chunk.apply_async(
+                args=(batch_id, runnable, items[offset : offset + size], offset, context or {}, token_budget),
+                kwargsrepr="{}",
+                argsrepr=f"({batch_id!r}, {runnable!r}, <{len(items[offset : offset + size])} inputs>)",
+            )
+        batch_summary.apply_async(
+            args=(batch_id, key, time.time(), poll_seconds, max_seconds), countdown=min(poll_seconds, 1.0)
+        )
+        return {"batch_id": batch_id, "count": len(items), "chunks": -(-len(items) // size)}
+
+    @app.task(name=BATCH_CHUNK, bind=True, shared=False)
+    def batch_chunk(
+        self: Task,
+        batch_id: str,
+        runnable: str,
+        inputs: list[Any],
+        offset: int,
+        context: dict[str, Any],
+        token_budget: int | None = None,
+    ) -> int:
+        """Record and launch one run per input of this chunk."""
+        store = get_run_store()
+        for index, item in enumerate(inputs, start=int(offset)):
+            run_id = f"{batch_id}-{index}"
+            store.create_run(
+                run_id=run_id,
+                runnable=runnable,
+                input=item,
+                parent_run_id=batch_id,
+                token_budget=token_budget,
+            )
+            app.send_task(
+                "agentloop.launch",
+                kwargs={"runnable": runnable, "input": item, "context": context, "run_id": run_id},
+                task_id=run_id,
+                kwargsrepr=f"{{'runnable': {runnable!r}, 'run_id': {run_id!r}}}",
+            )
+        return len(inputs)
+
+    @app.task(name=BATCH_SUMMARY, bind=True, shared=False)
+    def batch_summary(
+        self: Task, batch_id: str, key: str, started_at: float, poll_seconds: float, max_seconds: float
+    ) -> dict[str, Any]:
+        """Fan-in: once every run of the batch has ended, write the batch's summary record."""
+        store = get_run_store()
+        state = summarize(store, batch_id)
+        elapsed = time.time() - started_at
+        if state["open"] > 0 and elapsed < max_seconds:
+            batch_summary.apply_async(
+                args=(batch_id, key, started_at, poll_seconds, max_seconds), countdown=poll_seconds
+            )
+            return {"batch_id": batch_id, "pending": state["open"]}
+        summary = {**state, "duration_seconds": round(elapsed, 3)}
+        if state["input_tokens"] or state["output_tokens"]:
+            store.add_usage(batch_id, state["input_tokens"], state["output_tokens"])
+        timed_out = state["open"] > 0
+        store.append_event(
+            batch_id,
+            _event(
+                batch_id, key,
+                status=ProgressStatus.FAILED if timed_out else ProgressStatus.COMPLETED,
+                phase="timed_out" if timed_out else "done",
+                done=state["ended"], total=state["total"],
+                succeeded=state["succeeded"], failed=state["failed"],
+            ),
+        )  # fmt: skip
+        if timed_out:
+            store.finish_run(
+                batch_id,
+                status="failed",
+                output=summary,
+                error={
+                    "type": "BatchTimeout",
+                    "message": f"{state['open']} runs still open after {max_seconds}s",
+                },
+            )
+        else:
+            store.finish_run(batch_id, status="succeeded", output=summary)
+        return summary

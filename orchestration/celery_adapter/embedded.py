@@ -1,0 +1,98 @@
+"""A worker thread inside this process, for apps on ``memory://`` and ``cache+memory://``.
+
+:func:`embedded_worker` runs Celery's own ``start_worker`` for the length of a
+``with`` block: the demo runs on it, and so do tests whose queues live in the
+test process. Real deployments start workers with ``celery -A orchestration worker``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from orchestration.celery_adapter.app import PING_TASK_NAME
+
+__all__ = ["WorkerStartError", "embedded_worker"]
+
+
+class WorkerStartError(RuntimeError):
+    """A worker did not come up (it exited, or never answered the ping)."""
+
+
+def _wake_for_shutdown(app: Any) -> None:
+    """Let an embedded worker on ``memory://`` stop at once rather than after 2 to 4 s.
+
+    Celery's blocking loop waits up to 2 s for a message and, once told to
+    stop, waits one more round before it exits. On the polling memory
+    transport nothing interrupts those waits, so the shutdown flag is set
+    here and two ping messages (results ignored) end both waits. Other
+    transports are left alone: their loop wakes on its own.
+    """
+    if not str(app.conf.broker_url or "").startswith("memory://"):
+        return
+    from celery.worker import state as worker_state
+
+    worker_state.should_terminate = 0  # what start_worker does next, before it joins the thread
+    for _ in range(2):
+        app.send_task(PING_TASK_NAME, ignore_result=True)
+
+
+@contextmanager
+def embedded_worker(
+    app: Any,
+    *,
+    pool: str = "solo",
+    concurrency: int = 1,
+    loglevel: str = "WARNING",
+    ping_check: bool = True,
+    ping_timeout: float = 10.0,
+    shutdown_timeout: float = 10.0,
+    **kwargs: Any,
+) -> Iterator[Any]:
+    """Run a worker thread for ``app`` in this process for the ``with`` block; yields the ``WorkController``.
+
+    Wraps ``celery.contrib.testing.worker.start_worker`` (mingle, gossip and
+    heartbeats off). Made for apps on ``memory://`` / ``cache+memory://``,
+    whose queues live in this process. With ``ping_check`` it waits until
+    the worker has run :data:`~orchestration.celery_adapter.app.PING_TASK_NAME` (Celery's own
+    check needs ``celery.ping``, which agentloop apps do not register).
+
+    ``start_worker`` makes ``app`` Celery's current and default app; both are
+    restored on exit. Two settings of ``app`` are changed: ``worker_hijack_root_logger``
+    is switched off so the worker leaves pytest's logging alone, and on
+    ``memory://`` the transport's ``polling_interval`` defaults to 10 ms (kombu
+    polls every second otherwise). Other keyword arguments go to
+    ``start_worker`` (e.g. ``hostname``).
+    """
+    from celery import _state
+    from celery.contrib.testing.worker import start_worker
+
+    previous_default = _state.default_app
+    previous_current = _state._tls.current_app
+    app.conf.worker_hijack_root_logger = False
+    if str(app.conf.broker_url or "").startswith("memory://"):
+        options = dict(app.conf.broker_transport_options or {})
+        options.setdefault("polling_interval", 0.01)
+        app.conf.broker_transport_options = options
+    try:
+        with start_worker(
+            app,
+            pool=pool,
+            concurrency=concurrency,
+            loglevel=loglevel,
+            perform_ping_check=False,
+            shutdown_timeout=shutdown_timeout,
+            **kwargs,
+        ) as worker:
+            try:
+                if ping_check:
+                    reply = app.send_task(PING_TASK_NAME).get(timeout=ping_timeout, interval=0.01)
+                    if reply != "pong":
+                        raise WorkerStartError(f"embedded worker answered {reply!r} to {PING_TASK_NAME}")
+                yield worker
+            finally:
+                _wake_for_shutdown(app)
+    finally:
+        _state.set_default_app(previous_default)
+        _state._tls.current_app = previous_current

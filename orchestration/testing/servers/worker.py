@@ -1,0 +1,272 @@
+"""Worker processes for tests, configured like production.
+
+:func:`run_worker_process` starts ``python -m celery -A orchestration worker``
+as a subprocess whose whole configuration flows through the environment
+variables ``celeryconfig`` reads, exactly as a deployment does; it is the
+integration tier (prefork pool, real broker, real acks). A worker thread inside
+the test process is :func:`orchestration.celery_adapter.embedded.embedded_worker`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from orchestration.celery_adapter.app import create_app
+from orchestration.celery_adapter.embedded import WorkerStartError
+
+__all__ = [
+    "CONFIG_ENV_VARS",
+    "WorkerProcess",
+    "WorkerStartError",
+    "run_worker_process",
+]
+
+#: Environment variables ``celeryconfig`` reads. A worker process does not inherit them from the
+#: test process: it gets exactly what :func:`run_worker_process` is given.
+CONFIG_ENV_VARS = (
+    "BROKER_URL",
+    "REDIS_URL",
+    "RESULT_BACKEND",
+    "AGENTLOOP_IMPORTS",
+    "AGENTLOOP_TASK_DEFAULT_QUEUE",
+    "AGENTLOOP_TASK_SOFT_TIME_LIMIT",
+    "AGENTLOOP_TASK_TIME_LIMIT",
+    "AGENTLOOP_VISIBILITY_TIMEOUT",
+    "AGENTLOOP_UNACKED_RESTORE_SECONDS",
+    "AGENTLOOP_BEAT_SCHEDULE",
+    "AGENTLOOP_RESULT_BACKEND_MAX_RETRIES",
+    "AGENTLOOP_RESULT_EXPIRES",
+    "AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES",
+    "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER",
+)
+
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_LOG_TAIL_LINES = 60
+
+
+def _tail(text: str, lines: int = _LOG_TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class WorkerProcess:
+    """A running ``celery worker`` subprocess (its own session: pool children share its group).
+
+    Attributes:
+        pid: the main process id (also the process-group id).
+        hostname: the worker's node name, e.g. ``agentloop-test-1a2b3c@myhost``.
+        broker_url, result_backend: what the worker was configured with.
+    """
+
+    def __init__(
+        self,
+        *,
+        process: subprocess.Popen[bytes],
+        hostname: str,
+        log_path: Path,
+        broker_url: str,
+        result_backend: str,
+        stop_timeout: float,
+    ) -> None:
+        self._process = process
+        self.pid = process.pid
+        self.hostname = hostname
+        self.log_path = log_path
+        self.broker_url = broker_url
+        self.result_backend = result_backend
+        self._stop_timeout = stop_timeout
+
+    @property
+    def returncode(self) -> int | None:
+        """The main process's exit status, ``None`` while it runs."""
+        return self._process.poll()
+
+    def is_alive(self) -> bool:
+        """Whether the main process is still running."""
+        return self._process.poll() is None
+
+    def log_text(self) -> str:
+        """Everything the worker wrote so far (its log and any stdout/stderr output)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def kill(self, sig: int = signal.SIGKILL, *, group: bool = True) -> None:
+        """Send ``sig`` to the worker: with ``group`` to its pool children too, as when a machine dies.
+
+        Does not wait; use :meth:`wait` or :meth:`terminate` afterwards.
+        """
+        with suppress(ProcessLookupError):
+            if group:
+                os.killpg(self.pid, sig)
+            else:
+                os.kill(self.pid, sig)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the main process to exit and return its status (``TimeoutExpired`` on timeout)."""
+        return self._process.wait(timeout)
+
+    def terminate(self, timeout: float | None = None) -> int:
+        """Stop the worker: ``SIGTERM`` (warm shutdown), ``SIGKILL`` to the group after ``timeout`` s.
+
+        Any pool child left behind is killed too. Returns the exit status; safe to call twice.
+        """
+        timeout = self._stop_timeout if timeout is None else timeout
+        if self._process.poll() is None:
+            self.kill(signal.SIGTERM, group=False)
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill(signal.SIGKILL)
+                self._process.wait()
+        self.kill(signal.SIGKILL)  # orphaned pool children, if any
+        return self._process.returncode
+
+    def __repr__(self) -> str:
+        return f"WorkerProcess(pid={self.pid}, hostname={self.hostname!r}, returncode={self.returncode})"
+
+
+def _worker_env(
+    *, broker_url: str, result_backend: str, imports: Sequence[str], env: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The worker's environment: the test process's, minus its Celery config, plus this worker's."""
+    child = {key: value for key, value in os.environ.items() if key not in CONFIG_ENV_VARS}
+    child["BROKER_URL"] = broker_url
+    child["RESULT_BACKEND"] = result_backend
+    child["AGENTLOOP_IMPORTS"] = ",".join(imports)
+    child["PYTHONUNBUFFERED"] = "1"
+    paths = [str(_PROJECT_ROOT), *filter(None, [child.get("PYTHONPATH")])]
+    child["PYTHONPATH"] = os.pathsep.join(paths)
+    if env:
+        child.update(env)
+    return child
+
+
+def _wait_until_ready(worker: WorkerProcess, *, timeout: float) -> None:
+    """Poll the worker with remote-control pings until it answers, it exits, or ``timeout`` passes."""
+    probe = create_app(
+        overrides={
+            "broker_url": worker.broker_url,
+            "result_backend": worker.result_backend,
+            # fail fast while the broker is unreachable, so the loop keeps to its deadline
+            "broker_connection_timeout": 1.0,
+            "broker_connection_max_retries": 1,
+        },
+        main="agentloop-probe",
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if not worker.is_alive():
+                raise WorkerStartError(
+                    f"worker {worker.hostname} exited with {worker.returncode} before it answered a ping; "
+                    f"log tail:\n{_tail(worker.log_text())}"
+                )
+            try:
+                replies = probe.control.ping(destination=[worker.hostname], timeout=0.5)
+            except Exception as exc:  # broker not reachable yet: kombu, redis and amqp errors differ
+                last_error, replies = exc, None
+                time.sleep(0.2)
+            if replies:
+                return
+        cause = f" (last probe error: {last_error!r})" if last_error else ""
+        raise WorkerStartError(
+            f"worker {worker.hostname} did not answer a ping within {timeout}s{cause}; "
+            f"log tail:\n{_tail(worker.log_text())}"
+        )
+    finally:
+        probe.close()
+
+
+@contextmanager
+def run_worker_process(
+    *,
+    broker_url: str,
+    result_backend: str,
+    imports: Sequence[str] = (),
+    concurrency: int = 2,
+    pool: str = "prefork",
+    env: Mapping[str, str] | None = None,
+    queues: Sequence[str] | None = None,
+    loglevel: str = "INFO",
+    hostname: str | None = None,
+    app_module: str = "orchestration",
+    extra_args: Sequence[str] = ("--without-mingle", "--without-gossip"),
+    start_timeout: float = 30.0,
+    stop_timeout: float = 5.0,
+) -> Iterator[WorkerProcess]:
+    """Run ``python -m celery -A orchestration worker`` for the ``with`` block.
+
+    Configuration reaches the worker only through the environment that
+    ``celeryconfig`` reads: ``BROKER_URL``, ``RESULT_BACKEND``,
+    ``AGENTLOOP_IMPORTS`` from the arguments, anything else (time limits,
+    ``AGENTLOOP_TASK_DEFAULT_QUEUE``) through ``env``. Those variables are not
+    inherited from the test process. The project root is put on
+    ``PYTHONPATH`` so test modules can be listed in ``imports``.
+
+    The worker gets a unique ``hostname`` (unless given) and logs to a file
+    in a temporary directory (:meth:`WorkerProcess.log_text`). The block is
+    entered once the worker answers a remote-control ping addressed to that
+    hostname. On exit the worker is stopped (``SIGTERM``, then ``SIGKILL`` to
+    its process group after ``stop_timeout`` s) and the log removed; an
+    exception raised in the block gets the log tail attached as a note.
+
+    Raises:
+        WorkerStartError: the worker exited or did not answer within ``start_timeout`` s.
+    """
+    hostname = hostname or f"agentloop-test-{uuid.uuid4().hex[:10]}@{socket.gethostname()}"
+    command = [
+        sys.executable, "-m", "celery", "-A", app_module, "worker",
+        "--loglevel", loglevel,
+        "--pool", pool,
+        "--concurrency", str(concurrency),
+        "--hostname", hostname,
+        *(["--queues", ",".join(queues)] if queues else []),
+        *extra_args,
+    ]  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="agentloop-worker-"))
+    log_path = workdir / "worker.log"
+    try:
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                command,
+                cwd=workdir,
+                env=_worker_env(
+                    broker_url=broker_url, result_backend=result_backend, imports=imports, env=env
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = WorkerProcess(
+            process=process,
+            hostname=hostname,
+            log_path=log_path,
+            broker_url=broker_url,
+            result_backend=result_backend,
+            stop_timeout=stop_timeout,
+        )
+        try:
+            _wait_until_ready(worker, timeout=start_timeout)
+            try:
+                yield worker
+            except Exception as exc:
+                exc.add_note(f"worker {hostname} log tail:\n{_tail(worker.log_text())}")
+                raise
+        finally:
+            worker.terminate()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
