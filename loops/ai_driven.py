@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from actions.arguments import argument_problem
 from actions.base import BaseAgentAction
 from actions.context import context_value, maybe_await
 from actions.errors import UnknownActionError
@@ -29,29 +30,6 @@ from actions.prompt import embed_user_text
 from actions.usage import check_budget, report_usage
 from loops.base import BaseAgentLoop
 from loops.progress import ProgressEvent, ProgressStatus
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
-    "null": (type(None),),
-}
-
-
-def _matches_type(value: Any, expected: Any) -> bool:
-    names = expected if isinstance(expected, list) else [expected]
-    for name in names:
-        kinds = _JSON_TYPES.get(name)
-        if kinds is None:
-            return True
-        if isinstance(value, bool) and name in ("integer", "number"):
-            continue
-        if isinstance(value, kinds):
-            return True
-    return False
 
 
 class AiDrivenAgentLoop(BaseAgentLoop):
@@ -204,24 +182,12 @@ class AiDrivenAgentLoop(BaseAgentLoop):
         return json.dumps({"ok": False, "error": message})
 
     def validate_arguments(self, *, schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> str | None:
-        """A light JSON Schema check (required keys, top-level types, enums); the problem or ``None``."""
-        properties: Mapping[str, Any] = schema.get("properties", {})
-        missing = [key for key in schema.get("required", []) if key not in arguments]
-        if missing:
-            return f"missing required argument(s): {', '.join(missing)}"
-        if schema.get("additionalProperties") is False:
-            extra = sorted(set(arguments) - set(properties))
-            if extra:
-                return f"unexpected argument(s): {', '.join(extra)}"
-        for key, value in arguments.items():
-            spec = properties.get(key)
-            if not isinstance(spec, Mapping):
-                continue
-            if "type" in spec and not _matches_type(value, spec["type"]):
-                return f"argument {key!r} must be of type {spec['type']}"
-            if "enum" in spec and value not in spec["enum"]:
-                return f"argument {key!r} must be one of {list(spec['enum'])}"
-        return None
+        """Check ``arguments`` against the tool's JSON Schema; the problem in one line, or ``None``.
+
+        The whole schema counts (nested objects, arrays, bounds); see
+        :func:`actions.arguments.argument_problem` for the messages.
+        """
+        return argument_problem(schema=schema, arguments=arguments)
 
     def build_result(self, *, state: Any) -> Any:
         return {

@@ -4,6 +4,7 @@ Each ``check_*`` runs the unit for real (on the inline runner) and fails with
 an ``AssertionError`` that says which rule broke:
 
 - factory and run shape (``create(*, context)``, ``async run(*, input, on_progress)``);
+- an action's ``parameters`` is a valid JSON Schema for an object;
 - JSON-serialisable results and progress events (each event round-trips);
 - per path, events go ``started`` -> ``progress``* -> ``completed`` | ``failed``;
 - iterations never exceed the bound; loop state is never mutated in place.
@@ -18,6 +19,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from jsonschema.exceptions import SchemaError
+
+from actions.arguments import ArgumentValidator
 from actions.base import BaseAgentAction
 from actions.context import maybe_await
 from loops.base import BaseAgentLoop
@@ -54,6 +58,15 @@ def assert_json_value(value: Any, *, what: str) -> None:
     except (TypeError, ValueError) as error:
         raise AssertionError(f"{what} is not JSON-serialisable: {error}") from None
     assert json.loads(text) == value, f"{what} changes in a JSON round trip (tuples? non-str keys?)"
+
+
+def assert_tool_schema(schema: Any, *, what: str) -> None:
+    """``schema`` is a valid JSON Schema (draft 2020-12), so the loop can check arguments against it."""
+    try:
+        ArgumentValidator.check_schema(schema)
+    except SchemaError as error:
+        where = "".join(f"[{part!r}]" for part in error.absolute_path)
+        raise AssertionError(f"{what} is not a valid JSON Schema: {error.message} at schema{where}") from None
 
 
 def assert_runnable_shape(cls: type) -> None:
@@ -150,6 +163,7 @@ async def check_action(action: BaseAgentAction, *, arguments: dict[str, Any], co
     assert isinstance(action, BaseAgentAction), f"{action!r} is not a BaseAgentAction"
     assert action.name and isinstance(action.name, str), f"{type(action).__name__} has no name"
     assert isinstance(action.description, str), f"{action.name}: description must be a str"
+    assert_tool_schema(action.parameters, what=f"{action.name}'s parameters")
     assert action.parameters.get("type") == "object", f"{action.name}: parameters must be an object schema"
     assert_json_value(action.as_tool(), what=f"{action.name}'s tool payload")
     assert inspect.iscoroutinefunction(action.run), f"{action.name}.run must be async"
