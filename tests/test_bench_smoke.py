@@ -1,4 +1,7 @@
-"""Smoke test of ``bench/engine_overhead.py``: it runs and yields sane numbers (no timing assertions)."""
+"""Smoke test of the ``engine`` benchmark (``bench/engine_overhead/``): it runs and yields sane numbers.
+
+No timing is asserted: only that every figure is finite and positive.
+"""
 
 from __future__ import annotations
 
@@ -30,11 +33,12 @@ def _check_side(side: object) -> None:
 
 
 def test_engine_benchmark_quick_mode_gives_finite_figures(capsys: pytest.CaptureFixture[str]) -> None:
-    engine_overhead = _bench_module("bench.engine_overhead")
-    report = engine_overhead.run(quick=True)
+    measure = _bench_module("bench.engine_overhead.measure")
+    printing = _bench_module("bench.engine_overhead.report")
+    report = measure.run(quick=True)
 
-    assert report.iterations == engine_overhead.QUICK_ITERATIONS
-    assert report.rounds == engine_overhead.QUICK_ROUNDS
+    assert report.iterations == measure.QUICK_ITERATIONS
+    assert report.rounds == measure.QUICK_ROUNDS
     for side in report.sides:
         assert len(side.samples_ns) == report.rounds
         _check_side(side)
@@ -53,8 +57,8 @@ def test_engine_benchmark_quick_mode_gives_finite_figures(capsys: pytest.Capture
         assert ratio is not None and math.isfinite(ratio) and ratio > 0
         assert isinstance(report.passed, bool)
 
-    engine_overhead.print_report(report)
-    text = engine_overhead.render(report)
+    printing.print_report(report)
+    text = printing.render(report)
     printed = capsys.readouterr().out
     for out in (printed, text):
         assert "engine/plain" in out
@@ -62,12 +66,13 @@ def test_engine_benchmark_quick_mode_gives_finite_figures(capsys: pytest.Capture
 
 
 def test_engine_benchmark_without_langgraph_still_reports_the_plain_ratio() -> None:
-    engine_overhead = _bench_module("bench.engine_overhead")
-    report = engine_overhead.run(iterations=20, rounds=1, include_langgraph=False)
+    measure = _bench_module("bench.engine_overhead.measure")
+    printing = _bench_module("bench.engine_overhead.report")
+    report = measure.run(iterations=20, rounds=1, include_langgraph=False)
 
     assert report.langgraph is None and report.passed is None
     assert math.isfinite(report.engine_vs_plain) and report.engine_vs_plain > 0
-    assert "NOT CHECKED" in engine_overhead.render(report)
+    assert "NOT CHECKED" in printing.render(report)
 
 
 def test_bench_command_line_dispatches_by_name(capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,3 +82,17 @@ def test_bench_command_line_dispatches_by_name(capsys: pytest.CaptureFixture[str
     assert "engine" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         cli.main(["no-such-benchmark"])
+
+
+def test_the_celery_benchmark_is_listed_and_its_own_command_line_parses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cli = _bench_module("bench.__main__")
+    celery_main = _bench_module("bench.celery_overhead.__main__")
+
+    assert cli.main(["--list"]) == 0
+    assert "celery" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        celery_main.main(["--help"])
+    assert exit_info.value.code == 0
+    assert "--ablate" in capsys.readouterr().out
