@@ -32,6 +32,8 @@ class TokenBudgetExceededError(AgentLoopError):
 
 @runtime_checkable
 class UsageMeter(Protocol):
+    """Where a run's token usage is summed and its budget enforced (see :func:`use_meter`)."""
+
     def check(self) -> None:
         """Raise :class:`TokenBudgetExceededError` when no budget is left."""
 
@@ -72,6 +74,7 @@ def use_meter(meter: UsageMeter | None) -> Iterator[UsageMeter | None]:
 
 
 def current_meter() -> UsageMeter | None:
+    """The meter of the enclosing :func:`use_meter` block, or ``None`` outside one."""
     return _meter.get()
 
 

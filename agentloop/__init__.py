@@ -1,1 +1,212 @@
-"""agentloop: LLM agent loops and composite agent workflows whose procedure is code."""
+"""agentloop: LLM agent loops and composite agent workflows whose procedure is code.
+
+Everything an application uses is importable from here::
+
+    import agentloop
+
+    class CountTo(agentloop.BaseAgentLoop): ...
+
+    runner = agentloop.InlineAgentRunner.create(runnable=CountTo)
+    print(runner.request_sync(input=3))
+
+The modules behind these names (``actions``, ``loops``, ``pipelines``,
+``orchestration``) are the implementation; ``agentloop.__all__`` is the public
+surface, and ``tests/test_exports.py`` keeps it honest. The names whose
+modules import Celery, SQLAlchemy, pydantic-settings or the OpenAI SDK
+(:func:`create_app`, :class:`CeleryAgentRunner`, :class:`OpenAIProcessor`,
+:func:`processor_from_env`, ...) are imported on first use, so
+``import agentloop`` stays cheap for in-process use.
+
+Errors
+------
+
+Every error the framework raises on purpose derives from
+:class:`AgentLoopError`; a builtin base in brackets says which ``except``
+clauses written without agentloop in mind also catch it::
+
+    AgentLoopError                 root: catch this to catch them all
+    ├── UnknownActionError         [KeyError] a loop asked its action registry for an unknown name
+    ├── RunStoppedError            the run ended before it finished; ``status`` says why
+    │   ├── RunCancelledError      cooperative cancellation was requested
+    │   └── RunDeadlineExceededError  the whole-run deadline passed
+    ├── BranchFailedError          a composite branch failed under the fail-fast policy
+    ├── StateNotSerializableError  [TypeError] loop state that JSON cannot carry (durable loops)
+    ├── TokenBudgetExceededError   the run's token budget is spent
+    ├── UnknownRunnableError       [LookupError] a message named a runnable nobody registered
+    ├── UnknownInputProviderError  [LookupError] a batch named an input provider nobody registered
+    ├── ContextSpecError           [ValueError] a context spec that is not a JSON object, or was rejected
+    ├── LaunchRequestError         [ValueError] ``agentloop.launch`` arguments the wire contract forbids
+    ├── RunNotFoundError           [KeyError] no run with that id in the run store
+    ├── RateLimitTimeoutError      [TimeoutError] a model call waited too long for a rate-limit slot
+    └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
+
+Model faults inside an action are values (``None`` or a declared fallback),
+never exceptions: a misbehaving model cannot crash a loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from actions import (
+    AgentActionRegistry,
+    AgentLoopError,
+    AiResponse,
+    BaseAgentAction,
+    BranchFailedError,
+    ForcedToolAction,
+    FunctionCall,
+    InMemoryUsageMeter,
+    ModelProcessor,
+    ModelRequest,
+    RunCancelledError,
+    RunDeadlineExceededError,
+    RunStoppedError,
+    StateNotSerializableError,
+    TokenBudgetExceededError,
+    UnknownActionError,
+    Usage,
+    UsageMeter,
+    check_budget,
+    context_value,
+    current_meter,
+    embed_user_fields,
+    embed_user_text,
+    maybe_await,
+    report_usage,
+    use_meter,
+)
+from loops import (
+    AiDrivenAgentLoop,
+    BaseAgentLoop,
+    CancellationToken,
+    CancelToken,
+    Checkpointer,
+    InlineAgentRunner,
+    ProceduralAgentLoop,
+    ProgressCallback,
+    ProgressEvent,
+    ProgressStatus,
+    Runnable,
+    RunnableBase,
+    RunScope,
+    current_scope,
+    new_run_id,
+    use_scope,
+)
+from orchestration.llm import OfflineModel, RateLimitTimeoutError
+from orchestration.registry import (
+    ContextSpecError,
+    RunnableRegistry,
+    UnknownInputProviderError,
+    UnknownRunnableError,
+    input_provider,
+    register,
+)
+from orchestration.wire import LaunchRequestError
+from pipelines import (
+    BaseActionStage,
+    BaseAgentPipeline,
+    BaseCompositeAgent,
+    Branch,
+    BranchResult,
+    FailurePolicy,
+)
+
+if TYPE_CHECKING:
+    from orchestration.celery_adapter.app import create_app
+    from orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
+    from orchestration.llm import OpenAIProcessor, processor_from_env
+    from orchestration.store import RunNotFoundError
+
+__all__ = [
+    "AgentActionRegistry",
+    "AgentLoopError",
+    "AiDrivenAgentLoop",
+    "AiResponse",
+    "BaseActionStage",
+    "BaseAgentAction",
+    "BaseAgentLoop",
+    "BaseAgentPipeline",
+    "BaseCompositeAgent",
+    "Branch",
+    "BranchFailedError",
+    "BranchResult",
+    "CancelToken",
+    "CancellationToken",
+    "CeleryAgentRunner",
+    "Checkpointer",
+    "ContextSpecError",
+    "FailurePolicy",
+    "ForcedToolAction",
+    "FunctionCall",
+    "InMemoryUsageMeter",
+    "InlineAgentRunner",
+    "LaunchRequestError",
+    "ModelProcessor",
+    "ModelRequest",
+    "OfflineModel",
+    "OpenAIProcessor",
+    "ProceduralAgentLoop",
+    "ProgressCallback",
+    "ProgressEvent",
+    "ProgressStatus",
+    "RateLimitTimeoutError",
+    "RunCancelledError",
+    "RunDeadlineExceededError",
+    "RunHandle",
+    "RunNotFoundError",
+    "RunScope",
+    "RunStoppedError",
+    "Runnable",
+    "RunnableBase",
+    "RunnableRegistry",
+    "StateNotSerializableError",
+    "TokenBudgetExceededError",
+    "UnknownActionError",
+    "UnknownInputProviderError",
+    "UnknownRunnableError",
+    "Usage",
+    "UsageMeter",
+    "WorkflowFailedError",
+    "check_budget",
+    "context_value",
+    "create_app",
+    "current_meter",
+    "current_scope",
+    "embed_user_fields",
+    "embed_user_text",
+    "input_provider",
+    "maybe_await",
+    "new_run_id",
+    "processor_from_env",
+    "register",
+    "report_usage",
+    "use_meter",
+    "use_scope",
+]
+
+#: Names whose modules import Celery, SQLAlchemy or the OpenAI SDK: loaded on first access.
+_LAZY = {
+    "CeleryAgentRunner": "orchestration.client",
+    "OpenAIProcessor": "orchestration.llm",
+    "RunHandle": "orchestration.client",
+    "RunNotFoundError": "orchestration.store",
+    "WorkflowFailedError": "orchestration.client",
+    "create_app": "orchestration.celery_adapter.app",
+    "processor_from_env": "orchestration.llm",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -14,6 +14,8 @@ from loops.base import BaseAgentLoop
 
 
 class ProceduralAgentLoop(BaseAgentLoop):
+    """A loop whose steps are code, in :meth:`advance_state`; done once ``state["result"]`` is set."""
+
     max_iterations = 4
 
     def create_initial_state(self, *, input: Any) -> Any:

@@ -14,6 +14,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class ProgressStatus(StrEnum):
+    """How a runnable stands at an event: ``started``, ``progress``, ``completed`` or ``failed``."""
+
     STARTED = "started"
     PROGRESS = "progress"
     COMPLETED = "completed"

@@ -60,6 +60,8 @@ class Checkpointer(Protocol):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunScope:
+    """Where a runnable runs: its run id and path, and the run's deadline, cancellation and checkpointer."""
+
     run_id: str
     path: str = ""
     deadline: float | None = None  # time.monotonic() value
@@ -100,6 +102,7 @@ def failure_phase(error: BaseException, scope: RunScope) -> str:
 
 
 def new_run_id() -> str:
+    """A fresh run id (32 hex digits)."""
     return uuid.uuid4().hex
 
 

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actions import ModelProcessor
+from agentloop import ModelProcessor
 from agentloop.examples.record_search.catalog import SEARCHABLE_CATEGORIES, SearchableCategory
 from agentloop.examples.record_search.tools import (
     CLASSIFY_INTENT_TOOL_ID,

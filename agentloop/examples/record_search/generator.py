@@ -18,13 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Self
 
-from actions import ModelProcessor
+from agentloop import InlineAgentRunner, ModelProcessor
 from agentloop.examples.record_search.actions import ClassifySearchIntentAction
 from agentloop.examples.record_search.context import NotifyProgress, RecordSearchContext
 from agentloop.examples.record_search.loop import RecordSearchAgentLoop, model_name
 from agentloop.examples.record_search.offline import create_offline_model
 from agentloop.examples.record_search.resources import RecordSearchResources, open_resources
-from loops import InlineAgentRunner
 
 
 def default_processor(environ: Mapping[str, str] | None = None) -> ModelProcessor:

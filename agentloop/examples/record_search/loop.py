@@ -18,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actions import AgentActionRegistry, context_value
+from agentloop import (
+    AgentActionRegistry,
+    ProceduralAgentLoop,
+    ProgressCallback,
+    ProgressStatus,
+    context_value,
+)
 from agentloop.examples.record_search.actions import (
     ComposeAnswerAction,
     ExecuteSearchPlanAction,
@@ -26,7 +32,6 @@ from agentloop.examples.record_search.actions import (
 )
 from agentloop.examples.record_search.actions.base import searchable_categories
 from agentloop.examples.record_search.catalog import SearchableCategory, find_category
-from loops import ProceduralAgentLoop, ProgressCallback, ProgressStatus
 
 NO_PLAN_MESSAGE = "I could not turn that into a record search. Could you rephrase what you are looking for?"
 #: How many records the composer sees as examples.

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.etree import ElementTree
 
+from agentloop import OfflineModel
 from agentloop.examples.record_search.actions.compose_answer import describe_result
 from agentloop.examples.record_search.catalog import SEARCHABLE_CATEGORIES, SearchableCategory, find_category
 from agentloop.examples.record_search.tools import CLASSIFY_INTENT_TOOL, COMPOSE_ANSWER_TOOL, PLAN_SEARCH_TOOL
-from orchestration.llm.offline import LABEL, OfflineModel, Responder
+from orchestration.llm.offline import LABEL, Responder
 
 
 def extract_embedded_text(instruction: str, tag: str) -> str | None:

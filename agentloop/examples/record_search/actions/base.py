@@ -14,7 +14,7 @@ from abc import ABC
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actions import ForcedToolAction, context_value
+from agentloop import ForcedToolAction, context_value
 from agentloop.examples.record_search.catalog import (
     SEARCHABLE_CATEGORIES,
     SearchableCategory,

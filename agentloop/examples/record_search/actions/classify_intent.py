@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions import embed_user_text
+from agentloop import embed_user_text
 from agentloop.examples.record_search.actions.base import USER_TEXT_RULE, BaseRecordSearchAction
 
 MAX_REASON_LENGTH = 500

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from actions import embed_user_text
+from agentloop import embed_user_text
 from agentloop.examples.record_search.actions.base import USER_TEXT_RULE, BaseRecordSearchAction
 
 MAX_ANSWER_LENGTH = 2000

@@ -6,7 +6,7 @@ import asyncio
 import functools
 from typing import Any
 
-from actions import BaseAgentAction, context_value, maybe_await
+from agentloop import BaseAgentAction, context_value, maybe_await
 from agentloop.examples.record_search.actions.base import searchable_categories
 from agentloop.examples.record_search.catalog import find_category
 from agentloop.examples.record_search.plan import validate_plan

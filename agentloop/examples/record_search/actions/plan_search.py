@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions import embed_user_text
+from agentloop import embed_user_text
 from agentloop.examples.record_search.actions.base import USER_TEXT_RULE, BaseRecordSearchAction
 from agentloop.examples.record_search.catalog import OPERATORS
 from agentloop.examples.record_search.plan import (
