@@ -1,15 +1,8 @@
-"""The project's one error tree.
+"""The root of the project's one error tree, and the errors of the core.
 
-Every error the framework raises on purpose derives from :class:`AgentLoopError`::
-
-    AgentLoopError
-    ├── UnknownActionError          a loop asked its registry for an unknown action
-    ├── RunStoppedError             the run ended before it finished
-    │   ├── RunCancelledError       cooperative cancellation was requested
-    │   └── RunDeadlineExceededError  the whole-run deadline passed
-    ├── BranchFailedError           a composite branch failed under fail-fast
-    ├── StateNotSerializableError   durable state that JSON cannot carry
-    └── (orchestration adds) UnknownRunnableError, ContextSpecError, ...
+Every error the framework raises on purpose derives from :class:`AgentLoopError`.
+The whole tree, these errors and those the orchestration adds, is drawn once:
+in the docstring of the ``agentloop`` package, which exports every one of them.
 
 Model faults inside an action are *values* (``None`` or a declared fallback),
 never exceptions: a misbehaving model cannot crash a loop.
