@@ -1,8 +1,8 @@
-"""Persistence: runs, progress events, checkpoints and the ``AiTool`` table.
+"""Persistence: runs, progress events, checkpoints and tool schemas.
 
-SQLAlchemy 2 on a SQLite file by default, PostgreSQL through ``DATABASE_URL``,
-schema managed by the Alembic migrations in ``migrations/``. JSON is the only
-storage format; nothing is pickled.
+SQLAlchemy 2 Core on a SQLite file by default, PostgreSQL through
+``DATABASE_URL``, schema managed by the Alembic migrations in ``migrations/``.
+JSON is the only storage format; nothing is pickled.
 
 Typical use::
 
@@ -14,13 +14,20 @@ an in-memory twin (:class:`InMemoryRunStore`, :class:`InMemoryToolStore`) for
 tests and offline runs.
 """
 
-from orchestration.store.bootstrap import open_store
-from orchestration.store.engine import create_engine_for, database_url, normalize_url, session_factory
-from orchestration.store.jsondata import JsonValue, to_json_value
+from orchestration.store.engine import create_engine_for, database_url, normalize_url
+from orchestration.store.json_values import JsonValue, to_json_value
 from orchestration.store.memory import InMemoryRunStore
 from orchestration.store.migrate import current_revision, downgrade_database, upgrade_database
-from orchestration.store.protocol import TERMINAL_STATUSES, RunNotFoundError, RunRecord, RunStatus, RunStore
-from orchestration.store.run_store import SqlRunStore
+from orchestration.store.open import open_store
+from orchestration.store.protocol import (
+    TERMINAL_STATUSES,
+    LoopRecord,
+    RunNotFoundError,
+    RunRecord,
+    RunStatus,
+    RunStore,
+)
+from orchestration.store.sql import SqlRunStore
 from orchestration.store.tool_store import (
     InMemoryToolStore,
     SqlToolStore,
@@ -33,6 +40,7 @@ __all__ = [
     "InMemoryRunStore",
     "InMemoryToolStore",
     "JsonValue",
+    "LoopRecord",
     "RunNotFoundError",
     "RunRecord",
     "RunStatus",
@@ -48,7 +56,6 @@ __all__ = [
     "downgrade_database",
     "normalize_url",
     "open_store",
-    "session_factory",
     "to_json_value",
     "upgrade_database",
     "validate_tool_payload",

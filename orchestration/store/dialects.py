@@ -1,57 +1,40 @@
-"""What the SQL stores share: sessions from an engine or a factory, and upserts per dialect."""
+"""The two SQL databases the stores run on, and the statements that differ between them.
+
+Only SQLite and PostgreSQL are supported: both offer ``INSERT ... ON CONFLICT``
+and ``RETURNING``, which keep every write a single atomic statement. The
+``INSERT`` that carries ``on_conflict_do_*`` comes from each dialect's own
+module; :func:`insert` picks it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Select, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, sessionmaker
-
-from orchestration.store.engine import session_factory
 
 SUPPORTED_DIALECTS = ("postgresql", "sqlite")
 
 
-class SqlStoreBase:
-    """Holds a session factory and the dialect-specific ``INSERT`` used for upserts.
+def dialect_of(engine: Engine) -> str:
+    """``"sqlite"`` or ``"postgresql"``; ``ValueError`` for any other database."""
+    dialect = engine.dialect.name
+    if dialect not in SUPPORTED_DIALECTS:
+        raise ValueError(
+            f"the store supports {' and '.join(SUPPORTED_DIALECTS)}, not {dialect!r}; "
+            "set DATABASE_URL to a postgresql:// or sqlite:/// URL"
+        )
+    return dialect
 
-    ``bind`` is an :class:`~sqlalchemy.Engine` or a ``sessionmaker`` bound to
-    one. Only SQLite and PostgreSQL are supported: both offer
-    ``INSERT ... ON CONFLICT`` and ``RETURNING``, which keep every write a
-    single atomic statement.
-    """
 
-    def __init__(self, bind: Engine | sessionmaker[Session]) -> None:
-        self._sessions = session_factory(bind) if isinstance(bind, Engine) else bind
-        with self._sessions() as session:
-            self._dialect = session.get_bind().dialect.name
-        if self._dialect not in SUPPORTED_DIALECTS:
-            raise ValueError(
-                f"the store supports {' and '.join(SUPPORTED_DIALECTS)}, not {self._dialect!r}; "
-                "set DATABASE_URL to a postgresql:// or sqlite:/// URL"
-            )
+def insert(table: Table, dialect: str) -> postgresql.Insert | sqlite.Insert:
+    """``INSERT`` into ``table`` with ``on_conflict_do_nothing`` / ``on_conflict_do_update``."""
+    if dialect == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
 
-    @property
-    def sessions(self) -> sessionmaker[Session]:
-        """The session factory the store uses."""
-        return self._sessions
 
-    @property
-    def engine(self) -> Engine:
-        """The engine behind the sessions (``dispose()`` it when done with the store)."""
-        bind = self._sessions.kw["bind"]
-        if not isinstance(bind, Engine):
-            raise TypeError(f"the store's sessions are bound to {type(bind).__name__}, not an Engine")
-        return bind
-
-    @property
-    def dialect(self) -> str:
-        """``"sqlite"`` or ``"postgresql"``."""
-        return self._dialect
-
-    def _insert(self, entity: Any) -> postgresql.Insert | sqlite.Insert:
-        """``INSERT`` with ``on_conflict_do_nothing`` / ``on_conflict_do_update`` for this dialect."""
-        if self._dialect == "postgresql":
-            return postgresql.insert(entity)
-        return sqlite.insert(entity)
+def advisory_lock(key: str) -> Select[tuple[object]]:
+    """A PostgreSQL lock on ``key`` held until the transaction ends (SQLite locks the whole file)."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return select(func.pg_advisory_xact_lock(int.from_bytes(digest, "big", signed=True)))

@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 DEFAULT_HOME = ".agentloop"
@@ -91,8 +90,3 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
     engine = create_engine(resolved, connect_args=connect_args, **options)
     _configure_sqlite(engine, wal=path is not None)
     return engine
-
-
-def session_factory(engine: Engine) -> sessionmaker[Session]:
-    """Sessions bound to ``engine`` that keep loaded values readable after commit."""
-    return sessionmaker(bind=engine, expire_on_commit=False)

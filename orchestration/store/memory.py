@@ -15,15 +15,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from orchestration.store.jsondata import JsonValue, to_json_value
+from orchestration.store.json_values import JsonValue, to_json_value
 from orchestration.store.protocol import (
     TERMINAL_STATUSES,
+    LoopRecord,
     RunNotFoundError,
     RunRecord,
     RunStatus,
     check_count,
     check_terminal_status,
     error_value,
+    event_payloads,
 )
 from orchestration.store.tables import utcnow
 
@@ -164,23 +166,15 @@ class InMemoryRunStore:
             "output_tokens": tokens_out,
         }
 
-    def append_event(self, root_run_id: str, event: Mapping[str, Any]) -> int:
-        """Store a progress event under ``root_run_id``; returns its id."""
-        if not isinstance(event, Mapping):
-            raise TypeError(f"a progress event is a mapping, not {type(event).__name__}")
-        payload = to_json_value(dict(event), what=f"progress event of run {root_run_id!r}")
-        with self._lock:
-            event_id = next(self._event_ids)
-            self._events.setdefault(root_run_id, []).append((event_id, payload))
-            return event_id
-
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
-        """Store several progress events under ``root_run_id``, in order."""
-        payloads = [to_json_value(dict(e), what=f"progress event of run {root_run_id!r}") for e in events]
+        """Store progress events under ``root_run_id``, in order."""
+        payloads = event_payloads(root_run_id, events)
         with self._lock:
-            stored = self._events.setdefault(root_run_id, [])
-            for payload in payloads:
-                stored.append((next(self._event_ids), payload))
+            self._keep_events(root_run_id, payloads)
+
+    def _keep_events(self, root_run_id: str, payloads: list[dict[str, Any]]) -> None:
+        stored = self._events.setdefault(root_run_id, [])
+        stored.extend((next(self._event_ids), payload) for payload in payloads)
 
     def events(
         self, run_id: str, *, after_id: int = 0, limit: int | None = None
@@ -234,42 +228,26 @@ class InMemoryRunStore:
             checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
             checkpoint.iteration, checkpoint.state = iteration, state
 
-    def load_checkpoint(self, run_id: str, path: str) -> tuple[int, JsonValue] | None:
-        """The latest ``(iteration, state)`` of the loop at ``path``, or ``None``."""
+    def loop_record(self, run_id: str, path: str) -> LoopRecord:
+        """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
         with self._lock:
-            checkpoint = self._checkpoints.get((run_id, path))
-            if checkpoint is None or checkpoint.iteration is None:
-                return None
-            return checkpoint.iteration, copy.deepcopy(checkpoint.state)
-
-    def loop_state(self, run_id: str, path: str) -> tuple[bool, JsonValue, tuple[int, JsonValue] | None]:
-        """``(finished, result, checkpoint)`` of the loop at ``path`` in one read."""
-        finished, result = self.finished_result(run_id, path)
-        return finished, result, self.load_checkpoint(run_id, path)
+            kept = self._checkpoints.get((run_id, path))
+            if kept is None:
+                return LoopRecord(finished=False, result=None, checkpoint=None)
+            return LoopRecord(
+                finished=kept.finished,
+                result=copy.deepcopy(kept.result) if kept.finished else None,
+                checkpoint=None if kept.iteration is None else (kept.iteration, copy.deepcopy(kept.state)),
+            )
 
     def finish_loop(
         self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
     ) -> None:
-        """:meth:`mark_loop_finished` and :meth:`append_events` (under ``run_id``) together."""
-        self.mark_loop_finished(run_id, path, result)
-        self.append_events(run_id, events)
-
-    def mark_loop_finished(self, run_id: str, path: str, result: JsonValue) -> None:
-        """Record that the loop at ``path`` finished with ``result`` (its checkpoint is kept)."""
+        """Record the loop's result (its checkpoint is kept) and append ``events`` under ``run_id``,
+        at once."""
         result = to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}")
+        payloads = event_payloads(run_id, events)
         with self._lock:
-            checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
-            checkpoint.finished, checkpoint.result = True, result
-
-    def finished_result(self, run_id: str, path: str) -> tuple[bool, JsonValue]:
-        """``(True, result)`` when the loop at ``path`` finished, else ``(False, None)``."""
-        with self._lock:
-            checkpoint = self._checkpoints.get((run_id, path))
-            if checkpoint is None or not checkpoint.finished:
-                return False, None
-            return True, copy.deepcopy(checkpoint.result)
-
-    def checkpoint_count(self) -> int:
-        """How many loop checkpoints are kept (one per run and path)."""
-        with self._lock:
-            return len(self._checkpoints)
+            self._keep_events(run_id, payloads)
+            kept = self._checkpoints.setdefault((run_id, path), _Checkpoint())
+            kept.finished, kept.result = True, result

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from orchestration.store.engine import create_engine_for, session_factory
+from orchestration.store.engine import create_engine_for
 from orchestration.store.migrate import upgrade_database
-from orchestration.store.run_store import SqlRunStore
+from orchestration.store.sql import SqlRunStore
 from orchestration.store.tool_store import SqlToolStore
 
 
@@ -18,5 +18,4 @@ def open_store(url: str | None = None, *, migrate: bool = True) -> tuple[SqlRunS
     engine = create_engine_for(url)
     if migrate:
         upgrade_database(engine)
-    sessions = session_factory(engine)
-    return SqlRunStore(sessions), SqlToolStore(sessions)
+    return SqlRunStore(engine), SqlToolStore(engine)

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from actions import AgentLoopError
-from orchestration.store.jsondata import JsonValue
+from orchestration.store.json_values import JsonValue, to_json_value
 
 
 class RunStatus(StrEnum):
@@ -60,6 +60,16 @@ def check_count(value: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{what} must be a non-negative int, not {value!r}")
     return value
+
+
+def event_payloads(root_run_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The progress events as the JSON objects to store; ``TypeError`` for one that is not a mapping."""
+    payloads = []
+    for event in events:
+        if not isinstance(event, Mapping):
+            raise TypeError(f"a progress event is a mapping, not {type(event).__name__}")
+        payloads.append(to_json_value(dict(event), what=f"progress event of run {root_run_id!r}"))
+    return payloads
 
 
 def error_value(error: JsonValue | BaseException) -> JsonValue:
@@ -142,6 +152,18 @@ class RunRecord:
         return cls(**values)
 
 
+class LoopRecord(NamedTuple):
+    """What the store knows of one loop of a run, read at once when its task starts.
+
+    ``checkpoint`` is the ``(iteration, state)`` last saved (``None`` before the
+    first); ``result`` is meaningful only when ``finished``.
+    """
+
+    finished: bool
+    result: JsonValue
+    checkpoint: tuple[int, JsonValue] | None
+
+
 @runtime_checkable
 class RunStore(Protocol):
     """Runs, their progress events, token usage, cancellation and loop checkpoints.
@@ -194,12 +216,11 @@ class RunStore(Protocol):
         """``{"total", "by_status", "input_tokens", "output_tokens"}`` of a run's child runs."""
         ...
 
-    def append_event(self, root_run_id: str, event: Mapping[str, Any]) -> int:
-        """Store a progress event under the root run; returns its id (the order of events)."""
-        ...
-
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
-        """Store several progress events under ``root_run_id`` in one transaction, in order."""
+        """Store progress events under the root run ``root_run_id`` in one transaction, in order.
+
+        Each event's id (its place in the order) is what :meth:`events` returns with it.
+        """
         ...
 
     def events(
@@ -224,24 +245,13 @@ class RunStore(Protocol):
         """Keep ``state`` as the latest checkpoint of the loop at ``path`` (replacing the previous one)."""
         ...
 
-    def load_checkpoint(self, run_id: str, path: str) -> tuple[int, JsonValue] | None:
-        """The latest ``(iteration, state)`` of the loop at ``path``, or ``None``."""
-        ...
-
-    def loop_state(self, run_id: str, path: str) -> tuple[bool, JsonValue, tuple[int, JsonValue] | None]:
-        """``(finished, result, checkpoint)`` of the loop at ``path`` in one read."""
+    def loop_record(self, run_id: str, path: str) -> LoopRecord:
+        """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
         ...
 
     def finish_loop(
         self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
     ) -> None:
-        """Record the loop's result and append ``events`` under ``run_id``, in one transaction."""
-        ...
-
-    def mark_loop_finished(self, run_id: str, path: str, result: JsonValue) -> None:
-        """Record that the loop at ``path`` finished with ``result``."""
-        ...
-
-    def finished_result(self, run_id: str, path: str) -> tuple[bool, JsonValue]:
-        """``(True, result)`` when the loop at ``path`` finished, else ``(False, None)``."""
+        """Record the loop's ``result`` (its checkpoint is kept) and append ``events`` under
+        ``run_id``, in one transaction."""
         ...

@@ -122,7 +122,7 @@ class StoreCheckpointer:
     iterations take longer than that, so each is saved; a fast loop is not
     slowed by a write per iteration, and a redelivery repeats at most
     ``interval`` seconds of its work. A loop that finishes records its result
-    instead (:meth:`RunStore.mark_loop_finished`).
+    instead (:meth:`RunStore.finish_loop`).
     """
 
     def __init__(
@@ -141,7 +141,7 @@ class StoreCheckpointer:
         self._saved_at[path] = time.monotonic()
         if path in self._loaded:  # read already, with the rest of the loop's record
             return self._loaded.pop(path)
-        return self.store.load_checkpoint(self.run_id, path)
+        return self.store.loop_record(self.run_id, path).checkpoint
 
     def save(self, *, path: str, iteration: int, state: Any) -> None:
         now = time.monotonic()

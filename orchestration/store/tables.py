@@ -1,40 +1,40 @@
-"""The tables of the store, as a typed SQLAlchemy 2 ORM.
+"""The tables of the store, as SQLAlchemy Core tables on one :data:`metadata`.
 
 Four tables, the same on SQLite and PostgreSQL (JSON columns become ``JSONB``
 on PostgreSQL; nothing is ever pickled):
 
-``ai_tools``     tool schema payloads by id (the ``AiTool`` table)
+``ai_tools``     tool schema payloads by id
 ``runs``         one row per run (a root run and every child task's run)
 ``run_events``   progress events, keyed by the ROOT run id; ``id`` is the order
 ``checkpoints``  the latest checkpoint of each loop, one row per (run, path)
 
 There are deliberately no foreign keys: workers write events and checkpoints
 for runs that another process creates, in whatever order messages arrive.
-The migration in ``migrations/versions/0001_initial.py`` creates exactly these
-tables; a test checks that the two agree.
+The migrations in ``migrations/versions/`` create exactly these tables; a test
+checks that the two agree.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Column,
     DateTime,
     Dialect,
     Index,
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
     false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -43,7 +43,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
 
 EVENT_ID_TYPE = BigInteger().with_variant(Integer, "sqlite")
 """``BIGINT`` identity on PostgreSQL; on SQLite only ``INTEGER PRIMARY KEY`` autoincrements."""
@@ -82,78 +81,70 @@ def json_type() -> JSON:
     return JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 
-class Base(DeclarativeBase):
-    """Declarative base of the store's tables."""
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+"""Every table of the store (what the migrations create; Alembic compares against it)."""
 
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+ai_tools = Table(
+    "ai_tools",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("payload", json_type(), nullable=False),
+    Column("created_at", UtcDateTime(), nullable=False, default=utcnow),
+    Column("updated_at", UtcDateTime(), nullable=False, default=utcnow, onupdate=utcnow),
+)
+"""A tool schema payload ``{"name", "description", "parameters"}`` stored by id."""
 
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("root_run_id", String(255), nullable=False, index=True),
+    Column("parent_run_id", String(255)),
+    Column("runnable", String(255), nullable=False),
+    Column("path", Text, nullable=False, default=""),
+    Column("status", String(32), nullable=False, default="pending"),
+    Column("input", json_type()),
+    Column("output", json_type()),
+    Column("error", json_type()),
+    Column("input_tokens", BigInteger, nullable=False, default=0, server_default="0"),
+    Column("output_tokens", BigInteger, nullable=False, default=0, server_default="0"),
+    Column("token_budget", BigInteger),
+    Column("created_at", UtcDateTime(), nullable=False, default=utcnow, index=True),
+    Column("started_at", UtcDateTime()),
+    Column("finished_at", UtcDateTime()),
+    Column("celery_task_id", String(255)),
+    Column("cancel_requested", Boolean, nullable=False, default=False, server_default=false()),
+    Index("ix_runs_status_created_at", "status", "created_at"),
+    Index("ix_runs_parent_run_id_status", "parent_run_id", "status"),
+    Index("ix_runs_runnable_status", "runnable", "status"),
+)
+"""One run: a whole workflow (root run, ``root_run_id == id``) or one task of it."""
 
-class AiTool(Base):
-    """A tool schema payload ``{"name", "description", "parameters"}`` stored by id."""
+run_events = Table(
+    "run_events",
+    metadata,
+    Column("id", EVENT_ID_TYPE, primary_key=True, autoincrement=True),
+    Column("run_id", String(255), nullable=False),
+    Column("path", Text, nullable=False, default=""),
+    Column("status", String(32), nullable=False, default=""),
+    Column("phase", Text, nullable=False, default=""),
+    Column("iteration", Integer),
+    Column("payload", json_type(), nullable=False),
+    Column("created_at", UtcDateTime(), nullable=False, default=utcnow),
+    Index("ix_run_events_run_id_id", "run_id", "id"),
+)
+"""One progress event of a workflow; ``run_id`` is the root run id, ``id`` the order."""
 
-    __tablename__ = "ai_tools"
-
-    id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    name: Mapped[str] = mapped_column(String(255))
-    payload: Mapped[Any] = mapped_column(json_type(), nullable=False)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, onupdate=utcnow)
-
-
-class Run(Base):
-    """One run: a whole workflow (root run, ``root_run_id == id``) or one task of it."""
-
-    __tablename__ = "runs"
-    __table_args__ = (
-        Index("ix_runs_status_created_at", "status", "created_at"),
-        Index("ix_runs_parent_run_id_status", "parent_run_id", "status"),
-        Index("ix_runs_runnable_status", "runnable", "status"),
-    )
-
-    id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    root_run_id: Mapped[str] = mapped_column(String(255), index=True)
-    parent_run_id: Mapped[str | None] = mapped_column(String(255))
-    runnable: Mapped[str] = mapped_column(String(255))
-    path: Mapped[str] = mapped_column(Text, default="")
-    status: Mapped[str] = mapped_column(String(32), default="pending")
-    input: Mapped[Any] = mapped_column(json_type(), nullable=True)
-    output: Mapped[Any] = mapped_column(json_type(), nullable=True)
-    error: Mapped[Any] = mapped_column(json_type(), nullable=True)
-    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    token_budget: Mapped[int | None] = mapped_column(BigInteger)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, index=True)
-    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
-    celery_task_id: Mapped[str | None] = mapped_column(String(255))
-    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-
-
-class RunEvent(Base):
-    """One progress event of a workflow; ``run_id`` is the root run id, ``id`` the order."""
-
-    __tablename__ = "run_events"
-    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"),)
-
-    id: Mapped[int] = mapped_column(EVENT_ID_TYPE, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(String(255))
-    path: Mapped[str] = mapped_column(Text, default="")
-    status: Mapped[str] = mapped_column(String(32), default="")
-    phase: Mapped[str] = mapped_column(Text, default="")
-    iteration: Mapped[int | None] = mapped_column(Integer)
-    payload: Mapped[Any] = mapped_column(json_type(), nullable=False)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
-
-
-class Checkpoint(Base):
-    """The latest checkpoint of one loop (``iteration`` NULL: none yet) and whether it finished."""
-
-    __tablename__ = "checkpoints"
-
-    run_id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
-    iteration: Mapped[int | None] = mapped_column(Integer)
-    state: Mapped[Any] = mapped_column(json_type(), nullable=True)
-    finished: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    result: Mapped[Any] = mapped_column(json_type(), nullable=True)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, onupdate=utcnow)
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("run_id", String(255), primary_key=True),
+    Column("path", String(1024), primary_key=True),
+    Column("iteration", Integer),
+    Column("state", json_type()),
+    Column("finished", Boolean, nullable=False, default=False, server_default=false()),
+    Column("result", json_type()),
+    Column("updated_at", UtcDateTime(), nullable=False, default=utcnow, onupdate=utcnow),
+)
+"""The latest checkpoint of one loop (``iteration`` NULL: none yet) and whether it finished."""

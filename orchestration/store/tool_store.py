@@ -1,4 +1,4 @@
-"""The ``AiTool`` store: tool schema payloads by id.
+"""The tool store: tool schema payloads by id (the ``ai_tools`` table).
 
 A forced-tool action reads its schema with ``context.tool_store.get_payload(id)``
 (see :class:`actions.ForcedToolAction`). A payload is the JSON object a model
@@ -17,30 +17,58 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import delete, select
+from jsonschema import Draft202012Validator, SchemaError, ValidationError, validators
+from jsonschema.exceptions import best_match
+from sqlalchemy import Engine, Row, delete, select
 
-from orchestration.store.jsondata import find_non_json, to_json_value
-from orchestration.store.sqlbase import SqlStoreBase
-from orchestration.store.tables import AiTool, utcnow
+from orchestration.store.dialects import dialect_of, insert
+from orchestration.store.json_values import find_non_json, to_json_value
+from orchestration.store.tables import ai_tools, utcnow
 
 logger = logging.getLogger(__name__)
 
-TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-"""Tool names the OpenAI API (and compatible servers) accept."""
+TOOL_PAYLOAD_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["name", "parameters"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+        "description": {"type": "string"},
+        "parameters": {"type": "object", "required": ["type"], "properties": {"type": {"const": "object"}}},
+    },
+}
+"""What a tool payload must look like; ``name`` as the OpenAI API (and compatible servers) accept it."""
+
+_PAYLOAD_VALIDATOR = Draft202012Validator(TOOL_PAYLOAD_SCHEMA)
+_RULES = {
+    "name": "needs a 'name' of 1-64 letters, digits, '_' or '-'",
+    "description": "'description' must be a string",
+    "parameters": '\'parameters\' must be a JSON Schema object with "type": "object"',
+}
+
+
+def _offending_key(error: ValidationError) -> str:
+    """The payload's key an error is about: where it sits, or the required key that is missing."""
+    if error.path:
+        return str(error.path[0])
+    required, instance = error.validator_value, error.instance
+    if error.validator == "required" and isinstance(required, list) and isinstance(instance, Mapping):
+        return next((str(key) for key in required if key not in instance), "")
+    return ""
 
 
 def validate_tool_payload(payload: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
     """The payload as a plain dict when it is a valid tool schema; ``ValueError`` saying why not.
 
     A JSON string is parsed first. Required: ``name`` (1-64 of ``A-Za-z0-9_-``)
-    and ``parameters`` (a JSON Schema object with ``"type": "object"``);
+    and ``parameters``, a JSON Schema (checked against its meta-schema, Draft
+    2020-12 unless it names another in ``$schema``) with ``"type": "object"``;
     ``description`` is optional but must be a string.
     """
     if isinstance(payload, str | bytes):
@@ -51,18 +79,23 @@ def validate_tool_payload(payload: Mapping[str, Any] | str | bytes) -> dict[str,
     if not isinstance(payload, Mapping):
         raise ValueError(f"tool payload must be a JSON object, not {type(payload).__name__}")
     name = payload.get("name")
-    if not isinstance(name, str) or not TOOL_NAME_PATTERN.match(name):
-        raise ValueError(f"tool payload needs a 'name' of 1-64 letters, digits, '_' or '-', got {name!r}")
-    description = payload.get("description")
-    if description is not None and not isinstance(description, str):
-        raise ValueError(f"tool {name!r}: 'description' must be a string, not {type(description).__name__}")
-    parameters = payload.get("parameters")
-    if not isinstance(parameters, Mapping) or parameters.get("type") != "object":
-        raise ValueError(f'tool {name!r}: \'parameters\' must be a JSON Schema object with "type": "object"')
+    who = f"tool {name!r}" if isinstance(name, str) else "tool payload"
     problem = find_non_json(payload, "payload")
     if problem is not None:
-        raise ValueError(f"tool {name!r}: payload must be JSON, but {problem}")
-    result: dict[str, Any] = to_json_value(payload, what=f"tool {name!r} payload")
+        raise ValueError(f"{who}: payload must be JSON, but {problem}")
+    mismatch = best_match(_PAYLOAD_VALIDATOR.iter_errors(payload))
+    if mismatch is not None:
+        fix = _RULES.get(_offending_key(mismatch), "is not a tool payload")
+        raise ValueError(f"{who}: {fix} ({mismatch.message})")
+    parameters = payload["parameters"]
+    try:
+        validators.validator_for(parameters, default=Draft202012Validator).check_schema(parameters)
+    except SchemaError as schema_error:
+        where = "/".join(str(part) for part in schema_error.path) or "its top level"
+        raise ValueError(
+            f"{who}: 'parameters' is not a valid JSON Schema at {where} ({schema_error.message})"
+        ) from schema_error
+    result: dict[str, Any] = to_json_value(payload, what=f"{who} payload")
     return result
 
 
@@ -110,51 +143,49 @@ class ToolStore(Protocol):
         ...
 
 
-class SqlToolStore(SqlStoreBase):
+def _tool_record(row: Row[Any]) -> ToolRecord:
+    return ToolRecord(**row._mapping)
+
+
+class SqlToolStore:
     """The ``ai_tools`` table behind the :class:`ToolStore` protocol."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        """The engine the store uses (``dispose()`` it when done with the store)."""
+        self.dialect = dialect_of(engine)
+        """``"sqlite"`` or ``"postgresql"``."""
 
     def get_payload(self, tool_id: str) -> dict[str, Any] | None:
         """The tool's payload; ``None`` when missing or unparsable."""
-        with self._sessions() as session:
-            row = session.get(AiTool, tool_id)
-            return None if row is None else _parsed_or_none(tool_id, row.payload)
+        with self.engine.connect() as connection:
+            row = connection.execute(select(ai_tools.c.payload).where(ai_tools.c.id == tool_id)).first()
+        return None if row is None else _parsed_or_none(tool_id, row.payload)
 
     def put(self, tool_id: str, payload: Mapping[str, Any] | str | bytes) -> None:
         """Store (or replace) a validated payload under ``tool_id``."""
         valid = validate_tool_payload(payload)
         now = utcnow()
-        insert = self._insert(AiTool).values(
+        upsert = insert(ai_tools, self.dialect).values(
             id=tool_id, name=valid["name"], payload=valid, created_at=now, updated_at=now
         )
-        statement = insert.on_conflict_do_update(
+        statement = upsert.on_conflict_do_update(
             index_elements=["id"],
-            set_={"name": insert.excluded.name, "payload": insert.excluded.payload, "updated_at": now},
+            set_={"name": upsert.excluded.name, "payload": upsert.excluded.payload, "updated_at": now},
         )
-        with self._sessions.begin() as session:
-            session.execute(statement)
+        with self.engine.begin() as connection:
+            connection.execute(statement)
 
     def list(self) -> builtins.list[ToolRecord]:
         """Every stored tool, by id (unparsable payloads included as stored)."""
-        with self._sessions() as session:
-            rows = session.execute(select(AiTool).order_by(AiTool.id)).scalars()
-            return [
-                ToolRecord(
-                    id=row.id,
-                    name=row.name,
-                    payload=row.payload,
-                    created_at=row.created_at,
-                    updated_at=row.updated_at,
-                )
-                for row in rows
-            ]
+        with self.engine.connect() as connection:
+            return [_tool_record(row) for row in connection.execute(select(ai_tools).order_by(ai_tools.c.id))]
 
     def delete(self, tool_id: str) -> bool:
         """Remove the tool; ``False`` when there was none."""
-        with self._sessions.begin() as session:
-            return (
-                session.execute(delete(AiTool).where(AiTool.id == tool_id).returning(AiTool.id)).first()
-                is not None
-            )
+        statement = delete(ai_tools).where(ai_tools.c.id == tool_id).returning(ai_tools.c.id)
+        with self.engine.begin() as connection:
+            return connection.execute(statement).first() is not None
 
 
 class InMemoryToolStore:

@@ -26,7 +26,7 @@ from orchestration.store import (
     create_engine_for,
     upgrade_database,
 )
-from orchestration.store.tables import Base
+from orchestration.store.tables import metadata
 from orchestration.testing.servers.postgres import (
     PostgresUnavailableError,
     postgres_server,
@@ -71,7 +71,7 @@ def _engine(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Eng
     if backend == "postgresql":
         engine: Engine = request.getfixturevalue("pg_engine")
         with engine.begin() as connection:  # DELETE beats TRUNCATE on tables this small
-            for table in Base.metadata.sorted_tables:
+            for table in metadata.sorted_tables:
                 connection.execute(table.delete())
         return engine
     path = tmp_path / "store.sqlite3"

@@ -7,9 +7,19 @@ import time
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, select
 
 from actions import StateNotSerializableError
-from orchestration.store import TERMINAL_STATUSES, RunNotFoundError, RunRecord, RunStatus, RunStore
+from orchestration.store import (
+    TERMINAL_STATUSES,
+    LoopRecord,
+    RunNotFoundError,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    SqlRunStore,
+)
+from orchestration.store.tables import checkpoints
 
 
 def _event(path: str, iteration: int, status: str = "progress", **data: Any) -> dict[str, Any]:
@@ -141,12 +151,13 @@ def test_events_follow_a_whole_workflow_in_order_across_paths(run_store: RunStor
         _event("pipeline/1/branch/0", 2, hits=3),
         _event("", 1, "completed"),
     ]
-    ids = [run_store.append_event("root", event) for event in sent]
-    run_store.append_event("other-root", _event("", 0))
-    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    run_store.append_events("root", sent[:2])
+    run_store.append_events("other-root", [_event("", 0)])
+    run_store.append_events("root", sent[2:])
 
     stored = run_store.events("root")
-    assert [event_id for event_id, _ in stored] == ids
+    ids = [event_id for event_id, _ in stored]
+    assert ids == sorted(set(ids))
     assert [event for _, event in stored] == sent
 
     assert [event for _, event in run_store.events("root", after_id=ids[2])] == sent[3:]
@@ -155,9 +166,11 @@ def test_events_follow_a_whole_workflow_in_order_across_paths(run_store: RunStor
     assert run_store.events("nobody") == []
 
 
-def test_events_must_be_json(run_store: RunStore) -> None:
+def test_events_must_be_json_objects_and_none_is_kept_when_one_is_not(run_store: RunStore) -> None:
     with pytest.raises(StateNotSerializableError, match="progress event"):
-        run_store.append_event("root", {**_event("", 0), "data": {"when": object()}})
+        run_store.append_events("root", [_event("", 0), {**_event("", 1), "data": {"when": object()}}])
+    with pytest.raises(TypeError, match="a progress event is a mapping, not list"):
+        run_store.append_events("root", [_event("", 0), ["not", "an", "event"]])  # type: ignore[list-item]
     assert run_store.events("root") == []
 
 
@@ -201,26 +214,36 @@ def test_usage_from_many_threads_is_never_lost(run_store: RunStore) -> None:
 
 
 def test_a_checkpoint_is_replaced_by_the_next_one(run_store: RunStore) -> None:
-    assert run_store.load_checkpoint("r1", "loop") is None
+    assert run_store.loop_record("r1", "loop").checkpoint is None
     for iteration in range(1, 31):
         state = {"seen": list(range(iteration))[-3:], "i": iteration}
         run_store.save_checkpoint("r1", "loop", iteration, state)
     run_store.save_checkpoint("r1", "pipeline/1/loop", 2, ["other", "loop"])
-    assert run_store.load_checkpoint("r1", "loop") == (30, {"seen": [27, 28, 29], "i": 30})
-    assert run_store.load_checkpoint("r1", "pipeline/1/loop") == (2, ["other", "loop"])
-    assert run_store.load_checkpoint("r2", "loop") is None
-    assert run_store.checkpoint_count() == 2  # type: ignore[attr-defined]
+    assert run_store.loop_record("r1", "loop").checkpoint == (30, {"seen": [27, 28, 29], "i": 30})
+    assert run_store.loop_record("r1", "pipeline/1/loop").checkpoint == (2, ["other", "loop"])
+    assert run_store.loop_record("r2", "loop").checkpoint is None
+
+
+def test_a_sql_store_keeps_one_checkpoint_row_per_loop(sql_engine: Engine) -> None:
+    store = SqlRunStore(sql_engine)
+    for iteration in range(5):
+        store.save_checkpoint("r1", "loop", iteration, {"i": iteration})
+    store.finish_loop("r1", "loop", None)
+    store.save_checkpoint("r1", "other", 0, None)
+    with sql_engine.connect() as connection:
+        paths = connection.execute(select(checkpoints.c.path).order_by(checkpoints.c.path)).scalars()
+        assert list(paths) == ["loop", "other"]
 
 
 def test_checkpoint_state_round_trips_as_json(run_store: RunStore) -> None:
     state = {"history": ({"role": "user", "content": "é ✓"},), "score": 0.25, "done": False, "none": None}
     run_store.save_checkpoint("r1", "loop", 0, state)
-    assert run_store.load_checkpoint("r1", "loop") == (
+    assert run_store.loop_record("r1", "loop").checkpoint == (
         0,
         {"history": [{"role": "user", "content": "é ✓"}], "score": 0.25, "done": False, "none": None},
     )
     run_store.save_checkpoint("r1", "loop", 1, None)
-    assert run_store.load_checkpoint("r1", "loop") == (1, None)
+    assert run_store.loop_record("r1", "loop").checkpoint == (1, None)
 
 
 @pytest.mark.parametrize(
@@ -242,19 +265,17 @@ def test_state_that_is_not_json_is_refused_naming_the_offending_type(
     assert named in message
     assert "checkpoint state of loop 'pipeline/loop' in run 'r1'" in message
     assert isinstance(raised.value, TypeError)
-    assert run_store.load_checkpoint("r1", "pipeline/loop") is None
+    assert run_store.loop_record("r1", "pipeline/loop").checkpoint is None
 
 
 def test_a_finished_loop_reports_its_result_and_keeps_its_checkpoint(run_store: RunStore) -> None:
-    assert run_store.finished_result("r1", "loop") == (False, None)
+    assert run_store.loop_record("r1", "loop") == LoopRecord(finished=False, result=None, checkpoint=None)
     run_store.save_checkpoint("r1", "loop", 4, {"i": 4})
-    assert run_store.finished_result("r1", "loop") == (False, None)
-    run_store.mark_loop_finished("r1", "loop", {"answer": 42})
-    assert run_store.finished_result("r1", "loop") == (True, {"answer": 42})
-    assert run_store.load_checkpoint("r1", "loop") == (4, {"i": 4})
-    run_store.mark_loop_finished("r1", "other", None)
-    assert run_store.finished_result("r1", "other") == (True, None)
-    assert run_store.load_checkpoint("r1", "other") is None
+    assert run_store.loop_record("r1", "loop") == (False, None, (4, {"i": 4}))
+    run_store.finish_loop("r1", "loop", {"answer": 42})
+    assert run_store.loop_record("r1", "loop") == (True, {"answer": 42}, (4, {"i": 4}))
+    run_store.finish_loop("r1", "other", None)
+    assert run_store.loop_record("r1", "other") == (True, None, None)
 
 
 def test_values_read_back_cannot_change_what_is_stored(run_store: RunStore) -> None:

@@ -3,7 +3,7 @@ events, and a loop's whole record read at once; on every store implementation.""
 
 from __future__ import annotations
 
-from orchestration.store import RunStore
+from orchestration.store import LoopRecord, RunStore
 
 
 def event(path: str, n: int) -> dict[str, object]:
@@ -12,7 +12,7 @@ def event(path: str, n: int) -> dict[str, object]:
 
 
 def test_several_events_are_appended_in_order(run_store: RunStore) -> None:
-    run_store.append_event("r", event("a", 0))
+    run_store.append_events("r", [event("a", 0)])
     run_store.append_events("r", [event("a", 1), event("b", 2), event("a", 3)])
     run_store.append_events("r", [])
     assert [(e["path"], e["iteration"]) for _, e in run_store.events("r")] == [
@@ -21,17 +21,15 @@ def test_several_events_are_appended_in_order(run_store: RunStore) -> None:
 
 
 def test_a_loop_record_is_read_whole(run_store: RunStore) -> None:
-    assert run_store.loop_state("r", "p") == (False, None, None)
+    assert run_store.loop_record("r", "p") == LoopRecord(finished=False, result=None, checkpoint=None)
     run_store.save_checkpoint("r", "p", 2, {"n": 2})
-    assert run_store.loop_state("r", "p") == (False, None, (2, {"n": 2}))
+    assert run_store.loop_record("r", "p") == (False, None, (2, {"n": 2}))
     run_store.finish_loop("r", "p", {"done": True}, events=[event("p", 3)])
-    finished, result, _ = run_store.loop_state("r", "p")
-    assert (finished, result) == (True, {"done": True})
-    assert run_store.finished_result("r", "p") == (True, {"done": True})
+    assert run_store.loop_record("r", "p") == (True, {"done": True}, (2, {"n": 2}))
     assert [e["iteration"] for _, e in run_store.events("r")] == [3]
 
 
 def test_finishing_a_loop_without_events_records_its_result(run_store: RunStore) -> None:
     run_store.finish_loop("r", "q", [1, 2])
-    assert run_store.finished_result("r", "q") == (True, [1, 2])
+    assert run_store.loop_record("r", "q") == (True, [1, 2], None)
     assert run_store.events("r") == []

@@ -40,8 +40,8 @@ def _emit_events(url: str, barrier: Barrier, worker: int) -> None:
         store = SqlRunStore(engine)
         barrier.wait(timeout=60)
         for index in range(EVENTS):
-            store.append_event(
-                "shared", {"path": f"branch/{worker}", "iteration": index, "status": "progress"}
+            store.append_events(
+                "shared", [{"path": f"branch/{worker}", "iteration": index, "status": "progress"}]
             )
     finally:
         engine.dispose()

@@ -1,4 +1,4 @@
-"""Migrations go up and down on both databases, and the models agree with them."""
+"""Migrations go up and down on both databases, and the tables agree with them."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from orchestration.store import (
     upgrade_database,
 )
 from orchestration.store.migrate import alembic_config
-from orchestration.store.tables import Base
+from orchestration.store.tables import metadata
 from orchestration.testing.servers.postgres import private_database
 
 TABLES = {"ai_tools", "runs", "run_events", "checkpoints"}
@@ -72,10 +72,10 @@ def test_upgrading_an_up_to_date_database_changes_nothing(blank_database_url: st
     assert current_revision(blank_database_url) == "0002"
 
 
-def test_the_models_match_the_migrated_schema_exactly(sql_engine: Engine) -> None:
+def test_the_tables_match_the_migrated_schema_exactly(sql_engine: Engine) -> None:
     with sql_engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, Base.metadata) == []
+        assert compare_metadata(context, metadata) == []
 
 
 def test_migrations_render_offline_sql_for_postgresql() -> None:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, insert
 
 from actions import ForcedToolAction
 from orchestration.store import InMemoryToolStore, SqlToolStore, ToolStore, validate_tool_payload
-from orchestration.store.tables import AiTool, utcnow
+from orchestration.store.tables import ai_tools, utcnow
 
 PLAN = {
     "name": "plan_record_search",
@@ -36,6 +36,12 @@ def test_a_missing_tool_reads_as_none(tool_store: ToolStore) -> None:
 def test_a_payload_may_be_given_as_a_json_string(tool_store: ToolStore) -> None:
     tool_store.put("plan", json.dumps(PLAN))
     assert tool_store.get_payload("plan") == PLAN
+
+
+def test_parameters_may_name_an_older_json_schema_draft(tool_store: ToolStore) -> None:
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "definitions": {}}
+    tool_store.put("old", {"name": "old", "parameters": draft7})
+    assert tool_store.get_payload("old") == {"name": "old", "parameters": draft7}
 
 
 def test_description_is_optional(tool_store: ToolStore) -> None:
@@ -68,6 +74,11 @@ def test_the_caller_cannot_change_a_stored_payload_afterwards(tool_store: ToolSt
         ({"name": "p", "description": "d"}, "'parameters'"),
         ({**PLAN, "parameters": {"type": "array"}}, "'parameters'"),
         ({**PLAN, "parameters": "object"}, "'parameters'"),
+        (
+            {**PLAN, "parameters": {"type": "object", "properties": {"query": {"type": "strng"}}}},
+            "'parameters' is not a valid JSON Schema at properties/query/type",
+        ),
+        ({**PLAN, "parameters": {"type": "object", "required": "query"}}, "at required"),
         ({**PLAN, "extra": {1, 2}}, "builtins.set"),
         ({**PLAN, "extra": float("nan")}, "NaN"),
     ],
@@ -119,7 +130,7 @@ def test_list_returns_every_tool_by_id_and_delete_removes_one(tool_store: ToolSt
 def test_an_unparsable_row_written_around_the_store_reads_as_missing(sql_engine: Engine, stored: Any) -> None:
     with sql_engine.begin() as connection:
         connection.execute(
-            insert(AiTool).values(
+            insert(ai_tools).values(
                 id="broken", name="broken", payload=stored, created_at=utcnow(), updated_at=utcnow()
             )
         )
@@ -131,7 +142,7 @@ def test_an_unparsable_row_written_around_the_store_reads_as_missing(sql_engine:
 def test_a_row_holding_the_payload_as_a_json_string_still_parses(sql_engine: Engine) -> None:
     with sql_engine.begin() as connection:
         connection.execute(
-            insert(AiTool).values(
+            insert(ai_tools).values(
                 id="text",
                 name=PLAN["name"],
                 payload=json.dumps(PLAN),

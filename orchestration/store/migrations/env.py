@@ -13,10 +13,10 @@ from alembic import context
 from sqlalchemy import Connection
 
 from orchestration.store.engine import create_engine_for, database_url, normalize_url
-from orchestration.store.tables import Base
+from orchestration.store.tables import metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 if config.config_file_name is not None:  # the CLI: log as alembic.ini says
     fileConfig(config.config_file_name, disable_existing_loggers=False)
