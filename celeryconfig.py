@@ -1,13 +1,20 @@
-"""Celery settings for agentloop, read from the environment once, at import.
+"""Celery settings for agentloop: a projection of :func:`orchestration.settings.load_settings`.
+
+The environment is read once, at import, by ``orchestration/settings.py`` (the
+only module that reads it); this module turns those settings into the
+attributes Celery reads. Blank variables count as unset, and a malformed one
+stops the import with an error that names it.
 
 With nothing set, the embedded defaults need no server: Celery's in-memory
 transport (``memory://``) and in-memory results (``cache+memory://``). Those
 only work inside one process, so whoever needs a worker starts it in-process
-as a thread (``orchestration.testing.servers.worker.embedded_worker``, as
+as a thread (``orchestration.celery_adapter.embedded.embedded_worker``, as
 ``celery.contrib.testing`` does); ``celery -A orchestration worker`` on them
 runs, but nothing outside that process can reach it.
 
-Environment variables (all optional):
+Environment variables Celery's settings come from (all optional; the store's,
+the model's and ``AGENTLOOP_CHECKPOINT_SECONDS`` are documented with the
+fields of ``orchestration.settings.Settings``):
 
 ``BROKER_URL``
     Broker URL, e.g. ``amqp://guest:guest@127.0.0.1:5672//`` or
@@ -70,67 +77,21 @@ and sent events are on, so Flower sees every task; UTC; extended results
 On ``memory://`` the transport polls every 10 ms instead of kombu's 1 s.
 
 Passwords in URLs are never printed by the project: use
-``orchestration.celery_adapter.app.redact_url`` (or ``describe_app``) to show a URL.
+``orchestration.redaction.redact_url`` (or ``describe_app``) to show a URL.
 """
 
-import os as _os
+from orchestration.settings import load_settings as _load_settings
 
-from orchestration.celery_adapter.schedule import schedule_from_json as _schedule_from_json
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    """The stripped value of environment variable ``name``; ``default`` when unset or blank."""
-    value = _os.environ.get(name, "").strip()
-    return value or default
-
-
-def _env_int(name: str, default: int) -> int:
-    """Environment variable ``name`` as a non-negative integer (``default`` when unset or blank)."""
-    raw = _env(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-    if value < 0:
-        raise ValueError(f"{name} must not be negative, got {value}")
-    return value
-
-
-def _scheme(url: str) -> str:
-    """The transport part of a URL's scheme: ``amqp`` for ``amqp://...``, ``redis`` for ``rediss``."""
-    scheme = url.split("://", 1)[0].lower().split("+")[0]
-    return {"rediss": "redis", "pyamqp": "amqp", "amqps": "amqp"}.get(scheme, scheme)
-
-
-def _default_result_backend(broker: str, redis_url: str | None) -> str:
-    """The result backend implied by the broker when ``RESULT_BACKEND`` is not set (see module doc)."""
-    if redis_url:
-        return redis_url
-    kind = _scheme(broker)
-    if kind == "redis":
-        return broker
-    if kind == "memory":
-        return "cache+memory://"
-    if kind == "amqp":
-        return "rpc://"
-    raise ValueError(
-        f"no result backend for broker scheme {kind!r}: set RESULT_BACKEND or REDIS_URL "
-        "(agentloop needs a result backend for chords and for following runs)"
-    )
-
+_settings = _load_settings()
 
 # -- broker and results -----------------------------------------------------------------------------
 
-_REDIS_URL = _env("REDIS_URL")
-
-broker_url: str = _env("BROKER_URL") or _REDIS_URL or "memory://"
-result_backend: str = _env("RESULT_BACKEND") or _default_result_backend(broker_url, _REDIS_URL)
+broker_url: str = _settings.broker_url
+result_backend: str = _settings.result_backend
 
 broker_connection_retry_on_startup = True
 broker_connection_retry = True
-broker_connection_max_retries: int = _env_int("AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES", 100)
+broker_connection_max_retries: int = _settings.broker_connection_max_retries
 # A result backend that restarts (Redis) is retried, not a lost result: the step that
 # finished while it was away still records its result once it is back.
 result_backend_always_retry = True
@@ -138,7 +99,7 @@ result_backend_always_retry = True
 # cancel them so the broker delivers them again (Celery 6's default). Durable loops resume
 # from their checkpoints and finished steps are not run again, so this loses no work.
 worker_cancel_long_running_tasks_on_connection_loss = True
-result_backend_max_retries: int = _env_int("AGENTLOOP_RESULT_BACKEND_MAX_RETRIES", 20)
+result_backend_max_retries: int = _settings.result_backend_max_retries
 
 # -- serialization: JSON only -----------------------------------------------------------------------
 
@@ -147,36 +108,24 @@ result_serializer = "json"
 accept_content = ["json"]
 result_accept_content = ["json"]
 
-# -- long LLM tasks ---------------------------------------------------------------------------------
+# -- long LLM tasks (the settings check that soft < hard < visibility timeout) ---------------------
 
-task_soft_time_limit: int = _env_int("AGENTLOOP_TASK_SOFT_TIME_LIMIT", 900)
-task_time_limit: int = _env_int("AGENTLOOP_TASK_TIME_LIMIT", 960)
-if task_soft_time_limit >= task_time_limit:
-    raise ValueError(
-        f"AGENTLOOP_TASK_SOFT_TIME_LIMIT ({task_soft_time_limit}) must be below "
-        f"AGENTLOOP_TASK_TIME_LIMIT ({task_time_limit})"
-    )
-
-_visibility_timeout: int = _env_int("AGENTLOOP_VISIBILITY_TIMEOUT", task_time_limit + 300)
-if _visibility_timeout <= task_time_limit:
-    raise ValueError(
-        f"AGENTLOOP_VISIBILITY_TIMEOUT ({_visibility_timeout}) must exceed AGENTLOOP_TASK_TIME_LIMIT "
-        f"({task_time_limit}): a task still running would be delivered twice"
-    )
+task_soft_time_limit: int = _settings.task_soft_time_limit
+task_time_limit: int = _settings.task_time_limit
 broker_transport_options: dict[str, float] = {
-    "visibility_timeout": _visibility_timeout,
+    "visibility_timeout": _settings.visibility_timeout,
     # One Redis scan per interval (kombu otherwise scans on every tenth 10 s tick).
-    "unacked_restore_interval": _env_int("AGENTLOOP_UNACKED_RESTORE_SECONDS", 60),
+    "unacked_restore_interval": _settings.unacked_restore_seconds,
     "unacked_restore_throttle": 1,
 }
-if _scheme(broker_url) == "memory":
+if broker_url.split("://", 1)[0].lower() == "memory":
     # kombu polls its in-memory queues once a second by default: each hop of a chain would cost 1 s.
     broker_transport_options["polling_interval"] = 0.01
 
 task_acks_late = True
 task_reject_on_worker_lost = True
-worker_prefetch_multiplier: int = _env_int("AGENTLOOP_WORKER_PREFETCH_MULTIPLIER", 1)
-result_expires: int = _env_int("AGENTLOOP_RESULT_EXPIRES", 7 * 24 * 3600)
+worker_prefetch_multiplier: int = _settings.worker_prefetch_multiplier
+result_expires: int = _settings.result_expires
 # Off: the backend would keep every task's arguments (runs' inputs) next to its result,
 # doubling what each task writes to Redis, for nothing the framework reads.
 result_extended = False
@@ -189,12 +138,10 @@ task_send_sent_event = True
 
 # -- routing, time, modules, schedule -------------------------------------------------------------
 
-task_default_queue: str = _env("AGENTLOOP_TASK_DEFAULT_QUEUE") or "agentloop"
+task_default_queue: str = _settings.task_default_queue
 timezone = "UTC"
 enable_utc = True
-imports: tuple[str, ...] = tuple(
-    name.strip() for name in (_env("AGENTLOOP_IMPORTS") or "").split(",") if name.strip()
-)
+imports: tuple[str, ...] = _settings.imports
 # Batches run by ``celery -A orchestration beat`` (exactly one beat per deployment).
 # Write entries here with ``orchestration.celery_adapter.schedule.batch_entry(...)``, or set them as JSON.
-beat_schedule: dict[str, dict[str, object]] = _schedule_from_json(_env("AGENTLOOP_BEAT_SCHEDULE") or "")
+beat_schedule: dict[str, dict[str, object]] = _settings.beat_schedule

@@ -34,18 +34,10 @@ from pydantic_settings import (
 from orchestration.celery_adapter.schedule import schedule_from_json
 from orchestration.redaction import redact_url
 
-__all__ = [
-    "DEFAULT_HOME",
-    "SQLITE_FILENAME",
-    "ModelSettings",
-    "Settings",
-    "SettingsError",
-    "env_names",
-    "load_settings",
-]
+__all__ = ["ModelSettings", "Settings", "SettingsError", "env_names", "load_settings"]
 
-DEFAULT_HOME = ".agentloop"
-SQLITE_FILENAME = "agentloop.sqlite3"
+_DEFAULT_HOME = ".agentloop"
+_SQLITE_FILENAME = "agentloop.sqlite3"
 
 
 class SettingsError(ValueError):
@@ -215,7 +207,7 @@ def _default_result_backend(values: dict[str, Any]) -> str:
 
 
 def _sqlite_under(values: dict[str, Any]) -> str:
-    return f"sqlite:///{(Path(values['home']) / SQLITE_FILENAME).resolve()}"
+    return f"sqlite:///{(Path(values['home']) / _SQLITE_FILENAME).resolve()}"
 
 
 class Settings(_Group):
@@ -241,7 +233,7 @@ class Settings(_Group):
     result_backend: str = Field(default_factory=_default_result_backend, validation_alias="RESULT_BACKEND")
     """``RESULT_BACKEND``: wins over everything. Default: ``REDIS_URL``; the broker when it is Redis;
     ``cache+memory://`` on ``memory://``; ``rpc://`` on AMQP; any other broker is an error."""
-    home: Path = _env("AGENTLOOP_HOME", Path(DEFAULT_HOME))
+    home: Path = _env("AGENTLOOP_HOME", Path(_DEFAULT_HOME))
     """``AGENTLOOP_HOME``: the folder of the default SQLite store. Default: ``./.agentloop``."""
     database_url: str = Field(default_factory=_sqlite_under, validation_alias="DATABASE_URL")
     """``DATABASE_URL``: the run store. Default: the file ``agentloop.sqlite3`` under ``AGENTLOOP_HOME``."""
@@ -366,11 +358,21 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     Raises :class:`SettingsError` naming every malformed variable.
     """
     env = os.environ if environ is None else environ
+    problems: list[str] = []
+    model = ModelSettings()
     try:
         model = ModelSettings(**_MappingSource(ModelSettings, env)())
-        return Settings(model=model, **_MappingSource(Settings, env)())
     except ValidationError as error:
-        raise SettingsError(_describe(error)) from None
+        problems.append(_describe(error))
+    try:
+        settings = Settings(model=model, **_MappingSource(Settings, env)())
+    except ValidationError as error:
+        problems.append(_describe(error))
+    except SettingsError as error:  # raised while resolving a default (no result backend)
+        problems.append(str(error))
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return settings
 
 
 def _describe(error: ValidationError) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from rich.progress import (
 )
 
 from loops.progress import ProgressEvent, ProgressStatus
+from orchestration.settings import Settings, SettingsError, load_settings
 
 console = Console()
 errors = Console(stderr=True)
@@ -45,25 +45,32 @@ def parse_json(text: str | None, *, what: str, default: Any = None) -> Any:
         raise fail(f"{what} is not valid JSON: {error}") from None
 
 
-def import_deployment_modules() -> list[str]:
-    """Import the modules named in ``AGENTLOOP_IMPORTS`` (they register runnables)."""
+def cli_settings() -> Settings:
+    """The environment's settings, or a usage error naming the malformed variable."""
+    try:
+        return load_settings()
+    except SettingsError as error:
+        raise fail(str(error)) from None
+
+
+def import_deployment_modules(settings: Settings) -> list[str]:
+    """Import the modules named in ``settings.imports`` (``AGENTLOOP_IMPORTS``; they register runnables)."""
     import importlib
 
-    names = [n.strip() for n in os.environ.get("AGENTLOOP_IMPORTS", "").split(",") if n.strip()]
-    for name in names:
+    for name in settings.imports:
         try:
             importlib.import_module(name)
         except ImportError as error:
             raise fail(f"AGENTLOOP_IMPORTS names {name!r}, which cannot be imported: {error}") from None
-    return names
+    return list(settings.imports)
 
 
 @contextmanager
-def celery_app(*, start_worker: bool | None = None) -> Iterator[Any]:
-    """The app from ``celeryconfig``; on the in-memory broker, with a worker thread in this process."""
+def celery_app(settings: Settings, *, start_worker: bool | None = None) -> Iterator[Any]:
+    """The app for ``settings``; on the in-memory broker, with a worker thread in this process."""
     from orchestration.celery_adapter.app import create_app
 
-    app = create_app()
+    app = create_app(settings=settings)
     in_memory = str(app.conf.broker_url).startswith("memory://")
     try:
         if start_worker or (start_worker is None and in_memory):

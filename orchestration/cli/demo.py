@@ -7,7 +7,6 @@ defaults), with a live progress display; then the answers are printed.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import typer
@@ -17,10 +16,22 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from orchestration.celery_adapter.app import redact_url
-from orchestration.cli.common import EXIT_FAILED, EXIT_TIMEOUT, celery_app, console, fail, follow
+from orchestration.cli.common import (
+    EXIT_FAILED,
+    EXIT_TIMEOUT,
+    celery_app,
+    cli_settings,
+    console,
+    fail,
+    follow,
+)
 from orchestration.client import CeleryAgentRunner
 from orchestration.llm import describe_processor
+from orchestration.redaction import redact_url
+from orchestration.store import database_url
+
+#: The module that registers the demo's runnables, imported when ``AGENTLOOP_IMPORTS`` names none.
+DEMO_MODULE = "agentloop.examples.record_search.workflows"
 
 
 def demo(
@@ -34,19 +45,21 @@ def demo(
 ) -> None:
     """Run the record-search demo workflow on Celery and print its answers."""
     from agentloop.examples.record_search.generator import default_processor
-    from agentloop.examples.record_search.resources import open_resources, resolve_database_url
+    from agentloop.examples.record_search.resources import open_resources
     from agentloop.examples.record_search.workflows import DEMO, DEMO_QUESTIONS
 
-    os.environ.setdefault("AGENTLOOP_IMPORTS", "agentloop.examples.record_search.workflows")
+    settings = cli_settings()
+    if not settings.imports:
+        settings = settings.model_copy(update={"imports": (DEMO_MODULE,)})
     processor = default_processor()
     offline = describe_processor(processor).startswith("offline")
-    database = resolve_database_url()
+    database = database_url(settings)
     with console.status("preparing the sample database and the AiTool rows"):
         resources = open_resources(database)
         resources.dispose()
     questions = list(question) or list(DEMO_QUESTIONS)
 
-    with celery_app(start_worker=worker) as app:
+    with celery_app(settings, start_worker=worker) as app:
         broker = str(app.conf.broker_url)
         console.print(f"[bold]model[/]    {escape(describe_processor(processor))}")
         console.print(

@@ -10,6 +10,7 @@ from orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
     celery_app,
+    cli_settings,
     console,
     fail,
     follow,
@@ -34,10 +35,11 @@ def trigger(
     spec = parse_json(context, what="--context", default={})
     if not isinstance(spec, dict):
         raise fail("--context must be a JSON object")
-    imported = import_deployment_modules()
+    settings = cli_settings()
+    imported = import_deployment_modules(settings)
     if imported and name not in registry:
         raise fail(str(UnknownRunnableError(name, registry.names)))
-    with celery_app() as app:
+    with celery_app(settings) as app:
         handle = CeleryAgentRunner.create(runnable=name, context=spec, app=app).request_sync(input=payload)
         console.print(f"run id: [bold]{handle.run_id}[/]")
         if not wait:

@@ -1,16 +1,15 @@
 """Where the store lives and how to connect to it.
 
-``DATABASE_URL`` picks the database; without it the store is a SQLite file at
-``$AGENTLOOP_HOME/agentloop.sqlite3`` (``AGENTLOOP_HOME`` defaults to
-``./.agentloop``). Plain ``postgresql://`` URLs are rewritten to use psycopg 3.
-SQLite files are opened in WAL mode with a busy timeout so several worker
-processes can share one file.
+``Settings.database_url`` picks the database (``DATABASE_URL``; without it
+a SQLite file at ``$AGENTLOOP_HOME/agentloop.sqlite3``, ``AGENTLOOP_HOME``
+defaulting to ``./.agentloop``: see :mod:`orchestration.settings`). Plain
+``postgresql://`` URLs are rewritten to use psycopg 3. SQLite files are opened
+in WAL mode with a busy timeout so several worker processes can share one
+file.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
-DEFAULT_HOME = ".agentloop"
-SQLITE_FILENAME = "agentloop.sqlite3"
+from orchestration.settings import Settings, load_settings
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 _POSTGRES_PREFIXES = ("postgresql://", "postgres://")
@@ -33,15 +32,14 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def database_url(environ: Mapping[str, str] | None = None) -> str:
-    """The store's URL: ``DATABASE_URL``, else the default SQLite file (its folder is created)."""
-    env = os.environ if environ is None else environ
-    configured = env.get("DATABASE_URL", "").strip()
-    if configured:
-        return normalize_url(configured)
-    home = Path(env.get("AGENTLOOP_HOME", "").strip() or DEFAULT_HOME).expanduser()
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{(home / SQLITE_FILENAME).resolve()}"
+def database_url(settings: Settings | None = None) -> str:
+    """The store's URL: ``settings.database_url`` (default: :func:`load_settings`), normalized;
+    the folder of a SQLite file is created."""
+    url = normalize_url((settings or load_settings()).database_url)
+    path = _sqlite_file(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return url
 
 
 def _sqlite_file(url: str) -> Path | None:

@@ -1,4 +1,4 @@
-"""celeryconfig reads everything from the environment, with defaults that need no server.
+"""celeryconfig projects the environment's settings for Celery, with defaults that need no server.
 
 Each test loads a fresh copy of ``celeryconfig.py`` under the environment it
 sets, so the module everybody else imports is never reloaded.
@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 
 import celeryconfig
-from orchestration.testing.servers.worker import CONFIG_ENV_VARS
+from orchestration.settings import SettingsError, env_names
 
 LoadConfig = Callable[..., ModuleType]
 
@@ -24,7 +24,7 @@ def load_config(monkeypatch: pytest.MonkeyPatch) -> LoadConfig:
     """``load_config(REDIS_URL=...)``: a fresh celeryconfig module read under exactly that environment."""
 
     def load(**env: str) -> ModuleType:
-        for name in CONFIG_ENV_VARS:
+        for name in env_names():
             monkeypatch.delenv(name, raising=False)
         for name, value in env.items():
             monkeypatch.setenv(name, value)
@@ -188,9 +188,17 @@ def test_tuning_knobs_come_from_the_environment(load_config: LoadConfig) -> None
     assert config.worker_prefetch_multiplier == 2
 
 
-def test_every_variable_the_worker_helper_strips_is_documented(load_config: LoadConfig) -> None:
+def test_every_variable_of_celerys_settings_is_documented(load_config: LoadConfig) -> None:
     doc = load_config().__doc__ or ""
-    assert all(f"``{name}``" in doc for name in CONFIG_ENV_VARS)
+    celery_variables = set(env_names()) - {"DATABASE_URL", "AGENTLOOP_HOME", "AGENTLOOP_CHECKPOINT_SECONDS"}
+    celery_variables -= {name for name in env_names() if name.startswith(("OPENAI_", "AGENTLOOP_MODEL_"))}
+    assert len(celery_variables) == 14
+    assert all(f"\n``{name}``\n" in doc for name in celery_variables)
+
+
+def test_a_malformed_variable_stops_the_import_with_a_settings_error(load_config: LoadConfig) -> None:
+    with pytest.raises(SettingsError, match="AGENTLOOP_WORKER_PREFETCH_MULTIPLIER must be an integer"):
+        load_config(AGENTLOOP_WORKER_PREFETCH_MULTIPLIER="one")
 
 
 def test_dead_workers_messages_are_swept_back_on_a_configurable_interval(load_config: LoadConfig) -> None:

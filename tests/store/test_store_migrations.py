@@ -12,6 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
 
+from orchestration.settings import load_settings
 from orchestration.store import (
     create_engine_for,
     current_revision,
@@ -102,14 +103,15 @@ def test_open_store_migrates_a_new_database_by_itself(tmp_path: Path) -> None:
 
 def test_database_url_defaults_to_a_sqlite_file_under_agentloop_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    url = database_url({"AGENTLOOP_HOME": str(home)})
+    url = database_url(load_settings({"AGENTLOOP_HOME": str(home)}))
     assert url == f"sqlite:///{home.resolve() / 'agentloop.sqlite3'}"
     assert home.is_dir()
 
 
 def test_database_url_defaults_to_dot_agentloop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert database_url({}) == f"sqlite:///{tmp_path.resolve() / '.agentloop' / 'agentloop.sqlite3'}"
+    expected = f"sqlite:///{tmp_path.resolve() / '.agentloop' / 'agentloop.sqlite3'}"
+    assert database_url(load_settings({})) == expected
 
 
 @pytest.mark.parametrize(
@@ -123,7 +125,7 @@ def test_database_url_defaults_to_dot_agentloop(tmp_path: Path, monkeypatch: pyt
 )
 def test_database_url_rewrites_postgresql_urls_to_psycopg(given: str, expected: str) -> None:
     assert normalize_url(given) == expected
-    assert database_url({"DATABASE_URL": given}) == expected
+    assert database_url(load_settings({"DATABASE_URL": given})) == expected
 
 
 def test_sqlite_files_use_wal_and_a_busy_timeout(tmp_path: Path) -> None:

@@ -2,9 +2,10 @@
 
 :func:`run_worker_process` starts ``python -m celery -A orchestration worker``
 as a subprocess whose whole configuration flows through the environment
-variables ``celeryconfig`` reads, exactly as a deployment does; it is the
-integration tier (prefork pool, real broker, real acks). A worker thread inside
-the test process is :func:`orchestration.celery_adapter.embedded.embedded_worker`.
+variables the settings read (``orchestration/settings.py``), exactly as a
+deployment does; it is the integration tier (prefork pool, real broker, real
+acks). A worker thread inside the test process is
+:func:`orchestration.celery_adapter.embedded.embedded_worker`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from orchestration.celery_adapter.app import create_app
 from orchestration.celery_adapter.embedded import WorkerStartError
+from orchestration.settings import env_names
 
 __all__ = [
     "CONFIG_ENV_VARS",
@@ -32,24 +34,10 @@ __all__ = [
     "run_worker_process",
 ]
 
-#: Environment variables ``celeryconfig`` reads. A worker process does not inherit them from the
-#: test process: it gets exactly what :func:`run_worker_process` is given.
-CONFIG_ENV_VARS = (
-    "BROKER_URL",
-    "REDIS_URL",
-    "RESULT_BACKEND",
-    "AGENTLOOP_IMPORTS",
-    "AGENTLOOP_TASK_DEFAULT_QUEUE",
-    "AGENTLOOP_TASK_SOFT_TIME_LIMIT",
-    "AGENTLOOP_TASK_TIME_LIMIT",
-    "AGENTLOOP_VISIBILITY_TIMEOUT",
-    "AGENTLOOP_UNACKED_RESTORE_SECONDS",
-    "AGENTLOOP_BEAT_SCHEDULE",
-    "AGENTLOOP_RESULT_BACKEND_MAX_RETRIES",
-    "AGENTLOOP_RESULT_EXPIRES",
-    "AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES",
-    "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER",
-)
+#: Every environment variable the settings read (``orchestration.settings.env_names``). A worker
+#: process does not inherit them from the test process: it gets exactly what
+#: :func:`run_worker_process` is given.
+CONFIG_ENV_VARS: tuple[str, ...] = env_names()
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _LOG_TAIL_LINES = 60
@@ -140,7 +128,7 @@ class WorkerProcess:
 def _worker_env(
     *, broker_url: str, result_backend: str, imports: Sequence[str], env: Mapping[str, str] | None
 ) -> dict[str, str]:
-    """The worker's environment: the test process's, minus its Celery config, plus this worker's."""
+    """The worker's environment: the test process's, minus its agentloop settings, plus this worker's."""
     child = {key: value for key, value in os.environ.items() if key not in CONFIG_ENV_VARS}
     child["BROKER_URL"] = broker_url
     child["RESULT_BACKEND"] = result_backend
@@ -209,12 +197,12 @@ def run_worker_process(
 ) -> Iterator[WorkerProcess]:
     """Run ``python -m celery -A orchestration worker`` for the ``with`` block.
 
-    Configuration reaches the worker only through the environment that
-    ``celeryconfig`` reads: ``BROKER_URL``, ``RESULT_BACKEND``,
-    ``AGENTLOOP_IMPORTS`` from the arguments, anything else (time limits,
-    ``AGENTLOOP_TASK_DEFAULT_QUEUE``) through ``env``. Those variables are not
-    inherited from the test process. The project root is put on
-    ``PYTHONPATH`` so test modules can be listed in ``imports``.
+    Configuration reaches the worker only through the environment that the
+    settings read: ``BROKER_URL``, ``RESULT_BACKEND``, ``AGENTLOOP_IMPORTS``
+    from the arguments, anything else (``DATABASE_URL``, time limits,
+    ``AGENTLOOP_TASK_DEFAULT_QUEUE``, the model's) through ``env``. None of
+    :data:`CONFIG_ENV_VARS` is inherited from the test process. The project
+    root is put on ``PYTHONPATH`` so test modules can be listed in ``imports``.
 
     The worker gets a unique ``hostname`` (unless given) and logs to a file
     in a temporary directory (:meth:`WorkerProcess.log_text`). The block is

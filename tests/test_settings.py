@@ -1,0 +1,249 @@
+"""The settings: every variable read in one place, blanks as unset, clear errors, frozen, no secret shown."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr, ValidationError
+
+from orchestration.settings import ModelSettings, Settings, SettingsError, env_names, load_settings
+
+SCHEDULE = '[{"name": "nightly", "runnable": "record_search.demo", "every": 60, "inputs": [{}]}]'
+
+EVERY_VARIABLE = {
+    "BROKER_URL": "amqp://guest:brokerpw@rabbit:5672//",
+    "REDIS_URL": "redis://:redispw@redis:6379/0",
+    "RESULT_BACKEND": "redis://:backendpw@redis:6379/1",
+    "DATABASE_URL": "postgresql://agentloop:dbpw@db:5432/agentloop",
+    "AGENTLOOP_HOME": "/var/lib/agentloop",
+    "AGENTLOOP_IMPORTS": "myapp.agents, myapp.batches",
+    "AGENTLOOP_BEAT_SCHEDULE": SCHEDULE,
+    "AGENTLOOP_TASK_DEFAULT_QUEUE": "agents-eu",
+    "AGENTLOOP_TASK_SOFT_TIME_LIMIT": "3000",
+    "AGENTLOOP_TASK_TIME_LIMIT": "3600",
+    "AGENTLOOP_VISIBILITY_TIMEOUT": "7200",
+    "AGENTLOOP_UNACKED_RESTORE_SECONDS": "5",
+    "AGENTLOOP_RESULT_BACKEND_MAX_RETRIES": "7",
+    "AGENTLOOP_RESULT_EXPIRES": "3600",
+    "AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES": "0",
+    "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER": "2",
+    "AGENTLOOP_CHECKPOINT_SECONDS": "0",
+    "OPENAI_API_KEY": "sk-supersecretkey123",
+    "OPENAI_BASE_URL": "https://gateway:gatewaypw@llm.internal/v1",
+    "OPENAI_MODEL": "gpt-4.1",
+    "OPENAI_TIMEOUT_SECONDS": "2.5",
+    "OPENAI_MAX_RETRIES": "0",
+    "AGENTLOOP_MODEL_RPM": "500",
+    "AGENTLOOP_MODEL_TPM": "200000",
+    "AGENTLOOP_MODEL_LIMIT_NAME": "shared-gpt",
+    "AGENTLOOP_MODEL_LIMIT_WINDOW_SECONDS": "0.5",
+    "AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS": "30",
+}
+SECRETS = ("brokerpw", "redispw", "backendpw", "dbpw", "sk-supersecretkey123", "gatewaypw")
+
+
+def test_every_variable_is_read_into_its_field() -> None:
+    settings = load_settings(EVERY_VARIABLE)
+
+    assert settings.broker_url == "amqp://guest:brokerpw@rabbit:5672//"
+    assert settings.redis_url == "redis://:redispw@redis:6379/0"
+    assert settings.result_backend == "redis://:backendpw@redis:6379/1"
+    assert settings.database_url == "postgresql://agentloop:dbpw@db:5432/agentloop"
+    assert settings.home == Path("/var/lib/agentloop")
+    assert settings.imports == ("myapp.agents", "myapp.batches")
+    assert list(settings.beat_schedule) == ["nightly"]
+    assert settings.beat_schedule["nightly"]["task"] == "agentloop.batch"
+    assert settings.task_default_queue == "agents-eu"
+    assert (settings.task_soft_time_limit, settings.task_time_limit) == (3000, 3600)
+    assert settings.visibility_timeout == 7200
+    assert settings.unacked_restore_seconds == 5
+    assert settings.result_backend_max_retries == 7
+    assert settings.result_expires == 3600
+    assert settings.broker_connection_max_retries == 0
+    assert settings.worker_prefetch_multiplier == 2
+    assert settings.checkpoint_seconds == 0.0
+    model = settings.model
+    assert model.openai_api_key == SecretStr("sk-supersecretkey123")
+    assert model.openai_base_url == "https://gateway:gatewaypw@llm.internal/v1"
+    assert (model.openai_model, model.openai_timeout_seconds, model.openai_max_retries) == ("gpt-4.1", 2.5, 0)
+    assert (model.rpm, model.tpm, model.limit_name) == (500, 200000, "shared-gpt")
+    assert (model.limit_window_seconds, model.limit_max_wait_seconds) == (0.5, 30.0)
+    assert model.redis_url == "redis://:redispw@redis:6379/0"
+
+
+def test_the_test_covers_every_variable_the_settings_read() -> None:
+    assert set(EVERY_VARIABLE) == set(env_names())
+    assert len(env_names()) == len(set(env_names()))
+
+
+def test_nothing_set_gives_defaults_that_need_no_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings({})
+
+    assert (settings.broker_url, settings.result_backend) == ("memory://", "cache+memory://")
+    assert settings.redis_url is None
+    assert settings.database_url == f"sqlite:///{tmp_path.resolve() / '.agentloop' / 'agentloop.sqlite3'}"
+    assert not (tmp_path / ".agentloop").exists()  # reading settings creates nothing
+    assert settings.imports == () and settings.beat_schedule == {}
+    assert settings.task_default_queue == "agentloop"
+    assert (settings.task_soft_time_limit, settings.task_time_limit, settings.visibility_timeout) == (
+        900,
+        960,
+        1260,
+    )
+    assert (settings.unacked_restore_seconds, settings.result_backend_max_retries) == (60, 20)
+    assert (settings.result_expires, settings.broker_connection_max_retries) == (7 * 24 * 3600, 100)
+    assert (settings.worker_prefetch_multiplier, settings.checkpoint_seconds) == (1, 0.5)
+    assert settings.model == ModelSettings()
+    assert settings.model.openai_api_key is None and settings.model.openai_base_url is None
+    assert (settings.model.openai_model, settings.model.openai_timeout_seconds) == ("gpt-4o-mini", 60.0)
+    assert settings.model.openai_max_retries == 3
+    assert (settings.model.rpm, settings.model.tpm, settings.model.limit_name) == (None, None, None)
+    assert (settings.model.limit_window_seconds, settings.model.limit_max_wait_seconds) == (60.0, 120.0)
+
+
+def test_blank_values_count_as_unset() -> None:
+    blank = {name: " " if index % 2 else "" for index, name in enumerate(env_names())}
+
+    assert load_settings(blank) == load_settings({})
+
+
+def test_agentloop_home_places_the_default_sqlite_file(tmp_path: Path) -> None:
+    settings = load_settings({"AGENTLOOP_HOME": str(tmp_path / "home")})
+    assert settings.database_url == f"sqlite:///{(tmp_path / 'home').resolve() / 'agentloop.sqlite3'}"
+    assert load_settings({"AGENTLOOP_HOME": "~/x"}).home == Path("~/x").expanduser()
+
+
+def test_the_broker_and_the_result_backend_follow_redis_url() -> None:
+    redis = load_settings({"REDIS_URL": "redis://h:6379/0"})
+    assert (redis.broker_url, redis.result_backend) == ("redis://h:6379/0", "redis://h:6379/0")
+    rabbit = load_settings({"BROKER_URL": "amqp://h//"})
+    assert (rabbit.broker_url, rabbit.result_backend) == ("amqp://h//", "rpc://")
+    assert load_settings({"BROKER_URL": "rediss://h/4"}).result_backend == "rediss://h/4"
+    assert load_settings({"REDIS_URL": "redis://h/0"}).model.redis_url == "redis://h/0"
+
+
+def test_the_visibility_timeout_follows_the_hard_time_limit() -> None:
+    assert load_settings({"AGENTLOOP_TASK_TIME_LIMIT": "1000"}).visibility_timeout == 1300
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"AGENTLOOP_RESULT_EXPIRES": "a week"}, "AGENTLOOP_RESULT_EXPIRES must be an integer, got 'a week'"),
+        ({"AGENTLOOP_TASK_TIME_LIMIT": "-1"}, "AGENTLOOP_TASK_TIME_LIMIT must not be negative, got -1"),
+        (
+            {"AGENTLOOP_WORKER_PREFETCH_MULTIPLIER": "1.5"},
+            "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER must be an integer",
+        ),
+        (
+            {"AGENTLOOP_TASK_SOFT_TIME_LIMIT": "60", "AGENTLOOP_TASK_TIME_LIMIT": "60"},
+            r"AGENTLOOP_TASK_SOFT_TIME_LIMIT \(60\) must be below AGENTLOOP_TASK_TIME_LIMIT \(60\)",
+        ),
+        ({"AGENTLOOP_VISIBILITY_TIMEOUT": "960"}, "a task still running would be delivered twice"),
+        (
+            {"BROKER_URL": "sqs://key:secret@"},
+            "no result backend for broker scheme 'sqs': set RESULT_BACKEND",
+        ),
+        ({"AGENTLOOP_BEAT_SCHEDULE": "{"}, "AGENTLOOP_BEAT_SCHEDULE is not valid JSON"),
+        ({"AGENTLOOP_BEAT_SCHEDULE": '{"a": 1}'}, "AGENTLOOP_BEAT_SCHEDULE must be a JSON list of entries"),
+        (
+            {"AGENTLOOP_CHECKPOINT_SECONDS": "soon"},
+            "AGENTLOOP_CHECKPOINT_SECONDS must be a non-negative number",
+        ),
+        (
+            {"AGENTLOOP_CHECKPOINT_SECONDS": "-1"},
+            "AGENTLOOP_CHECKPOINT_SECONDS must be a non-negative number",
+        ),
+        (
+            {"OPENAI_TIMEOUT_SECONDS": "soon"},
+            "OPENAI_TIMEOUT_SECONDS must be a number of seconds, not 'soon'",
+        ),
+        ({"OPENAI_MAX_RETRIES": "-1"}, "OPENAI_MAX_RETRIES must be a non-negative integer, not '-1'"),
+        ({"AGENTLOOP_MODEL_RPM": "ten"}, "AGENTLOOP_MODEL_RPM must be a positive integer, not 'ten'"),
+        ({"AGENTLOOP_MODEL_RPM": "0"}, "AGENTLOOP_MODEL_RPM must be a positive integer, not '0'"),
+        ({"AGENTLOOP_MODEL_TPM": "-3"}, "AGENTLOOP_MODEL_TPM must be a positive integer, not '-3'"),
+        (
+            {"AGENTLOOP_MODEL_LIMIT_WINDOW_SECONDS": "0"},
+            "AGENTLOOP_MODEL_LIMIT_WINDOW_SECONDS must be a positive number of seconds, not '0'",
+        ),
+        (
+            {"AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS": "inf"},
+            "AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS must be a positive number of seconds, not 'inf'",
+        ),
+    ],
+)
+def test_a_malformed_variable_is_a_clear_error_naming_it(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message) as raised:
+        load_settings(env)
+    assert "validation error" not in str(raised.value)  # the variable's own words, not pydantic's report
+    assert isinstance(raised.value, ValueError)
+
+
+def test_every_malformed_variable_is_reported_at_once() -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings(
+            {"AGENTLOOP_RESULT_EXPIRES": "x", "AGENTLOOP_MODEL_RPM": "y", "AGENTLOOP_TASK_TIME_LIMIT": "z"}
+        )
+    message = str(raised.value)
+    assert "AGENTLOOP_RESULT_EXPIRES" in message and "AGENTLOOP_MODEL_RPM" in message
+    assert "AGENTLOOP_TASK_TIME_LIMIT" in message
+
+
+def test_settings_are_frozen() -> None:
+    settings = load_settings({})
+    with pytest.raises(ValidationError, match="frozen"):
+        settings.broker_url = "redis://elsewhere"  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="frozen"):
+        settings.model.openai_model = "other"  # type: ignore[misc]
+    assert isinstance(settings.imports, tuple)
+    assert hash(settings.model) == hash(load_settings({}).model)
+
+
+def test_a_changed_copy_leaves_the_original_alone() -> None:
+    settings = load_settings({})
+    demo = settings.model_copy(update={"imports": ("agentloop.examples.record_search.workflows",)})
+
+    assert demo.imports == ("agentloop.examples.record_search.workflows",)
+    assert settings.imports == ()
+
+
+def test_the_beat_schedule_is_a_new_mapping_each_time() -> None:
+    settings = load_settings({"AGENTLOOP_BEAT_SCHEDULE": SCHEDULE})
+    settings.beat_schedule["nightly"]["kwargs"]["runnable"] = "changed"
+    assert settings.beat_schedule["nightly"]["kwargs"]["runnable"] == "record_search.demo"
+    assert settings.beat_schedule["nightly"]["schedule"].run_every == timedelta(seconds=60)
+
+
+def test_no_secret_and_no_url_password_is_shown() -> None:
+    settings = load_settings(EVERY_VARIABLE)
+
+    for shown in (repr(settings), str(settings), repr(settings.model), str(settings.model)):
+        assert not [secret for secret in SECRETS if secret in shown], shown
+    assert "redis://:***@redis:6379/0" in repr(settings)
+    assert "amqp://guest:***@rabbit:5672//" in repr(settings)
+    assert "https://gateway:***@llm.internal/v1" in repr(settings.model)
+    assert settings.model.openai_api_key is not None
+    assert settings.model.openai_api_key.get_secret_value() == "sk-supersecretkey123"
+
+
+def test_settings_built_directly_read_nothing_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "redis://from-the-environment/0")
+    monkeypatch.setenv("OPENAI_MODEL", "from-the-environment")
+
+    assert Settings().broker_url == "memory://"
+    assert ModelSettings().openai_model == "gpt-4o-mini"
+    assert Settings(redis_url="redis://given/0").result_backend == "redis://given/0"
+    assert load_settings().broker_url == "redis://from-the-environment/0"
+    assert load_settings().model.openai_model == "from-the-environment"
+
+
+def test_every_variable_is_documented_with_its_field() -> None:
+    for group in (Settings, ModelSettings):
+        for name, field in group.model_fields.items():
+            if name != "model":
+                assert field.description and f"``{group.env_name(name)}``" in field.description, name
