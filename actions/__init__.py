@@ -12,7 +12,7 @@ from actions.errors import (
     UnknownActionError,
 )
 from actions.forced_tool import ForcedToolAction
-from actions.model import AiResponse, FunctionCall, ModelProcessor, Usage
+from actions.model import AiResponse, FunctionCall, ModelProcessor, ModelRequest, Usage
 from actions.prompt import embed_user_fields, embed_user_text
 from actions.registry import AgentActionRegistry
 from actions.usage import (
@@ -35,6 +35,7 @@ __all__ = [
     "FunctionCall",
     "InMemoryUsageMeter",
     "ModelProcessor",
+    "ModelRequest",
     "RunCancelledError",
     "RunDeadlineExceededError",
     "RunStoppedError",

@@ -106,6 +106,45 @@ class AiResponse:
         )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelRequest:
+    """One model turn asked of a processor: the keywords of :meth:`ModelProcessor.send_request`
+    as one value, for code that handles or passes on requests (wrappers, test doubles).
+
+    :meth:`send` asks a processor for this turn.
+    """
+
+    instruction: str
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choices: tuple[Mapping[str, Any], ...] | None = None
+    history_messages: tuple[Mapping[str, Any], ...] = ()
+    documents: tuple[Any, ...] = ()
+    files: tuple[Any, ...] = ()
+    is_auto_handle_function_call: bool = False
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the offered tools, in order."""
+        return [str(tool["name"]) for tool in self.tools]
+
+    @property
+    def forced_tool(self) -> str | None:
+        """The name of the tool the request forces, if it forces one."""
+        return str(self.tool_choices[0]["name"]) if self.tool_choices else None
+
+    async def send(self, processor: ModelProcessor) -> AiResponse:
+        """Ask ``processor`` for this turn."""
+        return await processor.send_request(
+            instruction=self.instruction,
+            tools=self.tools,
+            tool_choices=self.tool_choices,
+            history_messages=self.history_messages,
+            documents=self.documents,
+            files=self.files,
+            is_auto_handle_function_call=self.is_auto_handle_function_call,
+        )
+
+
 @runtime_checkable
 class ModelProcessor(Protocol):
     """What ``context.processor`` must provide.

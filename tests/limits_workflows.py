@@ -14,12 +14,13 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
-from actions import AgentActionRegistry, ForcedToolAction
+from actions import AgentActionRegistry, AiResponse, ForcedToolAction, ModelProcessor, ModelRequest
 from loops import ProceduralAgentLoop
-from orchestration.llm import current_permit, processor_from_env
+from orchestration.llm import BaseProcessor, RateLimitedProcessor, current_permit, processor_from_env
 from orchestration.registry import register
 from pipelines import BaseCompositeAgent, Branch, FailurePolicy
 
@@ -39,13 +40,13 @@ class StaticToolStore:
         return json.dumps(TOOL) if tool_id == TOOL_ID else None
 
 
-class Stamped:
+class Stamped(BaseProcessor):
     """Wraps a processor: appends a stamp (pid, parent pid, permit window) to the instruction."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: ModelProcessor) -> None:
         self.inner = inner
 
-    async def send_request(self, *, instruction: str, **request: Any) -> Any:
+    async def process(self, request: ModelRequest) -> AiResponse:
         permit = current_permit()
         stamp = {
             "pid": os.getpid(),
@@ -53,9 +54,8 @@ class Stamped:
             "window": permit.window if permit is not None else None,
             "enforced": permit.enforced if permit is not None else None,
         }
-        return await self.inner.send_request(
-            instruction=f"{instruction}\n[limits-stamp {json.dumps(stamp)}]", **request
-        )
+        instruction = f"{request.instruction}\n[limits-stamp {json.dumps(stamp)}]"
+        return await replace(request, instruction=instruction).send(self.inner)
 
 
 def read_stamp(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -77,10 +77,13 @@ def environment(spec: Mapping[str, Any]) -> dict[str, str]:
 
 
 def build_context(spec: Mapping[str, Any]) -> SimpleNamespace:
-    """The worker-side context: the processor from the spec's environment, stamped."""
+    """The worker-side context: the processor from the spec's environment, stamped.
+
+    Every task builds its own processor and limiter; the limit is shared
+    through Redis (``REDIS_URL`` in the spec's environment).
+    """
     processor = processor_from_env(environment(spec))
-    limited = getattr(processor, "limiter", None)
-    if limited is not None:  # stamp inside the limiter, so the stamp sees the call's permit
+    if isinstance(processor, RateLimitedProcessor):  # stamp inside the limiter: the stamp sees the permit
         processor.inner = Stamped(processor.inner)
     else:
         processor = Stamped(processor)
@@ -119,7 +122,7 @@ class ModelCalls(ProceduralAgentLoop):
         return {**state, "answers": [*state["answers"], value]}
 
     def is_complete(self, *, state: Any, iteration: int) -> bool:
-        return len(state["answers"]) >= state["calls"]
+        return bool(len(state["answers"]) >= state["calls"])
 
     def build_result(self, *, state: Any) -> Any:
         return {

@@ -15,7 +15,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from actions.model import AiResponse, FunctionCall, Usage
+from actions.model import AiResponse, FunctionCall, ModelRequest, Usage
+from orchestration.llm.base import BaseProcessor
 
 LABEL = "[offline model]"
 
@@ -109,7 +110,7 @@ def estimate_usage(*, instruction: str, history: Sequence[Any], output: str) -> 
     return Usage(input_tokens=max(1, prompt // 4), output_tokens=max(1, len(output) // 4))
 
 
-class OfflineModel:
+class OfflineModel(BaseProcessor):
     """A deterministic :class:`~actions.ModelProcessor`; pass ``responders`` for domain answers."""
 
     model_name = "offline"
@@ -118,35 +119,26 @@ class OfflineModel:
         self.responders = dict(responders or {})
         self.calls = 0
 
-    async def send_request(
-        self,
-        *,
-        instruction: str,
-        tools: Sequence[Mapping[str, Any]],
-        tool_choices: Sequence[Mapping[str, Any]] | None,
-        history_messages: Sequence[Mapping[str, Any]],
-        documents: Sequence[Any],
-        files: Sequence[Any],
-        is_auto_handle_function_call: bool,
-    ) -> AiResponse:
+    async def process(self, request: ModelRequest) -> AiResponse:
         self.calls += 1
-        by_name = {str(tool["name"]): tool for tool in tools}
-        if tool_choices:
-            forced = str(tool_choices[0]["name"])
+        instruction, history = request.instruction, request.history_messages
+        by_name = {str(tool["name"]): tool for tool in request.tools}
+        forced = request.forced_tool
+        if forced is not None:
             if forced not in by_name:
                 return AiResponse.failure(f"offline model: forced tool {forced!r} was not offered")
-            return self._call(by_name[forced], instruction, history_messages)
-        used_tools = any(message.get("role") == "tool" for message in history_messages)
-        others = [tool for tool in tools if tool["name"] != "finish"]
+            return self._call(by_name[forced], instruction, history)
+        used_tools = any(message.get("role") == "tool" for message in history)
+        others = [tool for tool in request.tools if tool["name"] != "finish"]
         if others and not used_tools:
-            return self._call(others[0], instruction, history_messages)
+            return self._call(others[0], instruction, history)
         if "finish" in by_name:
-            answer = {"answer": f"{LABEL} {self._last_tool_result(history_messages)}"}
-            return self._respond(by_name["finish"], answer, instruction, history_messages)
+            answer = {"answer": f"{LABEL} {self._last_tool_result(history)}"}
+            return self._respond(by_name["finish"], answer, instruction, history)
         text = f"{LABEL} no tool needed"
         return AiResponse(
             text=text,
-            usage=estimate_usage(instruction=instruction, history=history_messages, output=text),
+            usage=estimate_usage(instruction=instruction, history=history, output=text),
             model=self.model_name,
         )
 

@@ -40,31 +40,23 @@ not JSON), ``usage`` from ``prompt_tokens``/``completion_tokens``, and
 from __future__ import annotations
 
 import logging
-import os
-import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any, Self
 
-from openai import (
-    APIConnectionError,
-    APIResponseValidationError,
-    APIStatusError,
-    APITimeoutError,
-    AsyncOpenAI,
-    OpenAIError,
-    omit,
-)
+from openai import AsyncOpenAI, OpenAIError, omit
 
 from actions.context import maybe_await
-from actions.model import AiResponse, Usage
+from actions.model import AiResponse, ModelRequest, Usage
+from orchestration.llm.base import BaseProcessor
+from orchestration.llm.openai_errors import describe_error, failure_message
 from orchestration.llm.openai_mapping import (
     from_chat_completion,
-    render_documents,
     to_openai_messages,
     to_openai_tool_choice,
     to_openai_tools,
 )
+from orchestration.settings import ModelSettings, load_settings
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +68,6 @@ __all__ = [
     "PLACEHOLDER_API_KEY",
     "OpenAIProcessor",
     "UsageHook",
-    "from_chat_completion",
-    "render_documents",
-    "to_openai_messages",
-    "to_openai_tool_choice",
-    "to_openai_tools",
 ]
 
 
@@ -94,24 +81,8 @@ PLACEHOLDER_API_KEY = "not-needed"
 UsageHook = Callable[[Usage], Awaitable[None] | None]
 """Called with the token usage of every completion the server returned (``def`` or ``async def``)."""
 
-_MAX_DETAIL = 200  # characters of a server's error message kept
-_MAX_MESSAGE = 400  # characters of a whole failure message
-_STATUS_LABELS = {
-    400: "bad request",
-    401: "authentication failed",
-    403: "permission denied",
-    404: "not found",
-    408: "request timeout",
-    409: "conflict",
-    413: "request too large",
-    422: "unprocessable request",
-    429: "rate limited",
-}
-_BEARER = re.compile(r"(?i)\bbearer\s+\S+")
-_SECRET_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 
-
-class OpenAIProcessor:
+class OpenAIProcessor(BaseProcessor):
     """A :class:`~actions.model.ModelProcessor` backed by ``openai.AsyncOpenAI`` (Chat Completions).
 
     ``timeout`` (seconds or a ``timedelta``, default 60 s) bounds each attempt;
@@ -172,6 +143,31 @@ class OpenAIProcessor:
         self._api_key = self._client.api_key
 
     @classmethod
+    def from_settings(
+        cls,
+        settings: ModelSettings,
+        *,
+        temperature: float | None = None,
+        on_usage: UsageHook | None = None,
+    ) -> Self:
+        """Build from the model settings: ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_MODEL``,
+        ``OPENAI_TIMEOUT_SECONDS`` and ``OPENAI_MAX_RETRIES``.
+
+        Raises ``ValueError`` when there is no key and no ``OPENAI_BASE_URL`` (a
+        local OpenAI-compatible server may need no key), or for a timeout that is not positive.
+        """
+        key = settings.openai_api_key
+        return cls(
+            api_key=key.get_secret_value() if key is not None else None,
+            base_url=settings.openai_base_url,
+            model=settings.openai_model,
+            timeout=settings.openai_timeout_seconds,
+            max_retries=settings.openai_max_retries,
+            temperature=temperature,
+            on_usage=on_usage,
+        )
+
+    @classmethod
     def from_env(
         cls,
         environ: Mapping[str, str] | None = None,
@@ -179,44 +175,11 @@ class OpenAIProcessor:
         temperature: float | None = None,
         on_usage: UsageHook | None = None,
     ) -> Self:
-        """Build from ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_MODEL`` (default
-        ``gpt-4o-mini``), ``OPENAI_TIMEOUT_SECONDS`` (default 60) and ``OPENAI_MAX_RETRIES``
-        (default 3). ``environ`` defaults to ``os.environ``; empty values count as unset.
+        """:meth:`from_settings` with the settings of ``environ`` (default ``os.environ``).
 
-        Raises ``ValueError`` for a malformed number, or when there is no key and no
-        ``OPENAI_BASE_URL`` (a local OpenAI-compatible server may need no key).
+        Raises ``ValueError`` for a malformed setting.
         """
-        env = os.environ if environ is None else environ
-
-        def value(name: str) -> str | None:
-            text = env.get(name, "").strip()
-            return text or None
-
-        timeout_text = value("OPENAI_TIMEOUT_SECONDS")
-        retries_text = value("OPENAI_MAX_RETRIES")
-        try:
-            timeout = float(timeout_text) if timeout_text is not None else DEFAULT_TIMEOUT.total_seconds()
-        except ValueError:
-            raise ValueError(
-                f"OPENAI_TIMEOUT_SECONDS must be a number of seconds, not {timeout_text!r}"
-            ) from None
-        try:
-            max_retries = int(retries_text) if retries_text is not None else DEFAULT_MAX_RETRIES
-            if max_retries < 0:
-                raise ValueError
-        except ValueError:
-            raise ValueError(
-                f"OPENAI_MAX_RETRIES must be a non-negative integer, not {retries_text!r}"
-            ) from None
-        return cls(
-            api_key=value("OPENAI_API_KEY"),
-            base_url=value("OPENAI_BASE_URL"),
-            model=value("OPENAI_MODEL") or DEFAULT_MODEL,
-            timeout=timeout,
-            max_retries=max_retries,
-            temperature=temperature,
-            on_usage=on_usage,
-        )
+        return cls.from_settings(load_settings(environ).model, temperature=temperature, on_usage=on_usage)
 
     # configuration, read-only
 
@@ -256,35 +219,29 @@ class OpenAIProcessor:
 
     # the protocol
 
-    async def send_request(
-        self,
-        *,
-        instruction: str,
-        tools: Sequence[Mapping[str, Any]],
-        tool_choices: Sequence[Mapping[str, Any]] | None,
-        history_messages: Sequence[Mapping[str, Any]],
-        documents: Sequence[Any],
-        files: Sequence[Any],
-        is_auto_handle_function_call: bool,
-    ) -> AiResponse:
+    async def process(self, request: ModelRequest) -> AiResponse:
         """One Chat Completions turn; every failure is returned as :meth:`AiResponse.failure`.
 
         ``files`` are not sent yet (logged at debug level). The processor never
         executes tools, whatever ``is_auto_handle_function_call`` says: function
         calls are returned in :attr:`AiResponse.function_calls`.
         """
-        if files:
-            logger.debug("openai processor: %d file(s) ignored (files are not supported yet)", len(files))
-        if is_auto_handle_function_call:
+        if request.files:
+            logger.debug(
+                "openai processor: %d file(s) ignored (files are not supported yet)", len(request.files)
+            )
+        if request.is_auto_handle_function_call:
             logger.debug("openai processor: function calls are returned, never executed here")
         try:
             messages = to_openai_messages(
-                instruction=instruction, history_messages=history_messages, documents=documents
+                instruction=request.instruction,
+                history_messages=request.history_messages,
+                documents=request.documents,
             )
-            openai_tools = to_openai_tools(tools)
-            tool_choice = to_openai_tool_choice(tool_choices, openai_tools)
-            if tool_choices and len(tool_choices) > 1:
-                chosen = {str(choice.get("name")) for choice in tool_choices}
+            openai_tools = to_openai_tools(request.tools)
+            tool_choice = to_openai_tool_choice(request.tool_choices, openai_tools)
+            if request.tool_choices and len(request.tool_choices) > 1:
+                chosen = {str(choice.get("name")) for choice in request.tool_choices}
                 openai_tools = [tool for tool in openai_tools if tool["function"]["name"] in chosen]
         except (TypeError, ValueError) as error:
             return self._failure(f"invalid request: {error}")
@@ -297,24 +254,10 @@ class OpenAIProcessor:
                 tool_choice=tool_choice if tool_choice is not None else omit,
                 temperature=self._temperature if self._temperature is not None else omit,
             )
-        except APIStatusError as error:
-            return self._failure(self._describe_status_error(error))
-        except APITimeoutError as error:
-            attempts = _attempts_text(_attempts(error.request))
-            timeout = self.timeout
-            limit = f" (timeout {timeout.total_seconds():g}s)" if timeout is not None else ""
-            return self._failure(f"request timed out{attempts}{limit}")
-        except APIConnectionError as error:
-            cause = error.__cause__
-            detail = f"{type(cause).__name__}: {cause}" if cause is not None else error.message
-            return self._failure(f"connection error{_attempts_text(_attempts(error.request))}: {detail}")
-        except APIResponseValidationError as error:
-            return self._failure(f"invalid response: {error.message}")
-        except OpenAIError as error:
-            return self._failure(f"{type(error).__name__}: {error}")
         except Exception as error:  # the contract: a model fault is a value, never an exception
-            logger.warning("openai processor: unexpected error", exc_info=True)
-            return self._failure(f"unexpected {type(error).__name__}: {error}")
+            if not isinstance(error, OpenAIError):
+                logger.warning("openai processor: unexpected error", exc_info=True)
+            return self._failure(describe_error(error, timeout=self.timeout))
 
         try:
             response = from_chat_completion(completion, default_model=self._model)
@@ -340,24 +283,10 @@ class OpenAIProcessor:
     # helpers
 
     def _failure(self, message: str) -> AiResponse:
-        text = self._redact(f"openai: {' '.join(message.split())}")
-        if len(text) > _MAX_MESSAGE:
-            text = text[: _MAX_MESSAGE - 1] + "…"
+        api_key = self._api_key if self._api_key != PLACEHOLDER_API_KEY else None
+        text = failure_message(message, api_key=api_key)
         logger.warning("openai processor: %s", text)
         return AiResponse.failure(text, model=self._model)
-
-    def _redact(self, text: str) -> str:
-        if self._api_key and self._api_key != PLACEHOLDER_API_KEY:
-            text = text.replace(self._api_key, "[redacted]")
-        text = _BEARER.sub("Bearer [redacted]", text)
-        return _SECRET_KEY.sub("sk-[redacted]", text)
-
-    def _describe_status_error(self, error: APIStatusError) -> str:
-        status = error.status_code
-        label = _STATUS_LABELS.get(status) or ("server error" if status >= 500 else "HTTP error")
-        attempts = _attempts_text(_attempts(error.response.request))
-        detail = _error_detail(error)
-        return f"{status} {label}{attempts}" + (f": {detail}" if detail else "")
 
     async def _report_usage(self, usage: Usage) -> None:
         if self.on_usage is None:
@@ -366,9 +295,6 @@ class OpenAIProcessor:
             await maybe_await(self.on_usage(usage))
         except Exception:  # accounting must not turn a good answer into a failure
             logger.warning("openai processor: on_usage hook failed", exc_info=True)
-
-
-# request mapping
 
 
 def _seconds(timeout: float | timedelta) -> float:
@@ -383,29 +309,3 @@ def _timeout_seconds(timeout: Any) -> float | None:
         return float(timeout)
     read = getattr(timeout, "read", None)  # an httpx Timeout
     return float(read) if isinstance(read, int | float) else None
-
-
-def _attempts(request: Any) -> int | None:
-    """Attempts made, from the SDK's ``x-stainless-retry-count`` header on the last request."""
-    headers = getattr(request, "headers", None)
-    try:
-        return int(headers.get("x-stainless-retry-count")) + 1 if headers is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _attempts_text(attempts: int | None) -> str:
-    if attempts is None:
-        return ""
-    return f" after {attempts} attempt" + ("" if attempts == 1 else "s")
-
-
-def _error_detail(error: APIStatusError) -> str:
-    body = error.body
-    detail: Any = None
-    if isinstance(body, Mapping):
-        detail = body.get("message")
-    elif isinstance(body, str):
-        detail = body
-    text = " ".join(str(detail).split()) if detail else ""
-    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"

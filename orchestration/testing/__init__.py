@@ -5,6 +5,7 @@ Also a pytest plugin (``orchestration.testing.plugin``), registered as the
 Importing this package does not import Celery.
 """
 
+from actions.model import ModelRequest
 from orchestration.llm.offline import OfflineModel, example_from_schema
 from orchestration.testing.contract import (
     ContractReport,
@@ -17,7 +18,6 @@ from orchestration.testing.contract import (
 )
 from orchestration.testing.doubles import (
     FunctionModel,
-    ModelRequest,
     ScriptedModel,
     error_reply,
     text_reply,

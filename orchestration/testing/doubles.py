@@ -5,41 +5,22 @@
 - :class:`~orchestration.llm.offline.OfflineModel` derives answers from
   tool schemas (re-exported by ``orchestration.testing``).
 
-Every double records each :class:`ModelRequest` it received, so a test can
-assert the whole conversation at once.
+Every double records each :class:`~actions.model.ModelRequest` it received
+(the processor protocol's one request value), so a test can assert the whole
+conversation at once.
 """
 
 from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from actions.context import maybe_await
-from actions.model import AiResponse, FunctionCall, Usage
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ModelRequest:
-    """One request a double received (copied, so later changes cannot alter it)."""
-
-    instruction: str
-    tools: tuple[dict[str, Any], ...]
-    tool_choices: tuple[dict[str, Any], ...] | None
-    history_messages: tuple[dict[str, Any], ...]
-    documents: tuple[Any, ...]
-    files: tuple[Any, ...]
-    is_auto_handle_function_call: bool
-
-    @property
-    def tool_names(self) -> list[str]:
-        return [str(tool["name"]) for tool in self.tools]
-
-    @property
-    def forced_tool(self) -> str | None:
-        return str(self.tool_choices[0]["name"]) if self.tool_choices else None
+from actions.model import AiResponse, FunctionCall, ModelRequest, Usage
+from orchestration.llm.base import BaseProcessor
 
 
 def tool_call(
@@ -60,24 +41,22 @@ def error_reply(message: str) -> AiResponse:
     return AiResponse.failure(message)
 
 
-class _RecordingModel:
+class _RecordingModel(BaseProcessor):
     def __init__(self) -> None:
         self.requests: list[ModelRequest] = []
 
-    def _record(self, **kwargs: Any) -> ModelRequest:
-        request = ModelRequest(
-            instruction=kwargs["instruction"],
-            tools=tuple(json.loads(json.dumps(list(kwargs["tools"])))),
+    def _record(self, request: ModelRequest) -> ModelRequest:
+        """Keep a copy of ``request`` (JSON values copied, so later changes cannot alter it)."""
+        copied = replace(
+            request,
+            tools=tuple(json.loads(json.dumps(list(request.tools)))),
             tool_choices=None
-            if kwargs["tool_choices"] is None
-            else tuple(dict(c) for c in kwargs["tool_choices"]),
-            history_messages=tuple(json.loads(json.dumps(list(kwargs["history_messages"]), default=str))),
-            documents=tuple(kwargs["documents"]),
-            files=tuple(kwargs["files"]),
-            is_auto_handle_function_call=bool(kwargs["is_auto_handle_function_call"]),
+            if request.tool_choices is None
+            else tuple(dict(choice) for choice in request.tool_choices),
+            history_messages=tuple(json.loads(json.dumps(list(request.history_messages), default=str))),
         )
-        self.requests.append(request)
-        return request
+        self.requests.append(copied)
+        return copied
 
 
 class ScriptedModel(_RecordingModel):
@@ -93,26 +72,8 @@ class ScriptedModel(_RecordingModel):
     def assert_consumed(self) -> None:
         assert not self.queue, f"{len(self.queue)} scripted response(s) were never requested"
 
-    async def send_request(
-        self,
-        *,
-        instruction: str,
-        tools: Sequence[Mapping[str, Any]],
-        tool_choices: Sequence[Mapping[str, Any]] | None,
-        history_messages: Sequence[Mapping[str, Any]],
-        documents: Sequence[Any],
-        files: Sequence[Any],
-        is_auto_handle_function_call: bool,
-    ) -> AiResponse:
-        self._record(
-            instruction=instruction,
-            tools=tools,
-            tool_choices=tool_choices,
-            history_messages=history_messages,
-            documents=documents,
-            files=files,
-            is_auto_handle_function_call=is_auto_handle_function_call,
-        )
+    async def process(self, request: ModelRequest) -> AiResponse:
+        self._record(request)
         if not self.queue:
             return AiResponse.failure("scripted model: no response left in the script")
         return self.queue.popleft()
@@ -128,26 +89,8 @@ class FunctionModel(_RecordingModel):
         super().__init__()
         self.function = function
 
-    async def send_request(
-        self,
-        *,
-        instruction: str,
-        tools: Sequence[Mapping[str, Any]],
-        tool_choices: Sequence[Mapping[str, Any]] | None,
-        history_messages: Sequence[Mapping[str, Any]],
-        documents: Sequence[Any],
-        files: Sequence[Any],
-        is_auto_handle_function_call: bool,
-    ) -> AiResponse:
-        request = self._record(
-            instruction=instruction,
-            tools=tools,
-            tool_choices=tool_choices,
-            history_messages=history_messages,
-            documents=documents,
-            files=files,
-            is_auto_handle_function_call=is_auto_handle_function_call,
-        )
+    async def process(self, request: ModelRequest) -> AiResponse:
+        request = self._record(request)
         response = await maybe_await(self.function(request))
         if not isinstance(response, AiResponse):
             raise TypeError(f"FunctionModel's function must return an AiResponse, got {response!r}")

@@ -19,24 +19,22 @@ from typing import Any
 
 import pytest
 
-from actions import AiResponse, Usage
-from orchestration.llm import Permit, RateLimitedProcessor, RedisRateLimiter, current_permit
-from orchestration.llm.limits import Denial
+from actions import AiResponse, ModelRequest, Usage
+from orchestration.llm.limits import (
+    Denial,
+    Permit,
+    RateLimitedProcessor,
+    RedisBackend,
+    WindowRateLimiter,
+    current_permit,
+)
 from orchestration.testing.servers.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
 
-REQUEST: dict[str, Any] = {
-    "instruction": "say hi",
-    "tools": [],
-    "tool_choices": None,
-    "history_messages": [],
-    "documents": [],
-    "files": [],
-    "is_auto_handle_function_call": False,
-}
+REQUEST = ModelRequest(instruction="say hi")
 
 
 def fresh_key() -> str:
@@ -60,10 +58,11 @@ async def test_concurrent_callers_on_separate_clients_never_get_more_than_the_li
     windows: list[int] = []
     lock = threading.Lock()
 
-    def limiter() -> RedisRateLimiter:  # each one its own connection pool, as separate processes have
-        return RedisRateLimiter(redis_server.url, key=key, requests_per_minute=limit, window=0.4, max_wait=10)
+    def limiter() -> WindowRateLimiter:  # each one its own connection pool, as separate processes have
+        backend = RedisBackend(redis_server.url)
+        return WindowRateLimiter(backend, key=key, requests_per_minute=limit, window=0.4, max_wait=10)
 
-    async def caller(limiter: RedisRateLimiter, calls: int) -> None:
+    async def caller(limiter: WindowRateLimiter, calls: int) -> None:
         for _ in range(calls):
             permit = await limiter.acquire()
             assert permit.enforced
@@ -93,11 +92,11 @@ def test_callers_in_separate_processes_share_one_limit(redis_server: RedisServer
     script = textwrap.dedent(
         f"""
         import asyncio, json
-        from orchestration.llm.limits import RedisRateLimiter
+        from orchestration.llm.limits import RedisBackend, WindowRateLimiter
 
         async def main():
-            limiter = RedisRateLimiter({redis_server.url!r}, key={key!r}, requests_per_minute={limit},
-                                       window=0.3, max_wait=10)
+            limiter = WindowRateLimiter(RedisBackend({redis_server.url!r}), key={key!r},
+                                        requests_per_minute={limit}, window=0.3, max_wait=10)
             permits = [await limiter.acquire() for _ in range(4)]
             print(json.dumps([[p.window, p.enforced] for p in permits]))
 
@@ -127,8 +126,12 @@ async def test_tokens_recorded_by_one_client_close_the_window_for_every_client(
     redis_server: RedisServer,
 ) -> None:
     key = fresh_key()
-    first = RedisRateLimiter(redis_server.url, key=key, tokens_per_minute=100, window=timedelta(seconds=30))
-    second = RedisRateLimiter(redis_server.url, key=key, tokens_per_minute=100, window=timedelta(seconds=30))
+    first, second = (
+        WindowRateLimiter(
+            RedisBackend(redis_server.url), key=key, tokens_per_minute=100, window=timedelta(seconds=30)
+        )
+        for _ in range(2)
+    )
 
     granted = await first.try_acquire()
     await first.record(70)
@@ -149,13 +152,13 @@ async def test_tokens_recorded_by_one_client_close_the_window_for_every_client(
 async def test_the_processor_spends_tokens_per_window_and_waits_for_the_next(
     redis_server: RedisServer,
 ) -> None:
-    limiter = RedisRateLimiter(
-        redis_server.url, key=fresh_key(), tokens_per_minute=150, window=0.3, max_wait=5
+    limiter = WindowRateLimiter(
+        RedisBackend(redis_server.url), key=fresh_key(), tokens_per_minute=150, window=0.3, max_wait=5
     )
     model = FixedUsageModel(Usage(input_tokens=50, output_tokens=50))
     processor = RateLimitedProcessor(model, limiter)
 
-    responses = [await processor.send_request(**REQUEST) for _ in range(4)]
+    responses = [await REQUEST.send(processor) for _ in range(4)]
 
     assert not any(response.has_error for response in responses)
     windows = [permit.window for permit in model.permits if permit is not None]
@@ -164,12 +167,14 @@ async def test_the_processor_spends_tokens_per_window_and_waits_for_the_next(
 
 
 async def test_a_wait_longer_than_max_wait_is_a_failure_response(redis_server: RedisServer) -> None:
-    limiter = RedisRateLimiter(redis_server.url, key=fresh_key(), requests_per_minute=2, window=60)
+    limiter = WindowRateLimiter(
+        RedisBackend(redis_server.url), key=fresh_key(), requests_per_minute=2, window=60
+    )
     model = FixedUsageModel(Usage(input_tokens=1, output_tokens=1))
     processor = RateLimitedProcessor(model, limiter, max_wait=0.5)
 
     started = time.monotonic()
-    responses = [await processor.send_request(**REQUEST) for _ in range(3)]
+    responses = [await REQUEST.send(processor) for _ in range(3)]
 
     assert [response.has_error for response in responses] == [False, False, True]
     error = responses[2].error or ""
@@ -190,13 +195,14 @@ async def test_when_redis_is_down_calls_proceed_unlimited_and_it_is_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     url = f"redis://:secret@127.0.0.1:{closed_port()}/0"
-    limiter = RedisRateLimiter(url, key=fresh_key(), requests_per_minute=1, tokens_per_minute=10, timeout=0.5)
+    backend = RedisBackend(url, timeout=0.5)
+    limiter = WindowRateLimiter(backend, key=fresh_key(), requests_per_minute=1, tokens_per_minute=10)
     model = FixedUsageModel(Usage(input_tokens=40, output_tokens=40))
     processor = RateLimitedProcessor(model, limiter)
 
     started = time.monotonic()
     with caplog.at_level(logging.DEBUG, logger="orchestration.llm"):
-        responses = [await processor.send_request(**REQUEST) for _ in range(3)]
+        responses = [await REQUEST.send(processor) for _ in range(3)]
 
     assert time.monotonic() - started < 5  # never blocks for long
     assert not any(response.has_error for response in responses)  # 3 calls over a limit of 1: unlimited
@@ -213,15 +219,8 @@ async def test_a_redis_restart_loses_at_most_the_current_window_and_the_limiter_
 ) -> None:
     if not redis_server.restartable:
         pytest.skip("an external Redis cannot be restarted")
-    limiter = RedisRateLimiter(
-        redis_server.url,
-        key=fresh_key(),
-        requests_per_minute=1,
-        window=60,
-        timeout=0.5,
-        retry_interval=0,
-        log_interval=0,
-    )
+    backend = RedisBackend(redis_server.url, timeout=0.5, retry_interval=0, log_interval=0)
+    limiter = WindowRateLimiter(backend, key=fresh_key(), requests_per_minute=1, window=60)
     assert isinstance(await limiter.try_acquire(), Permit)
     assert isinstance(await limiter.try_acquire(), Denial)
 

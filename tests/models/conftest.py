@@ -1,11 +1,14 @@
-"""Fixtures for the model-processor tests: a local OpenAI-compatible server."""
+"""Fixtures of the model-processor tests: a local OpenAI-compatible server, processors pointed at it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
+from openai_support import API_KEY
 
+from orchestration.llm.openai_processor import OpenAIProcessor
 from orchestration.testing.servers.openai_server import OpenAICompatibleServer
 
 
@@ -14,3 +17,28 @@ def openai_server() -> Iterator[OpenAICompatibleServer]:
     """A running :class:`OpenAICompatibleServer`, stopped after the test."""
     with OpenAICompatibleServer() as server:
         yield server
+
+
+@pytest.fixture
+async def make_processor(
+    openai_server: OpenAICompatibleServer,
+) -> AsyncIterator[Callable[..., OpenAIProcessor]]:
+    """Processors pointed at the test server (closed after the test)."""
+    made: list[OpenAIProcessor] = []
+
+    def make(**options: Any) -> OpenAIProcessor:
+        settings: dict[str, Any] = {
+            "api_key": API_KEY,
+            "base_url": openai_server.base_url,
+            "model": "test-model",
+            "timeout": 5.0,
+            "max_retries": 0,
+        }
+        settings.update(options)
+        processor = OpenAIProcessor(**settings)
+        made.append(processor)
+        return processor
+
+    yield make
+    for processor in made:
+        await processor.aclose()

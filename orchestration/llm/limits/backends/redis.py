@@ -1,5 +1,24 @@
-"""The provider limit shared by every worker: fixed windows counted in Redis (see
-:mod:`orchestration.llm.limits` for the processor and the in-process limiter)."""
+"""Window counters in Redis, shared by every process that uses the same server and key.
+
+Counters live under ``<key>:<window index>:requests`` and ``...:tokens`` and
+expire after two windows. The window comes from the Redis server's clock, so
+every process agrees on it. Taking a slot is one Lua script (both checks and
+the increment), so concurrent callers never get more slots than the limit.
+
+Failure choice: **a backend that cannot reach Redis lets the call proceed.**
+A Redis error (down, timeout, a script error) is logged as a warning (at most
+once per ``log_interval`` seconds per backend, the rest at debug level) and
+the slot is granted unchecked, its :class:`~orchestration.llm.limits.window.Permit`
+marked ``enforced=False``. An outage of the limiter's store must not stop every
+agent of a deployment; the provider's own 429s, which the OpenAI processor
+retries with backoff, remain the backstop. Every Redis operation has a socket
+timeout (``timeout``), so nothing blocks for long; after a failure Redis is not
+asked again for ``retry_interval`` seconds (calls proceed meanwhile). Retries
+the SDK makes inside one call (429, 5xx) are not counted as extra requests;
+lower ``OPENAI_MAX_RETRIES`` when that matters.
+
+redis-py is imported on first use, so importing this module stays cheap.
+"""
 
 from __future__ import annotations
 
@@ -9,36 +28,25 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+
+from orchestration.llm.limits.window import Denial, DenialReason, Permit, duration_seconds
+from orchestration.redaction import redact_url
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.commands.core import Script
 
-from orchestration.llm.limits import (
-    _DEFAULT_REDIS_TIMEOUT,
-    DEFAULT_MAX_WAIT,
-    DEFAULT_WINDOW,
-    Denial,
-    DenialReason,
-    Permit,
-    _seconds,
-    _WindowLimiter,
-    limit_key,
-    redact_url,
-)
-
 logger = logging.getLogger(__name__)
 
-__all__ = ["RedisRateLimiter"]
+__all__ = ["DEFAULT_TIMEOUT", "RedisBackend"]
 
+DEFAULT_TIMEOUT = 2.0  # seconds, for connecting and for each Redis command
 
 # KEYS[1]: the limit's key prefix. ARGV: window (ms), max requests, max tokens (-1: no limit).
-# The window comes from the Redis server's clock, so every process agrees on it. Keys live two
-# windows and are then dropped by Redis. Returns {status, window, ms left, requests, tokens}
-# with status 1 granted, 2 requests spent, 3 tokens spent.
-_ACQUIRE_SCRIPT = """
+# Keys live two windows and are then dropped by Redis. Returns {status, window, ms left,
+# requests, tokens} with status 1 granted, 2 requests spent, 3 tokens spent.
+_TAKE_SLOT_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -61,7 +69,7 @@ return {1, index, left_ms, requests, tokens}
 """
 
 # KEYS[1]: the key prefix. ARGV: window (ms), tokens. Adds to the current window; returns its total.
-_RECORD_SCRIPT = """
+_ADD_TOKENS_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -73,138 +81,128 @@ redis.call('PEXPIRE', key, 2 * window_ms)
 return {index, total}
 """
 
+_UNCHECKED = Permit(window=-1, requests=0, tokens=0, enforced=False)
 
-class RedisRateLimiter(_WindowLimiter):
-    """The limiter shared by every process that uses the same Redis and ``key``.
 
-    Counters live under ``<key>:<window index>:requests`` and ``...:tokens``
-    and expire after two windows. ``timeout`` bounds connecting and each
-    command; a Redis error lets the call proceed (see the module doc), logged
-    at warning level at most once per ``log_interval`` seconds, and for
-    ``retry_interval`` seconds after it calls proceed without asking Redis (so
-    an unreachable server does not add its timeout to every call).
+def _window_ms(window: float) -> int:
+    return max(1, round(window * 1000))
+
+
+class RedisBackend:
+    """Window counters on the Redis at ``url`` (connected on first use; see the module doc).
+
+    ``timeout`` bounds connecting and each command; for ``retry_interval``
+    seconds after a failure calls proceed without asking Redis (so an
+    unreachable server does not add its timeout to every call); a failure is
+    logged at warning level at most once per ``log_interval`` seconds.
     """
-
-    kind = "redis"
 
     def __init__(
         self,
         url: str,
         *,
-        key: str = limit_key("default"),
-        requests_per_minute: int | None = None,
-        tokens_per_minute: int | None = None,
-        window: timedelta | float = DEFAULT_WINDOW,
-        max_wait: timedelta | float = DEFAULT_MAX_WAIT,
-        timeout: float = _DEFAULT_REDIS_TIMEOUT,
+        timeout: float = DEFAULT_TIMEOUT,
         retry_interval: float = 1.0,
         log_interval: float = 30.0,
     ) -> None:
-        super().__init__(
-            key=key,
-            requests_per_minute=requests_per_minute,
-            tokens_per_minute=tokens_per_minute,
-            window=window,
-            max_wait=max_wait,
-        )
         if not url:
-            raise ValueError("RedisRateLimiter needs a Redis URL")
+            raise ValueError("a Redis rate-limit backend needs a Redis URL")
         self.url = url
-        self.timeout = _seconds(timeout, "timeout")
-        self.retry_interval = _seconds(retry_interval, "retry_interval")
+        self.timeout = duration_seconds(timeout, "timeout")
+        self.retry_interval = duration_seconds(retry_interval, "retry_interval")
         self.log_interval = log_interval
-        self._window_ms = max(1, round(self.window * 1000))
         self._client_lock = threading.Lock()
         self._client: Redis | None = None
-        self._acquire: Script | None = None
-        self._record: Script | None = None
+        self._scripts: tuple[Script, Script] | None = None
         self._warned_at = -math.inf
         self._down_until = -math.inf
 
-    def _scripts(self) -> tuple[Script, Script]:
+    def _connected(self) -> tuple[Redis, Script, Script]:
         with self._client_lock:
-            if self._acquire is None or self._record is None:
+            if self._client is None or self._scripts is None:
                 from redis import Redis  # imported on first use: importing this module stays cheap
 
                 self._client = Redis.from_url(
                     self.url, socket_timeout=self.timeout, socket_connect_timeout=self.timeout
                 )
-                self._acquire = self._client.register_script(_ACQUIRE_SCRIPT)
-                self._record = self._client.register_script(_RECORD_SCRIPT)
-            return self._acquire, self._record
+                self._scripts = (
+                    self._client.register_script(_TAKE_SLOT_SCRIPT),
+                    self._client.register_script(_ADD_TOKENS_SCRIPT),
+                )
+            return self._client, *self._scripts
 
     def _skipping(self) -> bool:
         """Whether Redis failed less than ``retry_interval`` ago (then it is not asked again yet)."""
         return time.monotonic() < self._down_until
 
-    def _unavailable(self, action: str, error: BaseException) -> None:
+    def _unavailable(self, key: str, action: str, error: BaseException) -> None:
         now = time.monotonic()
         self._down_until = now + self.retry_interval
         if now - self._warned_at >= self.log_interval:
             self._warned_at = now
             logger.warning(
                 "rate limiter %s at %s unavailable (%s: %s); %s without the limit",
-                self.key,
+                key,
                 redact_url(self.url),
                 type(error).__name__,
                 error,
                 action,
             )
         else:
-            logger.debug("rate limiter %s still unavailable: %s", self.key, error)
+            logger.debug("rate limiter %s still unavailable: %s", key, error)
 
-    def _acquire_sync(self) -> Sequence[Any]:
-        script, _ = self._scripts()
-        args = [self._window_ms, self.requests_per_minute or -1, self.tokens_per_minute or -1]
-        reply: Sequence[Any] = script(keys=[self.key], args=args)
+    def _take_slot_sync(self, key: str, args: list[int]) -> Sequence[Any]:
+        _, take_slot, _ = self._connected()
+        reply: Sequence[Any] = take_slot(keys=[key], args=args)
         return reply
 
-    def _record_sync(self, tokens: int) -> None:
-        _, script = self._scripts()
-        script(keys=[self.key], args=[self._window_ms, tokens])
+    def _add_tokens_sync(self, key: str, args: list[int]) -> None:
+        _, _, add_tokens = self._connected()
+        add_tokens(keys=[key], args=args)
 
-    async def try_acquire(self) -> Permit | Denial:
+    async def take_slot(
+        self, key: str, *, window: float, max_requests: int | None, max_tokens: int | None
+    ) -> Permit | Denial:
         if self._skipping():
-            return Permit(window=-1, requests=0, tokens=0, enforced=False)
+            return _UNCHECKED
+        args = [_window_ms(window), max_requests or -1, max_tokens or -1]
         try:
-            status, index, left_ms, requests, tokens = (
-                int(value) for value in await asyncio.to_thread(self._acquire_sync)
-            )
+            reply = await asyncio.to_thread(self._take_slot_sync, key, args)
+            status, index, left_ms, requests, tokens = (int(value) for value in reply)
         except Exception as error:  # fail open: see the module doc
-            self._unavailable("calls proceed", error)
-            return Permit(window=-1, requests=0, tokens=0, enforced=False)
+            self._unavailable(key, "calls proceed", error)
+            return _UNCHECKED
         if status == 1:
             return Permit(window=index, requests=requests, tokens=tokens)
         reason: DenialReason = "tokens" if status == 3 else "requests"
         return Denial(window=index, reason=reason, retry_after=left_ms / 1000)
 
-    async def record(self, tokens: int) -> None:
-        if tokens <= 0 or self.tokens_per_minute is None:
-            return
+    async def add_tokens(self, key: str, *, window: float, tokens: int) -> None:
         if self._skipping():
-            logger.debug("rate limiter %s unavailable: %d tokens go unrecorded", self.key, tokens)
+            logger.debug("rate limiter %s unavailable: %d tokens go unrecorded", key, tokens)
             return
         try:
-            await asyncio.to_thread(self._record_sync, int(tokens))
+            await asyncio.to_thread(self._add_tokens_sync, key, [_window_ms(window), tokens])
         except Exception as error:  # fail open: see the module doc
-            self._unavailable(f"{tokens} tokens go unrecorded", error)
+            self._unavailable(key, f"{tokens} tokens go unrecorded", error)
 
-    def usage(self) -> tuple[int, int, int]:
-        """``(window, requests, tokens)`` of the current window, read from Redis (raises on errors)."""
-        self._scripts()
-        assert self._client is not None
-        seconds, micros = self._client.time()
-        index = (int(seconds) * 1000 + int(micros) // 1000) // self._window_ms
-        prefix = f"{self.key}:{index}"
-        requests, tokens = self._client.mget([f"{prefix}:requests", f"{prefix}:tokens"])
+    def usage(self, key: str, *, window: float) -> tuple[int, int, int]:
+        """Read from Redis (raises on errors, unlike the other methods)."""
+        client, _, _ = self._connected()
+        seconds, micros = client.time()
+        index = (int(seconds) * 1000 + int(micros) // 1000) // _window_ms(window)
+        requests, tokens = client.mget([f"{key}:{index}:requests", f"{key}:{index}:tokens"])
         return index, int(requests or 0), int(tokens or 0)
+
+    def describe(self, key: str) -> str:
+        return f"redis {redact_url(self.url)} key {key}"
 
     def close(self) -> None:
         """Close the connection pool (it reopens on next use)."""
         with self._client_lock:
-            client, self._client, self._acquire, self._record = self._client, None, None, None
+            client, self._client, self._scripts = self._client, None, None
         if client is not None:
             client.close()
 
-    def describe(self) -> str:
-        return f"{self.describe_limits()}, redis {redact_url(self.url)} key {self.key}"
+    def __repr__(self) -> str:
+        return f"<RedisBackend {redact_url(self.url)}>"

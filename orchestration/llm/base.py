@@ -1,0 +1,49 @@
+"""``BaseProcessor``: a model processor written against one :class:`~actions.model.ModelRequest`.
+
+The processor protocol (:class:`actions.model.ModelProcessor`) is a method of
+seven keywords. A subclass implements :meth:`BaseProcessor.process` instead,
+which receives them as one value, so wrappers can pass a request on
+(``await request.send(inner)``) or change one field (``dataclasses.replace``)
+without spelling the keywords again.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from actions.model import AiResponse, ModelRequest
+
+__all__ = ["BaseProcessor"]
+
+
+class BaseProcessor(ABC):
+    """A :class:`~actions.model.ModelProcessor` whose turns arrive as :class:`ModelRequest` values."""
+
+    async def send_request(
+        self,
+        *,
+        instruction: str,
+        tools: Sequence[Mapping[str, Any]],
+        tool_choices: Sequence[Mapping[str, Any]] | None,
+        history_messages: Sequence[Mapping[str, Any]],
+        documents: Sequence[Any],
+        files: Sequence[Any],
+        is_auto_handle_function_call: bool,
+    ) -> AiResponse:
+        """The protocol's entry point: the keywords become one :class:`ModelRequest` for :meth:`process`."""
+        request = ModelRequest(
+            instruction=instruction,
+            tools=tuple(tools),
+            tool_choices=None if tool_choices is None else tuple(tool_choices),
+            history_messages=tuple(history_messages),
+            documents=tuple(documents),
+            files=tuple(files),
+            is_auto_handle_function_call=is_auto_handle_function_call,
+        )
+        return await self.process(request)
+
+    @abstractmethod
+    async def process(self, request: ModelRequest) -> AiResponse:
+        """Answer one turn; a model fault is returned as :meth:`AiResponse.failure`, never raised."""

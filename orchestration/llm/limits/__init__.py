@@ -1,0 +1,35 @@
+"""Provider rate limits: one fixed-window algorithm over a memory or a Redis backend.
+
+- :mod:`~orchestration.llm.limits.window`: :class:`WindowRateLimiter` (the
+  algorithm), :class:`Permit`, :class:`RateLimitTimeoutError`.
+- :mod:`~orchestration.llm.limits.backends`: :class:`MemoryBackend` (this
+  process) and :class:`RedisBackend` (every worker on one Redis).
+- :mod:`~orchestration.llm.limits.processor`: :class:`RateLimitedProcessor`,
+  which asks a limiter for a slot before each model call.
+"""
+
+from orchestration.llm.limits.backends.memory import MemoryBackend
+from orchestration.llm.limits.backends.redis import RedisBackend
+from orchestration.llm.limits.processor import RateLimitedProcessor, RateLimiter, current_permit
+from orchestration.llm.limits.window import (
+    Denial,
+    Permit,
+    RateLimitTimeoutError,
+    WindowBackend,
+    WindowRateLimiter,
+    limit_key,
+)
+
+__all__ = [
+    "Denial",
+    "MemoryBackend",
+    "Permit",
+    "RateLimitTimeoutError",
+    "RateLimitedProcessor",
+    "RateLimiter",
+    "RedisBackend",
+    "WindowBackend",
+    "WindowRateLimiter",
+    "current_permit",
+    "limit_key",
+]

@@ -1,0 +1,157 @@
+"""``ModelProvider``: the model processors a deployment runs with, built from its settings.
+
+What :meth:`ModelProvider.processor` returns, from
+:class:`~orchestration.settings.ModelSettings` (the same variables on every worker):
+
+- ``OPENAI_API_KEY`` and/or ``OPENAI_BASE_URL`` set: an
+  :class:`~orchestration.llm.openai_processor.OpenAIProcessor` (with
+  ``OPENAI_MODEL``, ``OPENAI_TIMEOUT_SECONDS``, ``OPENAI_MAX_RETRIES``);
+  otherwise the :class:`~orchestration.llm.offline.OfflineModel`
+  (deterministic, no key, no network), or the one ``offline`` builds.
+- ``AGENTLOOP_MODEL_RPM`` and/or ``AGENTLOOP_MODEL_TPM`` set (requests / tokens
+  per window): the processor is wrapped in a
+  :class:`~orchestration.llm.limits.processor.RateLimitedProcessor`. The
+  limiter counts in Redis, shared by every worker, when ``REDIS_URL`` is set,
+  else in this process. ``AGENTLOOP_MODEL_LIMIT_NAME`` names the limit (its
+  Redis key is ``agentloop:ratelimit:<name>``; default the model name),
+  ``AGENTLOOP_MODEL_LIMIT_WINDOW_SECONDS`` is the window the limits count in
+  (default 60) and ``AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS`` the longest a
+  call waits for a slot before it fails (default 120).
+
+Build one provider per process (or per app) and ask it for processors: they
+all share its limiter, and so its Redis connection pool. Processors are not
+shared: each has its own HTTP client, bound to the event loop that uses it,
+and whoever asks for one closes it.
+
+:func:`processor_from_env` is the short way for a script: settings loaded from
+the environment, one provider, one processor. :func:`describe_processor` says
+in one line what a processor is, for display (never a key or a password).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from actions.model import ModelProcessor
+from orchestration.llm.limits.backends.memory import MemoryBackend
+from orchestration.llm.limits.backends.redis import RedisBackend
+from orchestration.llm.limits.processor import RateLimitedProcessor
+from orchestration.llm.limits.window import WindowBackend, WindowRateLimiter, limit_key
+from orchestration.llm.offline import OfflineModel
+from orchestration.redaction import redact_url
+from orchestration.settings import ModelSettings, load_settings
+
+__all__ = ["OFFLINE_DESCRIPTION", "ModelProvider", "describe_processor", "processor_from_env"]
+
+OFFLINE_DESCRIPTION = "offline (deterministic, no API key)"
+
+
+class ModelProvider:
+    """Builds processors from ``settings`` (see the module doc); owns the limiter they share.
+
+    ``offline`` builds the model used without a key (default: a plain
+    :class:`OfflineModel`; an application passes one with its responders).
+    """
+
+    def __init__(
+        self, settings: ModelSettings, *, offline: Callable[[], ModelProcessor] | None = None
+    ) -> None:
+        self.settings = settings
+        self._offline = offline
+        self._lock = threading.Lock()
+        self._limiter: WindowRateLimiter | None = None
+
+    @property
+    def uses_openai(self) -> bool:
+        """Whether the processors are OpenAI (or compatible) ones: a key or a base URL is set."""
+        return self.settings.openai_api_key is not None or self.settings.openai_base_url is not None
+
+    @property
+    def model_name(self) -> str:
+        """The model the processors ask (``offline`` for the offline model)."""
+        return self.settings.openai_model if self.uses_openai else OfflineModel.model_name
+
+    @property
+    def limiter(self) -> WindowRateLimiter | None:
+        """The limiter all this provider's processors share (built on first use); ``None`` without limits."""
+        settings = self.settings
+        if settings.rpm is None and settings.tpm is None:
+            return None
+        with self._lock:
+            if self._limiter is None:
+                backend: WindowBackend = (
+                    RedisBackend(settings.redis_url) if settings.redis_url else MemoryBackend()
+                )
+                self._limiter = WindowRateLimiter(
+                    backend,
+                    key=limit_key(settings.limit_name or self.model_name),
+                    requests_per_minute=settings.rpm,
+                    tokens_per_minute=settings.tpm,
+                    window=settings.limit_window_seconds,
+                    max_wait=settings.limit_max_wait_seconds,
+                )
+            return self._limiter
+
+    def processor(self) -> ModelProcessor:
+        """A new processor, rate-limited by the shared limiter when limits are set.
+
+        Raises ``ValueError`` for settings the processor cannot use.
+        """
+        model = self._model()
+        limiter = self.limiter
+        return model if limiter is None else RateLimitedProcessor(model, limiter)
+
+    def _model(self) -> ModelProcessor:
+        if self.uses_openai:
+            # imported here: the openai SDK is loaded only by deployments that call it
+            from orchestration.llm.openai_processor import OpenAIProcessor
+
+            return OpenAIProcessor.from_settings(self.settings)
+        return self._offline() if self._offline is not None else OfflineModel()
+
+    def close(self) -> None:
+        """Close the limiter's connections (a later processor opens them again)."""
+        with self._lock:
+            limiter, self._limiter = self._limiter, None
+        if limiter is not None:
+            limiter.close()
+
+    def __repr__(self) -> str:
+        return f"<ModelProvider {self.model_name}, limiter {self.limiter!r}>"
+
+
+def processor_from_env(
+    environ: Mapping[str, str] | None = None, *, offline: Callable[[], ModelProcessor] | None = None
+) -> ModelProcessor:
+    """The processor the environment asks for: ``ModelProvider(load_settings(environ).model).processor()``.
+
+    ``environ`` defaults to ``os.environ``; empty values count as unset. The
+    processor's limiter is its own: processors that must share an in-process
+    limit come from one :class:`ModelProvider`. Raises ``ValueError`` for a
+    malformed setting.
+    """
+    return ModelProvider(load_settings(environ).model, offline=offline).processor()
+
+
+def _loaded_class(module: str, name: str) -> type[Any] | None:
+    """The class ``module.name`` when its module is imported (else nothing can be an instance)."""
+    loaded = sys.modules.get(module)
+    cls = getattr(loaded, name, None) if loaded is not None else None
+    return cls if isinstance(cls, type) else None
+
+
+def describe_processor(processor: object) -> str:
+    """One line saying what ``processor`` is: model, server (no credentials), limits."""
+    if isinstance(processor, RateLimitedProcessor):
+        return f"{describe_processor(processor.inner)}; rate-limited: {processor.limiter.describe()}"
+    if isinstance(processor, OfflineModel):
+        return OFFLINE_DESCRIPTION
+    openai = _loaded_class("orchestration.llm.openai_processor", "OpenAIProcessor")
+    if openai is not None and isinstance(processor, openai):
+        return f"OpenAI-compatible model {processor.model} at {redact_url(processor.base_url)}"
+    kind = type(processor).__name__
+    model = getattr(processor, "model", None) or getattr(processor, "model_name", None)
+    return f"{kind} ({model})" if isinstance(model, str) and model else kind

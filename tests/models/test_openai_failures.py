@@ -1,0 +1,225 @@
+"""Retries, timeouts and failures of the OpenAI processor: the SDK's own, each ending as a value."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from openai_support import API_KEY, FAST, send, send_forced
+
+from actions import AiResponse, Usage
+from orchestration.llm.openai_processor import OpenAIProcessor
+from orchestration.testing.servers.openai_server import (
+    OpenAICompatibleServer,
+    Reply,
+    reply_delay,
+    reply_disconnect,
+    reply_error,
+    reply_json,
+    reply_text,
+    reply_tool_call,
+)
+
+
+async def test_a_429_is_retried_and_then_succeeds(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    openai_server.enqueue(
+        reply_error(429, "Rate limit reached.", headers=FAST),
+        reply_tool_call("plan_search", {"steps": []}),
+    )
+
+    response = await send_forced(make_processor(max_retries=1))
+
+    assert not response.has_error
+    assert response.function_calls[0].arguments == '{"steps": []}'
+    retry_counts = [request.headers["x-stainless-retry-count"] for request in openai_server.requests]
+    assert retry_counts == ["0", "1"]
+
+
+async def test_persistent_500s_end_as_an_error_after_max_retries_plus_one_attempts(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    openai_server.responder = lambda body: reply_error(500, "The server had an error.", headers=FAST)
+
+    response = await send_forced(make_processor(max_retries=2))
+
+    assert response.error == "openai: 500 server error after 3 attempts: The server had an error."
+    assert len(openai_server.requests) == 3
+
+
+async def test_a_rate_limit_that_persists_says_so(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    openai_server.responder = lambda body: reply_error(429, "Slow down.", headers=FAST)
+
+    response = await send_forced(make_processor(max_retries=3))
+
+    assert response.error == "openai: 429 rate limited after 4 attempts: Slow down."
+    assert len(openai_server.requests) == 4
+
+
+async def test_a_client_error_is_not_retried(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    openai_server.enqueue(reply_error(400, "Invalid schema for function 'plan_search'."))
+
+    response = await send_forced(make_processor(max_retries=3))
+
+    assert (
+        response.error
+        == "openai: 400 bad request after 1 attempt: Invalid schema for function 'plan_search'."
+    )
+    assert len(openai_server.requests) == 1
+
+
+async def test_a_slow_server_times_out_quickly(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    openai_server.enqueue(reply_delay(3.0, then=reply_text("too late")))
+    processor = make_processor(timeout=timedelta(milliseconds=200), max_retries=0)
+
+    started = time.monotonic()
+    response = await send_forced(processor)
+
+    assert time.monotonic() - started < 1.5
+    assert response.error == "openai: request timed out after 1 attempt (timeout 0.2s)"
+
+
+async def test_a_timeout_is_retried_like_any_transient_fault(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    openai_server.enqueue(reply_delay(3.0), reply_tool_call("plan_search", "{}"))
+
+    response = await send_forced(make_processor(timeout=0.2, max_retries=1))
+
+    assert not response.has_error
+    assert len(openai_server.requests) == 2
+
+
+async def test_a_dropped_connection_is_retried(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    openai_server.enqueue(reply_disconnect(), reply_text("back"))
+
+    response = await send(make_processor(max_retries=1))
+
+    assert response.text == "back"
+    assert len(openai_server.requests) == 2
+
+
+async def test_connection_refused_is_an_error_not_an_exception(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    processor = make_processor(max_retries=0)
+    openai_server.stop()
+
+    response = await send_forced(processor)
+
+    assert response.has_error
+    assert response.error is not None
+    assert response.error.startswith("openai: connection error after 1 attempt: ")
+
+
+async def test_a_response_without_choices_is_an_error_that_keeps_its_usage(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    seen: list[Usage] = []
+    openai_server.enqueue(
+        reply_json(
+            {
+                "id": "chatcmpl-x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "odd-model",
+                "choices": [],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5},
+            }
+        )
+    )
+
+    response = await send_forced(make_processor(on_usage=seen.append))
+
+    assert response == AiResponse.failure(
+        "openai: response has no choices", usage=Usage(input_tokens=5), model="odd-model"
+    )
+    assert seen == [Usage(input_tokens=5)]
+
+
+async def test_an_unmappable_history_message_is_an_error(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    response = await send(make_processor(), history=[{"role": "narrator", "content": "Once upon a time"}])
+
+    assert response.error == "openai: invalid request: history message #0: unknown role 'narrator'"
+    assert openai_server.requests == []
+
+
+async def test_an_unexpected_exception_inside_the_client_is_an_error(
+    make_processor: Callable[..., OpenAIProcessor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    processor = make_processor()
+
+    async def explode(**kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(processor.client.chat.completions, "create", explode)
+
+    response = await send(processor)
+
+    assert response.error == "openai: unexpected RuntimeError: boom"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(reply_error(401, "Incorrect API key provided: {key}"), id="401-echoing-the-key"),
+        pytest.param(reply_error(500, "upstream said Authorization: Bearer {key}", headers=FAST), id="500"),
+    ],
+)
+async def test_the_api_key_never_appears_in_an_error(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor], reply: Any
+) -> None:
+    def echo_key(body: dict[str, Any]) -> Reply:
+        message = reply.body["error"]["message"].format(key=API_KEY)
+        return reply_error(reply.status, message, headers=dict(reply.headers))
+
+    openai_server.responder = echo_key
+
+    response = await send_forced(make_processor(max_retries=1))
+
+    assert response.error is not None
+    assert API_KEY not in response.error
+    assert API_KEY[8:] not in response.error
+    assert "[redacted]" in response.error
+
+
+async def test_the_api_key_is_not_in_connection_or_timeout_errors(
+    openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+) -> None:
+    openai_server.enqueue(reply_delay(2.0))
+    timed_out = await send(make_processor(timeout=0.1))
+    refused_processor = make_processor()
+    openai_server.stop()
+    refused = await send(refused_processor)
+
+    for response in (timed_out, refused):
+        assert response.error is not None and API_KEY not in response.error
+
+
+async def test_files_are_ignored_with_a_debug_line(
+    openai_server: OpenAICompatibleServer,
+    make_processor: Callable[..., OpenAIProcessor],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="orchestration.llm.openai_processor"):
+        response = await send(make_processor(), files=["https://example.invalid/a.pdf"])
+
+    assert response.text == "ok"
+    assert "1 file(s) ignored" in caplog.text
+    assert "a.pdf" not in json.dumps(openai_server.completion_requests)
