@@ -39,7 +39,7 @@ __all__ = [
 #: :func:`run_worker_process` is given.
 CONFIG_ENV_VARS: tuple[str, ...] = env_names()
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_PROJECT_ROOT = Path(__file__).resolve().parents[3]  # the folder holding orchestration/
 _LOG_TAIL_LINES = 60
 
 
