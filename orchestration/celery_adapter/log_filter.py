@@ -1,5 +1,10 @@
-"""The worker log filter of :mod:`orchestration.celery_adapter.privacy`: Celery's trace, request and pool log
-lines name a private task's arguments and result only by their redacted form."""
+"""The worker log filter: Celery's trace, request and pool log lines name a private task's arguments and
+result only by their redacted form (:mod:`orchestration.redaction`).
+
+Installed by :func:`orchestration.celery_adapter.privacy.install_privacy` through :mod:`logging`'s own
+extension point, a :class:`logging.Filter` on Celery's loggers; the task being run is read with
+Celery's public ``current_task``.
+"""
 
 from __future__ import annotations
 
@@ -7,30 +12,32 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from celery._state import get_current_task
+from celery import current_task
 
-from orchestration.celery_adapter.privacy import (
-    _HIDDEN,
-    _POOL_APPLY,
-    _TRACE_LOGGERS,
+from orchestration.redaction import (
+    HIDDEN,
     PRIVATE_PREFIX,
-    _parameter_names,
     hidden_texts,
     hide_result,
     is_private,
+    parameter_names,
     redact_call,
     scrub,
 )
 
 __all__ = ["RedactingLogFilter", "install_log_filters"]
 
+#: Celery's loggers whose records may carry a task's arguments, result or exception.
+CELERY_LOGGERS = ("celery.app.trace", "celery.worker.request", "celery.worker.strategy", "celery.pool")
+_POOL_APPLY = "TaskPool: Apply"
+
 
 class _CurrentCall:
     """The private task running in this process or thread (pool child), read only when a record needs it."""
 
     def __init__(self) -> None:
-        task = get_current_task()
-        self.task = task if task is not None and is_private(getattr(task, "name", None)) else None
+        running = bool(current_task) and is_private(getattr(current_task, "name", None))
+        self.task: Any = current_task if running else None
         self.name = str(self.task.name) if self.task is not None else None
         self._secrets: tuple[str, ...] | None = None
 
@@ -38,7 +45,7 @@ class _CurrentCall:
         assert self.task is not None
         request = self.task.request
         args, kwargs = getattr(request, "args", None), getattr(request, "kwargs", None)
-        return args, kwargs, _parameter_names(self.task)
+        return args, kwargs, parameter_names(getattr(self.task, "run", None))
 
     def secrets(self) -> tuple[str, ...]:
         if self._secrets is None:
@@ -55,7 +62,7 @@ class RedactingLogFilter(logging.Filter):
     * the success line (``Task agentloop.run[id] succeeded in 0.1s: <hidden result, 57 chars>``);
     * failure, retry and internal-error lines: the exception and the traceback
       lose the text of the hidden arguments and are cut at
-      :data:`MAX_EXCEPTION_CHARS` per line;
+      :data:`~orchestration.redaction.MAX_EXCEPTION_CHARS` per line;
     * the ``args``/``kwargs`` handed to custom handlers (``record.data``) are the redacted reprs;
     * the pool's ``DEBUG`` line ``TaskPool: Apply ...`` no longer dumps a private message.
 
@@ -114,7 +121,7 @@ class RedactingLogFilter(logging.Filter):
     def _redact_pool_apply(record: logging.LogRecord) -> None:
         args = _as_tuple(record.args)
         if len(args) >= 3 and f"'{PRIVATE_PREFIX}" in str(args[1])[:200]:
-            record.args = (args[0], _HIDDEN, _HIDDEN)
+            record.args = (args[0], HIDDEN, HIDDEN)
 
 
 def _as_tuple(args: Any) -> tuple[Any, ...]:
@@ -134,7 +141,7 @@ _FILTER = RedactingLogFilter()
 
 def install_log_filters() -> None:
     """Attach :class:`RedactingLogFilter` to Celery's worker loggers once per process."""
-    for name in _TRACE_LOGGERS:
+    for name in CELERY_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(existing, RedactingLogFilter) for existing in logger.filters):
             logger.addFilter(_FILTER)

@@ -1,7 +1,11 @@
 """A Redis restart in the middle of a run (broker and results on it, AOF on) loses nothing:
 the worker reconnects, the run goes on from where it was, and its result arrives. A message
 whose acknowledgement died with the old connection is delivered again after the visibility
-timeout, and the steps that already finished are not run again (at-least-once delivery)."""
+timeout, and the steps that already finished are not run again (at-least-once delivery).
+
+It keeps the kombu workaround in ``orchestration/celery_adapter/patches.py`` honest: the worker applies
+it when it starts (the test process, a client, does not), and without it the restore of unacknowledged
+messages on the dead connection is an "Unrecoverable error" that stops the worker."""
 
 from __future__ import annotations
 

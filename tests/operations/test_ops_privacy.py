@@ -1,4 +1,8 @@
-"""What agentloop tasks carry stays out of messages' reprs, events and log lines (no server needed)."""
+"""What agentloop tasks carry stays out of messages' reprs, events and log lines (no server needed).
+
+What is shown of a value is :mod:`orchestration.redaction`'s (``test_ops_redaction.py``); these tests
+check that Celery's producer, worker request and loggers show only that.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +15,7 @@ from celery import Celery
 from celery.contrib.testing.mocks import TaskMessage
 
 from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.privacy import (
-    MAX_EXCEPTION_CHARS,
-    RedactingAMQP,
-    RedactingRequest,
-    describe_hidden,
-    hidden_texts,
-    hide_result,
-    install_privacy,
-    redact_call,
-    scrub,
-)
+from orchestration.celery_adapter.privacy import PrivateAMQP, RedactingRequest, install_privacy
 
 SECRET = "sk-test-MARKER123"
 INPUT = {"question": "what is my balance?", "secret": SECRET}
@@ -56,62 +50,6 @@ def app() -> Iterator[Celery]:
     app.close()
 
 
-# -- the redacted form -----------------------------------------------------------------------------
-
-
-def test_a_launch_call_shows_its_runnable_and_run_id_and_only_the_size_of_its_input() -> None:
-    argsrepr, kwargsrepr = redact_call(
-        (), {"runnable": "record_search.demo", "input": INPUT, "context": {"k": "v"}, "run_id": "r-1"}
-    )
-    assert argsrepr == "()"
-    assert kwargsrepr == (
-        "{'runnable': 'record_search.demo', 'input': <hidden dict 66 chars>, "
-        "'context': <hidden dict 10 chars>, 'run_id': 'r-1'}"
-    )
-
-
-def test_positional_arguments_are_named_and_a_node_shows_where_it_is_but_not_its_context() -> None:
-    argsrepr, kwargsrepr = redact_call(
-        ({"carried": INPUT}, NODE, 1, INPUT), {}, ("previous", "node", "index", "input")
-    )
-    assert argsrepr == (
-        "(previous=<hidden dict 79 chars>, "
-        "node=<node runnable='parity.three_stages' path='pipeline/1' run_id='run-1'>, "
-        "index=1, input=<hidden dict 66 chars>)"
-    )
-    assert kwargsrepr == "{}"
-    assert SECRET not in argsrepr
-
-
-def test_unknown_positions_long_or_unprintable_identifiers_and_content_names_are_hidden() -> None:
-    argsrepr, kwargsrepr = redact_call(
-        (SECRET, 7), {"run_id": "x" * 300, "runnable": "a\nb", "input": 3, "inputs": None}
-    )
-    assert argsrepr == "(<hidden str 17 chars>, <hidden int>)"
-    assert kwargsrepr == (
-        "{'run_id': <hidden str 300 chars>, 'runnable': <hidden str 3 chars>, "
-        "'input': <hidden int>, 'inputs': None}"
-    )
-
-
-def test_results_are_hidden_except_those_that_carry_no_content() -> None:
-    assert hide_result("{'carried': 'x'}", "agentloop.stage") == "<hidden result, 16 chars>"
-    assert hide_result("True", "agentloop.cancel") == "True"
-    assert hide_result("None", "agentloop.run") == "None"
-    assert describe_hidden([1, 2]) == "<hidden list 6 chars>"
-
-
-def test_exception_texts_lose_the_hidden_arguments_text_in_any_quoting_and_are_bounded() -> None:
-    note = 'it\'s "quoted"\nsecond line'
-    secrets = hidden_texts((), {"runnable": "parity.count", "input": {"note": note}})
-    error = ValueError(f"bad input {{'note': {note!r}}}")
-    for text in (str(error), repr(error), f"Traceback ...\nValueError: {error}"):
-        assert "quoted" not in scrub(text, secrets), text
-    assert "parity.count" in scrub("unknown runnable 'parity.count'", secrets)  # shown values stay
-    assert scrub("x" * (MAX_EXCEPTION_CHARS + 50)).endswith("... [50 more chars hidden]")
-    assert hidden_texts((), {"input": "short"}) == ()  # shorter than MIN_SCRUB_CHARS: left alone
-
-
 # -- producer: messages and the task-sent event ----------------------------------------------------
 
 
@@ -122,7 +60,7 @@ def _message(app: Celery, name: str, args: Any = (), kwargs: Any = None) -> Any:
 
 
 def test_messages_of_agentloop_tasks_carry_redacted_reprs_in_headers_and_sent_event(app: Celery) -> None:
-    assert isinstance(app.amqp, RedactingAMQP)
+    assert isinstance(app.amqp, PrivateAMQP)
     message = _message(app, "agentloop.launch", kwargs={"runnable": "parity.count", "input": INPUT})
     shown = (message.headers["argsrepr"], message.headers["kwargsrepr"], str(message.sent_event))
     assert SECRET not in " ".join(shown)
@@ -139,13 +77,34 @@ def test_messages_of_other_tasks_keep_celerys_repr(app: Celery) -> None:
     assert SECRET in message.headers["argsrepr"]
 
 
-def test_an_app_whose_amqp_was_already_built_is_redacted_too() -> None:
-    app = Celery("late", set_as_current=False, broker="memory://")
-    _ = app.amqp.create_task_message  # built and cached before privacy is installed
+def test_a_callers_own_reprs_of_an_agentloop_task_are_replaced_by_the_redacted_ones(app: Celery) -> None:
+    kwargs = {"runnable": "parity.count", "input": INPUT}
+    by_name = app.amqp.create_task_message(
+        "id-1", "agentloop.launch", (), kwargs, create_sent_event=True, kwargsrepr=repr(kwargs)
+    )
+    positional = [None] * 30  # every parameter of as_task_v2 by position, argsrepr/kwargsrepr included
+    positional[:4] = ["id-2", "agentloop.launch", (), kwargs]
+    by_position = app.amqp.as_task_v2(*positional[:27])
+    for message in (by_name, by_position):
+        assert SECRET not in message.headers["kwargsrepr"]
+        assert message.headers["kwargsrepr"].startswith("{'runnable': 'parity.count', 'input': <hidden dict")
+
+
+def test_privacy_installed_on_any_app_before_its_first_message_redacts_it() -> None:
+    app = Celery("plain", set_as_current=False, broker="memory://")
     install_privacy(app)
+    install_privacy(app)  # idempotent
     message = _message(app, "agentloop.launch", kwargs={"runnable": "r", "input": INPUT})
     assert SECRET not in message.headers["kwargsrepr"]
     assert SECRET not in str(message.sent_event)
+    app.close()
+
+
+def test_privacy_refuses_an_app_that_already_built_its_amqp_rather_than_leak() -> None:
+    app = Celery("late", set_as_current=False, broker="memory://")
+    _ = app.amqp.create_task_message  # built before privacy is installed: its class is chosen
+    with pytest.raises(RuntimeError, match="before the app builds its AMQP"):
+        install_privacy(app)
     app.close()
 
 

@@ -1,0 +1,110 @@
+"""Library patches change nothing in a client process and are applied when a worker of the app starts.
+
+Each check runs in a fresh interpreter: a patch is process-wide, so the test process (where other tests
+start embedded workers) cannot tell a client from a worker. ``tests/integration/test_broker_restart.py``
+shows on a real Redis that the kombu patch does its job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestration.celery_adapter.patches import KOMBU_RESTORE_DEFECT, mend_restore_unacked
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_PRELUDE = """
+import json
+from orchestration.celery_adapter.app import create_app
+from orchestration.celery_adapter.patches import (
+    apply_worker_patches, install_worker_patches, kombu_restore_is_patched,
+)
+app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
+install_worker_patches(app)
+"""
+
+
+def _run(script: str) -> Any:
+    """Run ``script`` after the prelude in a fresh interpreter; what it printed last, as JSON."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _PRELUDE + textwrap.dedent(script)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_client_process_that_builds_the_app_and_sends_tasks_patches_no_library() -> None:
+    patched = _run("""
+        app.send_task("agentloop.ping")
+        print(json.dumps(kombu_restore_is_patched()))
+    """)
+    assert patched is False
+
+
+def test_a_worker_of_the_app_applies_the_patches_when_it_starts() -> None:
+    patched = _run("""
+        before = kombu_restore_is_patched()
+        worker = app.WorkController(pool_cls="solo", concurrency=1, without_heartbeat=True)
+        print(json.dumps([before, kombu_restore_is_patched()]))
+    """)
+    assert patched == [False, True]
+
+
+def test_only_kombu_versions_known_to_have_the_defect_are_patched_and_only_once() -> None:
+    first, beyond = KOMBU_RESTORE_DEFECT
+    outcome = _run(f"""
+        from kombu.transport.redis import QoS
+        original = QoS.restore_unacked
+        fixed = apply_worker_patches(kombu_version={beyond!r}), kombu_restore_is_patched()
+        old = apply_worker_patches(kombu_version={first!r}), kombu_restore_is_patched()
+        apply_worker_patches(kombu_version={first!r})
+        print(json.dumps([fixed, old, QoS.restore_unacked.__wrapped__ is original]))
+    """)
+    assert outcome == [[[], False], [["kombu-redis-restore-unacked"], True], True]
+
+
+class _Connection:
+    client: object | None = None
+
+
+class _Channel:
+    connection = _Connection()
+
+
+class _QoS:
+    channel = _Channel()
+
+    def restore_unacked(self, client: object = None) -> None:
+        raise AttributeError("'NoneType' object has no attribute 'hostname'")
+
+
+def test_the_mended_restore_gives_way_only_when_the_connection_is_gone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mend_restore_unacked(_QoS)
+    with caplog.at_level(logging.WARNING):
+        assert _QoS().restore_unacked() is None
+    assert "return to the queue after the visibility timeout" in caplog.text
+
+    alive = _QoS()
+    alive.channel = _Channel()
+    alive.channel.connection = _Connection()
+    alive.channel.connection.client = object()
+    with pytest.raises(AttributeError):  # a live connection: a real error, not swallowed
+        alive.restore_unacked()
