@@ -72,8 +72,11 @@ def test_two_workers_never_exceed_the_shared_requests_per_window(
     for call, stamp in zip(seen, stamps, strict=True):
         began = stamp["window"] * window
         assert began <= call.arrived < began + 2 * window, (call.arrived, stamp)
-    # 16 requests at 3 a window take at least 6 windows: the first and last are >= 4 whole windows apart
-    assert seen[-1].arrived - seen[0].arrived >= (math.ceil(len(seen) / limit) - 2) * window
+    # 16 requests at 3 a window take at least 6 windows: the last arrived 5 windows or more after the
+    # first window began (measured from that window, not from the first arrival, which may come late
+    # in its window on a busy machine)
+    first_began = min(int(stamp["window"]) for stamp in stamps) * window
+    assert seen[-1].arrived - first_began >= (math.ceil(len(seen) / limit) - 1) * window
     # both workers did the work
     assert {stamp["ppid"] for stamp in stamps} == worker_pids(two_workers)
     assert {r["output"]["ppid"] for r in results} == worker_pids(two_workers)
