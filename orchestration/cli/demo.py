@@ -79,6 +79,16 @@ def demo(
         except Exception as error:
             raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
 
+    print_answers(result)
+    console.print(f"run id {handle.run_id}: see it again with `agentloop runs show {handle.run_id}`")
+    if offline:
+        console.print(
+            Text("Text marked [offline model] was written by the offline model, not a real one.", style="dim")
+        )
+
+
+def print_answers(result: dict[str, Any]) -> None:
+    """One panel per question (its answer and up to five records), then the summary."""
     for entry in result.get("answers", []):
         answer = entry.get("answer") or {}
         body = answer.get("message") or (entry.get("error") or {}).get("message", "(no answer)")
@@ -93,8 +103,3 @@ def demo(
             parts.append(table)
         console.print(Panel(Group(*parts), title=escape(str(entry.get("question", ""))), title_align="left"))
     console.print(Text(str(result.get("summary", "")), style="bold"))
-    console.print(f"run id {handle.run_id}: see it again with `agentloop runs show {handle.run_id}`")
-    if offline:
-        console.print(
-            Text("Text marked [offline model] was written by the offline model, not a real one.", style="dim")
-        )

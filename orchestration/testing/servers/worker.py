@@ -178,6 +178,38 @@ def _wait_until_ready(worker: WorkerProcess, *, timeout: float) -> None:
         probe.close()
 
 
+def _spawn(
+    command: list[str],
+    *,
+    workdir: Path,
+    env: dict[str, str],
+    hostname: str,
+    broker_url: str,
+    result_backend: str,
+    stop_timeout: float,
+) -> WorkerProcess:
+    """Start ``command`` in ``workdir`` in a session of its own, its output going to ``worker.log``."""
+    log_path = workdir / "worker.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return WorkerProcess(
+        process=process,
+        hostname=hostname,
+        log_path=log_path,
+        broker_url=broker_url,
+        result_backend=result_backend,
+        stop_timeout=stop_timeout,
+    )
+
+
 @contextmanager
 def run_worker_process(
     *,
@@ -197,52 +229,32 @@ def run_worker_process(
 ) -> Iterator[WorkerProcess]:
     """Run ``python -m celery -A orchestration worker`` for the ``with`` block.
 
-    Configuration reaches the worker only through the environment that the
-    settings read: ``BROKER_URL``, ``RESULT_BACKEND``, ``AGENTLOOP_IMPORTS``
-    from the arguments, anything else (``DATABASE_URL``, time limits,
-    ``AGENTLOOP_TASK_DEFAULT_QUEUE``, the model's) through ``env``. None of
-    :data:`CONFIG_ENV_VARS` is inherited from the test process. The project
-    root is put on ``PYTHONPATH`` so test modules can be listed in ``imports``.
+    Configuration reaches the worker only through the environment the settings
+    read: ``BROKER_URL``, ``RESULT_BACKEND`` and ``AGENTLOOP_IMPORTS`` from the
+    arguments, the rest (``DATABASE_URL``, time limits, the model's) through
+    ``env``; none of :data:`CONFIG_ENV_VARS` is inherited. The project root is
+    put on ``PYTHONPATH`` so test modules can be listed in ``imports``.
 
-    The worker gets a unique ``hostname`` (unless given) and logs to a file
-    in a temporary directory (:meth:`WorkerProcess.log_text`). The block is
-    entered once the worker answers a remote-control ping addressed to that
-    hostname. On exit the worker is stopped (``SIGTERM``, then ``SIGKILL`` to
-    its process group after ``stop_timeout`` s) and the log removed; an
-    exception raised in the block gets the log tail attached as a note.
-
-    Raises:
-        WorkerStartError: the worker exited or did not answer within ``start_timeout`` s.
+    The worker gets a unique ``hostname`` (unless given), logs to a temporary
+    file (:meth:`WorkerProcess.log_text`) and is ready once it answers a ping.
+    On exit it gets ``SIGTERM``, then ``SIGKILL`` to its process group after
+    ``stop_timeout`` s, and the log is removed; an exception raised in the block
+    gets the log tail as a note. Raises :class:`WorkerStartError` when the
+    worker exits or does not answer within ``start_timeout`` s.
     """
     hostname = hostname or f"agentloop-test-{uuid.uuid4().hex[:10]}@{socket.gethostname()}"
-    command = [
-        sys.executable, "-m", "celery", "-A", app_module, "worker",
-        "--loglevel", loglevel,
-        "--pool", pool,
-        "--concurrency", str(concurrency),
-        "--hostname", hostname,
+    options = [
+        "--loglevel", loglevel, "--pool", pool, "--concurrency", str(concurrency), "--hostname", hostname,
         *(["--queues", ",".join(queues)] if queues else []),
         *extra_args,
     ]  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="agentloop-worker-"))
-    log_path = workdir / "worker.log"
     try:
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                command,
-                cwd=workdir,
-                env=_worker_env(
-                    broker_url=broker_url, result_backend=result_backend, imports=imports, env=env
-                ),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        worker = WorkerProcess(
-            process=process,
+        worker = _spawn(
+            [sys.executable, "-m", "celery", "-A", app_module, "worker", *options],
+            workdir=workdir,
+            env=_worker_env(broker_url=broker_url, result_backend=result_backend, imports=imports, env=env),
             hostname=hostname,
-            log_path=log_path,
             broker_url=broker_url,
             result_backend=result_backend,
             stop_timeout=stop_timeout,
