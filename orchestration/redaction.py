@@ -172,14 +172,7 @@ def _hidden_part(name: str | None, value: Any) -> Any:
 
 
 @lru_cache(maxsize=1024)
-def parameter_names(function: Callable[..., Any] | None) -> tuple[str, ...] | None:
-    """The names ``function`` takes by position, in order (a bound method's without ``self``).
-
-    ``None`` when there is no function or its signature cannot be read; a
-    task's are ``parameter_names(task.run)``.
-    """
-    if function is None:
-        return None
+def _positional_names(function: Callable[..., Any]) -> tuple[str, ...] | None:
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
@@ -189,6 +182,25 @@ def parameter_names(function: Callable[..., Any] | None) -> tuple[str, ...] | No
         for parameter in parameters
         if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
     )
+
+
+def parameter_names(function: Callable[..., Any] | None) -> tuple[str, ...] | None:
+    """The names ``function`` takes by position, in order (a bound method's without ``self``).
+
+    ``None`` when there is no function or its signature cannot be read; a
+    task's are ``parameter_names(task.run)``. Cached by the plain function,
+    so a bound method keeps neither its task nor its app alive.
+    """
+    if function is None:
+        return None
+    plain = getattr(function, "__func__", function)
+    try:
+        names = _positional_names(plain)
+    except TypeError:  # not hashable: read it uncached
+        names = _positional_names.__wrapped__(plain)
+    if names and plain is not function:
+        return names[1:]  # bound: without the instance it is bound to
+    return names
 
 
 def redact_call(
