@@ -38,6 +38,9 @@ clauses written without agentloop in mind also catch it::
     ├── LaunchRequestError         [ValueError] ``agentloop.launch`` arguments the wire contract forbids
     ├── RunNotFoundError           [KeyError] no run with that id in the run store
     ├── RateLimitTimeoutError      [TimeoutError] a model call waited too long for a rate-limit slot
+    ├── SettingsError              [ValueError] a malformed setting; the message names the variable
+    ├── ScheduleError              [ValueError] a beat schedule entry that cannot be used
+    ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
@@ -116,8 +119,11 @@ from pipelines import (
 
 if TYPE_CHECKING:
     from orchestration.celery_adapter.app import create_app
+    from orchestration.celery_adapter.embedded import WorkerStartError
+    from orchestration.celery_adapter.schedule import ScheduleError
     from orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
     from orchestration.llm import OpenAIProcessor, processor_from_env
+    from orchestration.settings import SettingsError
     from orchestration.store import RunNotFoundError
 
 __all__ = [
@@ -162,6 +168,8 @@ __all__ = [
     "Runnable",
     "RunnableBase",
     "RunnableRegistry",
+    "ScheduleError",
+    "SettingsError",
     "StateNotSerializableError",
     "TokenBudgetExceededError",
     "UnknownActionError",
@@ -169,6 +177,7 @@ __all__ = [
     "UnknownRunnableError",
     "Usage",
     "UsageMeter",
+    "WorkerStartError",
     "WorkflowFailedError",
     "check_budget",
     "context_value",
@@ -193,6 +202,9 @@ _LAZY = {
     "OpenAIProcessor": "orchestration.llm",
     "RunHandle": "orchestration.client",
     "RunNotFoundError": "orchestration.store",
+    "ScheduleError": "orchestration.celery_adapter.schedule",
+    "SettingsError": "orchestration.settings",
+    "WorkerStartError": "orchestration.celery_adapter.embedded",
     "WorkflowFailedError": "orchestration.client",
     "create_app": "orchestration.celery_adapter.app",
     "processor_from_env": "orchestration.llm",

@@ -31,6 +31,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from actions.errors import AgentLoopError
 from orchestration.celery_adapter.schedule import schedule_from_json
 from orchestration.redaction import redact_url
 
@@ -40,7 +41,7 @@ _DEFAULT_HOME = ".agentloop"
 _SQLITE_FILENAME = "agentloop.sqlite3"
 
 
-class SettingsError(ValueError):
+class SettingsError(AgentLoopError, ValueError):
     """A malformed setting; the message names the environment variable and the value."""
 
 

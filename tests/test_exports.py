@@ -1,16 +1,18 @@
 """The public surface: each package's ``__all__``, derived from the package itself, and what gets installed.
 
 A package's ``__all__`` must list exactly the public names its ``__init__``
-binds: the names it imports from the project's own modules (under
-``TYPE_CHECKING`` too, for names loaded on first access) and the functions and
-classes it defines. Nothing is retyped here: adding a name to a package's
-front means importing it there and listing it, and this test says when the two
+binds: the names it imports from the project's own modules to pass them on
+(under ``TYPE_CHECKING`` too, for names loaded on first access; a name the
+``__init__`` itself uses is its own business) and the functions, classes and
+values it defines. Nothing is retyped here: adding a name to a package's front
+means importing it there and listing it, and this test says when the two
 disagree.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import contextlib
 import importlib
 import inspect
@@ -77,14 +79,24 @@ def _bound(package: str) -> dict[str, tuple[str, str]]:
     for node in tree.body:
         if isinstance(node, ast.If) and _is_type_checking(node):
             statements += node.body
+    used = {
+        node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    }
     bound: dict[str, tuple[str, str]] = {}
     for node in statements:
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module.split(".")[0] in roots:
                 for alias in node.names:
-                    bound[alias.asname or alias.name] = (node.module, alias.name)
+                    name = alias.asname or alias.name
+                    if name not in used:  # imported to be passed on, not to be used here
+                        bound[name] = (node.module, alias.name)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             bound[node.name] = (package, node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id != "__all__":
+                    bound[target.id] = (package, target.id)
     return {name: origin for name, origin in bound.items() if not name.startswith("_")}
 
 
@@ -234,30 +246,52 @@ def test_the_error_tree_drawn_in_agentloops_docstring_is_the_real_hierarchy() ->
     drawn = _drawn_tree()
 
     assert set(drawn) == exported
-    for name, (parent, builtins) in drawn.items():
+    for name, (parent, brackets) in drawn.items():
         cls = getattr(agentloop, name)
         assert issubclass(cls, agentloop.AgentLoopError), f"{name} is outside the one root"
         ours = [base.__name__ for base in cls.__bases__ if issubclass(base, agentloop.AgentLoopError)]
         others = {base.__name__ for base in cls.__bases__ if not issubclass(base, agentloop.AgentLoopError)}
         assert ours == ([parent] if parent else []), name
-        assert builtins == (others - {"Exception"}), name
+        assert brackets == (others - {"Exception"}), name
+
+
+def _framework_classes() -> dict[str, set[str]]:
+    """Class name -> the names of its bases, for every class the framework defines (not its test kit)."""
+    bases: dict[str, set[str]] = {}
+    for top in ("actions", "loops", "pipelines", "orchestration"):
+        for path in (ROOT / top).rglob("*.py"):
+            if "testing" in path.relative_to(ROOT).parts:
+                continue  # the test kit's own servers and doubles are not the framework's errors
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    names = {getattr(base, "id", None) or getattr(base, "attr", None) for base in node.bases}
+                    bases.setdefault(node.name, set()).update(n for n in names if n)
+    return bases
+
+
+def _derived(bases: dict[str, set[str]], roots: set[str]) -> set[str]:
+    found = set(roots)
+    while grown := {name for name, parents in bases.items() if parents & found} - found:
+        found |= grown
+    return found - roots
 
 
 def test_every_error_the_framework_defines_is_exported_from_agentloop() -> None:
     import agentloop
 
-    bases: dict[str, set[str]] = {}
-    for top in ("actions", "loops", "pipelines", "orchestration"):
-        for path in (ROOT / top).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.ClassDef):
-                    names = {getattr(base, "id", None) or getattr(base, "attr", None) for base in node.bases}
-                    bases.setdefault(node.name, set()).update(n for n in names if n)
-    errors = {"AgentLoopError"}
-    while grown := {name for name, parents in bases.items() if parents & errors} - errors:
-        errors |= grown
+    errors = _derived(_framework_classes(), {"AgentLoopError"})
 
     assert sorted(name for name in errors - set(agentloop.__all__) if not name.startswith("_")) == []
+
+
+def test_every_exception_the_framework_defines_has_the_one_root() -> None:
+    builtin = {name for name, value in vars(builtins).items() if isinstance(value, type)}
+    exceptions = {name for name in builtin if issubclass(getattr(builtins, name), BaseException)}
+    classes = _framework_classes()
+
+    outside = _derived(classes, exceptions) - _derived(classes, {"AgentLoopError"}) - {"AgentLoopError"}
+
+    assert sorted(outside) == []
 
 
 # --------------------------------------------------------------------------- what gets installed

@@ -22,10 +22,12 @@ from typing import Any
 
 from celery.schedules import crontab, schedule
 
+from actions.errors import AgentLoopError
+
 BATCH_TASK = "agentloop.batch"
 
 
-class ScheduleError(ValueError):
+class ScheduleError(AgentLoopError, ValueError):
     """A beat schedule entry that cannot be used, with the reason."""
 
 
