@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from actions.errors import AgentLoopError
 from orchestration.celery_adapter.app import PING_TASK_NAME
 
 __all__ = ["WorkerStartError", "embedded_worker"]
 
 
-class WorkerStartError(RuntimeError):
+class WorkerStartError(AgentLoopError, RuntimeError):
     """A worker did not come up (it exited, or never answered the ping)."""
 
 
