@@ -285,14 +285,13 @@ def _ablate_store_progress() -> None:
     ) -> None:
         finish_loop(self, run_id, path, result)
 
-    _replace(SqlRunStore, "append_event", lambda self, root_run_id, event: 0)
     _replace(SqlRunStore, "append_events", lambda self, root_run_id, events: None)
     _replace(SqlRunStore, "finish_loop", finish_loop_without_events)
 
 
 def _ablate_checkpoints() -> None:
     """No checkpoint or loop-finished rows are read or written (the progress events still are)."""
-    from orchestration.store import SqlRunStore
+    from orchestration.store import LoopRecord, SqlRunStore
     from orchestration.store.seams import StoreCheckpointer
 
     def events_only(self: Any, run_id: str, path: str, result: Any, *, events: Any = ()) -> None:
@@ -300,9 +299,7 @@ def _ablate_checkpoints() -> None:
 
     _replace(StoreCheckpointer, "load", lambda self, *, path: None)
     _replace(StoreCheckpointer, "save", lambda self, *, path, iteration, state: None)
-    _replace(SqlRunStore, "loop_state", lambda self, run_id, path: (False, None, None))
-    _replace(SqlRunStore, "finished_result", lambda self, run_id, path: (False, None))
-    _replace(SqlRunStore, "mark_loop_finished", lambda self, run_id, path, result: None)
+    _replace(SqlRunStore, "loop_record", lambda self, run_id, path: LoopRecord(False, None, None))
     _replace(SqlRunStore, "finish_loop", events_only)
 
 

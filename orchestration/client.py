@@ -3,8 +3,12 @@
 ``await runner.request(input=...)`` sends ``agentloop.launch`` and returns a
 :class:`RunHandle` at once: its ``run_id`` (also the Celery task id whose
 result is the workflow's), the latest progress and the stream of every
-event of the run (read from the run store), ``wait`` for the result, and
-``cancel`` (cooperative: every stage and branch sees it at its next step).
+event of the run, ``wait`` for the result, and ``cancel`` (cooperative: every
+stage and branch sees it at its next step).
+
+The client speaks the wire contract only (``orchestration/wire.py``): given the
+run store it reads events and cancels there; without one it asks the workers
+through ``agentloop.progress`` and ``agentloop.cancel``.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from celery import Celery
 from celery.result import AsyncResult
@@ -23,10 +27,11 @@ from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceede
 from loops.contract import ProgressCallback, Runnable
 from loops.progress import ProgressEvent
 from loops.scope import new_run_id
-from orchestration.celery_adapter.tasks import LAUNCH
-from orchestration.registry import RunnableRegistry, registry
-from orchestration.store import RunStore
-from orchestration.store.seams import get_run_store
+from orchestration.registry import declared_name
+from orchestration.wire import CANCEL, LAUNCH, PROGRESS, LaunchRequest
+
+if TYPE_CHECKING:
+    from orchestration.store import RunStore
 
 
 class WorkflowFailedError(AgentLoopError):
@@ -47,10 +52,28 @@ class RunHandle:
     """One run on Celery, followed by its run id."""
 
     def __init__(
-        self, *, app: Celery, run_id: str, store: RunStore, on_progress: ProgressCallback | None = None
+        self,
+        *,
+        app: Celery,
+        run_id: str,
+        store: RunStore | None = None,
+        on_progress: ProgressCallback | None = None,
+        reply_timeout: float = 30.0,
     ) -> None:
         self.app, self.run_id, self.store, self.on_progress = app, run_id, store, on_progress
+        self.reply_timeout = reply_timeout
         self._last_event_id = 0
+
+    def _read(self, after_id: int) -> tuple[list[dict[str, Any]], int, Any]:
+        """Events after ``after_id``, the id of the last of them, and the run's recorded error."""
+        if self.store is not None:
+            rows = self.store.events(self.run_id, after_id=after_id)
+            record = self.store.get_run(self.run_id) if self.result.ready() else None
+            error = record.error if record is not None else None
+            return [event for _, event in rows], (rows[-1][0] if rows else after_id), error
+        reply = self.app.send_task(PROGRESS, kwargs={"run_id": self.run_id, "after_id": after_id})
+        answer = reply.get(timeout=self.reply_timeout)
+        return list(answer["events"]), int(answer["last_id"]), answer.get("error")
 
     @property
     def id(self) -> str:
@@ -62,15 +85,13 @@ class RunHandle:
 
     def progress(self) -> ProgressEvent | None:
         """The latest event of the whole run, or ``None`` before the first."""
-        events = self.store.events(self.run_id)
-        return ProgressEvent.from_dict(events[-1][1]) if events else None
+        events, _, _ = self._read(0)
+        return ProgressEvent.from_dict(events[-1]) if events else None
 
     def new_events(self) -> list[ProgressEvent]:
         """Events recorded since the last call (the run's stream, in order)."""
-        rows = self.store.events(self.run_id, after_id=self._last_event_id)
-        if rows:
-            self._last_event_id = rows[-1][0]
-        return [ProgressEvent.from_dict(event) for _, event in rows]
+        events, self._last_event_id, _ = self._read(self._last_event_id)
+        return [ProgressEvent.from_dict(event) for event in events]
 
     def events(self, *, poll: float = 0.1, timeout: float | None = None) -> Iterator[ProgressEvent]:
         """Every event of the run as it happens, until the run ends."""
@@ -118,8 +139,8 @@ class RunHandle:
         result = self.result
         if result.successful():
             return result.result
-        record = self.store.get_run(self.run_id)
-        error = record.error if record is not None and isinstance(record.error, Mapping) else None
+        _, _, recorded = self._read(self._last_event_id)
+        error = recorded if isinstance(recorded, Mapping) else None
         if error is None:
             exc = result.result
             error = {"type": type(exc).__name__, "message": str(exc)}
@@ -130,11 +151,18 @@ class RunHandle:
 
     def cancel(self) -> None:
         """Ask every task of the run to stop at its next step."""
-        self.store.request_cancel(self.run_id)
+        if self.store is not None:
+            self.store.request_cancel(self.run_id)
+        else:
+            self.app.send_task(CANCEL, kwargs={"run_id": self.run_id}).get(timeout=self.reply_timeout)
 
 
 class CeleryAgentRunner:
-    """``CeleryAgentRunner.create(runnable="name" or Cls, context=spec, app=app)``."""
+    """``CeleryAgentRunner.create(runnable="name" or Cls, context=spec, app=app)``.
+
+    A class is launched under the name it was declared with (:func:`~orchestration.registry.register`).
+    With ``store``, handles read the run's events from the run store; without, from the workers.
+    """
 
     def __init__(
         self,
@@ -143,9 +171,8 @@ class CeleryAgentRunner:
         context: Mapping[str, Any] | None = None,
         app: Celery,
         store: RunStore | None = None,
-        names: RunnableRegistry = registry,
     ) -> None:
-        self.name = runnable if isinstance(runnable, str) else names.name_of(runnable)
+        self.name = runnable if isinstance(runnable, str) else declared_name(runnable)
         self.context = dict(context or {})
         self.app = app
         self.store = store
@@ -183,11 +210,13 @@ class CeleryAgentRunner:
         run_id: str | None = None,
         token_budget: int | None = None,
     ) -> RunHandle:
-        run_id = run_id or new_run_id()
-        kwargs = {"runnable": self.name, "input": input, "context": self.context, "run_id": run_id}
-        if token_budget is not None:
-            kwargs["token_budget"] = token_budget
-        self.app.send_task(LAUNCH, kwargs=kwargs, task_id=run_id)
-        return RunHandle(
-            app=self.app, run_id=run_id, store=self.store or get_run_store(), on_progress=on_progress
+        request = LaunchRequest.parse(
+            runnable=self.name,
+            input=input,
+            context=self.context,
+            run_id=run_id or new_run_id(),
+            token_budget=token_budget,
         )
+        assert request.run_id is not None
+        self.app.send_task(LAUNCH, kwargs=request.to_kwargs(), task_id=request.run_id)
+        return RunHandle(app=self.app, run_id=request.run_id, store=self.store, on_progress=on_progress)

@@ -1,18 +1,25 @@
-"""Runnables reachable on Celery, by name.
+"""Runnables reachable on Celery, by name, and the batch input providers.
 
-A message can name only what is registered here. ``register`` also registers,
-under derived names, the stages of a pipeline and the ``includes`` a
-composite's branches may use (they share the parent's context factory), so
-the worker can run each as its own task. Nothing else can be named: a name is
-a key in this table, never an import path.
+A message can name only what a :class:`RunnableRegistry` holds. Registering a
+runnable also registers, under derived names, the stages of a pipeline and the
+``branch_runnables`` / ``includes`` a composite's branches may use (they share
+the parent's context factory), so the worker can run each as its own task.
+Nothing else can be named: a name is a key in this table, never an import path.
+
+There is no process-wide registry. A deployment module *declares* what it
+offers with :func:`register` (and :func:`input_provider`), which only marks the
+class or function; the app factory builds its registry from the modules listed
+in ``AGENTLOOP_IMPORTS`` with :meth:`RunnableRegistry.from_modules`. Tests and
+embedders build a registry by hand and pass it to ``create_app``.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from actions.errors import AgentLoopError
 from loops.contract import Runnable
@@ -21,6 +28,14 @@ from pipelines.pipeline import BaseAgentPipeline
 
 #: Rebuilds the real context inside a worker from the JSON context spec.
 ContextFactory = Callable[[Mapping[str, Any]], Any]
+#: Yields a batch's inputs (``agentloop.batch`` with ``provider=NAME``), called with its ``provider_args``.
+InputProvider = Callable[..., Iterable[Any]]
+
+R = TypeVar("R", bound=type)
+F = TypeVar("F", bound=Callable[..., Iterable[Any]])
+
+_DECLARED = "__agentloop_registrations__"
+_PROVIDES = "__agentloop_input_provider__"
 
 
 class UnknownRunnableError(AgentLoopError, LookupError):
@@ -30,6 +45,10 @@ class UnknownRunnableError(AgentLoopError, LookupError):
         self.name = name
         self.known = tuple(sorted(known))
         super().__init__(f"unknown runnable {name!r}; registered: {', '.join(self.known) or '(none)'}")
+
+
+class UnknownInputProviderError(AgentLoopError, LookupError):
+    """A batch named an input provider that is not registered."""
 
 
 class ContextSpecError(AgentLoopError, ValueError):
@@ -70,7 +89,45 @@ class RunnableRegistry:
     def __init__(self) -> None:
         self._by_name: dict[str, Registration] = {}
         self._by_class: dict[type, Registration] = {}
+        self._providers: dict[str, InputProvider] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_modules(cls, modules: Sequence[str]) -> RunnableRegistry:
+        """A registry of everything the modules ``modules`` declare (see :func:`register`)."""
+        registry = cls()
+        for module_name in modules:
+            registry.include_module(module_name)
+        return registry
+
+    def include_module(self, module_name: str) -> None:
+        """Import ``module_name`` and add the runnables and input providers it declares."""
+        module = importlib.import_module(module_name)
+        for value in list(vars(module).values()):
+            for declaration in _declarations(value):
+                self.register(
+                    declaration.name,
+                    value,
+                    context_factory=declaration.context_factory,
+                    includes=declaration.includes,
+                )
+            provided = getattr(value, _PROVIDES, None) if callable(value) else None
+            if isinstance(provided, str):
+                self.register_input_provider(provided, value)
+
+    def register_input_provider(self, name: str, provider: InputProvider) -> None:
+        """Make ``provider`` the source of inputs of batches that name ``name``."""
+        if not isinstance(name, str) or not name or not callable(provider):
+            raise ValueError("an input provider needs a non-empty name and a callable")
+        with self._lock:
+            self._providers[name] = provider
+
+    def input_provider(self, name: object) -> InputProvider:
+        """The input provider registered as ``name``."""
+        if not isinstance(name, str) or name not in self._providers:
+            known = ", ".join(sorted(self._providers)) or "(none)"
+            raise UnknownInputProviderError(f"unknown input provider {name!r}; registered: {known}")
+        return self._providers[name]
 
     def register(
         self,
@@ -147,16 +204,86 @@ class RunnableRegistry:
                 del self._by_class[registration.runnable]
 
 
-#: The process-wide registry the tasks read; deployments fill it from ``AGENTLOOP_IMPORTS`` modules.
-registry = RunnableRegistry()
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Declaration:
+    """What :func:`register` marks on a class: the name and how to build its context."""
+
+    name: str
+    context_factory: ContextFactory | None = None
+    includes: tuple[type[Runnable], ...] = ()
+
+
+def _declarations(value: object) -> tuple[Declaration, ...]:
+    """The declarations marked on ``value`` itself (a subclass does not inherit its parent's)."""
+    if not isinstance(value, type):
+        return ()
+    declared = value.__dict__.get(_DECLARED, ())
+    return tuple(declared) if isinstance(declared, tuple) else ()
+
+
+@overload
+def register(
+    name: str,
+    runnable: None = None,
+    *,
+    context_factory: ContextFactory | None = None,
+    includes: Iterable[type[Runnable]] = (),
+) -> Callable[[R], R]: ...
+
+
+@overload
+def register(
+    name: str,
+    runnable: R,
+    *,
+    context_factory: ContextFactory | None = None,
+    includes: Iterable[type[Runnable]] = (),
+) -> R: ...
 
 
 def register(
     name: str,
-    runnable: type[Runnable],
+    runnable: R | None = None,
     *,
     context_factory: ContextFactory | None = None,
     includes: Iterable[type[Runnable]] = (),
-) -> Registration:
-    """Register ``runnable`` as ``name`` in the process-wide :data:`registry`."""
-    return registry.register(name, runnable, context_factory=context_factory, includes=includes)
+) -> R | Callable[[R], R]:
+    """Declare ``runnable`` reachable on Celery as ``name``; returns the class unchanged.
+
+    ``register("name", Cls, context_factory=...)`` at module level, or
+    ``@register("name", context_factory=...)`` on the class. This only marks the
+    class: a worker's registry takes it when the module is listed in
+    ``AGENTLOOP_IMPORTS`` (:meth:`RunnableRegistry.from_modules`). A class may
+    be declared under several names.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("a runnable name must be a non-empty string")
+    declaration = Declaration(name=name, context_factory=context_factory, includes=tuple(includes))
+
+    def mark(cls: R) -> R:
+        if not isinstance(cls, type) or not callable(getattr(cls, "create", None)):
+            raise TypeError(f"{cls!r} is not a runnable class")
+        setattr(cls, _DECLARED, (*_declarations(cls), declaration))
+        return cls
+
+    return mark if runnable is None else mark(runnable)
+
+
+def declared_name(runnable: type) -> str:
+    """The name ``runnable`` was first declared under with :func:`register`."""
+    declarations = _declarations(runnable)
+    if not declarations:
+        raise UnknownRunnableError(derived_name(runnable), ())
+    return declarations[0].name
+
+
+def input_provider(name: str) -> Callable[[F], F]:
+    """Declare the decorated function the input provider ``name`` of batches (see :func:`register`)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("an input provider needs a non-empty name")
+
+    def mark(function: F) -> F:
+        setattr(function, _PROVIDES, name)
+        return function
+
+    return mark

@@ -1,14 +1,27 @@
-"""What a Celery message says about the piece of a workflow it runs.
+"""The wire contract: task names, what a message says, and how a collected failure travels.
 
-A :class:`Node` names a *registered* runnable, the run it belongs to, its path
-in the workflow, the JSON context spec the worker rebuilds the context from,
-and the chain of :class:`Ancestor` values that lets the task that fails report
-the failure the way the in-process engine does, at every enclosing level.
+Task names are public and stable. Other services, importing only Celery::
+
+    result = send_task("agentloop.launch", kwargs={"runnable": NAME, "input": JSON,
+                       "context": JSON (optional), "run_id": str (optional),
+                       "token_budget": int (optional)})
+    send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": 0}).get()
+    send_task("agentloop.cancel", kwargs={"run_id": result.id})
+    result.get()   # the workflow's result
+
+A :class:`WorkflowNode` is the piece of a workflow one task runs: a
+*registered* runnable, the run it belongs to, its path in the workflow, the
+JSON context spec the worker rebuilds the context from, and the chain of
+:class:`Ancestor` values that lets the task that fails report the failure the
+way the in-process engine does, at every enclosing level.
 
 Inside a branch of a composite whose policy is ``collect``, a failure is a
-value, not an exception: the failing task returns a :func:`failure_marker`
-that later tasks pass along until the composite at ``capture`` (its path)
-turns it into a failed :class:`~pipelines.BranchResult`.
+value, not an exception: the failing task returns a :class:`BranchFailure`
+(on the wire ``{"__agentloop_failure__": {...}}``) that later tasks pass along
+until the composite at ``capture`` (its path) turns it into a failed
+:class:`~pipelines.BranchResult`.
+
+This module imports neither Celery nor the store: clients depend on it alone.
 """
 
 from __future__ import annotations
@@ -17,7 +30,87 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-MARKER_KEY = "__agentloop_failure__"
+from actions.errors import AgentLoopError
+
+LAUNCH = "agentloop.launch"
+RUN = "agentloop.run"
+STAGE = "agentloop.stage"
+PIPELINE_DONE = "agentloop.pipeline_done"
+MERGE = "agentloop.merge"
+FINALIZE = "agentloop.finalize"
+PROGRESS = "agentloop.progress"
+CANCEL = "agentloop.cancel"
+BATCH = "agentloop.batch"
+BATCH_CHUNK = "agentloop.batch_chunk"
+BATCH_SUMMARY = "agentloop.batch_summary"
+#: The health check: it answers ``"pong"`` as soon as a worker takes it.
+PING = "agentloop.ping"
+#: Every task name of the contract.
+TASK_NAMES = (
+    LAUNCH,
+    RUN,
+    STAGE,
+    PIPELINE_DONE,
+    MERGE,
+    FINALIZE,
+    PROGRESS,
+    CANCEL,
+    BATCH,
+    BATCH_CHUNK,
+    BATCH_SUMMARY,
+    PING,
+)
+
+FAILURE_KEY = "__agentloop_failure__"
+
+
+class LaunchRequestError(AgentLoopError, ValueError):
+    """The keyword arguments of ``agentloop.launch`` are not what the contract allows."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchRequest:
+    """The keyword arguments of ``agentloop.launch``, checked."""
+
+    runnable: str
+    input: Any = None
+    context: Mapping[str, Any] = field(default_factory=dict)
+    run_id: str | None = None
+    token_budget: int | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        runnable: Any,
+        input: Any = None,
+        context: Any = None,
+        run_id: Any = None,
+        token_budget: Any = None,
+    ) -> LaunchRequest:
+        """The request, or :class:`LaunchRequestError` saying which field is wrong."""
+        if context is not None and not isinstance(context, Mapping):
+            raise LaunchRequestError(f"the context spec must be a JSON object, got {type(context).__name__}")
+        if token_budget is not None and (
+            isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0
+        ):
+            raise LaunchRequestError(f"token_budget must be a non-negative integer, got {token_budget!r}")
+        return cls(
+            runnable=str(runnable),
+            input=input,
+            context=dict(context or {}),
+            run_id=None if run_id is None else str(run_id),
+            token_budget=token_budget,
+        )
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The message's keyword arguments (optional fields only when set)."""
+        kwargs: dict[str, Any] = {"runnable": self.runnable, "input": self.input, "context": dict(self.context)}
+        if self.run_id is not None:
+            kwargs["run_id"] = self.run_id
+        if self.token_budget is not None:
+            kwargs["token_budget"] = self.token_budget
+        return kwargs
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,7 +150,9 @@ class Ancestor:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Node:
+class WorkflowNode:
+    """The piece of a workflow one task runs (see the module docstring)."""
+
     run_id: str
     runnable: str
     path: str = ""
@@ -65,7 +160,7 @@ class Node:
     ancestors: tuple[Ancestor, ...] = ()
     capture: str | None = None  # path of the collecting composite that owns failures, if any
 
-    def child(self, *, runnable: str, segment: str, parent: Ancestor) -> Node:
+    def child(self, *, runnable: str, segment: str, parent: Ancestor) -> WorkflowNode:
         path = f"{self.path}/{segment}" if self.path else segment
         capture = self.capture
         if parent.kind == "composite" and not parent.fail_fast:
@@ -85,7 +180,7 @@ class Node:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Node:
+    def from_dict(cls, data: Mapping[str, Any]) -> WorkflowNode:
         if not isinstance(data, Mapping):
             raise ValueError("a workflow node must be a JSON object")
         context = data.get("context") or {}
@@ -101,9 +196,30 @@ class Node:
         )
 
 
-def failure_marker(*, capture: str, error: BaseException) -> dict[str, Any]:
-    return {MARKER_KEY: {"capture": capture, "type": type(error).__name__, "message": str(error)}}
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BranchFailure:
+    """A failure inside a ``collect`` composite, travelling as a value to the composite at ``capture``."""
 
+    capture: str
+    type: str
+    message: str
 
-def is_failure_marker(value: Any) -> bool:
-    return isinstance(value, dict) and MARKER_KEY in value and len(value) == 1
+    @classmethod
+    def of(cls, error: BaseException, *, capture: str) -> BranchFailure:
+        return cls(capture=capture, type=type(error).__name__, message=str(error))
+
+    @property
+    def error(self) -> dict[str, str]:
+        """What the merge sees in the failed :class:`~pipelines.BranchResult`."""
+        return {"type": self.type, "message": self.message}
+
+    def to_wire(self) -> dict[str, Any]:
+        return {FAILURE_KEY: {"capture": self.capture, "type": self.type, "message": self.message}}
+
+    @classmethod
+    def from_wire(cls, value: Any) -> BranchFailure | None:
+        """The failure ``value`` carries, or ``None`` when it is an ordinary output."""
+        if not (isinstance(value, dict) and len(value) == 1 and isinstance(value.get(FAILURE_KEY), dict)):
+            return None
+        body = value[FAILURE_KEY]
+        return cls(capture=str(body["capture"]), type=str(body["type"]), message=str(body["message"]))

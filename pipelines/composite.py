@@ -26,6 +26,8 @@ from loops.scope import RunScope, ensure_scope, failure_phase, use_scope
 
 
 class FailurePolicy(StrEnum):
+    """What a failed branch does to its composite: end it at once, or be collected with the others."""
+
     FAIL_FAST = "fail_fast"
     COLLECT = "collect"
 
@@ -126,6 +128,20 @@ class BaseCompositeAgent(RunnableBase):
         )
         await self.emit_progress(event=event, on_progress=on_progress)
 
+    async def emit_composite_failure(
+        self, *, scope: RunScope, on_progress: ProgressCallback | None, width: int, error: BaseException
+    ) -> None:
+        """The composite's ``failed`` event for ``error`` (shared by every runner)."""
+        await self.emit_composite_event(
+            scope=scope,
+            on_progress=on_progress,
+            phase=failure_phase(error, scope),
+            status=ProgressStatus.FAILED,
+            width=width,
+            done=0,
+            message=f"{type(error).__name__}: {error}",
+        )
+
     async def run(self, *, input: Any, on_progress: ProgressCallback | None = None) -> Any:
         with ensure_scope() as scope:
             scope.check()
@@ -149,11 +165,8 @@ class BaseCompositeAgent(RunnableBase):
                 await emit("merge", ProgressStatus.PROGRESS, width)
                 merged = await maybe_await(self.merge_results(results=results, input=input))
             except BaseException as error:
-                await emit(
-                    failure_phase(error, scope),
-                    ProgressStatus.FAILED,
-                    0,
-                    f"{type(error).__name__}: {error}",
+                await self.emit_composite_failure(
+                    scope=scope, on_progress=on_progress, width=width, error=error
                 )
                 raise
             await emit("done", ProgressStatus.COMPLETED, width)

@@ -49,6 +49,19 @@ class BaseAgentPipeline(RunnableBase):
         )
         await self.emit_progress(event=event, on_progress=on_progress)
 
+    async def emit_stage_failure(
+        self, *, scope: RunScope, on_progress: ProgressCallback | None, index: int, error: BaseException
+    ) -> None:
+        """The pipeline's ``failed`` event: stage ``index`` ended with ``error`` (shared by every runner)."""
+        await self.emit_pipeline_event(
+            scope=scope,
+            on_progress=on_progress,
+            phase=failure_phase(error, scope),
+            status=ProgressStatus.FAILED,
+            done=index,
+            message=f"stage {index} failed: {type(error).__name__}: {error}",
+        )
+
     async def run(self, *, input: Any, on_progress: ProgressCallback | None = None) -> Any:
         with ensure_scope() as scope:
             await self.emit_pipeline_event(
@@ -74,14 +87,7 @@ class BaseAgentPipeline(RunnableBase):
                         done=index + 1,
                     )
             except BaseException as error:
-                await self.emit_pipeline_event(
-                    scope=scope,
-                    on_progress=on_progress,
-                    phase=failure_phase(error, scope),
-                    status=ProgressStatus.FAILED,
-                    done=index,
-                    message=f"stage {index} failed: {type(error).__name__}: {error}",
-                )
+                await self.emit_stage_failure(scope=scope, on_progress=on_progress, index=index, error=error)
                 raise
             await self.emit_pipeline_event(
                 scope=scope,

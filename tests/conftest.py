@@ -20,8 +20,8 @@ import pytest
 
 from orchestration.celery_adapter.app import create_app
 from orchestration.celery_adapter.embedded import embedded_worker
+from orchestration.registry import RunnableRegistry
 from orchestration.store import RunStore, open_store
-from orchestration.store.seams import set_run_store
 from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
 from orchestration.testing.servers.worker import run_worker_process
 
@@ -36,6 +36,7 @@ class CeleryRig:
     app: Any
     store: RunStore
     broker_url: str
+    registry: RunnableRegistry
     worker: Any = None
 
 
@@ -45,34 +46,45 @@ def _sqlite_url(folder: Path) -> str:
 
 @pytest.fixture
 def run_store(tmp_path: Path) -> Iterator[RunStore]:
-    """A fresh SQLite run store installed as this process's store."""
+    """A fresh SQLite run store."""
     store, _ = open_store(_sqlite_url(tmp_path))
-    previous = set_run_store(store)
     try:
         yield store
     finally:
-        set_run_store(previous)
+        store.engine.dispose()
+
+
+#: The modules whose runnables the in-process Celery rigs can run.
+WORKFLOW_MODULES = ("parity_workflows", "agentloop.examples.record_search.workflows")
 
 
 @pytest.fixture(scope="session")
-def memory_celery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryRig]:
-    """The embedded defaults: ``memory://`` broker, in-memory results, a worker thread."""
-    import parity_workflows  # noqa: F401  (registers the parity workflows)
+def parity_registry() -> RunnableRegistry:
+    """The runnables the test workflow modules (:data:`WORKFLOW_MODULES`) declare."""
+    return RunnableRegistry.from_modules(WORKFLOW_MODULES)
 
+
+@pytest.fixture(scope="session")
+def memory_celery(
+    tmp_path_factory: pytest.TempPathFactory, parity_registry: RunnableRegistry
+) -> Iterator[CeleryRig]:
+    """The embedded defaults: ``memory://`` broker, in-memory results, a worker thread."""
     store, _ = open_store(_sqlite_url(tmp_path_factory.mktemp("memory-celery")))
-    set_run_store(store)
     app = create_app(
+        registry=parity_registry,
+        store=store,
         overrides={
             "broker_url": "memory://",
             "result_backend": "cache+memory://",
             "task_default_queue": f"test-{uuid.uuid4().hex[:8]}",
-        }
+        },
     )
     try:
         with embedded_worker(app, pool="threads", concurrency=4) as worker:
-            yield CeleryRig(app=app, store=store, broker_url="memory://", worker=worker)
+            yield CeleryRig(
+                app=app, store=store, broker_url="memory://", registry=parity_registry, worker=worker
+            )
     finally:
-        set_run_store(None)
         app.close()
 
 
@@ -96,10 +108,10 @@ def _worker_env(database_url: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def redis_celery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryRig]:
+def redis_celery(
+    tmp_path_factory: pytest.TempPathFactory, parity_registry: RunnableRegistry
+) -> Iterator[CeleryRig]:
     """A real prefork worker process on a private Redis, sharing a SQLite run store with the test."""
-    import parity_workflows  # noqa: F401
-
     with ExitStack() as stack:
         try:
             server = stack.enter_context(private_redis_server())
@@ -116,7 +128,11 @@ def redis_celery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryRig
                 concurrency=2,
             )
         )
-        app = create_app(overrides={"broker_url": server.url, "result_backend": server.url})
+        app = create_app(
+            registry=parity_registry,
+            store=store,
+            overrides={"broker_url": server.url, "result_backend": server.url},
+        )
         stack.callback(app.close)
         stack.callback(_detach_result_consumer, app)
-        yield CeleryRig(app=app, store=store, broker_url=server.url, worker=worker)
+        yield CeleryRig(app=app, store=store, broker_url=server.url, registry=parity_registry, worker=worker)

@@ -1,73 +1,74 @@
-"""The one factory that builds agentloop's Celery app, and safe display of its settings.
+"""The one factory that builds agentloop's Celery app, and what its tasks share in a process.
 
 The core never reaches for ``current_app`` or ``shared_task``: every task is
 registered on the app :func:`create_app` returns, and that app does not make
 itself Celery's current or default app. ``orchestration.celery`` holds the
 deployed instance for ``celery -A orchestration worker|beat|flower``.
+
+An app carries a :class:`~orchestration.celery_adapter.runtime.Runtime`: the
+settings, the registry of runnables and the run store its tasks use. Nothing of
+it is a process global: a test or an embedder passes its own registry and store
+to :func:`create_app`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from celery import Celery
 
-__all__ = ["PING_TASK_NAME", "create_app", "describe_app", "redact_url"]
+from orchestration.celery_adapter.config import celery_config
+from orchestration.celery_adapter.patches import install_worker_patches
+from orchestration.celery_adapter.runtime import Runtime
+from orchestration.celery_adapter.tasks import install_tasks
+from orchestration.redaction import redact_url
+from orchestration.registry import RunnableRegistry
+from orchestration.settings import Settings, load_settings
+from orchestration.store import RunStore
 
-#: Name of the built-in health-check task; it returns ``"pong"``.
-PING_TASK_NAME = "agentloop.ping"
-
-_MASK = "***"
-_SECRET_QUERY_KEYS = frozenset({"password", "passwd", "pwd", "secret", "token", "access_key", "secret_key"})
+__all__ = ["create_app", "describe_app"]
 
 
 def create_app(
     *,
-    config: object | str = "celeryconfig",
+    settings: Settings | None = None,
+    registry: RunnableRegistry | None = None,
+    store: RunStore | None = None,
+    config: object | str | None = None,
     overrides: Mapping[str, Any] | None = None,
     main: str = "agentloop",
 ) -> Celery:
-    """Build a Celery app configured from ``config``, with agentloop's tasks registered.
+    """Build a Celery app with agentloop's tasks registered.
 
     Args:
-        config: a settings module, its dotted name, or any object whose
-            attributes are Celery settings (``app.config_from_object``). The
-            default, ``celeryconfig``, reads the environment when first
-            imported.
-        overrides: settings that win over ``config`` (lowercase Celery names),
+        settings: the deployment's settings (default: :func:`~orchestration.settings.load_settings`).
+        registry: the runnables its tasks may run (default: those the modules in
+            ``settings.imports`` declare).
+        store: the run store (default: opened on ``settings.database_url`` at first use).
+        config: Celery's settings, when not those ``settings`` project
+            (:func:`~orchestration.celery_adapter.config.celery_config`): a module,
+            its dotted name, or any object whose attributes are Celery settings.
+        overrides: Celery settings that win over ``config`` (lowercase Celery names),
             e.g. ``{"broker_url": ..., "result_backend": ...}`` in tests.
-        main: the app's main name (prefix of auto-generated task names).
+        main: the app's main name.
 
     The app is created with ``set_as_current=False`` and is never made the
     default app, so code that falls back on ``current_app`` cannot find it by
-    accident. ``orchestration.celery_adapter.tasks.install_tasks`` registers the framework's
-    tasks; :data:`PING_TASK_NAME` is registered here.
+    accident.
     """
-    from orchestration.celery_adapter import patches as compat
-    from orchestration.celery_adapter.tasks import (
-        install_tasks,
-    )  # imported late: orchestration.celery_adapter.tasks may import this module
-
-    compat.install()
+    settings = settings or load_settings()
     app = Celery(main, set_as_current=False)
-    app.config_from_object(config)
+    if config is None:
+        app.conf.update(celery_config(settings))
+    else:
+        app.config_from_object(config)
     if overrides:
         app.conf.update(dict(overrides))
-    install_tasks(app)
-    _install_ping(app)
+    app.agentloop_runtime = Runtime(settings=settings, registry=registry, store=store)
+    install_tasks(app)  # privacy first: before anything builds the app's AMQP
+    install_worker_patches(app)
     return app
-
-
-def _ping() -> str:
-    """Health check: answers ``"pong"`` as soon as a worker takes it."""
-    return "pong"
-
-
-def _install_ping(app: Celery) -> None:
-    """Register :data:`PING_TASK_NAME` on ``app`` only (``shared=False``: no other app gets it)."""
-    app.task(name=PING_TASK_NAME, shared=False)(_ping)
 
 
 def describe_app(app: Celery) -> dict[str, Any]:
@@ -91,37 +92,3 @@ def describe_app(app: Celery) -> dict[str, Any]:
             "accept": sorted(conf.accept_content or ()),
         },
     }
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password (and password-like query values) replaced by ``***``.
-
-    ``amqp://guest:secret@host:5672//`` -> ``amqp://guest:***@host:5672//``;
-    ``redis://:secret@host/0`` -> ``redis://:***@host/0``. Several URLs
-    separated by ``;`` (kombu's failover list) are each redacted. A URL with
-    no password is returned unchanged; text that is not a URL is returned
-    as given.
-    """
-    if ";" in url:
-        return ";".join(redact_url(part) for part in url.split(";"))
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return _MASK  # unparsable: show nothing rather than a secret
-    netloc = parts.netloc
-    userinfo, at, hostinfo = netloc.rpartition("@")
-    if at:
-        user, colon, password = userinfo.partition(":")
-        if colon and password:
-            netloc = f"{user}:{_MASK}@{hostinfo}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(key.lower() in _SECRET_QUERY_KEYS for key, _ in pairs):
-            query = urlencode(
-                [(key, _MASK if key.lower() in _SECRET_QUERY_KEYS else value) for key, value in pairs],
-                safe="*/:",
-            )
-    if netloc == parts.netloc and query == parts.query:
-        return url
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -1,7 +1,7 @@
 """Beat batches: one registered runnable fanned out over many inputs.
 
 ``agentloop.batch`` (what a beat entry sends; see :mod:`orchestration.celery_adapter.schedule`)
-takes its inputs from the entry or from a registered input provider, records a
+takes its inputs from the entry or from an input provider of the app's registry, records a
 batch run, and sends ``agentloop.batch_chunk`` tasks of at most ``chunk_size``
 inputs; each chunk records one child run per input and launches it with
 ``agentloop.launch``. No chord is built: a chord of 10,000 members would keep
@@ -15,41 +15,15 @@ by the next tick.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterable
 from typing import Any
 
 from celery import Celery, Task
 
 from loops.progress import ProgressEvent, ProgressStatus
-from orchestration.registry import registry
+from orchestration.celery_adapter.runtime import runtime_of
 from orchestration.store import TERMINAL_STATUSES, RunStore
-from orchestration.store.seams import get_run_store
-
-BATCH = "agentloop.batch"
-BATCH_CHUNK = "agentloop.batch_chunk"
-BATCH_SUMMARY = "agentloop.batch_summary"
-
-InputProvider = Callable[..., Iterable[Any]]
-_providers: dict[str, InputProvider] = {}
-_lock = threading.Lock()
-
-
-def register_input_provider(name: str, provider: InputProvider) -> None:
-    """Make ``provider(**provider_args)`` (e.g. a database query) usable by batch entries as ``name``."""
-    if not name or not callable(provider):
-        raise ValueError("an input provider needs a name and a callable")
-    with _lock:
-        _providers[name] = provider
-
-
-def input_provider(name: str) -> InputProvider:
-    with _lock:
-        if name not in _providers:
-            known = ", ".join(sorted(_providers)) or "(none)"
-            raise LookupError(f"unknown input provider {name!r}; registered: {known}")
-        return _providers[name]
+from orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
 
 
 def batch_runnable_name(key: str) -> str:
@@ -95,129 +69,129 @@ def summarize(store: RunStore, batch_id: str) -> dict[str, Any]:
     }
 
 
+def batch(
+    self: Task,
+    runnable: str,
+    inputs: list[Any] | None = None,
+    provider: str | None = None,
+    provider_args: dict[str, Any] | None = None,
+    context: dict[str, Any] | None = None,
+    chunk_size: int = 100,
+    token_budget: int | None = None,
+    key: str | None = None,
+    poll_seconds: float = 5.0,
+    max_seconds: float = 86400.0,
+) -> dict[str, Any]:
+    """Start a batch of ``runnable`` over ``inputs`` (or ``provider``'s); returns its id and size."""
+    key = key or runnable
+    runtime = runtime_of(self.app)
+    runtime.registry.get(runnable)
+    store = runtime.store
+    running = store.list_runs(limit=1, status="running", runnable=batch_runnable_name(key))
+    if running:
+        return {
+            "skipped": True,
+            "reason": "the previous batch is still running",
+            "running": running[0].id,
+        }
+    items = (
+        list(inputs)
+        if inputs is not None
+        else list(runtime.registry.input_provider(provider)(**(provider_args or {})))
+    )
+    size = max(1, int(chunk_size))
+    batch_id = str(self.request.id)
+    store.create_run(
+        run_id=batch_id,
+        runnable=batch_runnable_name(key),
+        input={"runnable": runnable, "count": len(items), "provider": provider, "chunk_size": size},
+        celery_task_id=batch_id,
+    )
+    store.mark_running(batch_id)
+    store.append_events(
+        batch_id,
+        [_event(batch_id, key, status=ProgressStatus.STARTED, phase="start", done=0, total=len(items))],
+    )
+    for offset in range(0, len(items), size):
+        self.app.tasks[BATCH_CHUNK].apply_async(
+            args=(batch_id, runnable, items[offset : offset + size], offset, context or {}, token_budget),
+        )  # what Flower and the logs show of it: privacy.PrivateAMQP's redacted reprs
+    self.app.tasks[BATCH_SUMMARY].apply_async(
+        args=(batch_id, key, time.time(), poll_seconds, max_seconds), countdown=min(poll_seconds, 1.0)
+    )
+    return {"batch_id": batch_id, "count": len(items), "chunks": -(-len(items) // size)}
+
+
+def batch_chunk(
+    self: Task,
+    batch_id: str,
+    runnable: str,
+    inputs: list[Any],
+    offset: int,
+    context: dict[str, Any],
+    token_budget: int | None = None,
+) -> int:
+    """Record and launch one run per input of this chunk."""
+    store = runtime_of(self.app).store
+    for index, item in enumerate(inputs, start=int(offset)):
+        run_id = f"{batch_id}-{index}"
+        store.create_run(
+            run_id=run_id,
+            runnable=runnable,
+            input=item,
+            parent_run_id=batch_id,
+            token_budget=token_budget,
+        )
+        self.app.send_task(
+            LAUNCH,
+            kwargs={"runnable": runnable, "input": item, "context": context, "run_id": run_id},
+            task_id=run_id,
+        )
+    return len(inputs)
+
+
+def batch_summary(
+    self: Task, batch_id: str, key: str, started_at: float, poll_seconds: float, max_seconds: float
+) -> dict[str, Any]:
+    """Fan-in: once every run of the batch has ended, write the batch's summary record."""
+    store = runtime_of(self.app).store
+    state = summarize(store, batch_id)
+    elapsed = time.time() - started_at
+    if state["open"] > 0 and elapsed < max_seconds:
+        self.app.tasks[BATCH_SUMMARY].apply_async(
+            args=(batch_id, key, started_at, poll_seconds, max_seconds), countdown=poll_seconds
+        )
+        return {"batch_id": batch_id, "pending": state["open"]}
+    summary = {**state, "duration_seconds": round(elapsed, 3)}
+    if state["input_tokens"] or state["output_tokens"]:
+        store.add_usage(batch_id, state["input_tokens"], state["output_tokens"])
+    timed_out = state["open"] > 0
+    store.append_events(
+        batch_id,
+        [_event(
+            batch_id, key,
+            status=ProgressStatus.FAILED if timed_out else ProgressStatus.COMPLETED,
+            phase="timed_out" if timed_out else "done",
+            done=state["ended"], total=state["total"],
+            succeeded=state["succeeded"], failed=state["failed"],
+        )],
+    )  # fmt: skip
+    if timed_out:
+        store.finish_run(
+            batch_id,
+            status="failed",
+            output=summary,
+            error={
+                "type": "BatchTimeout",
+                "message": f"{state['open']} runs still open after {max_seconds}s",
+            },
+        )
+    else:
+        store.finish_run(batch_id, status="succeeded", output=summary)
+    return summary
+
+
 def install_batch_tasks(app: Celery) -> None:
     """Register the batch tasks on ``app``."""
-
-    @app.task(name=BATCH, bind=True, shared=False)
-    def batch(
-        self: Task,
-        runnable: str,
-        inputs: list[Any] | None = None,
-        provider: str | None = None,
-        provider_args: dict[str, Any] | None = None,
-        context: dict[str, Any] | None = None,
-        chunk_size: int = 100,
-        token_budget: int | None = None,
-        key: str | None = None,
-        poll_seconds: float = 5.0,
-        max_seconds: float = 86400.0,
-    ) -> dict[str, Any]:
-        """Start a batch of ``runnable`` over ``inputs`` (or ``provider``'s); returns its id and size."""
-        key = key or runnable
-        registry.get(runnable)
-        store = get_run_store()
-        running = store.list_runs(limit=1, status="running", runnable=batch_runnable_name(key))
-        if running:
-            return {
-                "skipped": True,
-                "reason": "the previous batch is still running",
-                "running": running[0].id,
-            }
-        items = (
-            list(inputs)
-            if inputs is not None
-            else list(input_provider(str(provider))(**(provider_args or {})))
-        )
-        size = max(1, int(chunk_size))
-        batch_id = str(self.request.id)
-        store.create_run(
-            run_id=batch_id,
-            runnable=batch_runnable_name(key),
-            input={"runnable": runnable, "count": len(items), "provider": provider, "chunk_size": size},
-            celery_task_id=batch_id,
-        )
-        store.mark_running(batch_id)
-        store.append_event(
-            batch_id,
-            _event(batch_id, key, status=ProgressStatus.STARTED, phase="start", done=0, total=len(items)),
-        )
-        for offset in range(0, len(items), size):
-            batch_chunk.apply_async(
-                args=(batch_id, runnable, items[offset : offset + size], offset, context or {}, token_budget),
-                kwargsrepr="{}",
-                argsrepr=f"({batch_id!r}, {runnable!r}, <{len(items[offset : offset + size])} inputs>)",
-            )
-        batch_summary.apply_async(
-            args=(batch_id, key, time.time(), poll_seconds, max_seconds), countdown=min(poll_seconds, 1.0)
-        )
-        return {"batch_id": batch_id, "count": len(items), "chunks": -(-len(items) // size)}
-
-    @app.task(name=BATCH_CHUNK, bind=True, shared=False)
-    def batch_chunk(
-        self: Task,
-        batch_id: str,
-        runnable: str,
-        inputs: list[Any],
-        offset: int,
-        context: dict[str, Any],
-        token_budget: int | None = None,
-    ) -> int:
-        """Record and launch one run per input of this chunk."""
-        store = get_run_store()
-        for index, item in enumerate(inputs, start=int(offset)):
-            run_id = f"{batch_id}-{index}"
-            store.create_run(
-                run_id=run_id,
-                runnable=runnable,
-                input=item,
-                parent_run_id=batch_id,
-                token_budget=token_budget,
-            )
-            app.send_task(
-                "agentloop.launch",
-                kwargs={"runnable": runnable, "input": item, "context": context, "run_id": run_id},
-                task_id=run_id,
-                kwargsrepr=f"{{'runnable': {runnable!r}, 'run_id': {run_id!r}}}",
-            )
-        return len(inputs)
-
-    @app.task(name=BATCH_SUMMARY, bind=True, shared=False)
-    def batch_summary(
-        self: Task, batch_id: str, key: str, started_at: float, poll_seconds: float, max_seconds: float
-    ) -> dict[str, Any]:
-        """Fan-in: once every run of the batch has ended, write the batch's summary record."""
-        store = get_run_store()
-        state = summarize(store, batch_id)
-        elapsed = time.time() - started_at
-        if state["open"] > 0 and elapsed < max_seconds:
-            batch_summary.apply_async(
-                args=(batch_id, key, started_at, poll_seconds, max_seconds), countdown=poll_seconds
-            )
-            return {"batch_id": batch_id, "pending": state["open"]}
-        summary = {**state, "duration_seconds": round(elapsed, 3)}
-        if state["input_tokens"] or state["output_tokens"]:
-            store.add_usage(batch_id, state["input_tokens"], state["output_tokens"])
-        timed_out = state["open"] > 0
-        store.append_event(
-            batch_id,
-            _event(
-                batch_id, key,
-                status=ProgressStatus.FAILED if timed_out else ProgressStatus.COMPLETED,
-                phase="timed_out" if timed_out else "done",
-                done=state["ended"], total=state["total"],
-                succeeded=state["succeeded"], failed=state["failed"],
-            ),
-        )  # fmt: skip
-        if timed_out:
-            store.finish_run(
-                batch_id,
-                status="failed",
-                output=summary,
-                error={
-                    "type": "BatchTimeout",
-                    "message": f"{state['open']} runs still open after {max_seconds}s",
-                },
-            )
-        else:
-            store.finish_run(batch_id, status="succeeded", output=summary)
-        return summary
+    for name, function in ((BATCH, batch), (BATCH_CHUNK, batch_chunk), (BATCH_SUMMARY, batch_summary)):
+        app.task(name=name, bind=True, shared=False)(function)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from actions.errors import AgentLoopError
-from orchestration.celery_adapter.app import PING_TASK_NAME
+from orchestration.wire import PING
 
 __all__ = ["WorkerStartError", "embedded_worker"]
 
@@ -36,7 +36,7 @@ def _wake_for_shutdown(app: Any) -> None:
 
     worker_state.should_terminate = 0  # what start_worker does next, before it joins the thread
     for _ in range(2):
-        app.send_task(PING_TASK_NAME, ignore_result=True)
+        app.send_task(PING, ignore_result=True)
 
 
 @contextmanager
@@ -56,7 +56,7 @@ def embedded_worker(
     Wraps ``celery.contrib.testing.worker.start_worker`` (mingle, gossip and
     heartbeats off). Made for apps on ``memory://`` / ``cache+memory://``,
     whose queues live in this process. With ``ping_check`` it waits until
-    the worker has run :data:`~orchestration.celery_adapter.app.PING_TASK_NAME` (Celery's own
+    the worker has run :data:`~orchestration.wire.PING` (Celery's own
     check needs ``celery.ping``, which agentloop apps do not register).
 
     ``start_worker`` makes ``app`` Celery's current and default app; both are
@@ -88,9 +88,9 @@ def embedded_worker(
         ) as worker:
             try:
                 if ping_check:
-                    reply = app.send_task(PING_TASK_NAME).get(timeout=ping_timeout, interval=0.01)
+                    reply = app.send_task(PING).get(timeout=ping_timeout, interval=0.01)
                     if reply != "pong":
-                        raise WorkerStartError(f"embedded worker answered {reply!r} to {PING_TASK_NAME}")
+                        raise WorkerStartError(f"embedded worker answered {reply!r} to {PING}")
                 yield worker
             finally:
                 _wake_for_shutdown(app)

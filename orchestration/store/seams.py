@@ -1,10 +1,5 @@
-"""What a worker process shares between tasks: the run store, and the seams the
-core's run scope plugs into (progress publishing, cancellation, checkpoints).
-
-The run store comes from ``DATABASE_URL`` (a SQLite file by default) and is
-opened once per process; tests and embedders may install another with
-:func:`set_run_store`.
-"""
+"""The seams the core's run scope plugs into, backed by a run store: progress publishing,
+cancellation, checkpoints and token usage shared by every task of a run."""
 
 from __future__ import annotations
 
@@ -18,30 +13,9 @@ from typing import Any, ClassVar
 from actions.model import Usage
 from actions.usage import TokenBudgetExceededError
 from loops.progress import ProgressEvent
-from orchestration.store import RunStore, open_store
+from orchestration.store.protocol import RunStore
 
 logger = logging.getLogger(__name__)
-
-_lock = threading.Lock()
-_store: RunStore | None = None
-
-
-def get_run_store() -> RunStore:
-    """The process's run store, opened (and migrated) on first use."""
-    global _store
-    with _lock:
-        if _store is None:
-            _store, _ = open_store()
-        return _store
-
-
-def set_run_store(store: RunStore | None) -> RunStore | None:
-    """Install ``store`` for this process (``None``: reopen from the environment next time);
-    returns the store installed before."""
-    global _store
-    with _lock:
-        previous, _store = _store, store
-        return previous
 
 
 class StoreCancelToken:

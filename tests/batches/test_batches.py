@@ -16,17 +16,13 @@ from typing import Any
 import pytest
 
 from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.batches import (
-    BATCH,
-    BATCH_CHUNK,
-    BATCH_SUMMARY,
-    register_input_provider,
-    summarize,
-)
+from orchestration.celery_adapter.batches import summarize
 from orchestration.celery_adapter.schedule import ScheduleError, batch_entry, schedule_from_json
+from orchestration.registry import RunnableRegistry
 from orchestration.store import RunStore, open_store
 from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
 from orchestration.testing.servers.worker import run_worker_process
+from orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY
 
 TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent
@@ -84,10 +80,12 @@ def test_a_bad_schedule_is_a_clear_error(entries: str, problem: str) -> None:
 
 
 @pytest.fixture
-def batch_app(run_store: RunStore) -> Any:
-    import parity_workflows  # noqa: F401
-
-    app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
+def batch_app(run_store: RunStore, parity_registry: RunnableRegistry) -> Any:
+    app = create_app(
+        registry=parity_registry,
+        store=run_store,
+        overrides={"broker_url": "memory://", "result_backend": "cache+memory://"},
+    )
     yield app
     app.close()
 
@@ -133,7 +131,7 @@ def test_a_batch_whose_previous_run_is_still_going_is_not_started_again(
 
 def test_a_batch_runs_every_input_and_writes_its_summary(memory_celery: Any) -> None:
     app, store = memory_celery.app, memory_celery.store
-    register_input_provider("numbers_with_a_bad_one", lambda n: [*range(n), None])
+    memory_celery.registry.register_input_provider("numbers_with_a_bad_one", lambda n: [*range(n), None])
     answer = app.send_task(
         BATCH,
         kwargs={

@@ -8,45 +8,25 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 from celery import Celery, _state
 from celery.contrib.testing.app import set_trap
 
-from orchestration.celery_adapter.app import PING_TASK_NAME, create_app, describe_app, redact_url
+from orchestration.celery_adapter.app import create_app, describe_app
+from orchestration.wire import PING
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("amqp://guest:secret@127.0.0.1:5672//", "amqp://guest:***@127.0.0.1:5672//"),
-        ("redis://:secret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
-        (
-            "rediss://user:s%40cret@h:6380/1?ssl_cert_reqs=required",
-            "rediss://user:***@h:6380/1?ssl_cert_reqs=required",
-        ),
-        ("db+postgresql://app:secret@db:5432/runs", "db+postgresql://app:***@db:5432/runs"),
-        ("redis://h:6379/0?password=secret&db=1", "redis://h:6379/0?password=***&db=1"),
-        ("amqp://a:x@h1//;amqp://b:y@h2//", "amqp://a:***@h1//;amqp://b:***@h2//"),
-        ("amqp://[::1]:5672//", "amqp://[::1]:5672//"),
-        ("amqp://guest@h//", "amqp://guest@h//"),
-        ("memory://", "memory://"),
-        ("cache+memory://", "cache+memory://"),
-        ("rpc://", "rpc://"),
-    ],
-)
-def test_redact_url_hides_passwords_and_keeps_the_rest(url: str, expected: str) -> None:
-    assert redact_url(url) == expected
+# redact_url (which describe_app uses) is tested in tests/operations/test_ops_redaction.py
 
 
 def test_create_app_registers_the_ping_task_on_that_app_only() -> None:
     app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
     other = Celery("other", set_as_current=False)
     try:
-        assert PING_TASK_NAME in app.tasks
-        assert app.tasks[PING_TASK_NAME].run() == "pong"
-        assert PING_TASK_NAME not in other.tasks
+        assert PING in app.tasks
+        assert app.tasks[PING].run() == "pong"
+        assert PING not in other.tasks
     finally:
         app.close()
         other.close()
@@ -59,7 +39,7 @@ def test_create_app_never_touches_the_current_or_default_app() -> None:
             app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
             app.finalize()
             assert app.conf.task_serializer == "json"
-            assert PING_TASK_NAME in app.tasks
+            assert PING in app.tasks
     finally:
         _state.set_default_app(previous_default)
     assert _state.default_app is not app
@@ -119,4 +99,4 @@ def test_the_deployed_app_is_what_celery_finds_for_dash_a_orchestration() -> Non
     import orchestration.celery
 
     assert find_app("orchestration") is orchestration.celery.app
-    assert PING_TASK_NAME in orchestration.celery.app.tasks
+    assert PING in orchestration.celery.app.tasks

@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 from celery import _state
 
-from orchestration.celery_adapter.app import PING_TASK_NAME
 from orchestration.celery_adapter.embedded import embedded_worker
+from orchestration.wire import PING
 
 
 def test_an_embedded_memory_worker_round_trips_ping(memory_app: Any) -> None:
     with embedded_worker(memory_app):
-        assert memory_app.send_task(PING_TASK_NAME).get(timeout=10) == "pong"
-        assert memory_app.tasks[PING_TASK_NAME].delay().get(timeout=10) == "pong"
+        assert memory_app.send_task(PING).get(timeout=10) == "pong"
+        assert memory_app.tasks[PING].delay().get(timeout=10) == "pong"
 
 
 def test_the_embedded_worker_gives_back_the_current_and_default_app(memory_app: Any) -> None:

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import redis
 
-from orchestration.celery_adapter.app import PING_TASK_NAME, create_app
+from orchestration.celery_adapter.app import create_app
 from orchestration.testing.servers import rabbitmq as rabbitmq_module
 from orchestration.testing.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
 from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable
 from orchestration.testing.servers.worker import WorkerStartError, run_worker_process
+from orchestration.wire import PING
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,7 @@ def test_a_prefork_worker_process_on_redis_round_trips_ping(redis_server: RedisS
         run_worker_process(broker_url=url, result_backend=url, concurrency=2) as worker,
         client(url, url) as app,
     ):
-        results = [app.send_task(PING_TASK_NAME) for _ in range(4)]
+        results = [app.send_task(PING) for _ in range(4)]
         assert [result.get(timeout=10) for result in results] == ["pong"] * 4
         assert {result.info for result in results} == {"pong"}
         assert worker.is_alive()
@@ -54,7 +55,7 @@ def test_the_worker_takes_its_configuration_from_the_environment(redis_server: R
         run_worker_process(broker_url=url, result_backend=url, env=env) as worker,
         client(url, url, task_default_queue="agents-test") as app,
     ):
-        assert app.send_task(PING_TASK_NAME).get(timeout=10) == "pong"
+        assert app.send_task(PING).get(timeout=10) == "pong"
         conf = app.control.inspect([worker.hostname], timeout=5).conf()[worker.hostname]
         active_queues = app.control.inspect([worker.hostname], timeout=5).active_queues()[worker.hostname]
     assert (conf["task_soft_time_limit"], conf["task_time_limit"]) == (100, 120)
@@ -72,9 +73,9 @@ def test_the_worker_takes_its_configuration_from_the_environment(redis_server: R
 def test_a_worker_process_refuses_pickle_messages(redis_server: RedisServer) -> None:
     url = redis_server.url
     with run_worker_process(broker_url=url, result_backend=url) as worker, client(url, url) as app:
-        refused = app.send_task(PING_TASK_NAME, serializer="pickle")
+        refused = app.send_task(PING, serializer="pickle")
         # Messages are consumed in order: when the JSON ping is answered, the pickle one was refused.
-        assert app.send_task(PING_TASK_NAME).get(timeout=10) == "pong"
+        assert app.send_task(PING).get(timeout=10) == "pong"
         assert refused.state == "PENDING"
         log = worker.log_text()
     assert "Refusing to deserialize untrusted content of type pickle" in log
@@ -127,7 +128,7 @@ def test_a_worker_on_rabbitmq_with_redis_results_round_trips_ping(
         ),
         client(rabbitmq.url, results, task_default_queue=rabbitmq.queue) as app,
     ):
-        assert app.send_task(PING_TASK_NAME).get(timeout=10) == "pong"
+        assert app.send_task(PING).get(timeout=10) == "pong"
 
 
 def test_without_rabbitmqctl_the_default_vhost_is_shared_with_a_unique_queue(

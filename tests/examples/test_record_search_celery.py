@@ -12,7 +12,7 @@ import pytest
 from agentloop.examples.record_search import NO_PLAN_MESSAGE, workflows
 from agentloop.examples.record_search.resources import dispose_shared_resources
 from orchestration.client import CeleryAgentRunner, WorkflowFailedError
-from orchestration.registry import ContextSpecError, registry
+from orchestration.registry import ContextSpecError, RunnableRegistry
 
 QUESTIONS = [
     "Which software companies are in Germany?",
@@ -34,12 +34,16 @@ def run(rig: Any, name: str, input: Any, context: dict[str, Any]) -> tuple[Any, 
     return handle, handle.wait_sync(timeout=60)
 
 
-def test_importing_the_module_registers_the_workflows() -> None:
-    assert workflows.ASK in registry and workflows.DEMO in registry
-    assert registry.get(workflows.DEMO).runnable is workflows.RecordSearchDemo
+REGISTRY = RunnableRegistry.from_modules([workflows.__name__])
+
+
+def test_the_module_declares_the_workflows() -> None:
+    assert workflows.ASK in REGISTRY and workflows.DEMO in REGISTRY
+    assert REGISTRY.get(workflows.DEMO).runnable is workflows.RecordSearchDemo
     for part in (workflows.RecordSearchBatch, workflows.RecordSearchStage, workflows.SummarizeAnswers):
-        assert registry.name_of(part)  # the stages and the branch runnable came along
-    workflows.register_workflows()  # idempotent
+        assert REGISTRY.name_of(part)  # the stages and the branch runnable came along
+    REGISTRY.include_module(workflows.__name__)  # idempotent
+    assert REGISTRY.get(workflows.ASK).runnable is workflows.RecordSearchAgentLoop
 
 
 def test_the_demo_runs_on_a_celery_worker(memory_celery: Any, record_db_url: str, no_model_env: None) -> None:
@@ -105,7 +109,7 @@ def test_the_context_spec_carries_no_secrets(spec: dict[str, Any], reason: str) 
     with pytest.raises(ValueError, match=reason):
         workflows.build_context(spec)
     with pytest.raises(ContextSpecError, match=reason):
-        registry.get(workflows.ASK).build_context(spec)
+        REGISTRY.get(workflows.ASK).build_context(spec)
 
 
 def test_a_rejected_spec_fails_the_run_clearly(memory_celery: Any) -> None:

@@ -15,12 +15,12 @@ import pytest
 from actions import StateNotSerializableError
 from orchestration.celery_adapter.app import create_app
 from orchestration.client import CeleryAgentRunner
-from orchestration.engine import NodeExecutor, Step
-from orchestration.registry import registry
+from orchestration.engine import Done, WorkflowEngine
+from orchestration.registry import RunnableRegistry
 from orchestration.store import RunStore, open_store
 from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
 from orchestration.testing.servers.worker import run_worker_process
-from orchestration.wire import Node
+from orchestration.wire import WorkflowNode
 
 TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent
@@ -28,22 +28,26 @@ ROOT = TESTS.parent
 
 @pytest.fixture
 def durable(run_store: RunStore) -> RunStore:
-    import durable_workflows  # noqa: F401
-
     return run_store
+
+
+def engine(store: RunStore) -> WorkflowEngine:
+    return WorkflowEngine(registry=RunnableRegistry.from_modules(["durable_workflows"]), store=store)
 
 
 def test_a_redelivered_task_that_already_finished_is_not_run_again(durable: RunStore, tmp_path: Path) -> None:
     log = tmp_path / "iterations.log"
-    node = Node(run_id="r-done", runnable="durable.slow_count", context={"log": str(log), "step_seconds": 0})
+    node = WorkflowNode(
+        run_id="r-done", runnable="durable.slow_count", context={"log": str(log), "step_seconds": 0}
+    )
     durable.create_run(run_id="r-done", runnable="durable.slow_count", input=3)
-    executor = NodeExecutor(registry=registry, store=durable)
+    executor = engine(durable)
 
     first = asyncio.run(executor.start(node, 3))
     events_after_first = len(durable.events("r-done"))
     second = asyncio.run(executor.start(node, 3))
 
-    assert isinstance(first, Step) and isinstance(second, Step)
+    assert isinstance(first, Done) and isinstance(second, Done)
     assert first.value == second.value == {"counted": 3}
     assert log.read_text().count("\n") == 3  # the second delivery ran no iteration
     assert len(durable.events("r-done")) == events_after_first
@@ -51,25 +55,25 @@ def test_a_redelivered_task_that_already_finished_is_not_run_again(durable: RunS
 
 def test_a_loop_resumes_from_its_last_checkpoint(durable: RunStore, tmp_path: Path) -> None:
     log = tmp_path / "iterations.log"
-    node = Node(
+    node = WorkflowNode(
         run_id="r-resume", runnable="durable.slow_count", context={"log": str(log), "step_seconds": 0}
     )
     durable.create_run(run_id="r-resume", runnable="durable.slow_count", input=5)
     durable.save_checkpoint("r-resume", "", 3, {"goal": 5, "n": 3})
 
-    answer = asyncio.run(NodeExecutor(registry=registry, store=durable).start(node, 5))
+    answer = asyncio.run(engine(durable).start(node, 5))
 
-    assert isinstance(answer, Step) and answer.value == {"counted": 5}
+    assert isinstance(answer, Done) and answer.value == {"counted": 5}
     assert [line.split()[0] for line in log.read_text().splitlines()] == ["3", "4"]
     phases = [(e["phase"], e["data"]) for _, e in durable.events("r-resume")][:1]
     assert phases == [("resume", {"resumed_from": 3})]
 
 
 def test_state_that_is_not_json_is_a_clear_error_when_durable(durable: RunStore) -> None:
-    node = Node(run_id="r-set", runnable="durable.not_json_state", context={"step_seconds": 0})
+    node = WorkflowNode(run_id="r-set", runnable="durable.not_json_state", context={"step_seconds": 0})
     durable.create_run(run_id="r-set", runnable="durable.not_json_state", input=2)
     with pytest.raises(StateNotSerializableError, match="set"):
-        asyncio.run(NodeExecutor(registry=registry, store=durable).start(node, 2))
+        asyncio.run(engine(durable).start(node, 2))
     record = durable.get_run("r-set")
     assert record is not None and record.status == "failed"
     assert record.error["type"] == "StateNotSerializableError"

@@ -16,7 +16,7 @@ import pytest
 from actions import RunCancelledError
 from loops import CancellationToken, InlineAgentRunner, ProgressEvent
 from orchestration.client import CeleryAgentRunner, WorkflowFailedError
-from orchestration.registry import registry
+from orchestration.registry import RunnableRegistry
 from orchestration.testing import ProgressRecorder
 
 pytestmark = pytest.mark.integration
@@ -29,9 +29,12 @@ class Outcome:
     transcript: dict[str, list[tuple[Any, ...]]]
 
 
+PARITY = RunnableRegistry.from_modules(["parity_workflows"])
+
+
 def run_inline(name: str, input: Any) -> Outcome:
     recorder = ProgressRecorder()
-    runner = InlineAgentRunner.create(runnable=registry.get(name).runnable)
+    runner = InlineAgentRunner.create(runnable=PARITY.get(name).runnable)
     try:
         result, error = runner.request_sync(input=input, on_progress=recorder), None
     except Exception as exc:  # the failure is part of what is compared
@@ -101,7 +104,7 @@ def test_a_cancelled_run_stops_on_both_runners(redis_celery: Any) -> None:
         if event.phase == "iteration":
             token.cancel()
 
-    runner = InlineAgentRunner.create(runnable=registry.get("parity.slow_fan").runnable)
+    runner = InlineAgentRunner.create(runnable=PARITY.get("parity.slow_fan").runnable)
     recorder = ProgressRecorder()
 
     async def inline_run() -> None:

@@ -14,9 +14,10 @@ Both run :class:`RecordSearchAgentLoop` on the :class:`~loops.InlineAgentRunner`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from agentloop import InlineAgentRunner, ModelProcessor
 from agentloop.examples.record_search.actions import ClassifySearchIntentAction
@@ -24,6 +25,9 @@ from agentloop.examples.record_search.context import NotifyProgress, RecordSearc
 from agentloop.examples.record_search.loop import RecordSearchAgentLoop, model_name
 from agentloop.examples.record_search.offline import create_offline_model
 from agentloop.examples.record_search.resources import RecordSearchResources, open_resources
+
+if TYPE_CHECKING:
+    from orchestration.llm import ModelProvider
 
 
 def default_processor(environ: Mapping[str, str] | None = None) -> ModelProcessor:
@@ -33,6 +37,16 @@ def default_processor(environ: Mapping[str, str] | None = None) -> ModelProcesso
 
     processor: ModelProcessor = processor_from_env(environ, offline=create_offline_model)
     return processor
+
+
+@functools.cache
+def shared_model_provider() -> ModelProvider:
+    """One model provider per process, from the environment's settings: every context the worker
+    builds takes its processor from it, so they share one rate limiter (and its Redis pool)."""
+    from orchestration.llm import ModelProvider
+    from orchestration.settings import load_settings
+
+    return ModelProvider(load_settings().model, offline=create_offline_model)
 
 
 class RecordSearchGenerator:

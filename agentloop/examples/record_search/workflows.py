@@ -29,20 +29,20 @@ from typing import Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from actions import BaseAgentAction
-from agentloop.examples.record_search.context import RecordSearchContext
-from agentloop.examples.record_search.generator import default_processor
-from agentloop.examples.record_search.loop import RecordSearchAgentLoop
-from agentloop.examples.record_search.resources import shared_resources
-from orchestration.registry import register
-from pipelines import (
+from agentloop import (
     BaseActionStage,
+    BaseAgentAction,
     BaseAgentPipeline,
     BaseCompositeAgent,
     Branch,
     BranchResult,
     FailurePolicy,
+    register,
 )
+from agentloop.examples.record_search.context import RecordSearchContext
+from agentloop.examples.record_search.generator import shared_model_provider
+from agentloop.examples.record_search.loop import RecordSearchAgentLoop
+from agentloop.examples.record_search.resources import shared_resources
 
 ASK = "record_search.ask"
 DEMO = "record_search.demo"
@@ -84,7 +84,7 @@ def build_context(spec: Mapping[str, Any]) -> RecordSearchContext:
             )
     resources = shared_resources(url)
     return RecordSearchContext(
-        processor=default_processor(),
+        processor=shared_model_provider().processor(),
         record_search_service=resources.service,
         tool_store=resources.tool_store,
         searchable_categories=resources.searchable_categories,
@@ -200,10 +200,5 @@ class RecordSearchDemo(BaseAgentPipeline):
     stages = (RecordSearchBatch, SummarizeAnswers)
 
 
-def register_workflows() -> None:
-    """Register ``record_search.ask`` and ``record_search.demo`` (idempotent)."""
-    register(ASK, RecordSearchAgentLoop, context_factory=build_context)
-    register(DEMO, RecordSearchDemo, context_factory=build_context)
-
-
-register_workflows()
+register(ASK, RecordSearchAgentLoop, context_factory=build_context)
+register(DEMO, RecordSearchDemo, context_factory=build_context)

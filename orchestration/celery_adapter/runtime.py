@@ -1,0 +1,55 @@
+"""What the tasks of one app share in a worker process: settings, the registry, the run store."""
+
+from __future__ import annotations
+
+import threading
+
+from celery import Celery
+
+from orchestration.registry import RunnableRegistry
+from orchestration.settings import Settings
+from orchestration.store import RunStore, open_store
+
+__all__ = ["Runtime", "runtime_of"]
+
+
+class Runtime:
+    """The settings, registry and run store the tasks of one app share in a process.
+
+    The registry (from the modules in ``settings.imports``) and the store (on
+    ``settings.database_url``) are built on first use when not given, so a
+    prefork worker's children each open their own database connections.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        registry: RunnableRegistry | None = None,
+        store: RunStore | None = None,
+    ) -> None:
+        self.settings = settings
+        self._registry, self._store = registry, store
+        self._lock = threading.Lock()
+
+    @property
+    def registry(self) -> RunnableRegistry:
+        with self._lock:
+            if self._registry is None:
+                self._registry = RunnableRegistry.from_modules(self.settings.imports)
+            return self._registry
+
+    @property
+    def store(self) -> RunStore:
+        with self._lock:
+            if self._store is None:
+                self._store, _ = open_store(self.settings.database_url)
+            return self._store
+
+
+def runtime_of(app: Celery) -> Runtime:
+    """The :class:`Runtime` of an app built by :func:`create_app`."""
+    runtime = getattr(app, "agentloop_runtime", None)
+    if not isinstance(runtime, Runtime):
+        raise TypeError(f"{app!r} was not built by orchestration.celery_adapter.app.create_app")
+    return runtime
