@@ -21,7 +21,9 @@ from rich.progress import (
 )
 
 from loops.progress import ProgressEvent, ProgressStatus
+from orchestration.registry import RunnableRegistry
 from orchestration.settings import Settings, SettingsError, load_settings
+from orchestration.store import RunStore, open_store
 
 console = Console()
 errors = Console(stderr=True)
@@ -53,16 +55,21 @@ def cli_settings() -> Settings:
         raise fail(str(error)) from None
 
 
-def import_deployment_modules(settings: Settings) -> list[str]:
-    """Import the modules named in ``settings.imports`` (``AGENTLOOP_IMPORTS``; they register runnables)."""
-    import importlib
-
+def deployment_registry(settings: Settings) -> RunnableRegistry:
+    """The runnables the modules in ``settings.imports`` (``AGENTLOOP_IMPORTS``) declare."""
+    registry = RunnableRegistry()
     for name in settings.imports:
         try:
-            importlib.import_module(name)
+            registry.include_module(name)
         except ImportError as error:
             raise fail(f"AGENTLOOP_IMPORTS names {name!r}, which cannot be imported: {error}") from None
-    return list(settings.imports)
+    return registry
+
+
+def run_store(settings: Settings) -> RunStore:
+    """The run store on ``settings.database_url`` (migrated to the latest schema)."""
+    store, _ = open_store(settings.database_url)
+    return store
 
 
 @contextmanager

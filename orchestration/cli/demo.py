@@ -16,6 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from orchestration.celery_adapter.runtime import runtime_of
 from orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
@@ -26,12 +27,15 @@ from orchestration.cli.common import (
     follow,
 )
 from orchestration.client import CeleryAgentRunner
-from orchestration.llm import describe_processor
+from orchestration.llm import ModelProvider, describe_processor
 from orchestration.redaction import redact_url
 from orchestration.store import database_url
 
-#: The module that registers the demo's runnables, imported when ``AGENTLOOP_IMPORTS`` names none.
+#: The demo: a registered workflow, and the module that declares it (``AGENTLOOP_IMPORTS`` when
+#: that names none). The CLI knows these names only: it runs the demo the way ``trigger`` runs any
+#: registered workflow.
 DEMO_MODULE = "agentloop.examples.record_search.workflows"
+DEMO = "record_search.demo"
 
 
 def demo(
@@ -44,34 +48,22 @@ def demo(
     timeout: float = typer.Option(300.0, min=1, help="Give up after this many seconds."),
 ) -> None:
     """Run the record-search demo workflow on Celery and print its answers."""
-    from agentloop.examples.record_search.generator import default_processor
-    from agentloop.examples.record_search.resources import open_resources
-    from agentloop.examples.record_search.workflows import DEMO, DEMO_QUESTIONS
-
     settings = cli_settings()
     if not settings.imports:
         settings = settings.model_copy(update={"imports": (DEMO_MODULE,)})
-    processor = default_processor()
-    offline = describe_processor(processor).startswith("offline")
-    database = database_url(settings)
-    with console.status("preparing the sample database and the AiTool rows"):
-        resources = open_resources(database)
-        resources.dispose()
-    questions = list(question) or list(DEMO_QUESTIONS)
-
+    model = describe_processor(ModelProvider(settings.model).processor())
     with celery_app(settings, start_worker=worker) as app:
-        broker = str(app.conf.broker_url)
-        console.print(f"[bold]model[/]    {escape(describe_processor(processor))}")
+        console.print(f"[bold]model[/]    {escape(model)}")
         console.print(
-            f"[bold]broker[/]   {redact_url(broker)}"
+            f"[bold]broker[/]   {redact_url(str(app.conf.broker_url))}"
             + (" (worker thread in this process)" if worker else " (running workers)")
         )
-        console.print(f"[bold]database[/] {redact_url(database)}")
-        console.print(
-            f"[bold]workflow[/] {DEMO}: {len(questions)} questions fanned out, then a summary stage\n"
+        console.print(f"[bold]database[/] {redact_url(database_url(settings))}")
+        console.print(f"[bold]workflow[/] {DEMO}: the questions fanned out, then a summary stage\n")
+        store = runtime_of(app).store
+        handle = CeleryAgentRunner.create(runnable=DEMO, context={}, app=app, store=store).request_sync(
+            input={"questions": list(question)} if question else {}
         )
-        runner = CeleryAgentRunner.create(runnable=DEMO, context={}, app=app)
-        handle = runner.request_sync(input={"questions": questions})
         try:
             result = follow(handle, timeout=timeout, title=DEMO)
         except TimeoutError:
@@ -81,7 +73,7 @@ def demo(
 
     print_answers(result)
     console.print(f"run id {handle.run_id}: see it again with `agentloop runs show {handle.run_id}`")
-    if offline:
+    if model.startswith("offline"):
         console.print(
             Text("Text marked [offline model] was written by the offline model, not a real one.", style="dim")
         )

@@ -9,9 +9,8 @@ import typer
 from rich.table import Table
 
 from loops.progress import ProgressEvent
-from orchestration.cli.common import EXIT_USAGE, console, describe_event, fail
+from orchestration.cli.common import EXIT_USAGE, cli_settings, console, describe_event, fail, run_store
 from orchestration.store import TERMINAL_STATUSES
-from orchestration.store.seams import get_run_store
 
 runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_args_is_help=True)
 
@@ -23,7 +22,7 @@ def list_runs(
 ) -> None:
     """The latest runs, newest first."""
     table = Table("run id", "runnable", "status", "tokens in/out", "created", "finished")
-    for record in get_run_store().list_runs(limit=limit, status=status):
+    for record in run_store(cli_settings()).list_runs(limit=limit, status=status):
         table.add_row(
             record.id,
             record.runnable,
@@ -38,7 +37,7 @@ def list_runs(
 @runs.command("show")
 def show(run_id: str = typer.Argument(..., help="The run id (the launch task id).")) -> None:
     """One run: its record, result or error, and its progress events."""
-    store = get_run_store()
+    store = run_store(cli_settings())
     record = store.get_run(run_id)
     if record is None:
         raise fail(f"no run {run_id!r} in the run store", code=EXIT_USAGE)
@@ -53,7 +52,7 @@ def watch(
     poll: float = typer.Option(0.5, min=0.05, help="Seconds between looks at the store."),
 ) -> None:
     """Print a run's events as they come, until it ends."""
-    store = get_run_store()
+    store = run_store(cli_settings())
     if store.get_run(run_id) is None:
         raise fail(f"no run {run_id!r} in the run store", code=EXIT_USAGE)
     after = 0

@@ -6,19 +6,20 @@ import json
 
 import typer
 
+from orchestration.celery_adapter.runtime import runtime_of
 from orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
     celery_app,
     cli_settings,
     console,
+    deployment_registry,
     fail,
     follow,
-    import_deployment_modules,
     parse_json,
 )
 from orchestration.client import CeleryAgentRunner, WorkflowFailedError
-from orchestration.registry import UnknownRunnableError, registry
+from orchestration.registry import UnknownRunnableError
 
 
 def trigger(
@@ -36,11 +37,12 @@ def trigger(
     if not isinstance(spec, dict):
         raise fail("--context must be a JSON object")
     settings = cli_settings()
-    imported = import_deployment_modules(settings)
-    if imported and name not in registry:
+    registry = deployment_registry(settings)
+    if settings.imports and name not in registry:
         raise fail(str(UnknownRunnableError(name, registry.names)))
     with celery_app(settings) as app:
-        handle = CeleryAgentRunner.create(runnable=name, context=spec, app=app).request_sync(input=payload)
+        runner = CeleryAgentRunner.create(runnable=name, context=spec, app=app, store=runtime_of(app).store)
+        handle = runner.request_sync(input=payload)
         console.print(f"run id: [bold]{handle.run_id}[/]")
         if not wait:
             if str(app.conf.broker_url).startswith("memory://"):

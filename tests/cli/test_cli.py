@@ -10,7 +10,6 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestration.cli import app
-from orchestration.store.seams import set_run_store
 
 runner = CliRunner()
 
@@ -31,9 +30,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AGENTLOOP_HOME", str(tmp_path / ".agentloop"))
     monkeypatch.chdir(tmp_path)
-    previous = set_run_store(None)
-    yield tmp_path
-    set_run_store(previous)
+    return tmp_path
 
 
 def invoke(*args: str) -> Any:
