@@ -80,68 +80,10 @@ Passwords in URLs are never printed by the project: use
 ``orchestration.redaction.redact_url`` (or ``describe_app``) to show a URL.
 """
 
+from orchestration.celery_adapter.config import celery_config as _celery_config
 from orchestration.settings import load_settings as _load_settings
 
-_settings = _load_settings()
-
-# -- broker and results -----------------------------------------------------------------------------
-
-broker_url: str = _settings.broker_url
-result_backend: str = _settings.result_backend
-
-broker_connection_retry_on_startup = True
-broker_connection_retry = True
-broker_connection_max_retries: int = _settings.broker_connection_max_retries
-# A result backend that restarts (Redis) is retried, not a lost result: the step that
-# finished while it was away still records its result once it is back.
-result_backend_always_retry = True
-# On a lost broker connection, tasks running with late acks cannot be acknowledged any more:
-# cancel them so the broker delivers them again (Celery 6's default). Durable loops resume
-# from their checkpoints and finished steps are not run again, so this loses no work.
-worker_cancel_long_running_tasks_on_connection_loss = True
-result_backend_max_retries: int = _settings.result_backend_max_retries
-
-# -- serialization: JSON only -----------------------------------------------------------------------
-
-task_serializer = "json"
-result_serializer = "json"
-accept_content = ["json"]
-result_accept_content = ["json"]
-
-# -- long LLM tasks (the settings check that soft < hard < visibility timeout) ---------------------
-
-task_soft_time_limit: int = _settings.task_soft_time_limit
-task_time_limit: int = _settings.task_time_limit
-broker_transport_options: dict[str, float] = {
-    "visibility_timeout": _settings.visibility_timeout,
-    # One Redis scan per interval (kombu otherwise scans on every tenth 10 s tick).
-    "unacked_restore_interval": _settings.unacked_restore_seconds,
-    "unacked_restore_throttle": 1,
-}
-if broker_url.split("://", 1)[0].lower() == "memory":
-    # kombu polls its in-memory queues once a second by default: each hop of a chain would cost 1 s.
-    broker_transport_options["polling_interval"] = 0.01
-
-task_acks_late = True
-task_reject_on_worker_lost = True
-worker_prefetch_multiplier: int = _settings.worker_prefetch_multiplier
-result_expires: int = _settings.result_expires
-# Off: the backend would keep every task's arguments (runs' inputs) next to its result,
-# doubling what each task writes to Redis, for nothing the framework reads.
-result_extended = False
-
-# -- visibility in Flower ---------------------------------------------------------------------------
-
-task_track_started = True
-worker_send_task_events = True
-task_send_sent_event = True
-
-# -- routing, time, modules, schedule -------------------------------------------------------------
-
-task_default_queue: str = _settings.task_default_queue
-timezone = "UTC"
-enable_utc = True
-imports: tuple[str, ...] = _settings.imports
-# Batches run by ``celery -A orchestration beat`` (exactly one beat per deployment).
-# Write entries here with ``orchestration.celery_adapter.schedule.batch_entry(...)``, or set them as JSON.
-beat_schedule: dict[str, dict[str, object]] = _settings.beat_schedule
+# Every Celery setting, from the environment's settings (see orchestration/celery_adapter/config.py).
+# A deployment may add its own below, e.g. ``beat_schedule`` entries written with
+# ``orchestration.celery_adapter.schedule.batch_entry(...)``.
+globals().update(_celery_config(_load_settings()))
