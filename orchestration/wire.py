@@ -105,7 +105,11 @@ class LaunchRequest:
 
     def to_kwargs(self) -> dict[str, Any]:
         """The message's keyword arguments (optional fields only when set)."""
-        kwargs: dict[str, Any] = {"runnable": self.runnable, "input": self.input, "context": dict(self.context)}
+        kwargs: dict[str, Any] = {
+            "runnable": self.runnable,
+            "input": self.input,
+            "context": dict(self.context),
+        }
         if self.run_id is not None:
             kwargs["run_id"] = self.run_id
         if self.token_budget is not None:
