@@ -31,6 +31,8 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from orchestration.wire import CANCEL, PING
+
 __all__ = [
     "MAX_EXCEPTION_CHARS",
     "MAX_SHOWN_CHARS",
@@ -75,7 +77,7 @@ SHOWN_PARAMETERS = frozenset(
 )
 
 #: Private tasks whose results carry no content and stay visible.
-VISIBLE_RESULTS = frozenset({"agentloop.cancel", "agentloop.ping"})
+VISIBLE_RESULTS = frozenset({CANCEL, PING})
 
 #: Longest string shown for a shown parameter; longer ones are hidden.
 MAX_SHOWN_CHARS = 200

@@ -5,7 +5,7 @@ registered on the app :func:`create_app` returns, and that app does not make
 itself Celery's current or default app. ``orchestration.celery`` holds the
 deployed instance for ``celery -A orchestration worker|beat|flower``.
 
-An app carries a :class:`~orchestration.celery_adapter.runtime.Runtime`: the
+An app carries a :class:`~orchestration.celery_adapter.dependencies.AppDependencies`: the
 settings, the registry of runnables and the run store its tasks use. Nothing of
 it is a process global: a test or an embedder passes its own registry and store
 to :func:`create_app`.
@@ -19,8 +19,8 @@ from typing import Any
 from celery import Celery
 
 from orchestration.celery_adapter.config import celery_config
+from orchestration.celery_adapter.dependencies import AppDependencies
 from orchestration.celery_adapter.patches import install_worker_patches
-from orchestration.celery_adapter.runtime import Runtime
 from orchestration.celery_adapter.tasks import install_tasks
 from orchestration.redaction import redact_url
 from orchestration.registry import RunnableRegistry
@@ -65,7 +65,7 @@ def create_app(
         app.config_from_object(config)
     if overrides:
         app.conf.update(dict(overrides))
-    app.agentloop_runtime = Runtime(settings=settings, registry=registry, store=store)
+    app.agentloop_dependencies = AppDependencies(settings=settings, registry=registry, store=store)
     install_tasks(app)  # privacy first: before anything builds the app's AMQP
     install_worker_patches(app)
     return app

@@ -21,7 +21,7 @@ from typing import Any
 from celery import Celery, Task
 
 from loops.progress import ProgressEvent, ProgressStatus
-from orchestration.celery_adapter.runtime import runtime_of
+from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.store import TERMINAL_STATUSES, RunStore
 from orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
 
@@ -84,9 +84,9 @@ def batch(
 ) -> dict[str, Any]:
     """Start a batch of ``runnable`` over ``inputs`` (or ``provider``'s); returns its id and size."""
     key = key or runnable
-    runtime = runtime_of(self.app)
-    runtime.registry.get(runnable)
-    store = runtime.store
+    deps = dependencies_of(self.app)
+    deps.registry.get(runnable)
+    store = deps.store
     running = store.list_runs(limit=1, status="running", runnable=batch_runnable_name(key))
     if running:
         return {
@@ -97,7 +97,7 @@ def batch(
     items = (
         list(inputs)
         if inputs is not None
-        else list(runtime.registry.input_provider(provider)(**(provider_args or {})))
+        else list(deps.registry.input_provider(provider)(**(provider_args or {})))
     )
     size = max(1, int(chunk_size))
     batch_id = str(self.request.id)
@@ -132,7 +132,7 @@ def batch_chunk(
     token_budget: int | None = None,
 ) -> int:
     """Record and launch one run per input of this chunk."""
-    store = runtime_of(self.app).store
+    store = dependencies_of(self.app).store
     for index, item in enumerate(inputs, start=int(offset)):
         run_id = f"{batch_id}-{index}"
         store.create_run(
@@ -154,7 +154,7 @@ def batch_summary(
     self: Task, batch_id: str, key: str, started_at: float, poll_seconds: float, max_seconds: float
 ) -> dict[str, Any]:
     """Fan-in: once every run of the batch has ended, write the batch's summary record."""
-    store = runtime_of(self.app).store
+    store = dependencies_of(self.app).store
     state = summarize(store, batch_id)
     elapsed = time.time() - started_at
     if state["open"] > 0 and elapsed < max_seconds:

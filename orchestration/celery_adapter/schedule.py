@@ -23,8 +23,7 @@ from typing import Any
 from celery.schedules import crontab, schedule
 
 from actions.errors import AgentLoopError
-
-BATCH_TASK = "agentloop.batch"
+from orchestration.wire import BATCH
 
 
 class ScheduleError(AgentLoopError, ValueError):
@@ -88,7 +87,7 @@ def batch_entry(
         "token_budget": token_budget,
         "key": key or runnable,
     }
-    entry: dict[str, Any] = {"task": BATCH_TASK, "schedule": when, "kwargs": kwargs}
+    entry: dict[str, Any] = {"task": BATCH, "schedule": when, "kwargs": kwargs}
     if expires is not None:
         seconds = expires.total_seconds() if isinstance(expires, timedelta) else float(expires)
         entry["options"] = {"expires": seconds}

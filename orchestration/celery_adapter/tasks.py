@@ -4,7 +4,7 @@ Each is thin: decode the message, ask the engine (``orchestration/engine.py``),
 and return a value or replace itself with the canvas the outcome compiles to
 (``canvas.py``). What a task shares with the others of its app, the settings,
 the registry and the run store, comes from the app's
-:class:`~orchestration.celery_adapter.app.Runtime`; :func:`install_tasks`
+:class:`~orchestration.celery_adapter.app.AppDependencies`; :func:`install_tasks`
 registers these functions on one app.
 """
 
@@ -19,7 +19,7 @@ from celery import Celery, Task
 
 from orchestration.celery_adapter.batches import install_batch_tasks
 from orchestration.celery_adapter.canvas import continue_with
-from orchestration.celery_adapter.runtime import runtime_of
+from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.engine import Done, WorkflowEngine
 from orchestration.wire import (
     CANCEL,
@@ -56,12 +56,12 @@ def engine_for(task: Task) -> WorkflowEngine:
             task.update_state(state="PROGRESS", meta=event)
             task.send_event("task-progress", progress=event)
 
-    runtime = runtime_of(task.app)
+    deps = dependencies_of(task.app)
     return WorkflowEngine(
-        registry=runtime.registry,
-        store=runtime.store,
+        registry=deps.registry,
+        store=deps.store,
         update_state=publish,
-        checkpoint_interval=runtime.settings.checkpoint_seconds,
+        checkpoint_interval=deps.settings.checkpoint_seconds,
     )
 
 
@@ -78,8 +78,8 @@ def launch(
     ``token_budget`` (optional) caps the tokens all steps of the run may use together.
     """
     run_id = str(run_id or self.request.id)
-    runtime = runtime_of(self.app)
-    store = runtime.store
+    deps = dependencies_of(self.app)
+    store = deps.store
     budget_ok = token_budget is None or (
         isinstance(token_budget, int) and not isinstance(token_budget, bool) and token_budget >= 0
     )
@@ -94,7 +94,7 @@ def launch(
         request = LaunchRequest.parse(
             runnable=runnable, input=input, context=context, run_id=run_id, token_budget=token_budget
         )
-        runtime.registry.get(request.runnable)
+        deps.registry.get(request.runnable)
     except Exception as error:
         store.finish_run(run_id, status="failed", error={"type": type(error).__name__, "message": str(error)})
         raise
@@ -135,13 +135,13 @@ def merge(self: Task, outputs: Any, node: dict[str, Any], input: Any = None, sin
 
 def finalize(self: Task, result: Any, run_id: str) -> Any:
     """Record the run's result; the run's id then answers with it."""
-    runtime_of(self.app).store.finish_run(run_id, status="succeeded", output=result)
+    dependencies_of(self.app).store.finish_run(run_id, status="succeeded", output=result)
     return result
 
 
 def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> dict[str, Any]:
     """A run's status and its events after ``after_id``, for clients that import only Celery."""
-    store = runtime_of(self.app).store
+    store = dependencies_of(self.app).store
     record = store.get_run(str(run_id))
     rows = store.events(str(run_id), after_id=int(after_id), limit=max(1, min(int(limit), 5000)))
     return {
@@ -158,7 +158,7 @@ def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> di
 
 def cancel(self: Task, run_id: str) -> bool:
     """Ask every task of the run to stop at its next step."""
-    runtime_of(self.app).store.request_cancel(str(run_id))
+    dependencies_of(self.app).store.request_cancel(str(run_id))
     return True
 
 

@@ -16,7 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from orchestration.celery_adapter.runtime import runtime_of
+from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
@@ -60,7 +60,7 @@ def demo(
         )
         console.print(f"[bold]database[/] {redact_url(database_url(settings))}")
         console.print(f"[bold]workflow[/] {DEMO}: the questions fanned out, then a summary stage\n")
-        store = runtime_of(app).store
+        store = dependencies_of(app).store
         handle = CeleryAgentRunner.create(runnable=DEMO, context={}, app=app, store=store).request_sync(
             input={"questions": list(question)} if question else {}
         )

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from orchestration.celery_adapter.runtime import runtime_of
+from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
@@ -41,7 +41,9 @@ def trigger(
     if settings.imports and name not in registry:
         raise fail(str(UnknownRunnableError(name, registry.names)))
     with celery_app(settings) as app:
-        runner = CeleryAgentRunner.create(runnable=name, context=spec, app=app, store=runtime_of(app).store)
+        runner = CeleryAgentRunner.create(
+            runnable=name, context=spec, app=app, store=dependencies_of(app).store
+        )
         handle = runner.request_sync(input=payload)
         console.print(f"run id: [bold]{handle.run_id}[/]")
         if not wait:

@@ -36,6 +36,7 @@ from typing import Any, Literal, NoReturn
 from sqlalchemy.engine import URL, make_url
 
 from orchestration.store.engine import normalize_url
+from orchestration.testing.servers import on_ci
 
 ENV_URL = "AGENTLOOP_TEST_PG_URL"
 LOCAL_HOST = "127.0.0.1"
@@ -209,11 +210,6 @@ def private_postgres_database() -> Iterator[str]:
     :class:`PostgresUnavailableError` when no server can be found or started."""
     with postgres_server() as admin_url, private_database(admin_url) as url:
         yield url
-
-
-def on_ci() -> bool:
-    """Whether the ``CI`` environment variable says we run on CI."""
-    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 
 
 def skip_or_fail(reason: str) -> NoReturn:

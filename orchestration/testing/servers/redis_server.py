@@ -26,11 +26,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from orchestration.testing.servers import on_ci
+
 __all__ = [
     "RedisServer",
     "ServiceRequiredError",
     "ServiceUnavailable",
-    "in_ci",
     "private_redis",
     "private_redis_server",
     "service_unavailable",
@@ -52,14 +53,9 @@ class ServiceRequiredError(RuntimeError):
     """A server a test needs is not available, and ``CI`` says integration tests must run."""
 
 
-def in_ci() -> bool:
-    """True when the environment variable ``CI`` is set to a true value (``true``, ``1``, ``yes``)."""
-    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
 def service_unavailable(reason: str) -> Exception:
     """The error to raise for a missing service: loud under CI, skippable elsewhere."""
-    if in_ci():
+    if on_ci():
         return ServiceRequiredError(f"{reason} (CI is set: integration tests must not skip)")
     return ServiceUnavailable(reason)
 

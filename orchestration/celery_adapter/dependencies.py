@@ -10,10 +10,10 @@ from orchestration.registry import RunnableRegistry
 from orchestration.settings import Settings
 from orchestration.store import RunStore, open_store
 
-__all__ = ["Runtime", "runtime_of"]
+__all__ = ["AppDependencies", "dependencies_of"]
 
 
-class Runtime:
+class AppDependencies:
     """The settings, registry and run store the tasks of one app share in a process.
 
     The registry (from the modules in ``settings.imports``) and the store (on
@@ -47,9 +47,9 @@ class Runtime:
             return self._store
 
 
-def runtime_of(app: Celery) -> Runtime:
-    """The :class:`Runtime` of an app built by :func:`create_app`."""
-    runtime = getattr(app, "agentloop_runtime", None)
-    if not isinstance(runtime, Runtime):
+def dependencies_of(app: Celery) -> AppDependencies:
+    """The :class:`AppDependencies` of an app built by :func:`create_app`."""
+    deps = getattr(app, "agentloop_dependencies", None)
+    if not isinstance(deps, AppDependencies):
         raise TypeError(f"{app!r} was not built by orchestration.celery_adapter.app.create_app")
-    return runtime
+    return deps
