@@ -14,8 +14,8 @@ The modules behind these names (``actions``, ``loops``, ``pipelines``,
 surface, and ``tests/test_exports.py`` keeps it honest. The names whose
 modules import Celery, SQLAlchemy, pydantic-settings or the OpenAI SDK
 (:func:`create_app`, :class:`CeleryAgentRunner`, :class:`OpenAIProcessor`,
-:func:`processor_from_env`, ...) are imported on first use, so
-``import agentloop`` stays cheap for in-process use.
+:func:`load_settings`, ...) are imported on first use, so ``import agentloop``
+stays cheap for in-process use.
 
 Errors
 ------
@@ -84,7 +84,7 @@ from loops import (
     AiDrivenAgentLoop,
     BaseAgentLoop,
     CancellationToken,
-    CancelToken,
+    CancelSignal,
     Checkpointer,
     InlineAgentRunner,
     ProceduralAgentLoop,
@@ -123,7 +123,7 @@ if TYPE_CHECKING:
     from orchestration.celery_adapter.schedule import ScheduleError
     from orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
     from orchestration.llm import OpenAIProcessor, processor_from_env
-    from orchestration.settings import SettingsError
+    from orchestration.settings import Settings, SettingsError, load_settings
     from orchestration.store import RunNotFoundError
 
 __all__ = [
@@ -139,7 +139,7 @@ __all__ = [
     "Branch",
     "BranchFailedError",
     "BranchResult",
-    "CancelToken",
+    "CancelSignal",
     "CancellationToken",
     "CeleryAgentRunner",
     "Checkpointer",
@@ -169,6 +169,7 @@ __all__ = [
     "RunnableBase",
     "RunnableRegistry",
     "ScheduleError",
+    "Settings",
     "SettingsError",
     "StateNotSerializableError",
     "TokenBudgetExceededError",
@@ -187,6 +188,7 @@ __all__ = [
     "embed_user_fields",
     "embed_user_text",
     "input_provider",
+    "load_settings",
     "maybe_await",
     "new_run_id",
     "processor_from_env",
@@ -203,10 +205,12 @@ _LAZY = {
     "RunHandle": "orchestration.client",
     "RunNotFoundError": "orchestration.store",
     "ScheduleError": "orchestration.celery_adapter.schedule",
+    "Settings": "orchestration.settings",
     "SettingsError": "orchestration.settings",
     "WorkerStartError": "orchestration.celery_adapter.embedded",
     "WorkflowFailedError": "orchestration.client",
     "create_app": "orchestration.celery_adapter.app",
+    "load_settings": "orchestration.settings",
     "processor_from_env": "orchestration.llm",
 }
 

@@ -8,7 +8,7 @@ from loops.progress import ProgressEvent, ProgressStatus
 from loops.runner import InlineAgentRunner
 from loops.scope import (
     CancellationToken,
-    CancelToken,
+    CancelSignal,
     Checkpointer,
     RunScope,
     current_scope,
@@ -19,7 +19,7 @@ from loops.scope import (
 __all__ = [
     "AiDrivenAgentLoop",
     "BaseAgentLoop",
-    "CancelToken",
+    "CancelSignal",
     "CancellationToken",
     "Checkpointer",
     "InlineAgentRunner",

@@ -16,7 +16,7 @@ from typing import Any, Self
 from actions.errors import RunDeadlineExceededError
 from actions.usage import InMemoryUsageMeter, UsageMeter, use_meter
 from loops.contract import ProgressCallback, Runnable
-from loops.scope import CancelToken, Checkpointer, RunScope, new_run_id, use_scope
+from loops.scope import CancelSignal, Checkpointer, RunScope, new_run_id, use_scope
 
 
 class InlineAgentRunner:
@@ -36,7 +36,7 @@ class InlineAgentRunner:
         input: Any,
         on_progress: ProgressCallback | None = None,
         run_id: str | None = None,
-        cancel: CancelToken | None = None,
+        cancel: CancelSignal | None = None,
         deadline: timedelta | None = None,
         checkpointer: Checkpointer | None = None,
         path: str = "",

@@ -22,8 +22,9 @@ from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceede
 
 
 @runtime_checkable
-class CancelToken(Protocol):
-    """Anything that can say whether the run was asked to stop."""
+class CancelSignal(Protocol):
+    """Anything that can say whether the run was asked to stop: a :class:`CancellationToken`
+    in-process, the run store's cancel flag on Celery."""
 
     def is_cancelled(self) -> bool: ...
 
@@ -65,7 +66,7 @@ class RunScope:
     run_id: str
     path: str = ""
     deadline: float | None = None  # time.monotonic() value
-    cancel: CancelToken | None = None
+    cancel: CancelSignal | None = None
     checkpointer: Checkpointer | None = None
 
     def child(self, segment: str) -> RunScope:

@@ -26,7 +26,7 @@ from loops.progress import ProgressStatus
 from loops.scope import RunScope, use_scope
 from orchestration.registry import RunnableRegistry
 from orchestration.store import TERMINAL_STATUSES, RunStore
-from orchestration.store.seams import ProgressPublisher, StoreCancelToken, StoreCheckpointer, StoreUsageMeter
+from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
 from orchestration.wire import Ancestor, BranchFailure, WorkflowNode
 from pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from pipelines.pipeline import BaseAgentPipeline
@@ -91,7 +91,7 @@ class WorkflowEngine:
         return RunScope(
             run_id=node.run_id,
             path=node.path,
-            cancel=StoreCancelToken(self.store, node.run_id),
+            cancel=StoreCancelSignal(self.store, node.run_id),
             checkpointer=StoreCheckpointer(
                 self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}
             ),

@@ -18,7 +18,7 @@ from orchestration.store.protocol import RunStore
 logger = logging.getLogger(__name__)
 
 
-class StoreCancelToken:
+class StoreCancelSignal:
     """Cancellation requested through the run store.
 
     The store is asked at most every ``interval`` seconds per run and process:
