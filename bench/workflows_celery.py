@@ -3,10 +3,11 @@
 The worker imports this module through ``AGENTLOOP_IMPORTS`` (as a deployment
 imports its runnables). On import it
 
-* registers the framework workflows by name: ``bench.trivial`` (a loop of one
-  iteration), ``bench.fan`` (a composite of ``input`` trivial loops) and
-  ``bench.pipeline.<N>`` (a pipeline of N trivial loops) for every N in
-  ``AGENTLOOP_BENCH_PIPELINES`` (comma-separated, default ``10,50``);
+* declares the framework workflows by name (with :func:`agentloop.register`,
+  which a worker's registry reads from this module): ``bench.trivial`` (a
+  loop of one iteration), ``bench.fan`` (a composite of ``input`` trivial
+  loops) and ``bench.pipeline.<N>`` (a pipeline of N trivial loops) for every
+  N in ``AGENTLOOP_BENCH_PIPELINES`` (comma-separated, default ``10,50``);
 * registers the bare Celery tasks the framework is compared with,
   ``bench.noop`` and ``bench.noop_body``, on the deployed app
   ``orchestration.celery:app`` (the app the worker process runs), so nothing
@@ -25,7 +26,7 @@ imports its runnables). On import it
   durable or observable as they should be). See :data:`ABLATIONS`.
 
 Importing it without a worker (the benchmark's client, an in-process profile)
-also registers the workflows; the bare tasks are only ever named by the
+declares the workflows too; the bare tasks are only ever named by the
 client (``app.signature("bench.noop")``), never imported.
 """
 
@@ -34,9 +35,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from loops import BaseAgentLoop
-from orchestration.registry import register, registry
-from pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
+from agentloop import BaseAgentLoop, BaseAgentPipeline, BaseCompositeAgent, Branch, register
 
 TRIVIAL = "bench.trivial"
 FAN = "bench.fan"
@@ -53,6 +52,7 @@ DEFAULT_PIPELINES = (10, 50)
 # --------------------------------------------------------------------------- framework workflows
 
 
+@register(TRIVIAL)
 class Trivial(BaseAgentLoop):
     """A loop of exactly one iteration: ``{"n": 0}`` -> ``{"n": 1}``; its result is 1."""
 
@@ -71,6 +71,7 @@ class Trivial(BaseAgentLoop):
         return state["n"]
 
 
+@register(FAN)
 class TrivialFan(BaseCompositeAgent):
     """``input`` trivial loops side by side; the result is how many succeeded."""
 
@@ -85,7 +86,8 @@ class TrivialFan(BaseCompositeAgent):
 
 def pipeline_of(stages: int) -> type[BaseAgentPipeline]:
     """A pipeline class of ``stages`` trivial loops (its result is the last one's, 1)."""
-    return type(f"TrivialPipeline{stages}", (BaseAgentPipeline,), {"stages": (Trivial,) * stages})
+    namespace = {"stages": (Trivial,) * stages, "__module__": __name__}
+    return type(f"TrivialPipeline{stages}", (BaseAgentPipeline,), namespace)
 
 
 def pipeline_name(stages: int) -> str:
@@ -98,18 +100,9 @@ def _pipeline_lengths() -> list[int]:
     return sorted({*DEFAULT_PIPELINES, *extra})
 
 
-def register_workflows() -> None:
-    """Register the benchmark's workflows in the process registry (idempotent)."""
-    if TRIVIAL not in registry:
-        register(TRIVIAL, Trivial)
-    if FAN not in registry:
-        register(FAN, TrivialFan)
-    for stages in _pipeline_lengths():
-        if pipeline_name(stages) not in registry:
-            register(pipeline_name(stages), pipeline_of(stages))
-
-
-register_workflows()
+# A registry takes the classes a module declares at module level: one pipeline class per length.
+for _stages in _pipeline_lengths():
+    globals()[f"TrivialPipeline{_stages}"] = register(pipeline_name(_stages), pipeline_of(_stages))
 
 
 # --------------------------------------------------------------------------- bare Celery tasks
@@ -177,11 +170,10 @@ def _install_profiler(folder: str) -> None:
 
     def start(**_kwargs: Any) -> None:
         from sqlalchemy import event
+        from sqlalchemy.engine import Engine
 
-        from orchestration.store.seams import get_run_store
-
-        store: Any = get_run_store()
-        event.listen(store.engine, "before_cursor_execute", count_statement)
+        # every engine of the pool process: the run store's is the only one it opens
+        event.listen(Engine, "before_cursor_execute", count_statement)
         state["profile"] = cProfile.Profile()
         atexit.register(dump)
 
@@ -264,14 +256,14 @@ def _ablate_celery_progress() -> None:
     """No ``update_state(PROGRESS)`` / ``task-progress`` event (the run store still gets the events)."""
     import orchestration.celery_adapter.tasks as tasks
 
-    original = tasks._executor
+    original = tasks.engine_for
 
-    def quiet_executor(task: Any) -> Any:
-        executor = original(task)
-        executor.update_state = None
-        return executor
+    def quiet_engine(task: Any) -> Any:
+        engine = original(task)
+        engine.update_state = None
+        return engine
 
-    _replace(tasks, "_executor", quiet_executor)
+    _replace(tasks, "engine_for", quiet_engine)
 
 
 def _ablate_store_progress() -> None:
@@ -305,9 +297,9 @@ def _ablate_checkpoints() -> None:
 
 def _ablate_cancel() -> None:
     """The cancel flag is never read from the run store."""
-    from orchestration.store.seams import StoreCancelToken
+    from orchestration.store.seams import StoreCancelSignal
 
-    _replace(StoreCancelToken, "is_cancelled", lambda self: False)
+    _replace(StoreCancelSignal, "is_cancelled", lambda self: False)
 
 
 #: Name -> what it switches off, for ``AGENTLOOP_BENCH_ABLATE``. They patch the framework's

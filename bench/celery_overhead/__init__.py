@@ -29,7 +29,7 @@ medians is checked against the target (issue 3: at most 1.3x for both).
 Redis commands per run are counted with ``INFO commandstats`` (reset before
 each run, outside the timed region).
 
-``--profile`` adds: the executor's work per task run in-process against the
+``--profile`` adds: the engine's work per task run in-process against the
 same kind of store (SQL statements counted with a SQLAlchemy listener, time
 per task split into SQL and the rest), and a cProfile of the worker's pool
 processes during one framework composite and one bare chord (a separate,
@@ -38,7 +38,7 @@ profiled worker; ``AGENTLOOP_BENCH_PROFILE_DIR``).
 The package, by job: :mod:`.rig` (Redis, run store, worker, client app),
 :mod:`.sides` (the four canvases), :mod:`.measure` (one timed run, the
 rounds), :mod:`.report` (the printed table and verdict),
-:mod:`.profile_executor` and :mod:`.profile_worker` (``--profile``),
+:mod:`.profile_engine` and :mod:`.profile_worker` (``--profile``),
 :mod:`.ablation` (``--ablate``) and ``__main__`` (its own command line).
 """
 
@@ -49,7 +49,7 @@ import sys
 
 from bench import BenchOptions
 from bench.celery_overhead.measure import Report, measure
-from bench.celery_overhead.profile_executor import profile_executor
+from bench.celery_overhead.profile_engine import profile_engine
 from bench.celery_overhead.profile_worker import profile_timing, profile_worker
 from bench.celery_overhead.report import render
 from bench.celery_overhead.rig import ROOT, STORE_ENV, NotRunnable
@@ -68,7 +68,7 @@ def run(options: BenchOptions, *, store_kind: str | None = None) -> Report:
         report.profile_text = "\n\n".join(
             [
                 profile_timing(store_kind=kind, width=width, stages=stages),
-                profile_executor(store_kind=kind, width=width, stages=stages),
+                profile_engine(store_kind=kind, width=width, stages=stages),
                 profile_worker(store_kind=kind, width=width, stages=stages),
             ]
         )

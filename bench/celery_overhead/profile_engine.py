@@ -1,4 +1,4 @@
-"""``--profile``: the executor's work per task, in-process against a fresh store, and store alternatives."""
+"""``--profile``: the engine's work per task, in-process against a fresh store, and store alternatives."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 from bench.celery_overhead.report import indent, pstats_text
 from bench.celery_overhead.rig import run_store_url
 
-_RUN_STORE_FILE = os.path.join("orchestration", "store", "run_store.py")
+_RUN_STORE_FILE = os.path.join("orchestration", "store", "sql.py")
 
 
 @dataclass
@@ -91,35 +91,31 @@ def _per_task_lines(
     return lines
 
 
-def _task_like_executor(cls: Any, registry: Any, store: Any, update_state: Any) -> Any:
-    """A ``NodeExecutor`` built with the settings the Celery tasks give their executors."""
-    import orchestration.celery_adapter.tasks as tasks
+def _task_like_engine(registry: Any, store: Any, update_state: Any) -> Any:
+    """A ``WorkflowEngine`` as a task builds one (``engine_for``), on the deployment's default settings."""
+    from orchestration.engine import WorkflowEngine
+    from orchestration.settings import load_settings
 
-    options: dict[str, Any] = {}
-    parameters = inspect.signature(cls).parameters
-    if "checkpoint_interval" in parameters and hasattr(tasks, "CHECKPOINT_SECONDS"):
-        options["checkpoint_interval"] = tasks.CHECKPOINT_SECONDS
-    return cls(registry=registry, store=store, update_state=update_state, **options)
-
-
-def _task_like_runner() -> Callable[[Any], Any]:
-    """How the Celery tasks run a coroutine (their per-thread loop), else ``asyncio.run``."""
-    import orchestration.celery_adapter.tasks as tasks
-
-    runner = getattr(tasks, "_run", None)
-    return runner if callable(runner) else asyncio.run
+    return WorkflowEngine(
+        registry=registry,
+        store=store,
+        update_state=update_state,
+        checkpoint_interval=load_settings({}).checkpoint_seconds,
+    )
 
 
-def profile_executor(*, store_kind: str, width: int, stages: int) -> str:
-    """Run the executor's per-task work in-process against a fresh store: store calls and SQL per task."""
+def profile_engine(*, store_kind: str, width: int, stages: int) -> str:
+    """Run the engine's per-task work in-process against a fresh store: store calls and SQL per task."""
+    from agentloop import RunnableRegistry
+    from bench.celery_overhead.rig import WORKFLOWS_MODULE
     from bench.workflows_celery import FAN, pipeline_name
-    from orchestration.engine import NodeExecutor, Step
-    from orchestration.registry import registry
+    from orchestration.celery_adapter.tasks import run_coroutine
+    from orchestration.engine import Done, FanOut
     from orchestration.store import open_store
-    from orchestration.wire import Node
+    from orchestration.wire import WorkflowNode
 
     out: list[str] = [
-        f"In-process executor (no Celery; update_state is a list.append) on a fresh {store_kind} store:"
+        f"In-process engine (no Celery; update_state is a list.append) on a fresh {store_kind} store:"
     ]
     samples = min(width, 200)
     with run_store_url(store_kind) as url:
@@ -128,15 +124,16 @@ def profile_executor(*, store_kind: str, width: int, stages: int) -> str:
         counter.attach(store.engine)
         timer = MethodTimer(store)
         published: list[dict[str, Any]] = []
-        executor = _task_like_executor(NodeExecutor, registry, store, published.append)
-        run = _task_like_runner()
+        registry = RunnableRegistry.from_modules([WORKFLOWS_MODULE])
+        engine = _task_like_engine(registry, store, published.append)
+        run: Callable[[Any], Any] = run_coroutine
 
         def composite_branches() -> list[tuple[Any, Any]]:
             run_id = uuid.uuid4().hex
             store.create_run(run_id=run_id, runnable=FAN, input=samples)
             store.mark_running(run_id)
-            answer = run(executor.start(Node(run_id=run_id, runnable=FAN), samples))
-            assert isinstance(answer, Step) and answer.branches
+            answer = run(engine.start(WorkflowNode(run_id=run_id, runnable=FAN), samples))
+            assert isinstance(answer, FanOut) and answer.branches
             return list(answer.branches)
 
         # the composite's branch tasks (what agentloop.run does for one trivial loop)
@@ -146,8 +143,8 @@ def profile_executor(*, store_kind: str, width: int, stages: int) -> str:
         published.clear()
         started = time.perf_counter()
         for child, child_input in branches:
-            step = run(executor.start(child, child_input))
-            assert isinstance(step, Step) and step.value == 1
+            step = run(engine.start(child, child_input))
+            assert isinstance(step, Done) and step.value == 1
         out += _per_task_lines(
             f"  branch task (agentloop.run, one trivial loop) x {samples}",
             samples,
@@ -162,16 +159,16 @@ def profile_executor(*, store_kind: str, width: int, stages: int) -> str:
         name = pipeline_name(stages)
         store.create_run(run_id=pipe_id, runnable=name, input=None)
         store.mark_running(pipe_id)
-        node = Node(run_id=pipe_id, runnable=name)
-        run(executor.start(node, None))
+        node = WorkflowNode(run_id=pipe_id, runnable=name)
+        run(engine.start(node, None))
         counter.reset()
         timer.reset()
         published.clear()
         previous: Any = None
         started = time.perf_counter()
         for index in range(stages):
-            step = run(executor.stage(previous, node, index, None))
-            assert isinstance(step, Step)
+            step = run(engine.stage(previous, node, index, None))
+            assert isinstance(step, Done)
             previous = step.value
         out += _per_task_lines(
             f"  stage task (agentloop.stage) x {stages}",
@@ -197,7 +194,7 @@ def profile_executor(*, store_kind: str, width: int, stages: int) -> str:
         profiler = cProfile.Profile()
         profiler.enable()
         for child, child_input in branches:
-            run(executor.start(child, child_input))
+            run(engine.start(child, child_input))
         profiler.disable()
         out.append(f"  cProfile of {samples} in-process branch tasks, by own time (top 20):")
         out.append(indent(pstats_text(pstats.Stats(profiler), "tottime", 20)))

@@ -112,9 +112,10 @@ _FOCUS = (
 #: Every function of these files that ran is shown (the framework's own cost centres).
 _FRAMEWORK_FILES = (
     "orchestration/celery_adapter/tasks.py",
+    "orchestration/celery_adapter/canvas.py",
     "orchestration/engine.py",
     "orchestration/store/seams.py",
-    "orchestration/store/run_store.py",
+    "orchestration/store/sql.py",
     "bench/workflows_celery.py",
 )
 

@@ -80,7 +80,7 @@ def rig(*, store_kind: str, stages: int, worker_env: dict[str, str] | None = Non
     """A private Redis, a run store, a prefork worker importing the benchmark module, a client app."""
     import redis
 
-    from orchestration.celery_adapter.app import create_app
+    from agentloop import create_app, load_settings
     from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
     from orchestration.testing.servers.worker import run_worker_process
 
@@ -100,7 +100,8 @@ def rig(*, store_kind: str, stages: int, worker_env: dict[str, str] | None = Non
                 loglevel="WARNING",
             )
         )
-        app = create_app(overrides={"broker_url": server.url, "result_backend": server.url})
+        client_env = {"BROKER_URL": server.url, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
+        app = create_app(settings=load_settings(client_env))
         stack.callback(app.close)
         stack.callback(_detach_result_consumer, app)
         client = redis.Redis.from_url(server.url)
