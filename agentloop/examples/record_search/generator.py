@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
 
 def default_processor(environ: Mapping[str, str] | None = None) -> ModelProcessor:
-    """The model the environment asks for (``orchestration.llm.processor_from_env``: OpenAI
+    """The model the environment asks for (:func:`agentloop.processor_from_env`: OpenAI
     or a compatible server, rate-limited when configured); offline, with this agent's responders."""
-    from orchestration.llm import processor_from_env
+    from agentloop import processor_from_env
 
     processor: ModelProcessor = processor_from_env(environ, offline=create_offline_model)
     return processor
@@ -43,8 +43,8 @@ def default_processor(environ: Mapping[str, str] | None = None) -> ModelProcesso
 def shared_model_provider() -> ModelProvider:
     """One model provider per process, from the environment's settings: every context the worker
     builds takes its processor from it, so they share one rate limiter (and its Redis pool)."""
+    from agentloop import load_settings
     from orchestration.llm import ModelProvider
-    from orchestration.settings import load_settings
 
     return ModelProvider(load_settings().model, offline=create_offline_model)
 
