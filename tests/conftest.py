@@ -25,6 +25,9 @@ from orchestration.store import RunStore, open_store
 from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
 from orchestration.testing.servers.worker import run_worker_process
 
+#: pytester for tests of test machinery; ci_policy turns skips into failures under CI=true.
+pytest_plugins = ["pytester", "ci_policy"]
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 
