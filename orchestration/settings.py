@@ -17,107 +17,31 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    NoDecode,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode
 
 from actions.errors import AgentLoopError
 from orchestration.celery_adapter.schedule import schedule_from_json
-from orchestration.redaction import redact_url
+from orchestration.settings_group import SettingsGroup as _Group
+from orchestration.settings_group import as_float as _as_float
+from orchestration.settings_group import as_int as _as_int
+from orchestration.settings_group import env_field as _env
+from orchestration.settings_http import HttpSettings
 
 __all__ = ["ModelSettings", "Settings", "SettingsError", "env_names", "load_settings"]
 
+G = TypeVar("G", bound=_Group)
 _DEFAULT_HOME = ".agentloop"
 _SQLITE_FILENAME = "agentloop.sqlite3"
 
 
 class SettingsError(AgentLoopError, ValueError):
     """A malformed setting; the message names the environment variable and the value."""
-
-
-# -- how values are read -----------------------------------------------------------------------------
-
-
-def _as_int(value: Any) -> int | None:
-    """``value`` as an integer, ``None`` when it is not one."""
-    try:
-        return int(value) if isinstance(value, int | str) and not isinstance(value, bool) else None
-    except ValueError:
-        return None
-
-
-def _as_float(value: Any) -> float | None:
-    """``value`` as a number, ``None`` when it is not one (or is NaN)."""
-    try:
-        number = (
-            float(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else None
-        )
-    except ValueError:
-        return None
-    return None if number is None or math.isnan(number) else number
-
-
-class _Group(BaseSettings):
-    """A frozen group of settings; each field reads the variable named by its ``validation_alias``."""
-
-    model_config = SettingsConfigDict(
-        frozen=True,
-        validate_default=False,
-        case_sensitive=True,
-        env_ignore_empty=True,
-        extra="ignore",
-        validate_by_name=True,
-        validate_by_alias=True,
-        use_attribute_docstrings=True,
-    )
-    #: Fields holding a URL, shown by ``repr`` with the password masked.
-    _URL_FIELDS: ClassVar[frozenset[str]] = frozenset()
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Only the values given: :func:`load_settings` is what reads the environment."""
-        return (init_settings,)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _blank_is_unset(cls, data: Any) -> Any:
-        """Strip text values and drop blank ones, so a blank variable means its default."""
-        if not isinstance(data, Mapping):
-            return data
-        stripped = {key: value.strip() if isinstance(value, str) else value for key, value in data.items()}
-        return {key: value for key, value in stripped.items() if value != ""}
-
-    @classmethod
-    def env_name(cls, field: str | None) -> str:
-        """The environment variable ``field`` is read from."""
-        alias = cls.model_fields[str(field)].validation_alias
-        return alias if isinstance(alias, str) else str(field)
-
-    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
-        for name, value in super().__repr_args__():
-            yield name, redact_url(value) if name in self._URL_FIELDS and isinstance(value, str) else value
-
-
-def _env(name: str, default: Any = None) -> Any:
-    """A field read from the variable ``name``."""
-    return Field(default, validation_alias=name)
 
 
 class ModelSettings(_Group):
@@ -225,6 +149,8 @@ class Settings(_Group):
 
     model: ModelSettings = Field(default_factory=ModelSettings)
     """The model processor's settings (their own variables)."""
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    """``agentloop serve``'s settings: tokens, scopes, limits (:mod:`orchestration.settings_http`)."""
     redis_url: str | None = _env("REDIS_URL")
     """``REDIS_URL``: alone, both broker and result backend; with ``BROKER_URL``, the result backend."""
     broker_url: str = Field(
@@ -360,13 +286,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """
     env = os.environ if environ is None else environ
     problems: list[str] = []
-    model = ModelSettings()
+    model, http = _group(ModelSettings, env, problems), _group(HttpSettings, env, problems)
     try:
-        model = ModelSettings(**_MappingSource(ModelSettings, env)())
-    except ValidationError as error:
-        problems.append(_describe(error))
-    try:
-        settings = Settings(model=model, **_MappingSource(Settings, env)())
+        settings = Settings(model=model, http=http, **_MappingSource(Settings, env)())
     except ValidationError as error:
         problems.append(_describe(error))
     except SettingsError as error:  # raised while resolving a default (no result backend)
@@ -374,6 +296,15 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if problems:
         raise SettingsError("; ".join(problems))
     return settings
+
+
+def _group(group: type[G], env: Mapping[str, str], problems: list[str]) -> G:
+    """The group read from ``env``; its defaults, and its problems added to ``problems``, when malformed."""
+    try:
+        return group(**_MappingSource(group, env)())
+    except ValidationError as error:
+        problems.append(_describe(error))
+        return group()
 
 
 def _describe(error: ValidationError) -> str:
@@ -394,6 +325,6 @@ def _describe(error: ValidationError) -> str:
 def env_names() -> tuple[str, ...]:
     """Every environment variable :func:`load_settings` reads, in field order."""
     names: list[str] = []
-    for group in (Settings, ModelSettings):
-        names += [group.env_name(field) for field in group.model_fields if field != "model"]
+    for group in (Settings, ModelSettings, HttpSettings):
+        names += [group.env_name(field) for field in group.model_fields if field not in ("model", "http")]
     return tuple(dict.fromkeys(names))

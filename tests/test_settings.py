@@ -9,6 +9,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from orchestration.settings import ModelSettings, Settings, SettingsError, env_names, load_settings
+from orchestration.settings_http import HttpSettings
 
 SCHEDULE = '[{"name": "nightly", "runnable": "record_search.demo", "every": 60, "inputs": [{}]}]'
 
@@ -40,8 +41,25 @@ EVERY_VARIABLE = {
     "AGENTLOOP_MODEL_LIMIT_NAME": "shared-gpt",
     "AGENTLOOP_MODEL_LIMIT_WINDOW_SECONDS": "0.5",
     "AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS": "30",
+    "AGENTLOOP_HTTP_TOKENS": "token-for-the-operators:read+cancel, token-for-the-shop-service",
+    "AGENTLOOP_HTTP_ANONYMOUS_SCOPES": "read",
+    "AGENTLOOP_HTTP_CORS_ORIGINS": "https://ops.example, https://shop.example",
+    "AGENTLOOP_HTTP_MAX_BODY_BYTES": "4096",
+    "AGENTLOOP_HTTP_HOST": "0.0.0.0",
+    "AGENTLOOP_HTTP_PORT": "9000",
+    "AGENTLOOP_HTTP_POLL_SECONDS": "0.5",
+    "AGENTLOOP_HTTP_MAX_STREAMS": "50",
 }
-SECRETS = ("brokerpw", "redispw", "backendpw", "dbpw", "sk-supersecretkey123", "gatewaypw")
+SECRETS = (
+    "brokerpw",
+    "redispw",
+    "backendpw",
+    "dbpw",
+    "sk-supersecretkey123",
+    "gatewaypw",
+    "token-for-the-operators",
+    "token-for-the-shop-service",
+)
 
 
 def test_every_variable_is_read_into_its_field() -> None:
@@ -71,6 +89,22 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert (model.rpm, model.tpm, model.limit_name) == (500, 200000, "shared-gpt")
     assert (model.limit_window_seconds, model.limit_max_wait_seconds) == (0.5, 30.0)
     assert model.redis_url == "redis://:redispw@redis:6379/0"
+    http = settings.http
+    assert [(g.token.get_secret_value(), sorted(g.scopes)) for g in http.tokens] == [
+        ("token-for-the-operators", ["cancel", "read"]),
+        ("token-for-the-shop-service", ["cancel", "read", "start"]),
+    ]
+    assert (http.anonymous_scopes, http.cors_origins) == (
+        {"read"},
+        ("https://ops.example", "https://shop.example"),
+    )
+    assert (http.max_body_bytes, http.host, http.port, http.poll_seconds, http.max_streams) == (
+        4096,
+        "0.0.0.0",
+        9000,
+        0.5,
+        50,
+    )
 
 
 def test_the_test_covers_every_variable_the_settings_read() -> None:
@@ -222,7 +256,13 @@ def test_the_beat_schedule_is_a_new_mapping_each_time() -> None:
 def test_no_secret_and_no_url_password_is_shown() -> None:
     settings = load_settings(EVERY_VARIABLE)
 
-    for shown in (repr(settings), str(settings), repr(settings.model), str(settings.model)):
+    for shown in (
+        repr(settings),
+        str(settings),
+        repr(settings.model),
+        str(settings.model),
+        repr(settings.http),
+    ):
         assert not [secret for secret in SECRETS if secret in shown], shown
     assert "redis://:***@redis:6379/0" in repr(settings)
     assert "amqp://guest:***@rabbit:5672//" in repr(settings)
@@ -243,7 +283,7 @@ def test_settings_built_directly_read_nothing_from_the_environment(monkeypatch: 
 
 
 def test_every_variable_is_documented_with_its_field() -> None:
-    for group in (Settings, ModelSettings):
+    for group in (Settings, ModelSettings, HttpSettings):
         for name, field in group.model_fields.items():
-            if name != "model":
+            if name not in ("model", "http"):
                 assert field.description and f"``{group.env_name(name)}``" in field.description, name
