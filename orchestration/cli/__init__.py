@@ -6,6 +6,8 @@
     agentloop trigger NAME --input JSON [--context JSON] [--wait]
     agentloop runs list | show ID | watch ID
     agentloop tools list | show ID | load FILE...
+    agentloop graph NAME [--json]        a runnable's shape, as a mermaid diagram
+    agentloop serve [--host H --port P]  runs over HTTP/GraphQL/SSE and the viewer at /ui
 
 Workers, beat and Flower start with Celery's own commands:
 ``celery -A orchestration worker|beat|flower``.
@@ -16,7 +18,9 @@ from __future__ import annotations
 import typer
 
 from orchestration.cli.demo import demo
+from orchestration.cli.graph import graph
 from orchestration.cli.runs import runs
+from orchestration.cli.serve import serve
 from orchestration.cli.tools import tools
 from orchestration.cli.trigger import trigger
 
@@ -28,6 +32,8 @@ app = typer.Typer(
 )
 app.command("demo")(demo)
 app.command("trigger")(trigger)
+app.command("graph")(graph)
+app.command("serve")(serve)
 app.add_typer(runs, name="runs")
 app.add_typer(tools, name="tools")
 

@@ -1,0 +1,97 @@
+"""The GraphQL endpoint: Strawberry's ASGI view, closed to callers without a token.
+
+Over HTTP (``POST /graphql``) the ``Authorization`` header is checked before
+Strawberry sees the request: a 401 without a valid token. Over WebSocket
+(``graphql-transport-ws``, for ``runProgress``) a browser cannot set headers, so
+the token may come in the ``connection_init`` payload as
+``{"Authorization": "Bearer <token>"}``; without a valid one the connection is
+closed with 4403. A WebSocket opened from a page of another origin is refused
+unless ``AGENTLOOP_HTTP_CORS_ORIGINS`` lists it (browsers do not apply CORS to
+WebSockets). No GraphiQL page: it would load its code from the internet.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import strawberry
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
+from strawberry.asgi import GraphQL
+from strawberry.exceptions import ConnectionRejectionError
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.types.unset import UNSET, UnsetType
+
+from orchestration.web.errors import ApiError
+from orchestration.web.rest import error_response
+from orchestration.web.state import WebState
+
+__all__ = ["GraphQLEndpoint"]
+
+
+class GraphQLEndpoint(GraphQL[dict[str, Any], None]):
+    """``/graphql`` for queries, mutations (HTTP POST) and subscriptions (WebSocket)."""
+
+    def __init__(
+        self, schema: strawberry.Schema, *, state: WebState, allowed_origins: tuple[str, ...]
+    ) -> None:
+        super().__init__(
+            schema,
+            graphql_ide=None,
+            allow_queries_via_get=False,
+            keep_alive=True,
+            keep_alive_interval=state.keepalive_seconds,
+            subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+            connection_init_wait_timeout=timedelta(seconds=10),
+        )
+        self.state, self.allowed_origins = state, allowed_origins
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                self.state.auth.from_headers(HTTPConnection(scope).headers)
+            except ApiError as error:
+                await error_response(error)(scope, receive, send)
+                return
+        elif scope["type"] == "websocket" and not self._origin_allowed(HTTPConnection(scope)):
+            await WebSocket(scope, receive, send).close(code=4403, reason="origin not allowed")
+            return
+        await super().__call__(scope, receive, send)
+
+    def _origin_allowed(self, connection: HTTPConnection) -> bool:
+        origin = connection.headers.get("origin")
+        if origin is None or origin in self.allowed_origins:
+            return True
+        return urlsplit(origin).netloc == connection.headers.get("host")
+
+    async def get_context(
+        self, request: Request | WebSocket, response: Response | WebSocket
+    ) -> dict[str, Any]:
+        principal = None
+        if isinstance(request, Request):
+            principal = self.state.auth.from_headers(request.headers)
+        return {
+            "request": request,
+            "response": response,
+            "service": self.state.service,
+            "principal": principal,
+        }
+
+    async def on_ws_connect(self, context: dict[str, Any]) -> UnsetType | dict[str, object] | None:
+        """Authenticate the socket: the upgrade's ``Authorization`` header, or ``connection_init``'s."""
+        params = context.get("connection_params") or {}
+        offered = (
+            params.get("Authorization", params.get("authorization")) if isinstance(params, dict) else None
+        )
+        header = context["request"].headers.get("authorization")
+        try:
+            context["principal"] = self.state.auth.principal(
+                header or (offered if isinstance(offered, str) else None)
+            )
+        except ApiError as error:
+            raise ConnectionRejectionError({"code": error.code, "message": error.message}) from None
+        return cast(UnsetType, UNSET)

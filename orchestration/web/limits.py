@@ -1,0 +1,171 @@
+"""The server's limits: body size, JSON shape, identifiers, pages, open streams, GraphQL queries.
+
+Everything a client sends is checked here before it reaches Celery or the run
+store: a body over ``AGENTLOOP_HTTP_MAX_BODY_BYTES`` is refused with 413 before
+it is read whole, JSON nested deeper than :data:`MAX_JSON_DEPTH` with 422 (deep
+nesting is what breaks a worker's pickling and recursion), and every event
+stream takes a slot of ``AGENTLOOP_HTTP_MAX_STREAMS`` (503 when none is left).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
+
+from orchestration.web.errors import InvalidInput, TooLarge, Unavailable
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_PAGE_SIZE",
+    "BodyLimit",
+    "StreamSlots",
+    "check_identifier",
+    "check_json",
+    "check_page",
+    "check_token_budget",
+    "graphql_limits",
+]
+
+#: The deepest nesting of objects and lists accepted in an input or a context spec.
+MAX_JSON_DEPTH = 64
+#: The most runs one page lists, and the furthest a page may start.
+MAX_PAGE_SIZE, MAX_OFFSET = 200, 10_000
+#: Run ids and runnable names: what the run store and the wire accept, and nothing that needs escaping.
+_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}")
+_MAX_BUDGET = 2**62
+
+
+def check_json(value: Any, *, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``value`` when it is JSON data nested at most ``max_depth`` deep; :class:`InvalidInput` otherwise."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > max_depth:
+                raise InvalidInput(f"{what} is nested more than {max_depth} levels deep")
+            children = item.values() if isinstance(item, dict) else item
+            if isinstance(item, dict) and not all(isinstance(key, str) for key in item):
+                raise InvalidInput(f"{what} has an object key that is not a string")
+            stack.extend((child, depth + 1) for child in children)
+        elif not (item is None or isinstance(item, str | int | float | bool)):
+            raise InvalidInput(f"{what} is not JSON data ({type(item).__name__})")
+        elif isinstance(item, str) and "\x00" in item:
+            raise InvalidInput(f"{what} holds a NUL character")
+    return value
+
+
+def check_identifier(value: Any, *, what: str) -> str:
+    """A run id or runnable name: 1 to 200 letters, digits and ``._:@/-``, starting with a letter or digit."""
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise InvalidInput(f"{what} must be 1 to 200 characters of letters, digits and ._:@/- ")
+    return value
+
+
+def check_token_budget(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _MAX_BUDGET:
+        raise InvalidInput(f"token_budget must be an integer from 0 to 2^62, not {value!r}")
+    return value
+
+
+def check_page(limit: Any, offset: Any) -> tuple[int, int]:
+    """``(limit, offset)`` of a runs page, each within its bound."""
+    for name, value, high in (("limit", limit, MAX_PAGE_SIZE), ("offset", offset, MAX_OFFSET)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            raise InvalidInput(f"{name} must be an integer from 0 to {high}, not {value!r}")
+    return int(limit), int(offset)
+
+
+def parse_json_body(body: bytes) -> Any:
+    """A request body as JSON; :class:`InvalidInput` when it is not JSON or too deep."""
+    try:
+        value = json.loads(body or b"null")
+    except (ValueError, RecursionError):
+        raise InvalidInput("the body is not JSON") from None
+    return check_json(value, what="the body")
+
+
+class StreamSlots:
+    """At most ``limit`` event streams open at once in this process."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.open = limit, 0
+
+    def check(self) -> None:
+        """:class:`Unavailable` when every slot is taken now."""
+        if self.open >= self.limit:
+            raise Unavailable(f"{self.limit} event streams are open already; try again later")
+
+    @contextmanager
+    def take(self) -> Iterator[None]:
+        """Hold a slot for the ``with`` block; :class:`Unavailable` when every slot is taken."""
+        self.check()
+        self.open += 1
+        try:
+            yield
+        finally:
+            self.open -= 1
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` is answered 413 before it is read whole.
+
+    The body is read here (up to the limit) and handed on in one message; later
+    ``receive`` calls (a stream waiting for the client to leave) reach the server.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await _refuse(send, self.max_bytes)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                await _refuse(send, self.max_bytes)
+                return
+            if not message.get("more_body", False):
+                break
+        first: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay() -> Message:
+            return first.pop() if first else await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(send: Send, max_bytes: int) -> None:
+    body = json.dumps(TooLarge(f"the body is over {max_bytes} bytes").to_json()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def graphql_limits() -> list[Callable[[], SchemaExtension]]:
+    """Strawberry's validation limits, built anew for each request: query depth, aliases and tokens
+    of one document."""
+    return [
+        partial(QueryDepthLimiter, max_depth=8),
+        partial(MaxAliasesLimiter, max_alias_count=15),
+        partial(MaxTokensLimiter, max_token_count=1000),
+    ]

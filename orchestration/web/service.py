@@ -1,0 +1,216 @@
+"""What both fronts (plain HTTP and GraphQL) do with runs, checked once.
+
+:class:`RunService` starts runs through the Celery app
+(:class:`~orchestration.client.CeleryAgentRunner`, i.e. ``agentloop.launch``),
+only of runnables the app's registry holds; reads runs and their progress from
+the run store (progress through the one :class:`~orchestration.web.progress.ProgressHub`);
+and cancels through the run handle. Every method takes the caller's
+:class:`~orchestration.web.auth.Principal`, checks its scope and answers the
+views of ``views.py`` (contents only for ``read``). Store calls run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from celery import Celery
+
+from orchestration.client import CeleryAgentRunner, RunHandle
+from orchestration.graph import graph_of, to_mermaid
+from orchestration.registry import RunnableRegistry
+from orchestration.store import RunRecord, RunStore
+from orchestration.web.auth import CANCEL, START, Principal
+from orchestration.web.errors import Conflict, InvalidInput, NotFound
+from orchestration.web.limits import (
+    StreamSlots,
+    check_identifier,
+    check_json,
+    check_page,
+    check_token_budget,
+)
+from orchestration.web.progress import EventItem, ProgressHub, RunEnded
+from orchestration.web.views import event_view, pending_view, run_view
+from orchestration.wire import LaunchRequestError
+
+__all__ = ["LAUNCH_FIELDS", "RunService"]
+
+#: The fields of a start request (the keyword arguments of ``agentloop.launch``).
+LAUNCH_FIELDS = frozenset({"runnable", "input", "context", "run_id", "token_budget"})
+#: Runs launched here and not yet recorded by a worker, remembered so they read as pending.
+_LAUNCHED_KEPT = 10_000
+
+
+class RunService:
+    """Start, read, follow and cancel runs; list the runnables and draw their graphs."""
+
+    def __init__(
+        self,
+        *,
+        celery_app: Celery,
+        store: RunStore,
+        registry: RunnableRegistry,
+        hub: ProgressHub,
+        slots: StreamSlots,
+    ) -> None:
+        self.celery_app, self.store, self.registry = celery_app, store, registry
+        self.hub, self.slots = hub, slots
+        self._launched: OrderedDict[str, str] = OrderedDict()
+
+    # ----- starting --------------------------------------------------------------------------
+
+    async def start(self, principal: Principal, request: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Launch a run; ``(view, True)``, or ``(view, False)`` when ``run_id`` names this workflow's
+        run already (a retried request attaches to it, never launches it twice)."""
+        principal.require(START)
+        unknown = sorted(set(request) - LAUNCH_FIELDS)
+        if unknown:
+            raise InvalidInput(f"unknown field(s) {', '.join(unknown)}; a run takes {sorted(LAUNCH_FIELDS)}")
+        name = check_identifier(request.get("runnable"), what="runnable")
+        if name not in self.registry:
+            raise InvalidInput(f"unknown runnable {name!r}; see GET /runnables")
+        context = request.get("context")
+        if context is not None and not isinstance(context, dict):
+            raise InvalidInput("context must be a JSON object")
+        run_id = request.get("run_id")
+        if run_id is not None:
+            run_id = check_identifier(run_id, what="run_id")
+            existing = await self._attach(principal, run_id, name)
+            if existing is not None:
+                return existing, False
+        runner = CeleryAgentRunner.create(
+            runnable=name,
+            context=check_json(context or {}, what="context"),
+            app=self.celery_app,
+            store=self.store,
+        )
+        try:
+            handle = await runner.request(
+                input=check_json(request.get("input"), what="input"),
+                run_id=run_id,
+                token_budget=check_token_budget(request.get("token_budget")),
+            )
+        except LaunchRequestError as error:
+            raise InvalidInput(str(error)) from None
+        self._remember(handle.run_id, name)
+        return pending_view(handle.run_id, name), True
+
+    async def _attach(self, principal: Principal, run_id: str, name: str) -> dict[str, Any] | None:
+        record = await asyncio.to_thread(self.store.get_run, run_id)
+        runnable = record.runnable if record is not None else self._launched.get(run_id)
+        if runnable is None:
+            return None
+        if runnable != name:
+            raise Conflict(f"run id {run_id!r} belongs to a run of {runnable!r}")
+        if record is None:
+            return pending_view(run_id, name)
+        return run_view(record, can_read=principal.can_read)
+
+    def _remember(self, run_id: str, name: str) -> None:
+        self._launched[run_id] = name
+        while len(self._launched) > _LAUNCHED_KEPT:
+            self._launched.popitem(last=False)
+
+    # ----- reading ---------------------------------------------------------------------------
+
+    async def _record(self, run_id: Any) -> RunRecord | None:
+        return await asyncio.to_thread(self.store.get_run, check_identifier(run_id, what="run id"))
+
+    async def get(self, principal: Principal, run_id: Any) -> dict[str, Any]:
+        """The run (pending when launched here and not recorded yet); :class:`NotFound` otherwise."""
+        record = await self._record(run_id)
+        if record is not None:
+            return run_view(record, can_read=principal.can_read)
+        if run_id in self._launched:
+            return pending_view(run_id, self._launched[run_id])
+        raise NotFound(f"no run {run_id!r}")
+
+    async def list_runs(
+        self,
+        principal: Principal,
+        *,
+        status: str | None = None,
+        runnable: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """The latest runs first, filtered by ``status`` and ``runnable``; one page of them."""
+        limit, offset = check_page(limit, offset)
+        if status is not None:
+            check_identifier(status, what="status")
+        if runnable is not None:
+            check_identifier(runnable, what="runnable")
+        records = await asyncio.to_thread(
+            self.store.list_runs, limit=limit + offset, status=status, runnable=runnable
+        )
+        return [run_view(record, can_read=principal.can_read) for record in records[offset:]]
+
+    async def cancel(self, principal: Principal, run_id: Any) -> dict[str, Any]:
+        """Ask the run to stop at its next step; :class:`Conflict` when it has ended."""
+        principal.require(CANCEL)
+        record = await self._record(run_id)
+        if record is None:
+            raise NotFound(
+                f"no run {run_id!r} recorded (a run just started is recorded once a worker takes it)"
+            )
+        if record.is_finished:
+            raise Conflict(f"run {record.id!r} has already ended ({record.status})")
+        handle = RunHandle(app=self.celery_app, run_id=record.id, store=self.store)
+        await asyncio.to_thread(handle.cancel)
+        return await self.get(principal, record.id)
+
+    # ----- following -------------------------------------------------------------------------
+
+    async def stream(
+        self, principal: Principal, run_id: Any, *, after_id: int = 0, idle_seconds: float | None = None
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+        """Checks that the run exists and a stream slot is free, then returns its stream:
+        ``("progress", event view)`` items with their store ids, then ``("end", run view)``;
+        ``("idle", {})`` after ``idle_seconds`` without news."""
+        await self.get(principal, run_id)  # NotFound before the stream starts
+        self.slots.check()  # Unavailable now, rather than once the response has started
+        return self._stream(principal, str(run_id), after_id, idle_seconds)
+
+    async def _stream(
+        self, principal: Principal, run_id: str, after_id: int, idle_seconds: float | None
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+        with self.slots.take():
+            follow = self.hub.follow(run_id, after_id=after_id, idle_seconds=idle_seconds)
+            try:
+                async for item in follow:
+                    if isinstance(item, EventItem):
+                        yield "progress", event_view(item.id, item.event, can_read=principal.can_read)
+                    elif isinstance(item, RunEnded):
+                        yield "end", run_view(item.record, can_read=principal.can_read)
+                    else:
+                        yield "idle", {}
+            finally:
+                await follow.aclose()
+
+    async def ended_without_news(self, run_id: Any, after_id: int) -> bool:
+        """Whether the run has ended and has no event after ``after_id`` (a resumed stream is done)."""
+        record = await self._record(run_id)
+        if record is None or not record.is_finished:
+            return False
+        rows = await asyncio.to_thread(self.store.events, record.id, after_id=after_id, limit=1)
+        return not rows
+
+    # ----- the runnables ---------------------------------------------------------------------
+
+    def runnables(self, principal: Principal) -> list[dict[str, Any]]:
+        """Every runnable a run may name, with its kind; declared names first."""
+        nodes = [graph_of(self.registry, name) for name in self.registry.names]
+        nodes.sort(key=lambda node: (node.derived, node.name))
+        return [
+            {"name": node.name, "label": node.label, "kind": node.kind, "declared": not node.derived}
+            for node in nodes
+        ]
+
+    def graph(self, principal: Principal, name: Any) -> dict[str, Any]:
+        """The runnable's tree (``graph``) and its mermaid text (``mermaid``)."""
+        if not isinstance(name, str) or name not in self.registry:
+            raise NotFound(f"no runnable {name!r}")
+        node = graph_of(self.registry, name)
+        return {"name": name, "graph": node.to_dict(), "mermaid": to_mermaid(node)}

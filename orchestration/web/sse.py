@@ -1,0 +1,82 @@
+"""``GET /runs/{id}/events``: a run's progress as Server-Sent Events, resumable with ``Last-Event-ID``.
+
+::
+
+    retry: 2000
+
+    id: 41                       <- the event's id in the run store
+    event: progress
+    data: {"id": 41, "path": "pipeline/0/branch/q1", "status": "progress", ...}
+
+    : keepalive                  <- every 15 s without news
+
+    event: end
+    data: {"id": "<run id>", "status": "succeeded", "usage": {...}, ...}
+
+A client that reconnects sends the last id it saw as ``Last-Event-ID`` (an
+``EventSource`` does so by itself) and gets every event after it, then the
+live ones. ``?after=ID`` does the same for a first connection. Reconnecting to
+a run that has ended, with nothing after ``Last-Event-ID``, answers 204, which
+tells an ``EventSource`` to stop. The events come from the one
+:class:`~orchestration.web.progress.ProgressHub` of the process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from orchestration.web.errors import InvalidInput
+from orchestration.web.state import caller, web_state
+
+__all__ = ["format_event", "sse_routes"]
+
+_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def format_event(kind: str, view: dict[str, Any]) -> str:
+    """One SSE frame: ``id`` (progress only), ``event`` and one ``data`` line of JSON."""
+    if kind == "idle":
+        return ": keepalive\n\n"
+    event_id = f"id: {view['id']}\n" if kind == "progress" else ""
+    return f"{event_id}event: {kind}\ndata: {json.dumps(view, separators=(',', ':'))}\n\n"
+
+
+def _after_id(request: Request) -> tuple[int, bool]:
+    """Where the stream starts, and whether the client is resuming (``Last-Event-ID``)."""
+    resumed = request.headers.get("last-event-id")
+    value = resumed if resumed is not None else request.query_params.get("after", "0")
+    value = value.strip()
+    if not value.isdigit() or len(value) > 18:
+        raise InvalidInput("Last-Event-ID (or ?after=) must be an event id")
+    return int(value), resumed is not None
+
+
+async def _frames(stream: AsyncGenerator[tuple[str, dict[str, Any]], None]) -> AsyncIterator[str]:
+    yield "retry: 2000\n\n"
+    async with aclosing(stream) as items:
+        async for kind, view in items:
+            yield format_event(kind, view)
+
+
+async def run_events(request: Request) -> Response:
+    principal = caller(request)
+    state = web_state(request)
+    run_id = request.path_params["run_id"]
+    after_id, resumed = _after_id(request)
+    if resumed and await state.service.ended_without_news(run_id, after_id):
+        return Response(status_code=204)
+    stream = await state.service.stream(
+        principal, run_id, after_id=after_id, idle_seconds=state.keepalive_seconds
+    )
+    return StreamingResponse(_frames(stream), media_type="text/event-stream", headers=_HEADERS)
+
+
+def sse_routes() -> list[Route]:
+    return [Route("/runs/{run_id:str}/events", run_events, methods=["GET"])]
