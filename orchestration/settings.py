@@ -32,6 +32,7 @@ from orchestration.settings_group import as_float as _as_float
 from orchestration.settings_group import as_int as _as_int
 from orchestration.settings_group import env_field as _env
 from orchestration.settings_http import HttpSettings
+from orchestration.settings_provider import ProviderSettings
 
 __all__ = ["ModelSettings", "Settings", "SettingsError", "env_names", "load_settings"]
 
@@ -72,6 +73,8 @@ class ModelSettings(_Group):
     """``AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS``: the longest a call waits for a slot. Default: ``120``."""
     redis_url: str | None = _env("REDIS_URL")
     """``REDIS_URL``: when set, every worker shares the rate limits through this Redis."""
+    provider: ProviderSettings = Field(default_factory=ProviderSettings)
+    """Which provider, which model, Anthropic's connection (:mod:`orchestration.settings_provider`)."""
 
     @field_validator("openai_timeout_seconds", mode="before")
     @classmethod
@@ -287,6 +290,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     problems: list[str] = []
     model, http = _group(ModelSettings, env, problems), _group(HttpSettings, env, problems)
+    model = model.model_copy(update={"provider": _group(ProviderSettings, env, problems)})
     try:
         settings = Settings(model=model, http=http, **_MappingSource(Settings, env)())
     except ValidationError as error:
@@ -325,6 +329,7 @@ def _describe(error: ValidationError) -> str:
 def env_names() -> tuple[str, ...]:
     """Every environment variable :func:`load_settings` reads, in field order."""
     names: list[str] = []
-    for group in (Settings, ModelSettings, HttpSettings):
-        names += [group.env_name(field) for field in group.model_fields if field not in ("model", "http")]
+    groups = ("model", "http", "provider")
+    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings):
+        names += [group.env_name(f) for f in group.model_fields if f not in groups]
     return tuple(dict.fromkeys(names))
