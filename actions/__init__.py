@@ -2,6 +2,14 @@
 
 from actions.base import BaseAgentAction
 from actions.context import context_value, maybe_await
+from actions.degradation import (
+    DegradationSink,
+    ModelFailure,
+    ModelFailurePolicy,
+    ModelUnavailableError,
+    report_model_failure,
+    use_degradation_sink,
+)
 from actions.errors import (
     AgentLoopError,
     BranchFailedError,
@@ -31,11 +39,15 @@ __all__ = [
     "AiResponse",
     "BaseAgentAction",
     "BranchFailedError",
+    "DegradationSink",
     "ForcedToolAction",
     "FunctionCall",
     "InMemoryUsageMeter",
+    "ModelFailure",
+    "ModelFailurePolicy",
     "ModelProcessor",
     "ModelRequest",
+    "ModelUnavailableError",
     "RunCancelledError",
     "RunDeadlineExceededError",
     "RunStoppedError",
@@ -50,6 +62,8 @@ __all__ = [
     "embed_user_fields",
     "embed_user_text",
     "maybe_await",
+    "report_model_failure",
     "report_usage",
+    "use_degradation_sink",
     "use_meter",
 ]

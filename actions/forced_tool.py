@@ -3,7 +3,17 @@
 The flow is fixed: load the tool schema -> build the instruction -> force the
 call -> extract the call -> parse its arguments -> re-validate in code. Every
 failure on the way returns :meth:`ForcedToolAction.fallback` (``None`` unless a
-subclass declares otherwise); a model fault never raises out of :meth:`run`.
+subclass declares otherwise); a model fault never raises out of :meth:`run`
+unless the action asks for it.
+
+A failed model call (an error after the processor's retries, a reply without
+the forced call, arguments that are not a JSON object) is more than a rejected
+answer: it follows :attr:`ForcedToolAction.on_model_failure`. ``"degrade"``
+(the default) returns :meth:`ForcedToolAction.fallback_when_unavailable` and
+reports the failure to the run (:mod:`actions.degradation`), which then ends
+``degraded``; ``"fail"`` raises :class:`~actions.ModelUnavailableError`. A reply
+that :meth:`ForcedToolAction.normalize` rejects is the model's answer, not a
+failure: it falls back without degrading the run.
 
 The tool schema is data, not code: it lives in the tool store
 (``context.tool_store``, whose ``get_payload(tool_id)`` returns the payload as
@@ -17,10 +27,16 @@ import json
 import logging
 from abc import abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from actions.base import BaseAgentAction
 from actions.context import context_value, maybe_await
+from actions.degradation import (
+    ModelFailure,
+    ModelFailurePolicy,
+    ModelUnavailableError,
+    report_model_failure,
+)
 from actions.model import AiResponse, FunctionCall
 from actions.usage import check_budget, report_usage
 
@@ -33,6 +49,10 @@ class ForcedToolAction(BaseAgentAction):
 
     tool_name: str = ""
     tool_id_key: str = ""
+    #: What a failed model call does: ``"degrade"`` the run (return
+    #: :meth:`fallback_when_unavailable`, report the failure) or ``"fail"`` it (raise
+    #: :class:`~actions.ModelUnavailableError`).
+    on_model_failure: ClassVar[ModelFailurePolicy | str] = ModelFailurePolicy.DEGRADE
 
     async def load_tool_payload(self, *, context: Any) -> dict[str, Any] | None:
         """The tool schema from the tool store; ``None`` when missing or unparsable."""
@@ -102,10 +122,29 @@ class ForcedToolAction(BaseAgentAction):
         """What the step returns when anything fails. ``None`` by default."""
         return None
 
+    def fallback_when_unavailable(
+        self, *, arguments: dict[str, Any], context: Any, failure: ModelFailure
+    ) -> Any:
+        """What the step returns when its model call failed and the run degrades: :meth:`fallback`
+        by default; override to say that the model was unavailable."""
+        return self.fallback(arguments=arguments, context=context, reason=failure.reason)
+
+    async def model_failed(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
+        """Apply :attr:`on_model_failure` to a failed model call."""
+        if ModelFailurePolicy(self.on_model_failure) is ModelFailurePolicy.FAIL:
+            raise ModelUnavailableError(ModelFailure(action=self.name, reason=reason))
+        failure = await report_model_failure(action=self.name, reason=reason)
+        return await maybe_await(
+            self.fallback_when_unavailable(arguments=arguments, context=context, failure=failure)
+        )
+
     async def run(self, *, arguments: dict[str, Any], context: Any) -> Any:
         def fail(reason: str) -> Any:
             logger.info("action %s fell back: %s", self.name, reason)
             return self.fallback(arguments=arguments, context=context, reason=reason)
+
+        async def unavailable(reason: str) -> Any:
+            return await self.model_failed(arguments=arguments, context=context, reason=reason)
 
         tool_payload = await self.load_tool_payload(context=context)
         if tool_payload is None:
@@ -116,13 +155,13 @@ class ForcedToolAction(BaseAgentAction):
             context=context, instruction=instruction, tool_payload=tool_payload
         )
         if response.has_error:
-            return fail(f"model error: {response.error}")
+            return await unavailable(f"model error: {response.error}")
         function_call = self.extract_function_call(response=response, tool_name=tool_name)
         if function_call is None:
-            return fail(f"model did not call {tool_name!r}")
+            return await unavailable(f"model did not call {tool_name!r}")
         parsed = self.parse_function_call_arguments(function_call=function_call)
         if parsed is None:
-            return fail("tool arguments are not a JSON object")
+            return await unavailable("tool arguments are not a JSON object")
         try:
             value = await maybe_await(self.normalize(parsed=parsed, arguments=arguments, context=context))
         except Exception as error:  # a validator that trips on odd output is a rejection

@@ -32,6 +32,7 @@ clauses written without agentloop in mind also catch it::
     ├── BranchFailedError          a composite branch failed under the fail-fast policy
     ├── StateNotSerializableError  [TypeError] loop state that JSON cannot carry (durable loops)
     ├── TokenBudgetExceededError   the run's token budget is spent
+    ├── ModelUnavailableError      a step's model call failed and its action's policy is ``fail``
     ├── UnknownRunnableError       [LookupError] a message named a runnable nobody registered
     ├── UnknownInputProviderError  [LookupError] a batch named an input provider nobody registered
     ├── ContextSpecError           [ValueError] a context spec that is not a JSON object, or was rejected
@@ -44,7 +45,10 @@ clauses written without agentloop in mind also catch it::
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
-never exceptions: a misbehaving model cannot crash a loop.
+never exceptions: a misbehaving model cannot crash a loop. A model call that
+failed after the processor's retries ends the run ``degraded`` (the result is
+still returned; see :class:`RunOutcome`), or fails it with
+:class:`ModelUnavailableError` when the action's ``on_model_failure`` is ``"fail"``.
 """
 
 from __future__ import annotations
@@ -58,11 +62,15 @@ from actions import (
     AiResponse,
     BaseAgentAction,
     BranchFailedError,
+    DegradationSink,
     ForcedToolAction,
     FunctionCall,
     InMemoryUsageMeter,
+    ModelFailure,
+    ModelFailurePolicy,
     ModelProcessor,
     ModelRequest,
+    ModelUnavailableError,
     RunCancelledError,
     RunDeadlineExceededError,
     RunStoppedError,
@@ -77,7 +85,9 @@ from actions import (
     embed_user_fields,
     embed_user_text,
     maybe_await,
+    report_model_failure,
     report_usage,
+    use_degradation_sink,
     use_meter,
 )
 from loops import (
@@ -86,6 +96,7 @@ from loops import (
     CancellationToken,
     CancelSignal,
     Checkpointer,
+    DegradationRecorder,
     InlineAgentRunner,
     ProceduralAgentLoop,
     ProgressCallback,
@@ -93,6 +104,7 @@ from loops import (
     ProgressStatus,
     Runnable,
     RunnableBase,
+    RunOutcome,
     RunScope,
     current_scope,
     new_run_id,
@@ -144,14 +156,19 @@ __all__ = [
     "CeleryAgentRunner",
     "Checkpointer",
     "ContextSpecError",
+    "DegradationRecorder",
+    "DegradationSink",
     "FailurePolicy",
     "ForcedToolAction",
     "FunctionCall",
     "InMemoryUsageMeter",
     "InlineAgentRunner",
     "LaunchRequestError",
+    "ModelFailure",
+    "ModelFailurePolicy",
     "ModelProcessor",
     "ModelRequest",
+    "ModelUnavailableError",
     "OfflineModel",
     "OpenAIProcessor",
     "ProceduralAgentLoop",
@@ -163,6 +180,7 @@ __all__ = [
     "RunDeadlineExceededError",
     "RunHandle",
     "RunNotFoundError",
+    "RunOutcome",
     "RunScope",
     "RunStoppedError",
     "Runnable",
@@ -193,7 +211,9 @@ __all__ = [
     "new_run_id",
     "processor_from_env",
     "register",
+    "report_model_failure",
     "report_usage",
+    "use_degradation_sink",
     "use_meter",
     "use_scope",
 ]

@@ -3,6 +3,7 @@
 from loops.ai_driven import AiDrivenAgentLoop
 from loops.base import BaseAgentLoop
 from loops.contract import ProgressCallback, Runnable, RunnableBase
+from loops.outcome import DegradationRecorder, RunOutcome
 from loops.procedural import ProceduralAgentLoop
 from loops.progress import ProgressEvent, ProgressStatus
 from loops.runner import InlineAgentRunner
@@ -22,11 +23,13 @@ __all__ = [
     "CancelSignal",
     "CancellationToken",
     "Checkpointer",
+    "DegradationRecorder",
     "InlineAgentRunner",
     "ProceduralAgentLoop",
     "ProgressCallback",
     "ProgressEvent",
     "ProgressStatus",
+    "RunOutcome",
     "RunScope",
     "Runnable",
     "RunnableBase",

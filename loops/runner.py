@@ -4,6 +4,12 @@ The runner opens the run scope (run id, cancellation token, deadline) that
 every nested runnable sees, so cancellation and the deadline reach each stage
 and branch. A deadline also bounds a step that hangs inside a model call: the
 run ends with :class:`~actions.RunDeadlineExceededError`, never a hang.
+
+A run whose steps survived model failures (:mod:`actions.degradation`) still
+returns its result, but ends ``degraded``: :meth:`InlineAgentRunner.request`
+returns the result and ``on_progress`` hears each failure and, last, a
+``degraded`` event (:mod:`loops.outcome`); :meth:`InlineAgentRunner.request_outcome`
+returns a :class:`~loops.outcome.RunOutcome` with the status and the failures.
 """
 
 from __future__ import annotations
@@ -13,10 +19,10 @@ import time
 from datetime import timedelta
 from typing import Any, Self
 
-from actions.errors import RunDeadlineExceededError
 from actions.usage import InMemoryUsageMeter, UsageMeter, use_meter
 from loops.contract import ProgressCallback, Runnable
-from loops.scope import CancelSignal, Checkpointer, RunScope, new_run_id, use_scope
+from loops.outcome import DegradationRecorder, RunOutcome, degraded_event
+from loops.scope import CancelSignal, Checkpointer, RunScope, new_run_id, use_scope, within_deadline
 
 
 class InlineAgentRunner:
@@ -43,7 +49,7 @@ class InlineAgentRunner:
         meter: UsageMeter | None = None,
         token_budget: int | None = None,
     ) -> Any:
-        """Run once and return the result.
+        """Run once and return the result (also when the run ended ``degraded``).
 
         Raises :class:`~actions.RunCancelledError` when ``cancel`` fires and
         :class:`~actions.RunDeadlineExceededError` when ``deadline`` passes. Model
@@ -51,28 +57,66 @@ class InlineAgentRunner:
         ``token_budget`` when none is given); a step that passes the budget ends
         with :class:`~actions.TokenBudgetExceededError`.
         """
+        outcome = await self.request_outcome(
+            input=input,
+            on_progress=on_progress,
+            run_id=run_id,
+            cancel=cancel,
+            deadline=deadline,
+            checkpointer=checkpointer,
+            path=path,
+            meter=meter,
+            token_budget=token_budget,
+        )
+        return outcome.result
+
+    async def request_outcome(
+        self,
+        *,
+        input: Any,
+        on_progress: ProgressCallback | None = None,
+        run_id: str | None = None,
+        cancel: CancelSignal | None = None,
+        deadline: timedelta | None = None,
+        checkpointer: Checkpointer | None = None,
+        path: str = "",
+        meter: UsageMeter | None = None,
+        token_budget: int | None = None,
+    ) -> RunOutcome:
+        """The same as :meth:`request`, returning the result with how the run ended:
+        ``outcome.status`` is ``"succeeded"`` or ``"degraded"``, ``outcome.failures`` the model
+        failures the run's steps survived."""
         if meter is None:
             meter = InMemoryUsageMeter(budget=token_budget)
         seconds = None if deadline is None else deadline.total_seconds()
+        run_id = run_id or new_run_id()
+        recorder = DegradationRecorder(run_id=run_id, on_progress=on_progress)
         scope = RunScope(
-            run_id=run_id or new_run_id(),
+            run_id=run_id,
             path=path,
             deadline=None if seconds is None else time.monotonic() + seconds,
             cancel=cancel,
             checkpointer=checkpointer,
+            degradation=recorder,
         )
         instance = self.runnable.create(context=self.context)
+        limit = "" if seconds is None else f" of {seconds:g}s"
         with use_scope(scope), use_meter(meter):
-            try:
-                async with asyncio.timeout(seconds):
-                    return await instance.run(input=input, on_progress=on_progress)
-            except TimeoutError:
-                if scope.deadline is not None and time.monotonic() >= scope.deadline:
-                    raise RunDeadlineExceededError(
-                        f"run {scope.run_id} passed its deadline of {seconds:g}s", path=scope.path
-                    ) from None
-                raise
+            result = await within_deadline(
+                scope, instance.run(input=input, on_progress=on_progress), limit=limit
+            )
+        outcome = RunOutcome(result=result, failures=recorder.failures)
+        if outcome.degraded:
+            name = str(getattr(instance, "name", "") or type(instance).__name__)
+            await recorder.emit(degraded_event(scope.run_id, name, outcome.failures, path=scope.path))
+        return outcome
 
     def request_sync(self, *, input: Any, on_progress: ProgressCallback | None = None, **options: Any) -> Any:
         """The same as :meth:`request`, for code that has no event loop running."""
         return asyncio.run(self.request(input=input, on_progress=on_progress, **options))
+
+    def request_outcome_sync(
+        self, *, input: Any, on_progress: ProgressCallback | None = None, **options: Any
+    ) -> RunOutcome:
+        """The same as :meth:`request_outcome`, for code that has no event loop running."""
+        return asyncio.run(self.request_outcome(input=input, on_progress=on_progress, **options))

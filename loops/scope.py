@@ -1,10 +1,15 @@
-"""The run scope: run id, workflow path, cancellation, deadline, checkpoints.
+"""The run scope: run id, workflow path, cancellation, deadline, checkpoints, degradations.
 
 A runner opens a :class:`RunScope` for the run; pipelines and composites open
 child scopes for their stages and branches. The scope travels in a
 ``ContextVar``, so asyncio tasks (concurrent branches) each see their own, and
 every nested runnable sees the run's cancellation token and deadline without
 anything being threaded through ``context``.
+
+The scope's ``degradation`` sink hears the model failures the run's steps
+survived (:mod:`actions.degradation`): :func:`use_scope` installs it, with the
+scope's path, for every step inside, so an action reports a failure without
+knowing the scope (actions sit below loops).
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from actions.degradation import DegradationSink, use_degradation_sink
 from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceededError, RunStoppedError
 
 
@@ -61,13 +67,15 @@ class Checkpointer(Protocol):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunScope:
-    """Where a runnable runs: its run id and path, and the run's deadline, cancellation and checkpointer."""
+    """Where a runnable runs: its run id and path, and the run's deadline, cancellation,
+    checkpointer and the sink its model failures are reported to."""
 
     run_id: str
     path: str = ""
     deadline: float | None = None  # time.monotonic() value
     cancel: CancelSignal | None = None
     checkpointer: Checkpointer | None = None
+    degradation: DegradationSink | None = None
 
     def child(self, segment: str) -> RunScope:
         """The scope of a nested runnable, e.g. ``pipeline/1`` or ``branch/a``."""
@@ -83,6 +91,28 @@ class RunScope:
             raise RunCancelledError(f"run {self.run_id} was cancelled", path=self.path)
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise RunDeadlineExceededError(f"run {self.run_id} passed its deadline", path=self.path)
+
+
+T = TypeVar("T")
+
+
+def monotonic_deadline(deadline: float | None) -> float | None:
+    """This process's ``time.monotonic()`` value for the epoch time (``time.time()``) ``deadline``:
+    how tasks in different processes hold one run's deadline, since monotonic clocks differ."""
+    return None if deadline is None else time.monotonic() + (deadline - time.time())
+
+
+async def within_deadline(scope: RunScope, work: Awaitable[T], *, limit: str = "") -> T:
+    """Await ``work``, cut off when ``scope``'s deadline passes (a step hanging in a model call too)
+    with :class:`~actions.RunDeadlineExceededError` ("run ... passed its deadline" + ``limit``)."""
+    try:
+        async with asyncio.timeout(scope.remaining()):
+            return await work
+    except TimeoutError:
+        if scope.deadline is not None and time.monotonic() >= scope.deadline:
+            message = f"run {scope.run_id} passed its deadline{limit}"
+            raise RunDeadlineExceededError(message, path=scope.path) from None
+        raise
 
 
 def failure_phase(error: BaseException, scope: RunScope) -> str:
@@ -128,9 +158,10 @@ def ensure_scope() -> Iterator[RunScope]:
 
 @contextmanager
 def use_scope(scope: RunScope) -> Iterator[RunScope]:
-    """Run the block inside ``scope``."""
+    """Run the block inside ``scope`` (its steps report model failures to its ``degradation`` sink)."""
     token = _current.set(scope)
     try:
-        yield scope
+        with use_degradation_sink(scope.degradation, path=scope.path):
+            yield scope
     finally:
         _current.reset(token)

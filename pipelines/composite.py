@@ -76,7 +76,7 @@ class BranchResult:
 class BaseCompositeAgent(RunnableBase):
     """Implement ``build_branches``; override ``merge_results`` to shape the fan-in."""
 
-    #: At most this many branches run at once in-process (``None``: no bound).
+    #: At most this many branches run at once (``None``: no bound), in-process and on Celery.
     max_concurrency: int | None = 8
     failure_policy: FailurePolicy = FailurePolicy.FAIL_FAST
     #: The runnable classes branches may use. In-process this is documentation;
@@ -94,7 +94,11 @@ class BaseCompositeAgent(RunnableBase):
         return scope.child(f"branch/{key}")
 
     async def resolve_branches(self, *, input: Any) -> list[Branch]:
-        """``build_branches`` checked: branches are :class:`Branch` values with unique keys."""
+        """``build_branches`` checked: branches are :class:`Branch` values with unique keys
+        (and ``max_concurrency``, when set, is at least 1)."""
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            bound = self.max_concurrency
+            raise ValueError(f"max_concurrency must be at least 1 (or None for no bound), not {bound}")
         branches = list(await maybe_await(self.build_branches(input=input)))
         seen: set[str] = set()
         for branch in branches:
@@ -175,9 +179,6 @@ class BaseCompositeAgent(RunnableBase):
     async def _run_branches(
         self, *, scope: RunScope, branches: list[Branch], on_progress: ProgressCallback | None
     ) -> list[BranchResult]:
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            bound = self.max_concurrency
-            raise ValueError(f"max_concurrency must be at least 1 (or None for no bound), not {bound}")
         limit = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else None
         collect = self.failure_policy == FailurePolicy.COLLECT
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentloop.examples.record_search import NO_PLAN_MESSAGE, RecordSearchGenerator
+from agentloop.examples.record_search import MODEL_UNAVAILABLE_MESSAGE, NO_PLAN_MESSAGE, RecordSearchGenerator
 from agentloop.examples.record_search.offline import extract_embedded_text, offline_responders
 from orchestration.llm.openai_processor import OpenAIProcessor
 from orchestration.testing.servers.openai_server import (
@@ -95,21 +95,29 @@ async def test_ordinary_conversation_stops_at_the_gate(
 
 
 @pytest.mark.parametrize(
-    "plan_reply",
+    ("plan_reply", "answer"),
     [
-        reply_error(500, "upstream exploded"),
-        reply_text("I think you want companies"),
-        reply_tool_call("plan_record_search", '{"steps": [{"category_id": "users"'),
-        reply_tool_call("plan_record_search", {"steps": [{"category_id": "companies"}, {"follow": "owner"}]}),
+        (reply_error(500, "upstream exploded"), MODEL_UNAVAILABLE_MESSAGE),
+        (reply_text("I think you want companies"), MODEL_UNAVAILABLE_MESSAGE),
+        (
+            reply_tool_call("plan_record_search", '{"steps": [{"category_id": "users"'),
+            MODEL_UNAVAILABLE_MESSAGE,
+        ),
+        (
+            reply_tool_call(
+                "plan_record_search", {"steps": [{"category_id": "companies"}, {"follow": "owner"}]}
+            ),
+            NO_PLAN_MESSAGE,
+        ),
     ],
     ids=["http 500", "text", "truncated json", "bogus relation"],
 )
-async def test_a_bad_plan_over_http_gives_the_rephrase_message(
-    plan_reply: Reply, server: OpenAICompatibleServer, generator: RecordSearchGenerator
+async def test_a_failed_plan_call_over_http_says_the_model_was_unavailable_and_a_bad_plan_asks_to_rephrase(
+    plan_reply: Reply, answer: str, server: OpenAICompatibleServer, generator: RecordSearchGenerator
 ) -> None:
     server.enqueue(plan_reply)
     result = await generator.generate_for_explicit_search(message="find stuff")
-    assert result["message"] == NO_PLAN_MESSAGE and result["records"] == []
+    assert result["message"] == answer and result["records"] == []
     assert forced_names(server) == ["plan_record_search"]
 
 

@@ -1,5 +1,6 @@
 """Plans are re-validated in code: hostile or malformed plans from the model become ``None``
-(and the loop's deterministic rephrase message); values stay values, bound as parameters."""
+(and the loop's deterministic rephrase message); a model that could not be asked gives the
+"model unavailable" answer and a degraded run; values stay values, bound as parameters."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy import event, inspect
 
 from actions import AiResponse
 from agentloop.examples.record_search import (
+    MODEL_UNAVAILABLE_MESSAGE,
     NO_PLAN_MESSAGE,
     SEARCHABLE_CATEGORIES,
     PlanSearchAction,
@@ -150,21 +152,21 @@ async def test_plan_search_action_turns_hostile_model_output_into_none(
 
 
 @pytest.mark.parametrize(
-    "reply",
+    ("reply", "reason"),
     [
-        error_reply("rate limited"),
-        text_reply("Here is your plan: companies in Germany"),
-        tool_call("some_other_tool", VALID),
-        tool_call("plan_record_search", "{not json"),
-        tool_call("plan_record_search", "[1, 2]"),
-        tool_call("plan_record_search", "null"),
+        (error_reply("rate limited"), "model error: rate limited"),
+        (text_reply("Here is your plan: companies in Germany"), "model did not call 'plan_record_search'"),
+        (tool_call("some_other_tool", VALID), "model did not call 'plan_record_search'"),
+        (tool_call("plan_record_search", "{not json"), "tool arguments are not a JSON object"),
+        (tool_call("plan_record_search", "[1, 2]"), "tool arguments are not a JSON object"),
+        (tool_call("plan_record_search", "null"), "tool arguments are not a JSON object"),
     ],
     ids=["model error", "text instead of a call", "wrong tool", "broken json", "json array", "json null"],
 )
-async def test_plan_search_action_survives_model_faults(
-    reply: AiResponse, make_context: Callable[..., RecordSearchContext]
+async def test_plan_search_action_says_the_model_was_unavailable_when_its_call_failed(
+    reply: AiResponse, reason: str, make_context: Callable[..., RecordSearchContext]
 ) -> None:
-    assert await plan_with(make_context(ScriptedModel([reply]))) is None
+    assert await plan_with(make_context(ScriptedModel([reply]))) == {"model_unavailable": reason}
 
 
 async def test_a_missing_tool_schema_means_no_plan_and_no_model_call(
@@ -186,13 +188,11 @@ async def test_a_valid_plan_comes_back_normalized(make_context: Callable[..., Re
 @pytest.mark.parametrize(
     "reply",
     [
-        error_reply("upstream 500"),
-        text_reply("sorry"),
         tool_call("plan_record_search", {"steps": []}),
         tool_call("plan_record_search", HOSTILE_PLANS["unknown category"]),
         tool_call("plan_record_search", HOSTILE_PLANS["steps not a list"]),
     ],
-    ids=["error", "text", "empty steps", "unknown category", "steps not a list"],
+    ids=["empty steps", "unknown category", "steps not a list"],
 )
 async def test_the_loop_answers_the_fallback_message_when_no_plan_comes_back(
     reply: AiResponse, make_context: Callable[..., RecordSearchContext]
@@ -208,6 +208,28 @@ async def test_the_loop_answers_the_fallback_message_when_no_plan_comes_back(
         "found_count": 0,
         "answered_by": "ScriptedModel",
     }
+    assert len(model.requests) == 1  # nothing was executed or composed
+
+
+@pytest.mark.parametrize(
+    "reply", [error_reply("upstream 500"), text_reply("sorry")], ids=["error", "text instead of a call"]
+)
+async def test_the_loop_says_the_model_was_unavailable_and_the_run_degrades(
+    reply: AiResponse, make_context: Callable[..., RecordSearchContext]
+) -> None:
+    model = ScriptedModel([reply])
+    outcome = await InlineAgentRunner.create(
+        runnable=RecordSearchAgentLoop, context=make_context(model)
+    ).request_outcome(input={"message": "find the best ones"})
+    assert outcome.result == {
+        "message": MODEL_UNAVAILABLE_MESSAGE,
+        "records": [],
+        "is_truncated": False,
+        "found_count": 0,
+        "answered_by": "ScriptedModel",
+    }
+    assert outcome.status == "degraded"
+    assert [(f.action, f.path) for f in outcome.failures] == [("plan_search", "")]
     assert len(model.requests) == 1  # nothing was executed or composed
 
 

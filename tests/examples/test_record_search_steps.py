@@ -19,6 +19,7 @@ from agentloop.examples.record_search import (
     RecordSearchContext,
     describe_result,
 )
+from agentloop.examples.record_search.actions.compose_answer import UNAVAILABLE_NOTE
 from agentloop.examples.record_search.offline import extract_embedded_text
 from loops import InlineAgentRunner
 from orchestration.testing import ScriptedModel, check_action, error_reply, text_reply, tool_call
@@ -138,24 +139,25 @@ async def test_a_truncated_search_through_the_loop(make_context: Callable[..., R
 
 
 @pytest.mark.parametrize(
-    "reply",
+    ("reply", "unavailable"),
     [
-        error_reply("timeout"),
-        text_reply("Found some deals"),
-        tool_call("compose_answer", {"message": "   "}),
-        tool_call("compose_answer", {"message": 42}),
-        tool_call("compose_answer", "not json"),
-        tool_call("plan_record_search", {"message": "wrong tool"}),
+        (error_reply("timeout"), True),
+        (text_reply("Found some deals"), True),
+        (tool_call("compose_answer", {"message": "   "}), False),
+        (tool_call("compose_answer", {"message": 42}), False),
+        (tool_call("compose_answer", "not json"), True),
+        (tool_call("plan_record_search", {"message": "wrong tool"}), True),
     ],
     ids=["error", "text", "blank", "not a string", "broken json", "wrong tool"],
 )
 async def test_the_composer_falls_back_to_a_deterministic_sentence(
-    reply: AiResponse, make_context: Callable[..., RecordSearchContext]
+    reply: AiResponse, unavailable: bool, make_context: Callable[..., RecordSearchContext]
 ) -> None:
     action = ComposeAnswerAction.create()
     context = make_context(ScriptedModel([reply]))
     answer = await action.run(arguments={"message": "deals", "result_summary": SUMMARY}, context=context)
-    assert answer == {"message": "Found 27 deals; showing the first 20."}
+    note = f" {UNAVAILABLE_NOTE}" if unavailable else ""  # a failed call, not a rejected answer
+    assert answer == {"message": f"Found 27 deals; showing the first 20.{note}"}
 
 
 def test_the_deterministic_sentences() -> None:
@@ -180,13 +182,16 @@ async def test_the_loop_still_answers_when_the_composer_fails(
         ]
     }
     model = ScriptedModel([tool_call("plan_record_search", plan), error_reply("overloaded")])
-    result = await InlineAgentRunner.create(
+    outcome = await InlineAgentRunner.create(
         runnable=RecordSearchAgentLoop, context=make_context(model)
-    ).request(input={"message": "companies in Spain"})
+    ).request_outcome(input={"message": "companies in Spain"})
+    result = outcome.result
     assert result["found_count"] == len(result["records"]) > 0
-    assert result["message"] == describe_result(
+    counted = describe_result(
         {"found_count": result["found_count"], "category_name": "Companies", "singular_name": "company"}
     )
+    assert result["message"] == f"{counted} {UNAVAILABLE_NOTE}"
+    assert outcome.status == "degraded" and outcome.failures[0].action == "compose_answer"
 
 
 async def test_the_composer_is_told_counts_and_samples(

@@ -23,7 +23,11 @@ from agentloop.examples.record_search.catalog import (
 )
 from agentloop.examples.record_search.context import RecordSearchContext
 from agentloop.examples.record_search.generator import RecordSearchGenerator, default_processor
-from agentloop.examples.record_search.loop import NO_PLAN_MESSAGE, RecordSearchAgentLoop
+from agentloop.examples.record_search.loop import (
+    MODEL_UNAVAILABLE_MESSAGE,
+    NO_PLAN_MESSAGE,
+    RecordSearchAgentLoop,
+)
 from agentloop.examples.record_search.offline import create_offline_model, offline_responders
 from agentloop.examples.record_search.plan import validate_plan
 from agentloop.examples.record_search.resources import RecordSearchResources, open_resources, shared_resources
@@ -60,6 +64,7 @@ __all__ = [
     "DEMO",
     "DEMO_QUESTIONS",
     "ExecuteSearchPlanAction",
+    "MODEL_UNAVAILABLE_MESSAGE",
     "NO_PLAN_MESSAGE",
     "PLAN_SEARCH_TOOL_ID",
     "PlanSearchAction",

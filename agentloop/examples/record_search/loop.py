@@ -31,9 +31,14 @@ from agentloop.examples.record_search.actions import (
     PlanSearchAction,
 )
 from agentloop.examples.record_search.actions.base import searchable_categories
+from agentloop.examples.record_search.actions.plan_search import MODEL_UNAVAILABLE
 from agentloop.examples.record_search.catalog import SearchableCategory, find_category
 
 NO_PLAN_MESSAGE = "I could not turn that into a record search. Could you rephrase what you are looking for?"
+#: The answer when the model could not be asked for a plan (the run ends ``degraded``).
+MODEL_UNAVAILABLE_MESSAGE = (
+    "The language model is unavailable right now, so I could not search the records. Please try again later."
+)
 #: How many records the composer sees as examples.
 SAMPLE_RECORDS = 5
 
@@ -51,7 +56,10 @@ class RecordSearchAgentLoop(ProceduralAgentLoop):
     """Plan the search (model), execute it (code), compose the answer (model).
 
     Usually one iteration. When no valid plan comes back the answer is the
-    deterministic :data:`NO_PLAN_MESSAGE` with no records. Inside the
+    deterministic :data:`NO_PLAN_MESSAGE` with no records; when the model could
+    not be asked at all (errors after the processor's retries, malformed tool
+    calls) it is :data:`MODEL_UNAVAILABLE_MESSAGE`, and the run ends ``degraded``
+    (a model failure in the compose step keeps the records, with a note). Inside the
     iteration, ``context.notify_progress`` (when set) hears each phase:
     ``plan``, ``execute``, ``compose``, each ``started`` then ``completed``
     (or ``failed`` for a plan that did not come back). The same phases also
@@ -125,6 +133,9 @@ class RecordSearchAgentLoop(ProceduralAgentLoop):
             if message.strip()
             else None
         )
+        if plan is not None and MODEL_UNAVAILABLE in plan:
+            await self.notify_progress(phase="plan", status="failed", message="the model is unavailable")
+            return {**state, "result": self.build_no_plan_result(message=MODEL_UNAVAILABLE_MESSAGE)}
         if plan is None:
             await self.notify_progress(phase="plan", status="failed", message="no usable search plan")
             return {**state, "result": self.build_no_plan_result()}
@@ -180,9 +191,9 @@ class RecordSearchAgentLoop(ProceduralAgentLoop):
             ],
         }
 
-    def build_no_plan_result(self) -> dict[str, Any]:
+    def build_no_plan_result(self, *, message: str = NO_PLAN_MESSAGE) -> dict[str, Any]:
         return {
-            "message": NO_PLAN_MESSAGE,
+            "message": message,
             "records": [],
             "is_truncated": False,
             "found_count": 0,

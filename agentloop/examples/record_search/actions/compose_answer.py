@@ -6,10 +6,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentloop import embed_user_text
+from agentloop import ModelFailure, embed_user_text
 from agentloop.examples.record_search.actions.base import USER_TEXT_RULE, BaseRecordSearchAction
 
 MAX_ANSWER_LENGTH = 2000
+#: Added to the deterministic sentence when the model could not phrase the answer.
+UNAVAILABLE_NOTE = "(The language model is unavailable right now, so this answer was written without it.)"
 
 
 def describe_result(summary: Mapping[str, Any]) -> str:
@@ -27,7 +29,8 @@ def describe_result(summary: Mapping[str, Any]) -> str:
 
 
 class ComposeAnswerAction(BaseRecordSearchAction):
-    """``{"message": str}`` phrased by the model; the deterministic sentence when it fails.
+    """``{"message": str}`` phrased by the model; the deterministic sentence when it fails
+    (with :data:`UNAVAILABLE_NOTE` when the model could not be asked, and the run degrades).
 
     Arguments: ``message`` (the user's request) and ``result_summary``:
     ``{"found_count", "shown_count", "is_truncated", "category_id",
@@ -65,3 +68,8 @@ class ComposeAnswerAction(BaseRecordSearchAction):
 
     def fallback(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
         return {"message": describe_result(arguments.get("result_summary") or {})}
+
+    def fallback_when_unavailable(
+        self, *, arguments: dict[str, Any], context: Any, failure: ModelFailure
+    ) -> Any:
+        return {"message": f"{describe_result(arguments.get('result_summary') or {})} {UNAVAILABLE_NOTE}"}

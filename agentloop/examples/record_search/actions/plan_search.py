@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentloop import embed_user_text
+from agentloop import ModelFailure, embed_user_text
 from agentloop.examples.record_search.actions.base import USER_TEXT_RULE, BaseRecordSearchAction
 from agentloop.examples.record_search.catalog import OPERATORS
 from agentloop.examples.record_search.plan import (
@@ -14,6 +14,9 @@ from agentloop.examples.record_search.plan import (
     validate_plan,
 )
 
+#: The key of the value :class:`PlanSearchAction` returns when the model was unavailable.
+MODEL_UNAVAILABLE = "model_unavailable"
+
 
 class PlanSearchAction(BaseRecordSearchAction):
     """The plan in normal form (see :mod:`agentloop.examples.record_search.plan`), or ``None``.
@@ -22,7 +25,10 @@ class PlanSearchAction(BaseRecordSearchAction):
     ``searchable_categories`` (default ``context.searchable_categories``).
     Whatever the model sends is re-validated against that catalog in
     :meth:`normalize`: one unknown id, field, operator or relation, one value
-    of the wrong type, or too many steps, and the plan is ``None``.
+    of the wrong type, or too many steps, and the plan is ``None``. When the
+    model could not be asked at all (an error after the processor's retries, a
+    reply without the forced call, arguments that are not a JSON object) the
+    value is ``{"model_unavailable": reason}`` instead, and the run degrades.
     """
 
     name = "plan_search"
@@ -62,3 +68,8 @@ class PlanSearchAction(BaseRecordSearchAction):
 
     def normalize(self, *, parsed: dict[str, Any], arguments: dict[str, Any], context: Any) -> Any:
         return validate_plan(parsed, self.searchable_categories(arguments=arguments, context=context))
+
+    def fallback_when_unavailable(
+        self, *, arguments: dict[str, Any], context: Any, failure: ModelFailure
+    ) -> Any:
+        return {MODEL_UNAVAILABLE: failure.reason}

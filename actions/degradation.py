@@ -1,0 +1,94 @@
+"""Model failures a step survived: reported as values, so a run can end ``degraded``.
+
+A :class:`~actions.ForcedToolAction` whose model call failed after the
+processor's own retries (an HTTP error, a timeout, a reply without the forced
+tool call, arguments that are not a JSON object) follows its action's
+:class:`ModelFailurePolicy`:
+
+- ``"degrade"`` (the default): the step returns its fallback and reports a
+  :class:`ModelFailure` with :func:`report_model_failure`; the run goes on and
+  ends ``degraded``, with the failures recorded;
+- ``"fail"``: the step raises :class:`ModelUnavailableError`; the run fails.
+
+A report goes to the :class:`DegradationSink` of the enclosing
+:func:`use_degradation_sink` block. The run scope (``loops/scope.py``) opens
+that block for every runnable inside it with the scope's own sink and path, and
+both runners give the root scope a sink: the inline runner and, on Celery, the
+workflow engine. Outside any run a report is only logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from actions.context import maybe_await
+from actions.errors import AgentLoopError
+
+logger = logging.getLogger(__name__)
+
+
+class ModelFailurePolicy(StrEnum):
+    """What a failed model call does to the run: ``degrade`` it (the default) or ``fail`` it."""
+
+    DEGRADE = "degrade"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelFailure:
+    """One model call a step could not complete: which action, why, and where in the workflow."""
+
+    action: str
+    reason: str
+    path: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"action": self.action, "reason": self.reason, "path": self.path}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelFailure:
+        return cls(action=str(data["action"]), reason=str(data["reason"]), path=str(data.get("path", "")))
+
+
+class ModelUnavailableError(AgentLoopError):
+    """A step's model call failed and its action's policy is ``fail``."""
+
+    def __init__(self, failure: ModelFailure) -> None:
+        self.failure = failure
+        super().__init__(f"the model is unavailable for {failure.action}: {failure.reason}")
+
+
+@runtime_checkable
+class DegradationSink(Protocol):
+    """Where a run's model failures are reported; ``degraded`` may be ``def`` or ``async def``."""
+
+    def degraded(self, failure: ModelFailure) -> Awaitable[None] | None: ...
+
+
+_sink: ContextVar[tuple[DegradationSink, str] | None] = ContextVar("agentloop_degradation_sink", default=None)
+
+
+@contextmanager
+def use_degradation_sink(sink: DegradationSink | None, *, path: str = "") -> Iterator[None]:
+    """Report the model failures of steps inside the block to ``sink``, at workflow ``path``."""
+    token = _sink.set(None if sink is None else (sink, path))
+    try:
+        yield
+    finally:
+        _sink.reset(token)
+
+
+async def report_model_failure(*, action: str, reason: str) -> ModelFailure:
+    """Report that ``action``'s model call failed (logged, and told to the run's sink if any)."""
+    bound = _sink.get()
+    failure = ModelFailure(action=action, reason=reason, path="" if bound is None else bound[1])
+    logger.warning("model unavailable for %s at %r: %s", action, failure.path, reason)
+    if bound is not None:
+        await maybe_await(bound[0].degraded(failure))
+    return failure

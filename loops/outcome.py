@@ -1,0 +1,149 @@
+"""How a run that returned a result ended: ``succeeded``, or ``degraded`` by model failures.
+
+A step whose model call failed under the ``degrade`` policy (:mod:`actions.degradation`)
+lets the run go on; the run still returns its result, but ends ``degraded``. Both
+runners say so the same way:
+
+- each failure is a ``progress`` event at the failing step's path, phase
+  ``model_unavailable``, ``data`` = ``{"action", "reason"}`` (from
+  :class:`DegradationRecorder`, the sink both runners give the run scope);
+- the run's last event is at the root path, phase ``degraded``, status
+  ``completed``, ``data`` = ``{"status": "degraded", "failures": [...]}``
+  (:func:`degraded_event`).
+
+In-process, :meth:`~loops.InlineAgentRunner.request_outcome` returns a
+:class:`RunOutcome` (``request`` returns just the result); on Celery the run
+is recorded ``degraded`` with the failures as its error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actions.context import maybe_await
+from actions.degradation import ModelFailure
+from loops.contract import ProgressCallback
+from loops.progress import ProgressEvent, ProgressStatus
+
+logger = logging.getLogger(__name__)
+
+SUCCEEDED = "succeeded"
+DEGRADED = "degraded"
+#: The phase of the event reporting one model failure.
+MODEL_UNAVAILABLE = "model_unavailable"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOutcome:
+    """A run that returned: its ``result``, ``status`` (``succeeded`` / ``degraded``) and ``failures``."""
+
+    result: Any
+    failures: tuple[ModelFailure, ...] = ()
+
+    @property
+    def status(self) -> str:
+        return DEGRADED if self.failures else SUCCEEDED
+
+    @property
+    def degraded(self) -> bool:
+        return bool(self.failures)
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        """What a degraded run records as its error (``None`` when it succeeded)."""
+        return degradation_error(self.failures) if self.failures else None
+
+
+def degradation_error(failures: Iterable[ModelFailure]) -> dict[str, Any]:
+    """The error a degraded run records: ``{"type": "ModelUnavailable", "message", "failures"}``."""
+    failures = list(failures)
+    first = failures[0]
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    return {
+        "type": "ModelUnavailable",
+        "message": f"the model was unavailable for {first.action} at {first.path!r}: {first.reason}{more}",
+        "failures": [failure.to_dict() for failure in failures],
+    }
+
+
+def model_failure_event(run_id: str, failure: ModelFailure) -> ProgressEvent:
+    """The ``progress`` event reporting one failure, at the failing step's path."""
+    return ProgressEvent(
+        run_id=run_id,
+        path=failure.path,
+        runnable=failure.action,
+        iteration=0,
+        max_iterations=0,
+        phase=MODEL_UNAVAILABLE,
+        status=ProgressStatus.PROGRESS,
+        message=failure.reason,
+        data={"action": failure.action, "reason": failure.reason},
+    )
+
+
+def degraded_event(
+    run_id: str, runnable: str, failures: Iterable[ModelFailure], *, path: str = ""
+) -> ProgressEvent:
+    """The run's last event when it ended degraded, at the run's root ``path``."""
+    listed = [failure.to_dict() for failure in failures]
+    return ProgressEvent(
+        run_id=run_id,
+        path=path,
+        runnable=runnable,
+        iteration=len(listed),
+        max_iterations=len(listed),
+        phase=DEGRADED,
+        status=ProgressStatus.COMPLETED,
+        message=f"completed degraded: {len(listed)} model call(s) failed",
+        data={"status": DEGRADED, "failures": listed},
+    )
+
+
+def failures_in(events: Iterable[Mapping[str, Any]]) -> tuple[ModelFailure, ...]:
+    """The failures reported in a run's stored events, in order, each once."""
+    found: dict[tuple[str, str, str], ModelFailure] = {}
+    for event in events:
+        if event.get("phase") == MODEL_UNAVAILABLE and event.get("status") == ProgressStatus.PROGRESS:
+            data = event.get("data") or {}
+            failure = ModelFailure(
+                action=str(data.get("action", event.get("runnable", ""))),
+                reason=str(data.get("reason", event.get("message", ""))),
+                path=str(event.get("path", "")),
+            )
+            found.setdefault((failure.path, failure.action, failure.reason), failure)
+    return tuple(found.values())
+
+
+class DegradationRecorder:
+    """The run scope's sink: keeps each failure and reports it as a ``model_unavailable`` event
+    to ``on_progress`` (the caller's callback in-process, the task's publisher on Celery)."""
+
+    def __init__(self, *, run_id: str, on_progress: ProgressCallback | None = None) -> None:
+        self.run_id, self.on_progress = run_id, on_progress
+        self._failures: list[ModelFailure] = []
+        self._lock = threading.Lock()
+
+    @property
+    def failures(self) -> tuple[ModelFailure, ...]:
+        with self._lock:
+            return tuple(self._failures)
+
+    async def degraded(self, failure: ModelFailure) -> None:
+        with self._lock:
+            self._failures.append(failure)
+        await self.emit(model_failure_event(self.run_id, failure))
+
+    async def emit(self, event: ProgressEvent) -> None:
+        """Hand ``event`` to ``on_progress``; progress is observation, so a failing callback is logged."""
+        if self.on_progress is None:
+            return
+        try:
+            await maybe_await(self.on_progress(event))
+        except Exception:
+            logger.warning(
+                "progress callback failed for a %s event at %r", event.phase, event.path, exc_info=True
+            )

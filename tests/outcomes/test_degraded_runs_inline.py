@@ -1,0 +1,283 @@
+"""A model call that failed after its retries degrades the run (or fails it, by the action's
+policy) instead of passing for success; in-process the runner returns the result and says so."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from actions import (
+    AiResponse,
+    ForcedToolAction,
+    ModelFailure,
+    ModelFailurePolicy,
+    ModelUnavailableError,
+    report_model_failure,
+    use_degradation_sink,
+)
+from loops import BaseAgentLoop, InlineAgentRunner, ProgressEvent, RunScope, use_scope
+from loops.outcome import DegradationRecorder, RunOutcome, degradation_error, degraded_event, failures_in
+from orchestration.testing import ProgressRecorder, ScriptedModel, error_reply, text_reply, tool_call
+from pipelines import BaseCompositeAgent, Branch
+
+TOOL = {
+    "name": "answer",
+    "description": "Answer the question.",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+}
+
+
+class Tools:
+    def get_payload(self, tool_id: str) -> Any:
+        return TOOL if tool_id == "answer" else None
+
+
+class Answer(ForcedToolAction):
+    name = "answer"
+    tool_id_key = "answer_tool_id"
+
+    def build_instruction(self, *, arguments: dict[str, Any], context: Any) -> str:
+        return f"Answer: {arguments['question']}"
+
+    def normalize(self, *, parsed: dict[str, Any], arguments: dict[str, Any], context: Any) -> Any:
+        text = parsed.get("text")
+        return {"text": text} if isinstance(text, str) and text else None
+
+    def fallback(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
+        return {"text": "no answer"}
+
+
+class StrictAnswer(Answer):
+    on_model_failure = ModelFailurePolicy.FAIL
+
+
+class Ask(BaseAgentLoop):
+    """One question, one forced call; the action class comes from the context."""
+
+    max_iterations = 1
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"question": input, "answer": None}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        action = self.context.get("action", Answer).create()
+        answer = await action.run(arguments={"question": state["question"]}, context=self.context)
+        return {**state, "answer": answer}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return state["answer"] is not None
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["answer"]
+
+
+class Fan(BaseCompositeAgent):
+    branch_runnables = (Ask,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=Ask, input=question, key=str(i)) for i, question in enumerate(input)]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [result.output for result in results]
+
+
+def context(*replies: AiResponse, action: type[ForcedToolAction] = Answer) -> dict[str, Any]:
+    return {
+        "processor": ScriptedModel(list(replies)),
+        "tool_store": Tools(),
+        "answer_tool_id": "answer",
+        "action": action,
+    }
+
+
+def phases(recorder: ProgressRecorder, path: str = "") -> list[tuple[str, str]]:
+    return [(e.phase, str(e.status)) for e in recorder.events if e.path == path]
+
+
+async def test_a_failed_model_call_returns_the_fallback_and_the_run_ends_degraded() -> None:
+    recorder = ProgressRecorder()
+    runner = InlineAgentRunner.create(
+        runnable=Ask, context=context(error_reply("429 rate limited after 4 attempts"))
+    )
+
+    outcome = await runner.request_outcome(input="why?", on_progress=recorder)
+
+    assert outcome.result == {"text": "no answer"}
+    assert outcome.status == "degraded" and outcome.degraded
+    assert outcome.failures == (
+        ModelFailure(action="answer", reason="model error: 429 rate limited after 4 attempts", path=""),
+    )
+    assert phases(recorder) == [
+        ("start", "started"),
+        ("model_unavailable", "progress"),
+        ("iteration", "progress"),
+        ("done", "completed"),
+        ("degraded", "completed"),
+    ]
+    last = recorder.events[-1]
+    assert last.runnable == "Ask"
+    assert last.data["status"] == "degraded"
+    assert last.data["failures"] == ({"action": "answer", "reason": outcome.failures[0].reason, "path": ""},)
+
+
+async def test_request_returns_the_result_of_a_degraded_run() -> None:
+    runner = InlineAgentRunner.create(runnable=Ask, context=context(text_reply("I would rather chat")))
+
+    assert await runner.request(input="why?") == {"text": "no answer"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (error_reply("500 server error after 4 attempts"), "model error: 500 server error after 4 attempts"),
+        (
+            error_reply("request timed out after 2 attempts"),
+            "model error: request timed out after 2 attempts",
+        ),
+        (text_reply("no tool for me"), "model did not call 'answer'"),
+        (tool_call("answer", "{broken"), "tool arguments are not a JSON object"),
+        (tool_call("answer", "[1]"), "tool arguments are not a JSON object"),
+    ],
+    ids=["500", "timeout", "no call", "broken json", "not an object"],
+)
+async def test_every_kind_of_failed_call_degrades(reply: AiResponse, reason: str) -> None:
+    outcome = await InlineAgentRunner.create(runnable=Ask, context=context(reply)).request_outcome(input="q")
+
+    assert [failure.reason for failure in outcome.failures] == [reason]
+
+
+async def test_an_answer_that_normalize_rejects_is_not_a_model_failure() -> None:
+    outcome = await InlineAgentRunner.create(
+        runnable=Ask, context=context(tool_call("answer", {"text": ""}))
+    ).request_outcome(input="q")
+
+    assert outcome.result == {"text": "no answer"}
+    assert outcome.status == "succeeded" and outcome.failures == () and outcome.error is None
+
+
+async def test_a_healthy_run_succeeds_without_a_degraded_event() -> None:
+    recorder = ProgressRecorder()
+    outcome = await InlineAgentRunner.create(
+        runnable=Ask, context=context(tool_call("answer", {"text": "42"}))
+    ).request_outcome(input="q", on_progress=recorder)
+
+    assert outcome == RunOutcome(result={"text": "42"})
+    assert outcome.status == "succeeded"
+    assert phases(recorder)[-1] == ("done", "completed")
+
+
+async def test_the_fail_policy_fails_the_run_with_the_error() -> None:
+    recorder = ProgressRecorder()
+    runner = InlineAgentRunner.create(
+        runnable=Ask, context=context(error_reply("503 unavailable"), action=StrictAnswer)
+    )
+
+    with pytest.raises(ModelUnavailableError) as caught:
+        await runner.request(input="q", on_progress=recorder)
+
+    assert caught.value.failure == ModelFailure(action="answer", reason="model error: 503 unavailable")
+    assert str(caught.value) == "the model is unavailable for answer: model error: 503 unavailable"
+    assert phases(recorder) == [("start", "started"), ("error", "failed")]
+
+
+async def test_each_failure_is_reported_at_its_branch_path() -> None:
+    recorder = ProgressRecorder()
+    model = ScriptedModel([tool_call("answer", {"text": "fine"}), error_reply("overloaded")])
+    runner = InlineAgentRunner.create(
+        runnable=Fan, context={"processor": model, "tool_store": Tools(), "answer_tool_id": "answer"}
+    )
+    # Branches run concurrently: the first to ask gets the first reply.
+    outcome = await runner.request_outcome(input=["a", "b"], on_progress=recorder)
+
+    assert sorted(map(json.dumps, outcome.result)) == sorted(
+        map(json.dumps, [{"text": "fine"}, {"text": "no answer"}])
+    )
+    (failure,) = outcome.failures
+    assert failure.path in ("branch/0", "branch/1")
+    assert ("model_unavailable", "progress") in phases(recorder, failure.path)
+    assert phases(recorder)[-2:] == [("done", "completed"), ("degraded", "completed")]
+
+
+async def test_the_runner_path_is_the_root_of_the_failures_and_of_the_degraded_event() -> None:
+    recorder = ProgressRecorder()
+    outcome = await InlineAgentRunner.create(
+        runnable=Ask, context=context(error_reply("down"))
+    ).request_outcome(input="q", on_progress=recorder, path="outer/3")
+
+    assert outcome.failures[0].path == "outer/3"
+    assert (recorder.events[-1].path, recorder.events[-1].phase) == ("outer/3", "degraded")
+
+
+async def test_an_action_run_outside_any_run_only_logs_the_failure(caplog: pytest.LogCaptureFixture) -> None:
+    value = await Answer.create().run(arguments={"question": "q"}, context=context(error_reply("down")))
+
+    assert value == {"text": "no answer"}
+    assert "model unavailable for answer" in caplog.text
+
+
+async def test_a_scope_hands_its_sink_and_path_to_the_steps_inside() -> None:
+    sink = DegradationRecorder(run_id="r1")
+    with use_scope(RunScope(run_id="r1", degradation=sink).child("branch/x")):
+        await report_model_failure(action="a", reason="gone")
+    with use_degradation_sink(None):
+        await report_model_failure(action="b", reason="ignored")
+
+    assert sink.failures == (ModelFailure(action="a", reason="gone", path="branch/x"),)
+
+
+async def test_an_async_sink_is_awaited_and_a_failing_progress_callback_is_only_logged() -> None:
+    seen: list[ModelFailure] = []
+
+    class AsyncSink:
+        async def degraded(self, failure: ModelFailure) -> None:
+            await asyncio.sleep(0)
+            seen.append(failure)
+
+    def broken(event: ProgressEvent) -> None:
+        raise RuntimeError("display gone")
+
+    with use_degradation_sink(AsyncSink(), path="p"):
+        await report_model_failure(action="a", reason="r")
+    recorder = DegradationRecorder(run_id="r", on_progress=broken)
+    await recorder.degraded(ModelFailure(action="a", reason="r"))
+
+    assert seen == [ModelFailure(action="a", reason="r", path="p")]
+    assert len(recorder.failures) == 1
+
+
+def test_failures_and_the_degraded_event_round_trip_through_stored_events() -> None:
+    failures = (
+        ModelFailure(action="plan", reason="429", path="branch/q1"),
+        ModelFailure(action="compose", reason="timeout", path="branch/q2"),
+    )
+    recorder_events = [
+        ProgressEvent.from_json(
+            json.dumps(
+                {
+                    "run_id": "r",
+                    "path": f.path,
+                    "runnable": f.action,
+                    "iteration": 0,
+                    "max_iterations": 0,
+                    "phase": "model_unavailable",
+                    "status": "progress",
+                    "data": f.to_dict(),
+                }
+            )
+        ).to_dict()
+        for f in (*failures, failures[0])  # a redelivered task reports its failure again
+    ]
+    final = degraded_event("r", "Demo", failures)
+
+    assert failures_in(recorder_events) == failures
+    assert ModelFailure.from_dict(failures[0].to_dict()) == failures[0]
+    assert ProgressEvent.from_json(final.to_json()) == final
+    assert failures_in([final.to_dict()]) == ()  # the final event is not a failure of its own
+    assert degradation_error(failures) == {
+        "type": "ModelUnavailable",
+        "message": "the model was unavailable for plan at 'branch/q1': 429 (and 1 more)",
+        "failures": [f.to_dict() for f in failures],
+    }
