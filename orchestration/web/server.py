@@ -33,7 +33,7 @@ def uvicorn_config(
         app,
         host=host or settings.http.host,
         port=port if port is not None else settings.http.port,
-        ws="websockets",
+        ws="websockets-sansio",
         ws_max_size=settings.http.max_body_bytes,
         lifespan="on",
         log_level="warning",

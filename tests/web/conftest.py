@@ -105,7 +105,7 @@ def live_server(app: Starlette) -> Iterator[str]:
         app,
         host="127.0.0.1",
         port=0,
-        ws="websockets",
+        ws="websockets-sansio",
         lifespan="on",
         log_level="warning",
         timeout_graceful_shutdown=2,

@@ -8,6 +8,7 @@ opens the gate, and sees them done.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,12 @@ class GatedStep(BaseAgentLoop):
     def create_initial_state(self, *, input: Any) -> Any:
         return {"gate": input["gate"], "key": input["key"], "n": 0}
 
-    def advance_state(self, *, state: Any, iteration: int) -> Any:
-        if iteration == 1:
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        if iteration == 1:  # waits on the event loop, so the step's progress is written meanwhile
             deadline = time.monotonic() + GATE_WAIT_SECONDS
-            while not Path(state["gate"]).exists() and time.monotonic() < deadline:
-                time.sleep(0.02)
+            gate = Path(state["gate"])
+            while not await asyncio.to_thread(gate.exists) and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
         return {**state, "n": state["n"] + 1}
 
     def is_complete(self, *, state: Any, iteration: int) -> bool:
