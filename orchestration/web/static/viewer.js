@@ -224,6 +224,7 @@ function onFrame(frame, current) {
     showSummary(view);
     current.total = view.usage.total_tokens;
     $("run-stream").textContent = "ended";
+    refreshList();
   }
   Tree.renderTree($("tree").tBodies[0], current.tree, current.total);
   return kind === "end";

@@ -1,0 +1,74 @@
+"""The run viewer in a real headless Chromium: a composite started on the worker, its branches
+watched going from running to done in the page, over SSE, with no reload; a screenshot is kept
+under ``tests/artifacts/``.
+
+Needs Debian's ``chromium`` (``.ci/run`` installs it); elsewhere the test is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from cdp import chromium_binary, headless_chromium
+from conftest import TOKENS, WebRig, auth, live_server
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+KEYS = ["north", "south", "east"]
+ROWS = (
+    "JSON.stringify([...document.querySelectorAll('#tree tbody tr')]"
+    ".map(r => [r.dataset.path, r.dataset.status]))"
+)
+
+
+def branch_statuses(rows_json: str) -> dict[str, str]:
+    rows = json.loads(rows_json)
+    return {path.rsplit("/", 1)[1]: status for path, status in rows if "/branch/" in path}
+
+
+async def test_the_viewer_shows_a_composite_s_branches_go_from_running_to_done(rig: WebRig) -> None:
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("no chromium on the PATH: apt-get install chromium (.ci/run does)")
+    gate = rig.gate()
+    app = rig.web()
+    with live_server(app) as base:
+        async with httpx.AsyncClient(base_url=base) as client:
+            started = await client.post(
+                "/runs",
+                json={"runnable": "web.gated", "input": {"gate": str(gate), "keys": KEYS}},
+                headers=auth("all"),
+            )
+        run_id = started.json()["id"]
+        async with headless_chromium(binary) as page:
+            await page.navigate(f"{base}/ui/#token={TOKENS['read']}&run={run_id}")
+            running = await page.wait_for(
+                f"(() => {{ const s = {ROWS}; const b = JSON.parse(s).filter(r => r[0].includes('/branch/'));"
+                " return b.length === 3 && b.every(r => r[1] === 'running') ? s : null; })()",
+                what="three running branches",
+            )
+            await page.evaluate("window.__sameDocument = true")
+            assert "token" not in await page.evaluate("location.href")  # taken out of the address
+            await page.screenshot(ARTIFACTS / "web-viewer-running.png")
+
+            gate.touch()
+            await page.wait_for(
+                "document.getElementById('run-status').textContent === 'succeeded'", what="the end"
+            )
+            done = await page.evaluate(ROWS)
+            same_document = await page.evaluate("window.__sameDocument === true")
+            graph_boxes = await page.evaluate("document.querySelectorAll('#graph .node').length")
+            listed = await page.wait_for(
+                f"document.querySelector('#runs tr[data-run=\"{run_id}\"].status-succeeded') !== null",
+                what="the run in the list, succeeded",
+            )
+            shot = await page.screenshot(ARTIFACTS / "web-viewer-run.png")
+
+    print(f"\nviewer screenshots: {ARTIFACTS / 'web-viewer-running.png'} and {shot}")
+    assert branch_statuses(running) == dict.fromkeys(KEYS, "running")
+    assert branch_statuses(done) == dict.fromkeys(KEYS, "done")
+    assert dict(json.loads(done))[""] == "done"  # the root pipeline
+    assert same_document, "the page reloaded"
+    assert graph_boxes == 4 and listed  # pipeline, composite, its branch loop, the tally stage
