@@ -42,6 +42,7 @@ clauses written without agentloop in mind also catch it::
     ├── SettingsError              [ValueError] a malformed setting; the message names the variable
     ├── ScheduleError              [ValueError] a beat schedule entry that cannot be used
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
+    ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
@@ -134,7 +135,8 @@ if TYPE_CHECKING:
     from orchestration.celery_adapter.embedded import WorkerStartError
     from orchestration.celery_adapter.schedule import ScheduleError
     from orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
-    from orchestration.llm import OpenAIProcessor, processor_from_env
+    from orchestration.llm import AnthropicProcessor, OpenAIProcessor, processor_from_env
+    from orchestration.llm.request_guard import ModelRequestsBlockedError
     from orchestration.settings import Settings, SettingsError, load_settings
     from orchestration.store import RunNotFoundError
 
@@ -143,6 +145,7 @@ __all__ = [
     "AgentLoopError",
     "AiDrivenAgentLoop",
     "AiResponse",
+    "AnthropicProcessor",
     "BaseActionStage",
     "BaseAgentAction",
     "BaseAgentLoop",
@@ -168,6 +171,7 @@ __all__ = [
     "ModelFailurePolicy",
     "ModelProcessor",
     "ModelRequest",
+    "ModelRequestsBlockedError",
     "ModelUnavailableError",
     "OfflineModel",
     "OpenAIProcessor",
@@ -220,6 +224,8 @@ __all__ = [
 
 #: Names whose modules import Celery, SQLAlchemy or the OpenAI SDK: loaded on first access.
 _LAZY = {
+    "AnthropicProcessor": "orchestration.llm",
+    "ModelRequestsBlockedError": "orchestration.llm.request_guard",
     "CeleryAgentRunner": "orchestration.client",
     "OpenAIProcessor": "orchestration.llm",
     "RunHandle": "orchestration.client",

@@ -1,12 +1,13 @@
-"""Model processors: the OpenAI processor, the offline model, and provider rate limits.
+"""Model processors: the OpenAI and Anthropic processors, the offline model, and provider rate limits.
 
 - :class:`ModelProvider` builds the processor a deployment runs with from its
-  :class:`~orchestration.settings.ModelSettings` (OpenAI or a compatible
-  server when configured, else the offline model; rate-limited when asked),
+  :class:`~orchestration.settings.ModelSettings` (OpenAI, Anthropic or a
+  compatible server when configured, else the offline model; rate-limited when asked),
   and owns the limiter its processors share. :func:`processor_from_env` is
   the short way; :func:`describe_processor` says what a processor is.
-- :class:`OpenAIProcessor` (Chat Completions on the ``openai`` SDK) and
-  :class:`OfflineModel` (deterministic, no key) implement the processor
+- :class:`OpenAIProcessor` (Chat Completions on the ``openai`` SDK),
+  :class:`AnthropicProcessor` (the Messages API on the ``anthropic`` SDK, an
+  optional extra) and :class:`OfflineModel` (deterministic, no key) implement the processor
   protocol on :class:`BaseProcessor`, which hands them one
   :class:`~actions.model.ModelRequest` per turn.
 - Rate limits (:mod:`orchestration.llm.limits`): :class:`WindowRateLimiter`,
@@ -15,7 +16,7 @@
   a slot before each call.
 
 Names are imported on first use, so importing this package stays cheap (the
-``openai`` SDK and ``redis`` load only when a processor or limiter needs them).
+SDKs and ``redis`` load only when a processor or limiter needs them).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from orchestration.llm.anthropic_processor import AnthropicProcessor
     from orchestration.llm.base import BaseProcessor
     from orchestration.llm.limits.backends.memory import MemoryBackend
     from orchestration.llm.limits.backends.redis import RedisBackend
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from orchestration.llm.provider import ModelProvider, describe_processor, processor_from_env
 
 __all__ = [
+    "AnthropicProcessor",
     "BaseProcessor",
     "MemoryBackend",
     "ModelProvider",
@@ -52,6 +55,7 @@ __all__ = [
 ]
 
 _HOMES = {
+    "AnthropicProcessor": "orchestration.llm.anthropic_processor",
     "BaseProcessor": "orchestration.llm.base",
     "MemoryBackend": "orchestration.llm.limits.backends.memory",
     "ModelProvider": "orchestration.llm.provider",

@@ -10,12 +10,15 @@ without spelling the keywords again.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from actions.model import AiResponse, ModelRequest
+from actions.model import AiResponse, ModelRequest, Usage
 
-__all__ = ["BaseProcessor"]
+__all__ = ["BaseProcessor", "UsageHook"]
+
+UsageHook = Callable[[Usage], Awaitable[None] | None]
+"""Called with the token usage of every reply a server returned (``def`` or ``async def``)."""
 
 
 class BaseProcessor(ABC):

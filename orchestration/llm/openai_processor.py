@@ -40,7 +40,7 @@ not JSON), ``usage`` from ``prompt_tokens``/``completion_tokens``, and
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Self
 
@@ -48,7 +48,7 @@ from openai import AsyncOpenAI, OpenAIError, omit
 
 from actions.context import maybe_await
 from actions.model import AiResponse, ModelRequest, Usage
-from orchestration.llm.base import BaseProcessor
+from orchestration.llm.base import BaseProcessor, UsageHook
 from orchestration.llm.openai_errors import describe_error, failure_message
 from orchestration.llm.openai_mapping import (
     from_chat_completion,
@@ -56,6 +56,7 @@ from orchestration.llm.openai_mapping import (
     to_openai_tool_choice,
     to_openai_tools,
 )
+from orchestration.llm.request_guard import model_requests
 from orchestration.settings import ModelSettings, load_settings
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,6 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "PLACEHOLDER_API_KEY",
     "OpenAIProcessor",
-    "UsageHook",
 ]
 
 
@@ -77,9 +77,6 @@ DEFAULT_MAX_RETRIES = 3
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Sent when a local OpenAI-compatible server needs no key: the SDK insists on one.
 PLACEHOLDER_API_KEY = "not-needed"
-
-UsageHook = Callable[[Usage], Awaitable[None] | None]
-"""Called with the token usage of every completion the server returned (``def`` or ``async def``)."""
 
 
 class OpenAIProcessor(BaseProcessor):
@@ -150,8 +147,8 @@ class OpenAIProcessor(BaseProcessor):
         temperature: float | None = None,
         on_usage: UsageHook | None = None,
     ) -> Self:
-        """Build from the model settings: ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_MODEL``,
-        ``OPENAI_TIMEOUT_SECONDS`` and ``OPENAI_MAX_RETRIES``.
+        """Build from the model settings: ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, the model
+        (``AGENTLOOP_MODEL``, else ``OPENAI_MODEL``), ``OPENAI_TIMEOUT_SECONDS`` and ``OPENAI_MAX_RETRIES``.
 
         Raises ``ValueError`` when there is no key and no ``OPENAI_BASE_URL`` (a
         local OpenAI-compatible server may need no key), or for a timeout that is not positive.
@@ -160,7 +157,7 @@ class OpenAIProcessor(BaseProcessor):
         return cls(
             api_key=key.get_secret_value() if key is not None else None,
             base_url=settings.openai_base_url,
-            model=settings.openai_model,
+            model=settings.provider.model_name or settings.openai_model,
             timeout=settings.openai_timeout_seconds,
             max_retries=settings.openai_max_retries,
             temperature=temperature,
@@ -224,8 +221,11 @@ class OpenAIProcessor(BaseProcessor):
 
         ``files`` are not sent yet (logged at debug level). The processor never
         executes tools, whatever ``is_auto_handle_function_call`` says: function
-        calls are returned in :attr:`AiResponse.function_calls`.
+        calls are returned in :attr:`AiResponse.function_calls`. Raises
+        :class:`~orchestration.llm.request_guard.ModelRequestsBlockedError` (a test
+        set-up error, not a model fault) while tests block real model requests.
         """
+        model_requests.check(url=self.base_url, sender="OpenAIProcessor")
         if request.files:
             logger.debug(
                 "openai processor: %d file(s) ignored (files are not supported yet)", len(request.files)

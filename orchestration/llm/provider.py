@@ -1,13 +1,22 @@
 """``ModelProvider``: the model processors a deployment runs with, built from its settings.
 
 What :meth:`ModelProvider.processor` returns, from
-:class:`~orchestration.settings.ModelSettings` (the same variables on every worker):
+:class:`~orchestration.settings.ModelSettings` (the same variables on every worker),
+the first that applies (:attr:`ModelProvider.kind`):
 
+- ``AGENTLOOP_MODEL_PROVIDER`` set (``openai``, ``anthropic`` or ``offline``): that one.
 - ``OPENAI_API_KEY`` and/or ``OPENAI_BASE_URL`` set: an
   :class:`~orchestration.llm.openai_processor.OpenAIProcessor` (with
-  ``OPENAI_MODEL``, ``OPENAI_TIMEOUT_SECONDS``, ``OPENAI_MAX_RETRIES``);
-  otherwise the :class:`~orchestration.llm.offline.OfflineModel`
+  ``OPENAI_TIMEOUT_SECONDS``, ``OPENAI_MAX_RETRIES``).
+- ``ANTHROPIC_API_KEY`` and/or ``ANTHROPIC_BASE_URL`` set: an
+  :class:`~orchestration.llm.anthropic_processor.AnthropicProcessor` (the
+  ``anthropic`` extra; with ``ANTHROPIC_TIMEOUT_SECONDS``, ``ANTHROPIC_MAX_RETRIES``,
+  ``ANTHROPIC_MAX_TOKENS``).
+- otherwise the :class:`~orchestration.llm.offline.OfflineModel`
   (deterministic, no key, no network), or the one ``offline`` builds.
+
+``AGENTLOOP_MODEL`` names the model of either provider (default: ``OPENAI_MODEL``
+for OpenAI, ``claude-haiku-4-5`` for Anthropic).
 - ``AGENTLOOP_MODEL_RPM`` and/or ``AGENTLOOP_MODEL_TPM`` set (requests / tokens
   per window): the processor is wrapped in a
   :class:`~orchestration.llm.limits.processor.RateLimitedProcessor`. The
@@ -43,6 +52,7 @@ from orchestration.llm.limits.window import WindowBackend, WindowRateLimiter, li
 from orchestration.llm.offline import OfflineModel
 from orchestration.redaction import redact_url
 from orchestration.settings import ModelSettings, load_settings
+from orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL, ProviderName
 
 __all__ = ["OFFLINE_DESCRIPTION", "ModelProvider", "describe_processor", "processor_from_env"]
 
@@ -65,14 +75,26 @@ class ModelProvider:
         self._limiter: WindowRateLimiter | None = None
 
     @property
-    def uses_openai(self) -> bool:
-        """Whether the processors are OpenAI (or compatible) ones: a key or a base URL is set."""
-        return self.settings.openai_api_key is not None or self.settings.openai_base_url is not None
+    def kind(self) -> ProviderName:
+        """The processors this provider builds: ``openai``, ``anthropic`` or ``offline`` (module doc)."""
+        settings, chosen = self.settings, self.settings.provider
+        if chosen.name is not None:
+            return chosen.name
+        if settings.openai_api_key is not None or settings.openai_base_url is not None:
+            return "openai"
+        if chosen.anthropic_api_key is not None or chosen.anthropic_base_url is not None:
+            return "anthropic"
+        return "offline"
 
     @property
     def model_name(self) -> str:
         """The model the processors ask (``offline`` for the offline model)."""
-        return self.settings.openai_model if self.uses_openai else OfflineModel.model_name
+        kind, chosen = self.kind, self.settings.provider
+        if kind == "openai":
+            return chosen.model_name or self.settings.openai_model
+        if kind == "anthropic":
+            return chosen.model_name or DEFAULT_ANTHROPIC_MODEL
+        return OfflineModel.model_name
 
     @property
     def limiter(self) -> WindowRateLimiter | None:
@@ -98,18 +120,25 @@ class ModelProvider:
     def processor(self) -> ModelProcessor:
         """A new processor, rate-limited by the shared limiter when limits are set.
 
-        Raises ``ValueError`` for settings the processor cannot use.
+        Raises ``ValueError`` for settings the processor cannot use, and
+        ``ModuleNotFoundError`` (with the extra to install) when Anthropic is asked
+        for without the ``anthropic`` SDK.
         """
         model = self._model()
         limiter = self.limiter
         return model if limiter is None else RateLimitedProcessor(model, limiter)
 
     def _model(self) -> ModelProcessor:
-        if self.uses_openai:
-            # imported here: the openai SDK is loaded only by deployments that call it
+        # imported here: an SDK is loaded only by deployments that call it
+        kind = self.kind
+        if kind == "openai":
             from orchestration.llm.openai_processor import OpenAIProcessor
 
             return OpenAIProcessor.from_settings(self.settings)
+        if kind == "anthropic":
+            from orchestration.llm.anthropic_processor import AnthropicProcessor
+
+            return AnthropicProcessor.from_settings(self.settings)
         return self._offline() if self._offline is not None else OfflineModel()
 
     def close(self) -> None:
@@ -152,6 +181,9 @@ def describe_processor(processor: object) -> str:
     openai = _loaded_class("orchestration.llm.openai_processor", "OpenAIProcessor")
     if openai is not None and isinstance(processor, openai):
         return f"OpenAI-compatible model {processor.model} at {redact_url(processor.base_url)}"
+    anthropic = _loaded_class("orchestration.llm.anthropic_processor", "AnthropicProcessor")
+    if anthropic is not None and isinstance(processor, anthropic):
+        return f"Anthropic model {processor.model} at {redact_url(processor.base_url)}"
     kind = type(processor).__name__
     model = getattr(processor, "model", None) or getattr(processor, "model_name", None)
     return f"{kind} ({model})" if isinstance(model, str) and model else kind

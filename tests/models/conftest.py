@@ -1,4 +1,4 @@
-"""Fixtures of the model-processor tests: a local OpenAI-compatible server, processors pointed at it."""
+"""Fixtures of the model-processor tests: local OpenAI- and Anthropic-wire servers, processors for them."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+from anthropic_support import ANTHROPIC_KEY
 from openai_support import API_KEY
 
+from orchestration.llm.anthropic_processor import AnthropicProcessor
 from orchestration.llm.openai_processor import OpenAIProcessor
+from orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 from orchestration.testing.servers.openai_server import OpenAICompatibleServer
 
 
@@ -36,6 +39,37 @@ async def make_processor(
         }
         settings.update(options)
         processor = OpenAIProcessor(**settings)
+        made.append(processor)
+        return processor
+
+    yield make
+    for processor in made:
+        await processor.aclose()
+
+
+@pytest.fixture
+def anthropic_server() -> Iterator[AnthropicCompatibleServer]:
+    """A running :class:`AnthropicCompatibleServer`, stopped after the test."""
+    with AnthropicCompatibleServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def make_anthropic(
+    anthropic_server: AnthropicCompatibleServer,
+) -> AsyncIterator[Callable[..., AnthropicProcessor]]:
+    """Anthropic processors pointed at the test server (closed after the test)."""
+    made: list[AnthropicProcessor] = []
+
+    def make(**options: Any) -> AnthropicProcessor:
+        settings: dict[str, Any] = {
+            "api_key": ANTHROPIC_KEY,
+            "base_url": anthropic_server.base_url,
+            "model": "claude-test",
+            "timeout": 5.0,
+            "max_retries": 0,
+        }
+        processor = AnthropicProcessor(**{**settings, **options})
         made.append(processor)
         return processor
 

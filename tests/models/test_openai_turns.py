@@ -12,7 +12,7 @@ from xml.etree import ElementTree
 from openai_support import API_KEY, PLAN_TOOL, send, send_forced
 
 from actions import AiResponse, FunctionCall, Usage
-from orchestration.llm.openai_mapping import render_documents
+from orchestration.llm.documents import render_documents
 from orchestration.llm.openai_processor import OpenAIProcessor
 from orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text, reply_tool_call
 

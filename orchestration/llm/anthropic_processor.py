@@ -1,0 +1,243 @@
+"""``AnthropicProcessor``: the model-processor protocol on the official ``anthropic`` SDK.
+
+An optional extra: ``pip install 'agentloop[anthropic]'``. One
+:meth:`AnthropicProcessor.send_request` is one Messages API request
+(``client.messages.create``) against Anthropic or any server speaking the
+Messages API (``base_url``). The SDK does the transport work: it retries 408,
+409, 429, 5xx, connection errors and timeouts ``max_retries`` times with
+exponential backoff, honouring ``retry-after``/``retry-after-ms``, and applies
+``timeout`` to every attempt.
+
+The processor never raises for a model fault. Every failure (an HTTP error
+after the retries, a connection error, a timeout, a history message it cannot
+map, anything unexpected) comes back as :meth:`AiResponse.failure` with a short
+message such as ``"anthropic: 429 rate limited after 4 attempts: slow down"``.
+Messages never contain the API key.
+
+The mapping (:mod:`orchestration.llm.anthropic_mapping`): the instruction and
+documents are the system prompt; a forced tool is ``tool_choice={"type": "tool",
+"name": ...}``; ``tool_use`` blocks come back as :attr:`AiResponse.function_calls`
+(their ``input`` JSON-encoded), ``usage`` from ``input_tokens``/``output_tokens``.
+``files`` are not sent yet; tools are never executed here.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Self
+
+try:
+    from anthropic import AnthropicError, AsyncAnthropic, omit
+except ModuleNotFoundError as missing:  # the optional extra is not installed
+    raise ModuleNotFoundError(
+        "AnthropicProcessor needs the anthropic SDK: pip install 'agentloop[anthropic]'", name=missing.name
+    ) from missing
+
+from actions.context import maybe_await
+from actions.model import AiResponse, ModelRequest, Usage
+from orchestration.llm.anthropic_errors import describe_error, failure_message
+from orchestration.llm.anthropic_mapping import (
+    from_message,
+    to_anthropic_request,
+    to_anthropic_tool_choice,
+    to_anthropic_tools,
+)
+from orchestration.llm.base import BaseProcessor, UsageHook
+from orchestration.llm.request_guard import model_requests
+from orchestration.settings import ModelSettings
+from orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_MODEL",
+    "DEFAULT_TIMEOUT",
+    "PLACEHOLDER_API_KEY",
+    "AnthropicProcessor",
+]
+
+DEFAULT_MODEL = DEFAULT_ANTHROPIC_MODEL
+DEFAULT_TIMEOUT = timedelta(seconds=60)
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_MAX_TOKENS = 4096
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+#: Sent when a local server speaking the Messages API needs no key: the SDK insists on one.
+PLACEHOLDER_API_KEY = "not-needed"
+
+
+class AnthropicProcessor(BaseProcessor):
+    """A :class:`~actions.model.ModelProcessor` backed by ``anthropic.AsyncAnthropic`` (Messages API).
+
+    ``timeout`` (seconds or a ``timedelta``, default 60 s) bounds each attempt;
+    ``max_retries`` (default 3) is how many times the SDK retries a retryable
+    failure, so a request makes at most ``max_retries + 1`` attempts.
+    ``max_tokens`` bounds each reply (the API requires it). ``base_url``
+    selects any server speaking the Messages API (default: Anthropic's); with a
+    non-default ``base_url`` the key may be omitted (a placeholder is sent).
+    ``on_usage`` is called with the usage of every reply, for accounting; its
+    failures are logged, never raised.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        model: str = DEFAULT_MODEL,
+        timeout: float | timedelta = DEFAULT_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        on_usage: UsageHook | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("model must be a non-empty model name")
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+        if not seconds > 0:
+            raise ValueError(f"timeout must be positive, not {timeout!r}")
+        if isinstance(max_retries, bool) or max_retries < 0:
+            raise ValueError(f"max_retries must be a non-negative integer, not {max_retries!r}")
+        if isinstance(max_tokens, bool) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive integer, not {max_tokens!r}")
+        resolved_url = base_url or DEFAULT_BASE_URL
+        if not api_key:
+            if resolved_url.rstrip("/") == DEFAULT_BASE_URL:
+                raise ValueError("an Anthropic API key is required (pass api_key or set ANTHROPIC_API_KEY)")
+            api_key = PLACEHOLDER_API_KEY
+        self._model = model
+        self._max_tokens = max_tokens
+        self._timeout = timedelta(seconds=seconds)
+        self.on_usage = on_usage
+        # every value explicit: the SDK then reads none of its own ANTHROPIC_* variables
+        self._client = AsyncAnthropic(
+            api_key=api_key, base_url=resolved_url, timeout=seconds, max_retries=max_retries
+        )
+        self._api_key = api_key if api_key != PLACEHOLDER_API_KEY else None
+
+    @classmethod
+    def from_settings(cls, settings: ModelSettings, *, on_usage: UsageHook | None = None) -> Self:
+        """Build from the model settings: ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``,
+        ``AGENTLOOP_MODEL``, ``ANTHROPIC_TIMEOUT_SECONDS``, ``ANTHROPIC_MAX_RETRIES`` and
+        ``ANTHROPIC_MAX_TOKENS``.
+
+        Raises ``ValueError`` when there is no key and no ``ANTHROPIC_BASE_URL``.
+        """
+        provider = settings.provider
+        key = provider.anthropic_api_key
+        return cls(
+            api_key=key.get_secret_value() if key is not None else None,
+            base_url=provider.anthropic_base_url,
+            model=provider.model_name or DEFAULT_MODEL,
+            timeout=provider.anthropic_timeout_seconds,
+            max_retries=provider.anthropic_max_retries,
+            max_tokens=provider.anthropic_max_tokens,
+            on_usage=on_usage,
+        )
+
+    # configuration, read-only
+
+    @property
+    def model(self) -> str:
+        """The model name sent with every request."""
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL, e.g. ``https://api.anthropic.com/``."""
+        return str(self._client.base_url)
+
+    @property
+    def timeout(self) -> timedelta:
+        """The per-attempt timeout."""
+        return self._timeout
+
+    @property
+    def max_retries(self) -> int:
+        """How many times a retryable failure is retried."""
+        return int(self._client.max_retries)
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens one reply may hold."""
+        return self._max_tokens
+
+    @property
+    def client(self) -> AsyncAnthropic:
+        """The underlying SDK client."""
+        return self._client
+
+    def __repr__(self) -> str:
+        return f"<AnthropicProcessor model={self._model!r} base_url={self.base_url!r}>"
+
+    # the protocol
+
+    async def process(self, request: ModelRequest) -> AiResponse:
+        """One Messages API turn; every failure is returned as :meth:`AiResponse.failure`.
+
+        Raises :class:`~orchestration.llm.request_guard.ModelRequestsBlockedError`
+        (a test set-up error, not a model fault) while tests block real model requests.
+        """
+        model_requests.check(url=self.base_url, sender="AnthropicProcessor")
+        if request.files:
+            logger.debug("anthropic processor: %d file(s) ignored (not supported yet)", len(request.files))
+        try:
+            system, messages = to_anthropic_request(
+                instruction=request.instruction,
+                history_messages=request.history_messages,
+                documents=request.documents,
+            )
+            tools = to_anthropic_tools(request.tools)
+            tool_choice = to_anthropic_tool_choice(request.tool_choices, tools)
+            if request.tool_choices and len(request.tool_choices) > 1:
+                chosen = {str(choice.get("name")) for choice in request.tool_choices}
+                tools = [tool for tool in tools if tool["name"] in chosen]
+        except (TypeError, ValueError) as error:
+            return self._failure(f"invalid request: {error}")
+        try:
+            message = await self._client.messages.create(
+                model=self._model,
+                max_tokens=self._max_tokens,
+                system=system if system else omit,
+                messages=messages,
+                tools=tools if tools else omit,
+                tool_choice=tool_choice if tool_choice is not None else omit,
+            )
+        except Exception as error:  # the contract: a model fault is a value, never an exception
+            if not isinstance(error, AnthropicError):
+                logger.warning("anthropic processor: unexpected error", exc_info=True)
+            return self._failure(describe_error(error, timeout=self._timeout))
+        try:
+            response = from_message(message, default_model=self._model)
+        except Exception as error:  # a malformed body the SDK let through
+            logger.warning("anthropic processor: could not read the reply", exc_info=True)
+            return self._failure(f"unreadable response: {type(error).__name__}: {error}")
+        await self._report_usage(response.usage)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # helpers
+
+    def _failure(self, message: str) -> AiResponse:
+        text = failure_message(message, api_key=self._api_key)
+        logger.warning("anthropic processor: %s", text)
+        return AiResponse.failure(text, model=self._model)
+
+    async def _report_usage(self, usage: Usage) -> None:
+        if self.on_usage is None:
+            return
+        try:
+            await maybe_await(self.on_usage(usage))
+        except Exception:  # accounting must not turn a good answer into a failure
+            logger.warning("anthropic processor: on_usage hook failed", exc_info=True)

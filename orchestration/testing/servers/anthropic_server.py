@@ -1,0 +1,366 @@
+"""``AnthropicCompatibleServer``: a real local HTTP server that speaks Anthropic's Messages API.
+
+The Anthropic twin of
+:class:`~orchestration.testing.servers.openai_server.OpenAICompatibleServer`, for
+the :class:`~orchestration.llm.anthropic_processor.AnthropicProcessor` or any
+code on the official ``anthropic`` SDK: a stdlib ``ThreadingHTTPServer`` on
+``127.0.0.1`` (a free port, a background thread), so the SDK's own retries,
+timeouts and error mapping run for real::
+
+    with AnthropicCompatibleServer() as server:
+        server.enqueue(reply_error(429, "slow down", headers={"retry-after-ms": "10"}),
+                       reply_tool_call("plan_search", {"steps": ["a"]}))
+        processor = AnthropicProcessor(base_url=server.base_url, api_key="test")
+        ...
+        assert server.message_requests[1]["tool_choice"] == {"type": "tool", "name": "plan_search"}
+
+It answers ``POST /v1/messages`` with, in order: the next scripted reply (the
+same reply values as the OpenAI server: :func:`reply_text`,
+:func:`reply_tool_call`, :func:`reply_completion`, :func:`reply_delay`,
+:func:`reply_disconnect`, :func:`reply_json`, and :func:`reply_error` in
+Anthropic's error shape); else the ``responder``; else a call to the forced
+tool (``tool_choice`` ``tool``, or ``any``: the first tool) with ``{}``, or the
+text ``"ok"``. A reply becomes a ``message`` with ``text`` and ``tool_use``
+content blocks, ``stop_reason`` ``tool_use`` or ``end_turn`` and ``usage``
+(``input_tokens``/``output_tokens``). A tool call's arguments are the
+``input`` when they are JSON, else sent verbatim as a string (a malformed
+input, as a non-conforming server would send).
+
+Every request is recorded (:attr:`AnthropicCompatibleServer.requests`) when it
+arrives. A request without a key (``x-api-key``, or ``Authorization: Bearer`` as
+newer SDKs send it; or a wrong one, when the server was given ``api_key``) gets
+a 401, one without ``anthropic-version`` or without ``model``/``max_tokens``/
+``messages`` a 400, an unknown path a 404, all in Anthropic's error shape.
+Responses carry ``Connection: close``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import MappingProxyType, TracebackType
+from typing import Any, Self
+
+from orchestration.testing.servers.openai_replies import (
+    CompletionReply,
+    DelayedReply,
+    DisconnectReply,
+    JsonReply,
+    RecordedRequest,
+    Reply,
+    Responder,
+    estimate_tokens,
+    reply_completion,
+    reply_delay,
+    reply_disconnect,
+    reply_json,
+    reply_text,
+    reply_tool_call,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MESSAGES_PATH",
+    "AnthropicCompatibleServer",
+    "default_reply",
+    "reply_completion",
+    "reply_delay",
+    "reply_disconnect",
+    "reply_error",
+    "reply_json",
+    "reply_text",
+    "reply_tool_call",
+]
+
+MESSAGES_PATH = "/v1/messages"
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def reply_error(
+    status: int, message: str, *, headers: Mapping[str, str] | None = None, error_type: str | None = None
+) -> JsonReply:
+    """An Anthropic-shaped error: ``{"type": "error", "error": {"type", "message"}}``.
+
+    Retry hints go in ``headers`` (the SDK honours ``retry-after-ms`` and ``retry-after``).
+    """
+    kind = (
+        error_type or _ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+    )
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    return JsonReply(status=status, body=body, headers=tuple((headers or {}).items()))
+
+
+def _forced_tool(body: Mapping[str, Any]) -> str | None:
+    choice = body.get("tool_choice")
+    if not isinstance(choice, Mapping):
+        return None
+    if choice.get("type") == "tool" and isinstance(choice.get("name"), str):
+        return str(choice["name"])
+    if choice.get("type") == "any":
+        for tool in body.get("tools") or ():
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                return str(tool["name"])
+    return None
+
+
+def default_reply(body: Mapping[str, Any]) -> Reply:
+    """The deterministic answer when nothing is scripted: call the forced tool with ``{}``, else ``"ok"``."""
+    name = _forced_tool(body)
+    return reply_tool_call(name, {}) if name is not None else reply_text("ok")
+
+
+def _input(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments  # sent verbatim: a malformed input
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    protocol_version = "HTTP/1.1"
+    timeout = 10.0
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("anthropic test server: " + format, *args)
+
+    def do_GET(self) -> None:
+        self._record(None)
+        self._send(reply_error(404, f"Not found: GET {self.path}"))
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        self._record(body)
+        owner = self.server.owner
+        if self.path.split("?", 1)[0] != MESSAGES_PATH:
+            self._send(reply_error(404, f"Not found: POST {self.path}"))
+        elif (problem := owner._auth_error(self._key())) is not None:
+            self._send(reply_error(401, problem))
+        elif not self.headers.get("anthropic-version"):
+            self._send(reply_error(400, "anthropic-version: header is required"))
+        elif not isinstance(body, dict) or not all(
+            key in body for key in ("model", "max_tokens", "messages")
+        ):
+            self._send(reply_error(400, "the body must be a JSON object with model, max_tokens and messages"))
+        else:
+            self._answer(owner._next_reply(body), body)
+
+    def _key(self) -> str | None:
+        """The key sent as ``x-api-key`` or, as newer SDKs send it, as ``Authorization: Bearer``."""
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        return self.headers.get("x-api-key") or (token if scheme.lower() == "bearer" else None)
+
+    def _record(self, body: Any) -> None:
+        headers = MappingProxyType({key.lower(): value for key, value in self.headers.items()})
+        self.server.owner._record(
+            RecordedRequest(method=self.command, path=self.path, headers=headers, body=body)
+        )
+
+    def _answer(self, reply: Reply, request: dict[str, Any]) -> None:
+        owner = self.server.owner
+        while isinstance(reply, DelayedReply):
+            if owner._closing.wait(reply.seconds):
+                self.close_connection = True
+                return  # the server is stopping: abandon the reply
+            reply = reply.then
+        if isinstance(reply, DisconnectReply):
+            self.close_connection = True
+            return
+        if isinstance(reply, CompletionReply):
+            reply = JsonReply(status=200, body=owner._render_message(reply, request))
+        self._send(reply)
+
+    def _send(self, reply: JsonReply) -> None:
+        data = json.dumps(reply.body).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.send_header("request-id", f"req_{self.server.owner._next_id()}")
+            for name, value in reply.headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client gave up (e.g. it timed out)
+            logger.debug("anthropic test server: client went away before the reply")
+        self.close_connection = True
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = False  # handler threads are joined on close (each serves one request)
+    block_on_close = True
+    owner: AnthropicCompatibleServer
+
+
+class AnthropicCompatibleServer:
+    """A local Anthropic Messages API server for tests. See the module docstring.
+
+    ``script`` seeds the FIFO of replies; ``responder`` answers when the script
+    is empty; ``api_key``, when given, is the only key accepted (else any
+    non-empty ``x-api-key`` is). Use it as a context manager, or call
+    :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        *,
+        script: Iterable[Reply] = (),
+        responder: Responder | None = None,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.responder: Responder | None = responder
+        self.api_key = api_key
+        self._host, self._port = host, port
+        self._lock = threading.Lock()
+        self._script: deque[Reply] = deque(script)
+        self._requests: list[RecordedRequest] = []
+        self._ids = itertools.count(1)
+        self._closing = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Self:
+        """Bind and serve in a background thread. Returns ``self``."""
+        if self._httpd is not None:
+            raise RuntimeError("server already started")
+        self._closing.clear()
+        httpd = _HTTPServer((self._host, self._port), _Handler)
+        httpd.owner = self
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="anthropic-test-server",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, abandon delayed replies, close the socket and join every thread."""
+        httpd, thread = self._httpd, self._thread
+        if httpd is None:
+            return
+        self._closing.set()
+        httpd.shutdown()
+        httpd.server_close()
+        if thread is not None:
+            thread.join()
+        self._httpd = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """What to pass as the SDK's ``base_url``: ``http://127.0.0.1:PORT`` (the SDK adds ``/v1``)."""
+        if self._httpd is None:
+            raise RuntimeError("server is not running")
+        return f"http://{self._host}:{self._httpd.server_address[1]}"
+
+    def enqueue(self, *replies: Reply) -> None:
+        """Append replies to the script; each request takes the oldest one."""
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies are still waiting."""
+        with self._lock:
+            return len(self._script)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, oldest first (a copy)."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def message_requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the ``POST /v1/messages`` requests received so far."""
+        return [
+            request.json
+            for request in self.requests
+            if request.method == "POST" and request.path.split("?", 1)[0] == MESSAGES_PATH
+        ]
+
+    # used by the handler
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def _auth_error(self, key: str | None) -> str | None:
+        if not key or not key.strip():
+            return "x-api-key header (or a bearer token) is required"
+        if self.api_key is not None and key.strip() != self.api_key:
+            return "invalid x-api-key"
+        return None
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            scripted = self._script.popleft() if self._script else None
+        if scripted is not None:
+            return scripted
+        return self.responder(body) if self.responder is not None else default_reply(body)
+
+    def _next_id(self) -> int:
+        with self._lock:
+            return next(self._ids)
+
+    def _render_message(self, reply: CompletionReply, request: Mapping[str, Any]) -> dict[str, Any]:
+        content: list[dict[str, Any]] = [{"type": "text", "text": reply.content}] if reply.content else []
+        content += [
+            {
+                "type": "tool_use",
+                "id": call.id or f"toolu_{self._next_id():04d}",
+                "name": call.name,
+                "input": _input(call.arguments),
+            }
+            for call in reply.tool_calls
+        ]
+        if reply.usage is not None:
+            input_tokens, output_tokens = reply.usage
+        else:
+            sent = json.dumps([request.get("system", ""), request.get("messages", [])])
+            produced = (reply.content or "") + "".join(
+                call.name + call.arguments for call in reply.tool_calls
+            )
+            input_tokens, output_tokens = estimate_tokens(sent), estimate_tokens(produced)
+        return {
+            "id": f"msg_{self._next_id():04d}",
+            "type": "message",
+            "role": "assistant",
+            "model": reply.model or str(request.get("model") or "test-model"),
+            "content": content,
+            "stop_reason": reply.finish_reason or ("tool_use" if reply.tool_calls else "end_turn"),
+            "stop_sequence": None,
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        }
