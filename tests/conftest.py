@@ -22,7 +22,7 @@ from orchestration.celery_adapter.app import create_app
 from orchestration.celery_adapter.embedded import embedded_worker
 from orchestration.registry import RunnableRegistry
 from orchestration.store import RunStore, open_store
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 from orchestration.testing.servers.worker import run_worker_process
 
 #: pytester for tests of test machinery; ci_policy turns skips into failures under CI=true.
@@ -59,6 +59,20 @@ def run_store(tmp_path: Path) -> Iterator[RunStore]:
 
 #: The modules whose runnables the in-process Celery rigs can run.
 WORKFLOW_MODULES = ("parity_workflows", "agentloop.examples.record_search.workflows")
+
+
+@pytest.fixture
+def restartable_redis(monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
+    """A ``redis-server`` this test starts, stops and restarts itself: one is started even when
+    ``AGENTLOOP_TEST_REDIS_URL`` names an external server, which a test cannot restart."""
+    monkeypatch.delenv("AGENTLOOP_TEST_REDIS_URL", raising=False)
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(private_redis_server())
+        except ServiceUnavailable as unavailable:
+            pytest.skip(unavailable.reason)
+        assert server.restartable
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -23,6 +24,8 @@ from orchestration.store import RunStore, open_store
 from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
 from orchestration.testing.servers.worker import run_worker_process
 from orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY
+
+T = TypeVar("T")
 
 TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent
@@ -161,6 +164,32 @@ def test_a_batch_runs_every_input_and_writes_its_summary(memory_celery: Any) -> 
 # ----- a real beat tick -----------------------------------------------------------------------------
 
 
+def batch_answers(redis_url: str) -> list[dict[str, Any]]:
+    """What every ``agentloop.batch`` task answered so far, read from the result backend:
+    ``{"batch_id": ...}`` for a batch it started, ``{"skipped": True, ...}`` for one it did not."""
+    import redis
+
+    answers = []
+    with redis.Redis.from_url(redis_url) as client:
+        for key in client.scan_iter("celery-task-meta-*"):
+            meta = json.loads(client.get(key) or "{}")
+            answer = meta.get("result")
+            is_batch = isinstance(answer, dict) and (answer.get("skipped") is True or "chunks" in answer)
+            if meta.get("status") == "SUCCESS" and is_batch:
+                answers.append(answer)
+    return answers
+
+
+def wait_for(condition: Callable[[], T | None], *, ceiling: float, what: str) -> T:
+    """Poll ``condition`` until it gives a value; ``ceiling`` seconds only end a test that hangs."""
+    for _ in range(int(ceiling / 0.2)):
+        value = condition()
+        if value is not None:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {ceiling:g}s: {what}")
+
+
 @pytest.mark.integration
 def test_beat_ticks_start_batches_on_a_real_worker_and_never_overlap_them(tmp_path: Path) -> None:
     import durable_workflows  # noqa: F401
@@ -183,6 +212,20 @@ def test_beat_ticks_start_batches_on_a_real_worker_and_never_overlap_them(tmp_pa
     except ServiceUnavailable as unavailable:
         pytest.skip(unavailable.reason)
     env = {"DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+
+    def started_two_and_refused_one() -> bool | None:
+        answers = batch_answers(server.url)
+        started, refused = sum("chunks" in a for a in answers), sum("skipped" in a for a in answers)
+        return True if started >= 2 and refused >= 1 else None
+
+    def settled() -> tuple[list[dict[str, Any]], list[Any]] | None:
+        """The ticks' answers and the batches, once every batch a tick started has finished."""
+        answers = batch_answers(server.url)
+        finished = store.list_runs(limit=50, runnable="batch:every-second")
+        started = {a["batch_id"] for a in answers if "chunks" in a}
+        done = started == {b.id for b in finished} and all(b.status != "running" for b in finished)
+        return (answers, finished) if done else None
+
     try:
         with run_worker_process(
             broker_url=server.url, result_backend=server.url, imports=["durable_workflows"], env=env,
@@ -201,26 +244,23 @@ def test_beat_ticks_start_batches_on_a_real_worker_and_never_overlap_them(tmp_pa
                 env=beat_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
             try:
-                time.sleep(6)
+                # a batch takes 4 steps of 0.4 s and beat ticks every second: ticks come while one runs
+                wait_for(started_two_and_refused_one, ceiling=90, what="two batches started, a tick refused")
             finally:
                 beat.terminate()
                 beat_log = beat.communicate(timeout=10)[0]
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                batches = store.list_runs(limit=50, runnable="batch:every-second")
-                if batches and all(b.status != "running" for b in batches):
-                    break
-                time.sleep(0.2)
+            answers, finished = wait_for(settled, ceiling=60, what="every batch a tick started finished")
     finally:
         server_cm.__exit__(None, None, None)
 
     assert "Sending due task every-second (agentloop.batch)" in beat_log, beat_log[-2000:]
-    ticks = beat_log.count("Sending due task every-second")
-    assert batches, beat_log[-2000:]
-    assert len(batches) < ticks  # ticks that found a batch still running started nothing
-    ordered = sorted(batches, key=lambda b: b.created_at)
+    started = {a["batch_id"] for a in answers if "chunks" in a}
+    refused = [a for a in answers if a.get("skipped")]
+    # a tick that found a batch still running started nothing, and named the one running
+    assert len(started) >= 2 and refused and {a["running"] for a in refused} <= started
+    ordered = sorted(finished, key=lambda b: b.created_at)
     for earlier, later in itertools.pairwise(ordered):
         assert earlier.finished_at is not None and earlier.finished_at <= later.created_at
-    for record in batches:
+    for record in finished:
         assert record.status == "succeeded"
         assert (record.output["total"], record.output["succeeded"]) == (2, 2)

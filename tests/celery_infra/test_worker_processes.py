@@ -104,9 +104,8 @@ def test_a_killed_worker_dies_with_its_pool(redis_server: RedisServer) -> None:
         assert not worker.is_alive()
 
 
-def test_the_private_redis_server_restarts_on_the_same_port(redis_server: RedisServer) -> None:
-    if not redis_server.restartable:
-        pytest.skip("AGENTLOOP_TEST_REDIS_URL names an external server")
+def test_the_private_redis_server_restarts_on_the_same_port(restartable_redis: RedisServer) -> None:
+    redis_server = restartable_redis
     redis_server.stop()
     with pytest.raises(redis.ConnectionError), redis.Redis.from_url(redis_server.url) as down:
         down.ping()

@@ -158,14 +158,12 @@ async def test_cancelling_from_inside_a_nested_branch_ends_the_run_as_cancelled_
     token = CancellationToken()
     recorder = ProgressRecorder()
     runner = InlineAgentRunner.create(runnable=Workflow, context={"token": token})
-    started = time.monotonic()
 
     with pytest.raises(RunCancelledError) as caught:
         await runner.request(
             input=["work", "work", "work", "cancel"], on_progress=recorder, cancel=token, run_id="r1"
         )
 
-    assert time.monotonic() - started < 2
     assert (caught.value.status, caught.value.path, str(caught.value)) == (
         "cancelled",
         "pipeline/1/branch/3",
@@ -181,6 +179,7 @@ async def test_cancelling_from_inside_a_nested_branch_ends_the_run_as_cancelled_
     for path, events in transcript.items():
         if path != "pipeline/0":
             assert events[-1][1:3] == ("cancelled", "failed"), path
+            assert events[-1][3] < Step.max_iterations, path  # stopped, not run to its bound
     assert transcript[""][-1] == (
         "Workflow",
         "cancelled",
@@ -221,13 +220,24 @@ def test_any_object_with_is_cancelled_can_cancel_a_run() -> None:
 
 async def test_a_deadline_reaches_every_nested_runnable_and_ends_the_run_on_time() -> None:
     recorder = ProgressRecorder()
+    deadlines: list[float | None] = []
+
+    def note_the_deadline(event: ProgressEvent) -> None:
+        scope = current_scope()
+        deadlines.append(scope.deadline if scope else None)
+        recorder(event)
+
     runner = InlineAgentRunner.create(runnable=Workflow, context={"token": CancellationToken()})
-    started = time.monotonic()
 
+    # each branch needs 50 sleeps of 10 ms: only the deadline can end the run before they finish
     with pytest.raises(RunDeadlineExceededError) as caught:
-        await runner.request(input=["work"] * 3, on_progress=recorder, deadline=timedelta(seconds=0.15))
+        await runner.request(
+            input=["work"] * 3, on_progress=note_the_deadline, deadline=timedelta(seconds=0.15)
+        )
+    ended_at = time.monotonic()
 
-    assert 0.14 < time.monotonic() - started < 1.0
+    [deadline] = set(deadlines)  # one deadline for the run, seen at every level
+    assert deadline is not None and ended_at >= deadline  # it ended the run, and not before its time
     assert caught.value.status == "deadline_exceeded"
     assert isinstance(caught.value, RunStoppedError)
     transcript = recorder.transcript()
@@ -263,18 +273,16 @@ async def test_a_deadline_is_checked_between_iterations_of_a_nested_loop() -> No
 
 async def test_a_deadline_ends_a_step_that_hangs_forever_in_a_model_call(function_model: Any) -> None:
     async def hang(request: Any) -> AiResponse:
-        await asyncio.sleep(3600)
-        raise AssertionError("unreachable")
+        await asyncio.sleep(60)  # a broken deadline lets this end, and the test fails on its error
+        raise AssertionError("the deadline did not end the model call")
 
     recorder = ProgressRecorder()
-    started = time.monotonic()
 
     with pytest.raises(RunDeadlineExceededError, match=r"passed its deadline of 0\.2s"):
         await InlineAgentRunner.create(
             runnable=AiDrivenAgentLoop, context={"processor": function_model(hang)}
         ).request(input="hello", on_progress=recorder, deadline=timedelta(seconds=0.2))
 
-    assert time.monotonic() - started < 1.0
     assert [(e.phase, str(e.status)) for e in recorder.events] == [
         ("start", "started"),
         ("deadline_exceeded", "failed"),

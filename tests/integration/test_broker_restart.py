@@ -26,10 +26,11 @@ pytestmark = pytest.mark.integration
 TESTS = Path(__file__).resolve().parent.parent
 
 
-def test_a_run_survives_a_broker_restart(tmp_path: Path) -> None:
+def test_a_run_survives_a_broker_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import durable_workflows  # noqa: F401
     import parity_workflows  # noqa: F401
 
+    monkeypatch.delenv("AGENTLOOP_TEST_REDIS_URL", raising=False)  # a server this test can restart
     database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
     store, _ = open_store(database_url)
     try:

@@ -5,7 +5,10 @@ the store never failing the run."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
+
+import pytest
 
 from loops import ProgressEvent, ProgressStatus
 from orchestration.store import InMemoryRunStore
@@ -55,11 +58,35 @@ def test_a_slow_step_shows_its_progress_within_the_interval() -> None:
     assert len(store.events("r")) == 2
 
 
-def test_a_store_that_fails_never_fails_the_run() -> None:
+def test_a_store_that_fails_never_fails_the_run_and_each_lost_write_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     class Broken(InMemoryRunStore):
         def append_events(self, root_run_id: str, events: Any) -> None:
             raise ConnectionError("database away")
 
-    publisher = ProgressPublisher(store=Broken(), run_id="r", interval=0)
-    publisher(progress(0))
-    publisher.flush(final=True)
+    states: list[dict[str, Any]] = []
+    publisher = ProgressPublisher(store=Broken(), run_id="r", update_state=states.append, interval=0)
+    with caplog.at_level(logging.WARNING, logger="orchestration.store.seams"):
+        publisher(progress(0))  # the interval has passed: written at once, and lost
+        publisher(progress(1))
+        publisher.flush(final=True)  # nothing left to write
+
+    lost = [(r.getMessage(), type(r.exc_info[1]) if r.exc_info else None) for r in caplog.records]
+    assert lost == [("could not record 1 progress event(s) of run r", ConnectionError)] * 2
+    assert [s["iteration"] for s in states] == [0, 1]  # the task's state still shows the progress
+
+
+def test_a_state_that_cannot_be_published_is_logged_and_the_events_are_still_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def refuse(state: dict[str, Any]) -> None:
+        raise RuntimeError("result backend away")
+
+    store = CountingStore()
+    publisher = ProgressPublisher(store=store, run_id="r", update_state=refuse, interval=0)
+    with caplog.at_level(logging.WARNING, logger="orchestration.store.seams"):
+        publisher(progress(0))
+
+    assert [r.getMessage() for r in caplog.records] == ["could not publish progress of run r"]
+    assert len(store.events("r")) == 1

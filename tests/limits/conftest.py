@@ -34,6 +34,23 @@ def redis_server() -> Iterator[RedisServer]:
         pytest.skip(unavailable.reason)
 
 
+@pytest.fixture
+def limiter_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Every sleep the window limiter takes while waiting for a slot, in seconds (it still sleeps)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        await real_sleep(seconds)
+
+    monkeypatch.setattr("orchestration.llm.limits.window.asyncio", SimpleNamespace(sleep=sleep))
+    return slept
+
+
 @pytest.fixture(scope="module")
 def model_server() -> Iterator[tuple[OpenAICompatibleServer, RecordingModel]]:
     """A local OpenAI-protocol server whose replies and usage the test controls."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -115,17 +115,39 @@ def test_the_processor_wraps_only_processors() -> None:
         RateLimitedProcessor(object(), limiter)  # type: ignore[arg-type]
 
 
+class WatchedLimiter:
+    """A limiter that tells how each wait for a slot ended: granted, or cancelled while waiting."""
+
+    def __init__(self, inner: WindowRateLimiter) -> None:
+        self.inner = inner
+        self.waits: list[str] = []
+
+    async def acquire(self, *, max_wait: timedelta | float | None = None) -> Permit:
+        try:
+            permit = await self.inner.acquire(max_wait=max_wait)
+        except asyncio.CancelledError:
+            self.waits.append("cancelled")
+            raise
+        self.waits.append("granted")
+        return permit
+
+    async def record(self, tokens: int) -> None:
+        await self.inner.record(tokens)
+
+
 async def test_a_run_deadline_interrupts_a_wait_for_a_slot() -> None:
-    limiter = WindowRateLimiter(MemoryBackend(), requests_per_minute=1, window=60, max_wait=120)
+    # the second call's slot is 60 s away and max_wait allows 120 s: only the deadline ends the wait
+    limiter = WatchedLimiter(
+        WindowRateLimiter(MemoryBackend(), requests_per_minute=1, window=60, max_wait=120)
+    )
     processor = RateLimitedProcessor(CountingModel(), limiter)
     context = SimpleNamespace(processor=processor, tool_store=StaticToolStore(), tool_id=TOOL_ID)
     runner = InlineAgentRunner.create(runnable=ModelCalls, context=context)
 
-    started = time.monotonic()
     with pytest.raises(RunDeadlineExceededError):
         await runner.request(input={"branch": "b0", "calls": 2}, deadline=timedelta(seconds=0.3))
 
-    assert time.monotonic() - started < 2
+    assert limiter.waits == ["granted", "cancelled"]
 
 
 async def test_the_inner_processor_receives_the_request_unchanged() -> None:

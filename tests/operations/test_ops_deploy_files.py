@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # PyYAML and Flower are in the dev extra: a missing install fails here, loudly
+from flower import options as flower_options
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -33,7 +35,6 @@ VARIABLE = re.compile(r"\b(?:AGENTLOOP|OPENAI|DATABASE|REDIS|BROKER|RESULT)_[A-Z
 
 
 def compose() -> dict[str, Any]:
-    yaml = pytest.importorskip("yaml", reason="PyYAML parses the compose file (the dev extra should have it)")
     document = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
     assert isinstance(document, dict)
     return document
@@ -91,8 +92,7 @@ def celeryconfig_variables() -> set[str]:
 
 
 def flower_variables() -> set[str]:
-    options = pytest.importorskip("flower.options")
-    return {f"FLOWER_{name.upper().replace('-', '_')}" for name in options.default_options._options}
+    return {f"FLOWER_{name.upper().replace('-', '_')}" for name in flower_options.default_options._options}
 
 
 def redis_directives() -> dict[str, str]:
