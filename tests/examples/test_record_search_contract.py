@@ -6,13 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
 from agentloop.examples.record_search import (
     RecordSearchAgentLoop,
     RecordSearchContext,
     RecordSearchDemo,
+    RecordSearchResources,
     create_offline_model,
 )
+from agentloop.examples.record_search.schema import companies_table
 from orchestration.testing import ScriptedModel, check_loop, check_runnable, tool_call
 
 
@@ -62,17 +65,24 @@ async def test_a_malformed_input_is_a_clear_error(
         await loop.run(input=bad)
 
 
+def companies_in(resources: RecordSearchResources, country: str) -> int:
+    """How many companies of the sample database are in ``country``, asked of the database itself."""
+    with resources.service.engine.connect() as connection:
+        query = select(func.count()).where(companies_table.c.country == country)
+        return int(connection.execute(query).scalar_one())
+
+
 async def test_the_message_may_come_from_the_context(
-    make_context: Callable[..., RecordSearchContext],
+    make_context: Callable[..., RecordSearchContext], record_resources: RecordSearchResources
 ) -> None:
     context = make_context(create_offline_model(), message="companies in Japan")
     result = await RecordSearchAgentLoop.create(context=context).run(input={})
-    assert result["found_count"] > 0
+    assert result["found_count"] == companies_in(record_resources, "Japan") > 0
     assert all(record["fields"]["country"] == "Japan" for record in result["records"])
 
 
 async def test_the_demo_pipeline_passes_check_runnable_in_process(
-    make_context: Callable[..., RecordSearchContext],
+    make_context: Callable[..., RecordSearchContext], record_resources: RecordSearchResources
 ) -> None:
     questions = ["companies in Germany", "contacts at Acme", "Tell me a joke"]
     report = await check_runnable(
@@ -82,7 +92,8 @@ async def test_the_demo_pipeline_passes_check_runnable_in_process(
     assert result["question_count"] == 3 and result["answered_count"] == 3 and result["failed_count"] == 0
     assert [entry["question"] for entry in result["per_question"]] == questions
     found = [entry["found_count"] for entry in result["per_question"]]
-    assert found[0] > 0 and found[1] > 0 and found[2] == 0
+    assert found[0] == companies_in(record_resources, "Germany") > 0
+    assert found[1] > 0 and found[2] == 0
     assert result["total_found"] == sum(found)
     assert result["summary"].startswith(f"2 of 3 questions found records: {sum(found)} records in all")
     paths = {event.path for event in report.events}

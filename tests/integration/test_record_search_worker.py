@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
 from agentloop.examples.record_search.offline import offline_responders
+from agentloop.examples.record_search.schema import companies_table
 from agentloop.examples.record_search.workflows import DEMO, DEMO_QUESTIONS
 from orchestration.celery_adapter.app import create_app
 from orchestration.client import CeleryAgentRunner
-from orchestration.store import open_store
+from orchestration.store import create_engine_for, open_store
 from orchestration.testing.servers.openai_server import OpenAICompatibleServer, Reply, reply_tool_call
 from orchestration.testing.servers.postgres import (
     PostgresUnavailableError,
@@ -35,6 +37,19 @@ def answer_like_the_offline_model(body: dict[str, Any]) -> Reply:
     name = body["tool_choice"]["function"]["name"]
     respond: Callable[..., Any] = offline_responders()[name]
     return reply_tool_call(name, respond(body["tools"][0]["function"], body["messages"][0]["content"], []))
+
+
+def count_companies(database_url: str, *, country: str, industry: str) -> int:
+    """How many companies of the sample data are in ``country`` and ``industry``, asked of the database."""
+    engine = create_engine_for(database_url)
+    try:
+        with engine.connect() as connection:
+            query = select(func.count()).where(
+                companies_table.c.country == country, companies_table.c.industry == industry
+            )
+            return int(connection.execute(query).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def test_the_demo_runs_on_a_worker_with_postgresql_and_the_openai_protocol() -> None:
@@ -76,11 +91,14 @@ def test_the_demo_runs_on_a_worker_with_postgresql_and_the_openai_protocol() -> 
         result = handle.wait_sync(timeout=120)
         log = worker.log_text()
         record = store.get_run(handle.run_id)
+        german_software = count_companies(database_url, country="Germany", industry="Software")
 
     assert result["question_count"] == len(questions)
     answered = {entry["question"]: entry["answer"] for entry in result["answers"]}
     germany = answered["Which software companies are in Germany?"]
-    assert germany["found_count"] > 0 and germany["message"].startswith("[offline model] Found")
+    # the answer counts what the database holds: the sample data's German software companies
+    assert german_software > 0 and germany["found_count"] == german_software
+    assert germany["message"].startswith("[offline model] Found")
     assert germany["answered_by"] != "offline"  # the OpenAI processor answered, over HTTP
     assert answered["What's the weather like today?"]["records"] == []
     # Every forced call went through the wire protocol, none with the key in the worker's log.
