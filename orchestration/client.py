@@ -9,6 +9,11 @@ stage and branch sees it at its next step).
 The client speaks the wire contract only (``orchestration/wire.py``): given the
 run store it reads events and cancels there; without one it asks the workers
 through ``agentloop.progress`` and ``agentloop.cancel``.
+
+A run that ended ``degraded`` (model calls failed, the run went on with
+fallbacks) still returns its result from :meth:`RunHandle.wait`, as the inline
+runner does; :attr:`RunHandle.status` says ``"degraded"`` and its recorded
+error lists the failures (:attr:`RunHandle.error`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from loops.contract import ProgressCallback, Runnable
 from loops.progress import ProgressEvent
 from loops.scope import new_run_id
 from orchestration.registry import declared_name
-from orchestration.wire import CANCEL, LAUNCH, PROGRESS, LaunchRequest
+from orchestration.wire import CANCEL, LAUNCH, PROGRESS, DegradedResult, LaunchRequest
 
 if TYPE_CHECKING:
     from orchestration.store import RunStore
@@ -82,6 +87,26 @@ class RunHandle:
     @property
     def result(self) -> AsyncResult:
         return self.app.AsyncResult(self.run_id)
+
+    @property
+    def status(self) -> str:
+        """The run's status: ``pending``, ``running``, ``succeeded``, ``degraded``, ``failed``, ...
+        (from the run store, else from the workers through ``agentloop.progress``)."""
+        return str(self._record("status"))
+
+    @property
+    def error(self) -> Any:
+        """The run's recorded error (a degraded run's lists its model failures), or ``None``."""
+        return self._record("error")
+
+    def _record(self, field: str) -> Any:
+        if self.store is not None:
+            record = self.store.get_run(self.run_id)
+            return (
+                getattr(record, field) if record is not None else ("unknown" if field == "status" else None)
+            )
+        reply = self.app.send_task(PROGRESS, kwargs={"run_id": self.run_id, "after_id": 0, "limit": 1})
+        return reply.get(timeout=self.reply_timeout).get(field)
 
     def progress(self) -> ProgressEvent | None:
         """The latest event of the whole run, or ``None`` before the first."""
@@ -138,7 +163,8 @@ class RunHandle:
     def _outcome(self) -> Any:
         result = self.result
         if result.successful():
-            return result.result
+            degraded = DegradedResult.from_wire(result.result)
+            return result.result if degraded is None else degraded.output
         _, _, recorded = self._read(self._last_event_id)
         error = recorded if isinstance(recorded, Mapping) else None
         if error is None:
@@ -195,11 +221,22 @@ class CeleryAgentRunner:
         on_progress: ProgressCallback | None = None,
         run_id: str | None = None,
         token_budget: int | None = None,
+        deadline: timedelta | float | None = None,
     ) -> RunHandle:
         """Launch a run and return its handle at once; ``on_progress`` then receives the
-        run's events while :meth:`RunHandle.wait` waits for the result."""
+        run's events while :meth:`RunHandle.wait` waits for the result.
+
+        ``deadline`` (a ``timedelta`` or seconds) bounds the whole run, counted from when a
+        worker starts it: every task of the run sees it, and the run ends with
+        :class:`~actions.RunDeadlineExceededError`, recorded ``deadline_exceeded``.
+        """
         return await asyncio.to_thread(
-            self.request_sync, input=input, on_progress=on_progress, run_id=run_id, token_budget=token_budget
+            self.request_sync,
+            input=input,
+            on_progress=on_progress,
+            run_id=run_id,
+            token_budget=token_budget,
+            deadline=deadline,
         )
 
     def request_sync(
@@ -209,13 +246,16 @@ class CeleryAgentRunner:
         on_progress: ProgressCallback | None = None,
         run_id: str | None = None,
         token_budget: int | None = None,
+        deadline: timedelta | float | None = None,
     ) -> RunHandle:
+        """The same as :meth:`request`, for code that has no event loop running."""
         request = LaunchRequest.parse(
             runnable=self.name,
             input=input,
             context=self.context,
             run_id=run_id or new_run_id(),
             token_budget=token_budget,
+            deadline_seconds=deadline.total_seconds() if isinstance(deadline, timedelta) else deadline,
         )
         assert request.run_id is not None
         self.app.send_task(LAUNCH, kwargs=request.to_kwargs(), task_id=request.run_id)

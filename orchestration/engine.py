@@ -1,66 +1,40 @@
 """What each node of a workflow becomes, decided without Celery.
 
 A task hands a :class:`~orchestration.wire.WorkflowNode` and its input to the
-:class:`WorkflowEngine`, which answers with an :data:`Outcome`: a value (a
-loop or action stage ran here, or a composite of width 0 merged), a pipeline's
-stages to chain, branches to fan out, or a :class:`~orchestration.wire.BranchFailure`
-that travels to the composite collecting it. The Celery adapter turns an
-outcome into a return value or a canvas (``celery_adapter/canvas.py``).
+:class:`WorkflowEngine`, which answers with an :data:`~orchestration.outcomes.Outcome`:
+a value (a loop or action stage ran here, or a composite of width 0 merged), a
+pipeline's stages to chain, branches to fan out, or a
+:class:`~orchestration.wire.BranchFailure` that travels to the composite
+collecting it. The Celery adapter turns an outcome into a return value or a
+canvas (``celery_adapter/canvas.py``).
 
 Every progress event comes from the core: pipelines and composites emit their
 own events through the methods the in-process engine uses
 (``emit_pipeline_event``, ``emit_stage_failure``, ``emit_composite_event``,
 ``emit_composite_failure``), so both runners produce the same events.
+As inline, every task holds the run's one deadline, and a loop's model failures
+become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from actions.context import maybe_await
+from actions.degradation import DegradationSink
 from actions.errors import BranchFailedError, RunStoppedError
 from actions.usage import use_meter
+from loops.outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
 from loops.progress import ProgressStatus
-from loops.scope import RunScope, use_scope
+from loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
+from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
 from orchestration.registry import RunnableRegistry
 from orchestration.store import TERMINAL_STATUSES, RunStore
 from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
-from orchestration.wire import Ancestor, BranchFailure, WorkflowNode
+from orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
 from pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from pipelines.pipeline import BaseAgentPipeline
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Done:
-    """The node's work is done here: ``value`` is its output."""
-
-    value: Any
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ChainStages:
-    """Run the pipeline ``node``'s ``stages`` stages in order, then close it."""
-
-    node: WorkflowNode
-    input: Any
-    stages: int
-    #: ``build_stage_input`` is overridden, so each stage may read the pipeline's own input.
-    carries_input: bool
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FanOut:
-    """Run the composite ``node``'s branches, then merge their outputs."""
-
-    node: WorkflowNode
-    input: Any
-    branches: Sequence[tuple[WorkflowNode, Any]]
-
-
-#: What a task does next.
-Outcome = Done | ChainStages | FanOut | BranchFailure
 
 
 class WorkflowEngine:
@@ -87,10 +61,18 @@ class WorkflowEngine:
             interval=self.progress_interval,
         )
 
-    def scope(self, node: WorkflowNode, *, checkpoint: tuple[int, Any] | None = None) -> RunScope:
+    def scope(
+        self,
+        node: WorkflowNode,
+        *,
+        checkpoint: tuple[int, Any] | None = None,
+        degradation: DegradationSink | None = None,
+    ) -> RunScope:
         return RunScope(
             run_id=node.run_id,
             path=node.path,
+            deadline=monotonic_deadline(node.deadline),
+            degradation=degradation,
             cancel=StoreCancelSignal(self.store, node.run_id),
             checkpointer=StoreCheckpointer(
                 self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}
@@ -133,10 +115,12 @@ class WorkflowEngine:
         finished, result, checkpoint = self.store.loop_record(node.run_id, node.path)
         if finished:  # a redelivered task whose work is already done
             return Done(value=result)
-        scope = self.scope(node, checkpoint=checkpoint)
+        # Model failures the loop survives become events of this task (loops/outcome.py).
+        degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
+        scope = self.scope(node, checkpoint=checkpoint, degradation=degradations)
         try:
             with use_scope(scope), use_meter(StoreUsageMeter(self.store, node.run_id)):
-                result = await instance.run(input=input, on_progress=publisher)
+                result = await within_deadline(scope, instance.run(input=input, on_progress=publisher))
         except Exception as error:
             publisher.flush(final=True)
             return await self.fail(node, error)
@@ -191,7 +175,7 @@ class WorkflowEngine:
         )
         if not branches:
             return await self.merge(node, [], input, publisher=publisher)
-        return FanOut(node=node, input=input, branches=children)
+        return FanOut(node=node, input=input, branches=children, max_concurrency=composite.max_concurrency)
 
     def _branch_node(
         self, node: WorkflowNode, runnable: type, key: str, width: int, fail_fast: bool
@@ -332,6 +316,31 @@ class WorkflowEngine:
             done=width,
         )
         return Done(value=merged)
+
+    # ----- the run's end ------------------------------------------------------------------------
+
+    async def finish(self, run_id: str, result: Any) -> Any:
+        """Record the run's end with its ``result`` and return what its task returns: ``succeeded``
+        and the result, or ``degraded`` (model failures among its events) and a
+        :class:`~orchestration.wire.DegradedResult` on the wire, after a last ``degraded`` event."""
+        failures = failures_in(event for _, event in self.store.events(run_id))
+        if not failures:
+            self.store.finish_run(run_id, status="succeeded", output=result)
+            return result
+        error, publisher = (
+            degradation_error(failures),
+            self.publisher(WorkflowNode(run_id=run_id, runnable="")),
+        )
+        publisher(degraded_event(run_id, self._event_name(run_id), failures))
+        publisher.flush(final=True)
+        self.store.finish_run(run_id, status="degraded", output=result, error=error)
+        return DegradedResult(output=result, error=error).to_wire()
+
+    def _event_name(self, run_id: str) -> str:
+        """The name the run's root runnable gives its events (its class's, as in-process)."""
+        name = getattr(self.store.get_run(run_id), "runnable", "")
+        runnable = self.registry.get(name).runnable if name in self.registry else None
+        return str(getattr(runnable, "runnable_name", "") or getattr(runnable, "__name__", name))
 
     # ----- failure ----------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from orchestration.wire import CANCEL, PING
+from orchestration.wire import CANCEL, DEGRADED_KEY, PING
 
 __all__ = [
     "MAX_EXCEPTION_CHARS",
@@ -228,10 +228,13 @@ def redact_call(
 
 
 def hide_result(result_repr: Any, name: object = None) -> Any:
-    """What a private task's result repr is shown as: ``<hidden result, 57 chars>`` (``None`` stays)."""
+    """What a private task's result repr is shown as: ``<hidden result, 57 chars>`` (``None`` stays;
+    a degraded run's result keeps its mark: ``<hidden result, 57 chars; run degraded>``)."""
     if name in VISIBLE_RESULTS or result_repr is None or result_repr == "None":
         return result_repr
-    return f"<hidden result, {len(str(result_repr))} chars>"
+    text = str(result_repr)
+    mark = "; run degraded" if text.startswith((f"{{'{DEGRADED_KEY}'", f'{{"{DEGRADED_KEY}"')) else ""
+    return f"<hidden result, {len(text)} chars{mark}>"
 
 
 # -- scrubbing exception texts ---------------------------------------------------------------------

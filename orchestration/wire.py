@@ -4,7 +4,8 @@ Task names are public and stable. Other services, importing only Celery::
 
     result = send_task("agentloop.launch", kwargs={"runnable": NAME, "input": JSON,
                        "context": JSON (optional), "run_id": str (optional),
-                       "token_budget": int (optional)})
+                       "token_budget": int (optional),
+                       "deadline_seconds": number (optional)})
     send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": 0}).get()
     send_task("agentloop.cancel", kwargs={"run_id": result.id})
     result.get()   # the workflow's result
@@ -26,6 +27,7 @@ This module imports neither Celery nor the store: clients depend on it alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -37,6 +39,10 @@ RUN = "agentloop.run"
 STAGE = "agentloop.stage"
 PIPELINE_DONE = "agentloop.pipeline_done"
 MERGE = "agentloop.merge"
+#: A composite's branch run in a lane (its ``max_concurrency`` bounds the lanes), and the task
+#: that adds an expanded branch's output to its lane's.
+LANE = "agentloop.lane"
+LANE_COLLECT = "agentloop.lane_collect"
 FINALIZE = "agentloop.finalize"
 PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
@@ -52,6 +58,8 @@ TASK_NAMES = (
     STAGE,
     PIPELINE_DONE,
     MERGE,
+    LANE,
+    LANE_COLLECT,
     FINALIZE,
     PROGRESS,
     CANCEL,
@@ -77,6 +85,8 @@ class LaunchRequest:
     context: Mapping[str, Any] = field(default_factory=dict)
     run_id: str | None = None
     token_budget: int | None = None
+    #: The whole run's deadline, counted from when a worker starts the run.
+    deadline_seconds: float | None = None
 
     @classmethod
     def parse(
@@ -87,6 +97,7 @@ class LaunchRequest:
         context: Any = None,
         run_id: Any = None,
         token_budget: Any = None,
+        deadline_seconds: Any = None,
     ) -> LaunchRequest:
         """The request, or :class:`LaunchRequestError` saying which field is wrong."""
         if context is not None and not isinstance(context, Mapping):
@@ -95,12 +106,20 @@ class LaunchRequest:
             isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0
         ):
             raise LaunchRequestError(f"token_budget must be a non-negative integer, got {token_budget!r}")
+        if deadline_seconds is not None and (
+            isinstance(deadline_seconds, bool)
+            or not isinstance(deadline_seconds, int | float)
+            or not math.isfinite(deadline_seconds)
+            or deadline_seconds <= 0
+        ):
+            raise LaunchRequestError(f"deadline_seconds must be a positive number, got {deadline_seconds!r}")
         return cls(
             runnable=str(runnable),
             input=input,
             context=dict(context or {}),
             run_id=None if run_id is None else str(run_id),
             token_budget=token_budget,
+            deadline_seconds=None if deadline_seconds is None else float(deadline_seconds),
         )
 
     def to_kwargs(self) -> dict[str, Any]:
@@ -114,6 +133,8 @@ class LaunchRequest:
             kwargs["run_id"] = self.run_id
         if self.token_budget is not None:
             kwargs["token_budget"] = self.token_budget
+        if self.deadline_seconds is not None:
+            kwargs["deadline_seconds"] = self.deadline_seconds
         return kwargs
 
 
@@ -163,6 +184,9 @@ class WorkflowNode:
     context: Mapping[str, Any] = field(default_factory=dict)
     ancestors: tuple[Ancestor, ...] = ()
     capture: str | None = None  # path of the collecting composite that owns failures, if any
+    #: The run's deadline as an epoch time (``time.time()``), the same for every task of the run:
+    #: monotonic clocks differ between processes, so each task converts it to its own.
+    deadline: float | None = None
 
     def child(self, *, runnable: str, segment: str, parent: Ancestor) -> WorkflowNode:
         path = f"{self.path}/{segment}" if self.path else segment
@@ -181,6 +205,7 @@ class WorkflowNode:
             "context": dict(self.context),
             "ancestors": [a.to_dict() for a in self.ancestors],
             "capture": self.capture,
+            "deadline": self.deadline,
         }
 
     @classmethod
@@ -197,7 +222,17 @@ class WorkflowNode:
             context=dict(context),
             ancestors=tuple(Ancestor.from_dict(a) for a in data.get("ancestors", ())),
             capture=data.get("capture"),
+            deadline=_epoch_or_none(data.get("deadline")),
         )
+
+
+def _epoch_or_none(value: Any) -> float | None:
+    """A deadline read from the wire: a finite number of seconds since the epoch, or ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"a workflow node's deadline must be an epoch time, not {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -227,3 +262,31 @@ class BranchFailure:
             return None
         body = value[FAILURE_KEY]
         return cls(capture=str(body["capture"]), type=str(body["type"]), message=str(body["message"]))
+
+
+DEGRADED_KEY = "__agentloop_degraded__"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DegradedResult:
+    """What the task of a run that ended ``degraded`` returns: the run's ``output`` with its
+    status and ``error`` (the model failures), so ``result.get()``, Flower and the worker's log
+    show that the run degraded. On the wire ``{"__agentloop_degraded__": {"status": "degraded",
+    "output": ..., "error": {"type": "ModelUnavailable", "message", "failures"}}}``;
+    :meth:`~orchestration.client.RunHandle.wait` returns the ``output`` alone, and
+    :attr:`~orchestration.client.RunHandle.status` says ``degraded``."""
+
+    output: Any
+    error: Mapping[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {DEGRADED_KEY: {"status": "degraded", "output": self.output, "error": dict(self.error)}}
+
+    @classmethod
+    def from_wire(cls, value: Any) -> DegradedResult | None:
+        """The degraded result ``value`` carries, or ``None`` when it is an ordinary output."""
+        if not (isinstance(value, dict) and len(value) == 1 and isinstance(value.get(DEGRADED_KEY), dict)):
+            return None
+        body = value[DEGRADED_KEY]
+        error = body.get("error")
+        return cls(output=body.get("output"), error=dict(error) if isinstance(error, Mapping) else {})

@@ -6,9 +6,14 @@ worker processes, so both register the same names.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
+from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
+from actions import AgentActionRegistry, AiResponse, ForcedToolAction, FunctionCall, ModelFailurePolicy
 from loops import BaseAgentLoop
 from orchestration.registry import register
 from pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, BranchResult, FailurePolicy
@@ -179,3 +184,181 @@ class SlowFanShort(BaseCompositeAgent):
 
 
 register("parity.slow_fan_short", SlowFanShort)
+
+
+# ----- bounded concurrency and the whole-run deadline --------------------------------------------
+
+
+class Nap(BaseAgentLoop):
+    """Two naps of 0.25 s that yield to the event loop (so in-process branches overlap)."""
+
+    max_iterations = 2
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"n": input, "naps": 0}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(0.25)
+        return {**state, "naps": state["naps"] + 1}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["naps"] >= 2)
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["n"] * 10
+
+
+class BoundedFan(BaseCompositeAgent):
+    """``input`` naps, at most two at once; the outputs in branch order."""
+
+    max_concurrency = 2
+    branch_runnables = (Nap,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=Nap, input=i, key=str(i)) for i in range(input)]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [r.output for r in results]
+
+
+class OneLaneFan(BoundedFan):
+    max_concurrency = 1
+
+
+class BoundedFanOfPipelines(BaseCompositeAgent):
+    """Pipelines (which expand into canvases of their own) in two lanes; failures collected."""
+
+    max_concurrency = 2
+    failure_policy = FailurePolicy.COLLECT
+    branch_runnables = (PipelineBranch, Explode)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        branches = [Branch(runnable=PipelineBranch, input=i * 10, key=f"p{i}") for i in range(input)]
+        return [*branches, Branch(runnable=Explode, input=1, key="bad")]
+
+
+class Crawl(CountTo):
+    """A long loop whose steps await (the deadline can cut one off mid-step)."""
+
+    max_iterations = 400
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(0.05)
+        return {**state, "n": state["n"] + 1}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return False
+
+
+class CrawlAfterCount(BaseAgentPipeline):
+    stages = (CountTo, Crawl)
+
+
+class CrawlFan(BaseCompositeAgent):
+    """``input`` crawls side by side."""
+
+    branch_runnables = (Crawl,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=Crawl, input=i, key=str(i)) for i in range(input)]
+
+
+register("parity.crawl_fan", CrawlFan)
+register("parity.bounded_fan", BoundedFan)
+register("parity.one_lane_fan", OneLaneFan)
+register("parity.bounded_fan_of_pipelines", BoundedFanOfPipelines)
+register("parity.crawl_after_count", CrawlAfterCount)
+
+
+# ----- model outages: degraded runs -----------------------------------------------------------------
+
+ANSWER_TOOL = {
+    "name": "answer",
+    "description": "Answer the question.",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+}
+
+
+class FlakyModel:
+    """Answers every question, except those marked ``[down]``: their calls fail after the retries."""
+
+    model_name = "flaky"
+
+    async def send_request(self, *, instruction: str, **request: Any) -> AiResponse:
+        if "[down]" in instruction:
+            return AiResponse.failure("openai: 503 server error after 4 attempts: upstream unavailable")
+        arguments = json.dumps({"text": instruction.removeprefix("Answer: ")})
+        return AiResponse(function_calls=(FunctionCall(name="answer", arguments=arguments),))
+
+
+class AnswerTools:
+    def get_payload(self, tool_id: str) -> Any:
+        return ANSWER_TOOL if tool_id == "answer" else None
+
+
+def model_context(spec: Mapping[str, Any]) -> Any:
+    """What the model workflows read from their context, built in whichever process runs them."""
+    return SimpleNamespace(processor=FlakyModel(), tool_store=AnswerTools(), answer_tool_id="answer")
+
+
+class Answer(ForcedToolAction):
+    name = "answer"
+    tool_id_key = "answer_tool_id"
+
+    def build_instruction(self, *, arguments: dict[str, Any], context: Any) -> str:
+        return f"Answer: {arguments['question']}"
+
+    def normalize(self, *, parsed: dict[str, Any], arguments: dict[str, Any], context: Any) -> Any:
+        return {"text": parsed["text"]} if isinstance(parsed.get("text"), str) else None
+
+    def fallback(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
+        return {"text": "the model is unavailable"}
+
+
+class StrictAnswer(Answer):
+    on_model_failure = ModelFailurePolicy.FAIL
+
+
+class Ask(BaseAgentLoop):
+    """One question, one forced tool call."""
+
+    max_iterations = 1
+    action: type[Answer] = Answer
+
+    @property
+    def registry(self) -> AgentActionRegistry:
+        return AgentActionRegistry.create(actions=[self.action.create()])
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"question": input, "answer": None}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        answer = await self.perform_action(name="answer", arguments={"question": state["question"]})
+        return {**state, "answer": answer}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return state["answer"] is not None
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["answer"]
+
+
+class StrictAsk(Ask):
+    action = StrictAnswer
+
+
+class AskAll(BaseCompositeAgent):
+    """One :class:`Ask` per question; the answers in order."""
+
+    branch_runnables = (Ask,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=Ask, input=question, key=f"q{i}") for i, question in enumerate(input)]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [r.output["text"] for r in results]
+
+
+register("parity.ask", Ask, context_factory=model_context)
+register("parity.strict_ask", StrictAsk, context_factory=model_context)
+register("parity.ask_all", AskAll, context_factory=model_context)

@@ -110,7 +110,7 @@ def profile_engine(*, store_kind: str, width: int, stages: int) -> str:
     from bench.celery_overhead.rig import WORKFLOWS_MODULE
     from bench.workflows_celery import FAN, pipeline_name
     from orchestration.celery_adapter.tasks import run_coroutine
-    from orchestration.engine import Done, FanOut
+    from orchestration.outcomes import Done, FanOut
     from orchestration.store import open_store
     from orchestration.wire import WorkflowNode
 

@@ -47,7 +47,10 @@ def _event(
 
 
 def summarize(store: RunStore, batch_id: str) -> dict[str, Any]:
-    """Where the batch stands: counts per status of its runs, tokens, how many are still open."""
+    """Where the batch stands: counts per status of its runs, tokens, how many are still open.
+
+    ``degraded`` runs (they returned, but model calls failed) count apart from ``succeeded``
+    and ``failed`` (every other end)."""
     record = store.get_run(batch_id)
     if record is None or not isinstance(record.input, dict):
         raise LookupError(f"no batch run {batch_id!r}")
@@ -55,13 +58,14 @@ def summarize(store: RunStore, batch_id: str) -> dict[str, Any]:
     children = store.summarize_children(batch_id)
     by_status: dict[str, int] = children["by_status"]
     ended = sum(count for status, count in by_status.items() if status in TERMINAL_STATUSES)
-    succeeded = by_status.get("succeeded", 0)
+    succeeded, degraded = by_status.get("succeeded", 0), by_status.get("degraded", 0)
     return {
         "runnable": record.input.get("runnable"),
         "total": expected,
         "ended": ended,
         "succeeded": succeeded,
-        "failed": ended - succeeded,
+        "degraded": degraded,
+        "failed": ended - succeeded - degraded,
         "open": expected - ended,
         "by_status": by_status,
         "input_tokens": children["input_tokens"],
@@ -173,7 +177,7 @@ def batch_summary(
             status=ProgressStatus.FAILED if timed_out else ProgressStatus.COMPLETED,
             phase="timed_out" if timed_out else "done",
             done=state["ended"], total=state["total"],
-            succeeded=state["succeeded"], failed=state["failed"],
+            succeeded=state["succeeded"], degraded=state["degraded"], failed=state["failed"],
         )],
     )  # fmt: skip
     if timed_out:

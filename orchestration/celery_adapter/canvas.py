@@ -1,4 +1,4 @@
-"""The canvas compiler: an engine :data:`~orchestration.engine.Outcome` becomes a task's return
+"""The canvas compiler: an engine :data:`~orchestration.outcomes.Outcome` becomes a task's return
 value, or the canvas the task replaces itself with.
 
 A pipeline becomes a ``chain`` of stage tasks closed by ``agentloop.pipeline_done``;
@@ -6,6 +6,15 @@ a composite becomes a ``chord`` of branch tasks whose body is ``agentloop.merge`
 Both are expanded at run time (``Task.replace``), so a width can depend on the
 previous stage's output, and shapes nest both ways. A composite of width 1 is
 chained, never a one-member group (unsafe inside a chain in Celery).
+
+A composite whose ``max_concurrency`` is below its width runs its branches in
+that many *lanes*: each lane is a chain of ``agentloop.lane`` tasks (branch
+``i`` in lane ``i % k``), so at most ``k`` branches run at once, and the chord
+of lanes feeds one merge, which puts the outputs back in branch order. Lanes
+are plain canvas: no slot to leak when a worker dies, no polling retries, and
+the results keep their order by construction. The price: a lane's next branch
+waits for the one before it even when another lane is idle, and each lane task
+carries the outputs of its lane so far.
 """
 
 from __future__ import annotations
@@ -14,8 +23,8 @@ from typing import Any
 
 from celery import Signature, Task, chain, chord
 
-from orchestration.engine import ChainStages, Done, FanOut, Outcome
-from orchestration.wire import MERGE, PIPELINE_DONE, RUN, STAGE, BranchFailure
+from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
+from orchestration.wire import LANE, LANE_COLLECT, MERGE, PIPELINE_DONE, RUN, STAGE, BranchFailure
 
 
 def continue_with(task: Task, outcome: Outcome, then: Signature | None = None) -> Any:
@@ -48,6 +57,8 @@ def pipeline_stages(task: Task, outcome: ChainStages) -> list[Signature]:
 def fan_out(task: Task, outcome: FanOut) -> Signature:
     """The branches of a composite and the merge that fans them in."""
     app, node = task.app, outcome.node.to_dict()
+    if outcome.max_concurrency is not None and outcome.max_concurrency < len(outcome.branches):
+        return fan_out_in_lanes(task, outcome, outcome.max_concurrency)
     header = [
         app.signature(RUN, args=(child.to_dict(), child_input), immutable=True)
         for child, child_input in outcome.branches
@@ -55,3 +66,34 @@ def fan_out(task: Task, outcome: FanOut) -> Signature:
     if len(header) == 1:
         return chain(header[0], app.signature(MERGE, args=(node, outcome.input, True)))
     return chord(header, app.signature(MERGE, args=(node, outcome.input)))
+
+
+def fan_out_in_lanes(task: Task, outcome: FanOut, lanes: int) -> Signature:
+    """The branches of a composite in ``lanes`` chains run side by side, and the merge."""
+    app, node = task.app, outcome.node.to_dict()
+    chains: list[Signature] = []
+    for lane in range(lanes):
+        (first, first_input), *rest = outcome.branches[lane::lanes]
+        steps = [app.signature(LANE, args=([], first.to_dict(), first_input), immutable=True)]
+        steps += [app.signature(LANE, args=(child.to_dict(), child_input)) for child, child_input in rest]
+        chains.append(chain(*steps) if len(steps) > 1 else steps[0])
+    if lanes == 1:
+        return chain(chains[0], app.signature(MERGE, args=(node, outcome.input, True), kwargs={"lanes": 1}))
+    return chord(chains, app.signature(MERGE, args=(node, outcome.input), kwargs={"lanes": lanes}))
+
+
+def continue_lane(task: Task, outcome: Outcome, collected: list[Any]) -> Any:
+    """A branch run in a lane: the lane's outputs so far with this branch's appended, now or
+    (when the branch expands into a canvas) by ``agentloop.lane_collect`` after it."""
+    if isinstance(outcome, Done):
+        return [*collected, outcome.value]
+    if isinstance(outcome, BranchFailure):
+        return [*collected, outcome.to_wire()]
+    return continue_with(task, outcome, then=task.app.signature(LANE_COLLECT, args=(collected,)))
+
+
+def from_lanes(outputs: list[list[Any]]) -> list[Any]:
+    """The lanes' outputs back in branch order (branch ``i`` ran in lane ``i % len(outputs)``)."""
+    lanes = len(outputs)
+    width = sum(len(lane) for lane in outputs)
+    return [outputs[index % lanes][index // lanes] for index in range(width)]

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from celery import Celery, Task
 
 from orchestration.celery_adapter.batches import install_batch_tasks
-from orchestration.celery_adapter.canvas import continue_with
+from orchestration.celery_adapter.canvas import continue_lane, continue_with, from_lanes
 from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.engine import Done, WorkflowEngine
+from orchestration.engine import WorkflowEngine
+from orchestration.outcomes import Done
 from orchestration.wire import (
     CANCEL,
     FINALIZE,
+    LANE,
+    LANE_COLLECT,
     LAUNCH,
     MERGE,
     PING,
@@ -72,10 +76,12 @@ def launch(
     context: Any = None,
     run_id: str | None = None,
     token_budget: int | None = None,
+    deadline_seconds: float | None = None,
 ) -> Any:
     """Start the registered workflow ``runnable``; its final result becomes this task's.
 
-    ``token_budget`` (optional) caps the tokens all steps of the run may use together.
+    ``token_budget`` (optional) caps the tokens all steps of the run may use together;
+    ``deadline_seconds`` (optional) ends the whole run that long after this task starts it.
     """
     run_id = str(run_id or self.request.id)
     deps = dependencies_of(self.app)
@@ -92,14 +98,21 @@ def launch(
     )
     try:
         request = LaunchRequest.parse(
-            runnable=runnable, input=input, context=context, run_id=run_id, token_budget=token_budget
+            runnable=runnable,
+            input=input,
+            context=context,
+            run_id=run_id,
+            token_budget=token_budget,
+            deadline_seconds=deadline_seconds,
         )
         deps.registry.get(request.runnable)
     except Exception as error:
         store.finish_run(run_id, status="failed", error={"type": type(error).__name__, "message": str(error)})
         raise
     store.mark_running(run_id)
-    node = WorkflowNode(run_id=run_id, runnable=request.runnable, context=request.context)
+    seconds = request.deadline_seconds
+    deadline = None if seconds is None else time.time() + seconds  # one epoch time for every task
+    node = WorkflowNode(run_id=run_id, runnable=request.runnable, context=request.context, deadline=deadline)
     outcome = run_coroutine(engine_for(self).start(node, request.input))
     if isinstance(outcome, Done):
         return finalize(self, outcome.value, run_id)
@@ -126,17 +139,32 @@ def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
     )
 
 
-def merge(self: Task, outputs: Any, node: dict[str, Any], input: Any = None, single: bool = False) -> Any:
-    """Fan-in of a composite: merge its branches' outputs."""
+def merge(
+    self: Task, outputs: Any, node: dict[str, Any], input: Any = None, single: bool = False, lanes: int = 0
+) -> Any:
+    """Fan-in of a composite: merge its branches' outputs (from ``lanes`` lanes, when bounded)."""
     outputs = [outputs] if single else list(outputs)
+    if lanes:
+        outputs = from_lanes(outputs)
     engine = engine_for(self)
     return continue_with(self, run_coroutine(engine.merge(WorkflowNode.from_dict(node), outputs, input)))
 
 
+def lane(self: Task, collected: list[Any], node: dict[str, Any], input: Any = None) -> Any:
+    """One branch of a composite run in a lane, after the lane's branches before it."""
+    outcome = run_coroutine(engine_for(self).start(WorkflowNode.from_dict(node), input))
+    return continue_lane(self, outcome, list(collected))
+
+
+def lane_collect(self: Task, output: Any, collected: list[Any]) -> list[Any]:
+    """Add the output of a lane's branch that expanded into a canvas to the lane's outputs."""
+    return [*collected, output]
+
+
 def finalize(self: Task, result: Any, run_id: str) -> Any:
-    """Record the run's result; the run's id then answers with it."""
-    dependencies_of(self.app).store.finish_run(run_id, status="succeeded", output=result)
-    return result
+    """Record the run's end (``succeeded``, or ``degraded`` when model calls failed); the run's id
+    then answers with its result (a degraded run's as a :class:`~orchestration.wire.DegradedResult`)."""
+    return run_coroutine(engine_for(self).finish(run_id, result))
 
 
 def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> dict[str, Any]:
@@ -174,6 +202,8 @@ TASKS = {
     STAGE: stage,
     PIPELINE_DONE: pipeline_done,
     MERGE: merge,
+    LANE: lane,
+    LANE_COLLECT: lane_collect,
     FINALIZE: finalize,
     PROGRESS: progress,
     CANCEL: cancel,

@@ -18,7 +18,7 @@ runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_arg
 @runs.command("list")
 def list_runs(
     limit: int = typer.Option(20, min=1, max=1000, help="How many of the latest runs."),
-    status: str | None = typer.Option(None, help="Only runs in this status (e.g. running, failed)."),
+    status: str | None = typer.Option(None, help="Only runs in this status (running, degraded, ...)."),
 ) -> None:
     """The latest runs, newest first."""
     table = Table("run id", "runnable", "status", "tokens in/out", "created", "finished")

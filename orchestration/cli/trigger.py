@@ -58,3 +58,6 @@ def trigger(
         except (WorkflowFailedError, Exception) as error:
             raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
         console.print_json(json.dumps(result, default=str))
+        if handle.status == "degraded":  # it returned, but model calls failed on the way
+            recorded = handle.error if isinstance(handle.error, dict) else {}
+            console.print(f"[yellow]degraded[/]: {recorded.get('message', 'model calls failed')}")

@@ -24,6 +24,8 @@ class RunStatus(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
+    #: It returned its result, but model calls failed on the way (the error lists them).
+    DEGRADED = "degraded"
     FAILED = "failed"
     CANCELLED = "cancelled"
     DEADLINE_EXCEEDED = "deadline_exceeded"

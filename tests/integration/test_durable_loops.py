@@ -15,7 +15,8 @@ import pytest
 from actions import StateNotSerializableError
 from orchestration.celery_adapter.app import create_app
 from orchestration.client import CeleryAgentRunner
-from orchestration.engine import Done, WorkflowEngine
+from orchestration.engine import WorkflowEngine
+from orchestration.outcomes import Done
 from orchestration.registry import RunnableRegistry
 from orchestration.store import RunStore, open_store
 from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server

@@ -8,50 +8,17 @@ a path is defined; :meth:`ProgressRecorder.transcript` groups by path.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from parity_support import PARITY, run_inline, run_on_celery
 
 from actions import RunCancelledError
 from loops import CancellationToken, InlineAgentRunner, ProgressEvent
-from orchestration.client import CeleryAgentRunner, WorkflowFailedError
-from orchestration.registry import RunnableRegistry
+from orchestration.client import CeleryAgentRunner
 from orchestration.testing import ProgressRecorder
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class Outcome:
-    result: Any
-    error: tuple[str, str] | None
-    transcript: dict[str, list[tuple[Any, ...]]]
-
-
-PARITY = RunnableRegistry.from_modules(["parity_workflows"])
-
-
-def run_inline(name: str, input: Any) -> Outcome:
-    recorder = ProgressRecorder()
-    runner = InlineAgentRunner.create(runnable=PARITY.get(name).runnable)
-    try:
-        result, error = runner.request_sync(input=input, on_progress=recorder), None
-    except Exception as exc:  # the failure is part of what is compared
-        result, error = None, (type(exc).__name__, str(exc))
-    return Outcome(result=result, error=error, transcript=recorder.transcript())
-
-
-def run_on_celery(rig: Any, name: str, input: Any) -> Outcome:
-    handle = CeleryAgentRunner.create(runnable=name, app=rig.app, store=rig.store).request_sync(input=input)
-    try:
-        result, error = handle.wait_sync(timeout=60), None
-    except WorkflowFailedError as exc:
-        result, error = None, (exc.error_type, exc.message)
-    recorder = ProgressRecorder()
-    for _, event in rig.store.events(handle.run_id):
-        recorder(ProgressEvent.from_dict(event))
-    return Outcome(result=result, error=error, transcript=recorder.transcript())
 
 
 SCENARIOS = [

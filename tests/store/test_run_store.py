@@ -79,7 +79,14 @@ def test_finishing_needs_a_terminal_status(run_store: RunStore) -> None:
     for status in ("running", "pending", "done"):
         with pytest.raises(ValueError, match="does not end a run"):
             run_store.finish_run("r1", status=status)
-    assert {"succeeded", "failed", "cancelled", "deadline_exceeded", "budget_exceeded"} == TERMINAL_STATUSES
+    assert {
+        "succeeded",
+        "degraded",
+        "failed",
+        "cancelled",
+        "deadline_exceeded",
+        "budget_exceeded",
+    } == TERMINAL_STATUSES
 
 
 def test_a_finished_run_is_not_marked_running_again(run_store: RunStore) -> None:

@@ -3,7 +3,6 @@ loops with their actions, recursion drawn once."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from conftest import MODULES
@@ -15,7 +14,6 @@ from orchestration.graph import graph_of, to_mermaid
 from orchestration.registry import RunnableRegistry
 from pipelines import BaseAgentPipeline, BaseCompositeAgent
 
-ROOT = Path(__file__).resolve().parents[2]
 DEMO_MERMAID = """flowchart TD
     subgraph n1["<b>RecordSearchDemo</b><br/>record_search.demo"]
         direction TB
@@ -69,11 +67,9 @@ class Outer(BaseAgentPipeline):
     stages = (NeedsContext, Recursive)
 
 
-def test_the_demo_workflow_as_mermaid_and_in_the_docs() -> None:
+def test_the_demo_workflow_as_mermaid() -> None:
     registry = RunnableRegistry.from_modules(MODULES)
-    drawn = to_mermaid(graph_of(registry, "record_search.demo"))
-    documented = (ROOT / "docs" / "graphs.md").read_text().split("```mermaid\n", 1)[1].split("```", 1)[0]
-    assert drawn == DEMO_MERMAID == documented
+    assert to_mermaid(graph_of(registry, "record_search.demo")) == DEMO_MERMAID
 
 
 def test_nesting_recursion_and_actions_that_need_a_context() -> None:

@@ -1,0 +1,51 @@
+"""What a task does next, as the :class:`~orchestration.engine.WorkflowEngine` decides it.
+
+An :data:`Outcome` is a value (:class:`Done`: the node ran here), a pipeline's
+stages to chain (:class:`ChainStages`), a composite's branches to fan out
+(:class:`FanOut`), or a :class:`~orchestration.wire.BranchFailure` travelling
+to the composite that collects it. The Celery adapter compiles each into a
+return value or a canvas (``celery_adapter/canvas.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestration.wire import BranchFailure, WorkflowNode
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Done:
+    """The node's work is done here: ``value`` is its output."""
+
+    value: Any
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChainStages:
+    """Run the pipeline ``node``'s ``stages`` stages in order, then close it."""
+
+    node: WorkflowNode
+    input: Any
+    stages: int
+    #: ``build_stage_input`` is overridden, so each stage may read the pipeline's own input.
+    carries_input: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FanOut:
+    """Run the composite ``node``'s branches, then merge their outputs.
+
+    ``max_concurrency`` (the composite's; ``None``: no bound) is how many branches may run at once.
+    """
+
+    node: WorkflowNode
+    input: Any
+    branches: Sequence[tuple[WorkflowNode, Any]]
+    max_concurrency: int | None = None
+
+
+#: What a task does next.
+Outcome = Done | ChainStages | FanOut | BranchFailure
