@@ -9,12 +9,15 @@ this process and prints the viewer's address with it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.markup import escape
 
 from orchestration.cli.common import celery_app, cli_settings, console, fail
 from orchestration.cli.demo import DEMO_MODULE
 from orchestration.redaction import redact_url
+from orchestration.settings import Settings
 from orchestration.store import database_url
 
 
@@ -44,18 +47,25 @@ def serve(
     with celery_app(settings, start_worker=worker) as app:
         web = create_web_app(celery_app=app, settings=settings)
         config = uvicorn_config(web, settings, host=host, port=port)
-        base = f"http://{config.host}:{config.port}"
-        console.print(f"[bold]agentloop serve[/] on {base}  (Ctrl-C stops)")
-        console.print(f"  broker   {escape(redact_url(str(app.conf.broker_url)))}")
-        console.print(f"  database {escape(redact_url(database_url(settings)))}")
-        console.print(f"  runnables from {escape(', '.join(settings.imports))}")
-        console.print(f"  graphql  {base}/graphql   events  {base}/runs/<id>/events")
-        if token is not None:
-            console.print(f"  viewer   {base}/ui/#token={token}")
-            console.print(
-                f"  token    {token}  [dim](every scope, this process only; "
-                "set AGENTLOOP_HTTP_TOKENS to choose your own)[/]"
-            )
-        else:
-            console.print(f"  viewer   {base}/ui/  (it asks for a token)")
+        for line in banner(app, settings, f"http://{config.host}:{config.port}", token):
+            console.print(line, soft_wrap=True, highlight=False)
         run_server(config)
+
+
+def banner(app: Any, settings: Settings, base: str, token: str | None) -> list[str]:
+    """What ``agentloop serve`` prints when it starts: where it listens, and how to get in."""
+    lines = [
+        f"[bold]agentloop serve[/] on {base}  (Ctrl-C stops)",
+        f"  broker   {escape(redact_url(str(app.conf.broker_url)))}",
+        f"  database {escape(redact_url(database_url(settings)))}",
+        f"  runnables from {escape(', '.join(settings.imports))}",
+        f"  graphql  {base}/graphql   events  {base}/runs/<id>/events",
+    ]
+    if token is None:
+        return [*lines, f"  viewer   {base}/ui/  (it asks for a token)"]
+    return [
+        *lines,
+        f"  viewer   {base}/ui/#token={token}",
+        f"  token    {token}  [dim](every scope, this process only; "
+        "set AGENTLOOP_HTTP_TOKENS to choose your own)[/]",
+    ]

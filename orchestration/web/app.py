@@ -15,6 +15,7 @@ from typing import Any
 
 from celery import Celery
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -26,11 +27,11 @@ from orchestration.registry import RunnableRegistry
 from orchestration.settings import Settings
 from orchestration.store import RunStore
 from orchestration.web.auth import Authenticator
-from orchestration.web.errors import ApiError
+from orchestration.web.errors import error_response
 from orchestration.web.graphql_view import GraphQLEndpoint
 from orchestration.web.limits import BodyLimit, StreamSlots
 from orchestration.web.progress import ProgressHub
-from orchestration.web.rest import error_response, rest_routes
+from orchestration.web.rest import rest_routes
 from orchestration.web.schema import build_schema
 from orchestration.web.service import RunService
 from orchestration.web.sse import sse_routes
@@ -41,7 +42,7 @@ __all__ = ["create_web_app"]
 
 
 async def _refused(request: Request, error: Exception) -> Response:
-    assert isinstance(error, ApiError)
+    assert isinstance(error, HTTPException)
     return error_response(error)
 
 
@@ -98,7 +99,7 @@ def create_web_app(
             *ui_routes(),
         ],
         middleware=middleware,
-        exception_handlers={ApiError: _refused},
+        exception_handlers={HTTPException: _refused},
         lifespan=lifespan,
     )
     app.state.web = state

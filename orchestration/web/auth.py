@@ -5,7 +5,7 @@
 no header is given and ``AGENTLOOP_HTTP_ANONYMOUS_SCOPES`` grants some. A
 wrong token never falls back to the anonymous scopes. Tokens are compared in
 constant time. With nothing configured every request is
-:class:`~orchestration.web.errors.Unauthenticated`.
+401.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from orchestration.settings_http import HttpSettings
-from orchestration.web.errors import Forbidden, Unauthenticated
+from orchestration.web.errors import forbidden, unauthenticated
 
 __all__ = ["READ", "START", "CANCEL", "Authenticator", "Principal", "bearer_token"]
 
@@ -35,22 +35,22 @@ class Principal:
         return READ in self.scopes
 
     def require(self, scope: str) -> None:
-        """:class:`~orchestration.web.errors.Forbidden` unless the caller holds ``scope``."""
+        """403 unless the caller holds ``scope``."""
         if scope not in self.scopes:
-            raise Forbidden(f"this token lacks the {scope!r} scope")
+            raise forbidden(f"this token lacks the {scope!r} scope")
 
 
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` value; ``None`` without one.
 
-    A value in another scheme, or an empty bearer, is :class:`Unauthenticated`.
+    A value in another scheme, or an empty bearer, is 401.
     """
     if authorization is None:
         return None
     scheme, _, token = authorization.strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
-        raise Unauthenticated("use 'Authorization: Bearer <token>'")
+        raise unauthenticated("use 'Authorization: Bearer <token>'")
     return token
 
 
@@ -65,19 +65,19 @@ class Authenticator:
         self._anonymous = frozenset(settings.anonymous_scopes)
 
     def principal(self, authorization: str | None) -> Principal:
-        """The caller with this ``Authorization`` value, or :class:`Unauthenticated`."""
+        """The caller with this ``Authorization`` value, or 401."""
         token = bearer_token(authorization)
         if token is None:
             if self._anonymous:
                 return Principal(name="anonymous", scopes=self._anonymous)
-            raise Unauthenticated("a bearer token is required (Authorization: Bearer <token>)")
+            raise unauthenticated("a bearer token is required (Authorization: Bearer <token>)")
         offered = token.encode()
         found: Principal | None = None
         for secret, scopes, name in self._grants:  # every grant compared: the time says nothing
             if hmac.compare_digest(secret, offered) and found is None:
                 found = Principal(name=name, scopes=scopes)
         if found is None:
-            raise Unauthenticated("unknown token")
+            raise unauthenticated("unknown token")
         return found
 
     def from_headers(self, headers: Mapping[str, str]) -> Principal:

@@ -1,71 +1,93 @@
-"""What a request can be refused for, once for both fronts: an HTTP status and a GraphQL code.
+"""Why a request is refused: an HTTP status, a GraphQL code and a message, raised as Starlette's
+``HTTPException``.
 
-The routes (``rest.py``, ``sse.py``) answer an :class:`ApiError` as
-``{"error": {"code", "message"}}`` with its ``status``; the GraphQL schema
-raises it as a GraphQL error whose ``extensions.code`` is its ``code``.
+A refusal never leaves this adapter as an error a user catches: the routes
+answer it as ``{"error": {"code", "message"}}`` with its status
+(:func:`error_response`), the GraphQL schema as an error whose
+``extensions.code`` is :func:`code_of` it. So the framework defines no
+exception type for it (its one error tree is for what a user catches) and uses
+the web framework's own, made by the functions below.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 
 __all__ = [
-    "ApiError",
-    "Conflict",
-    "Forbidden",
-    "InvalidInput",
-    "NotFound",
-    "TooLarge",
-    "Unauthenticated",
-    "Unavailable",
+    "code_of",
+    "conflict",
+    "error_body",
+    "error_response",
+    "forbidden",
+    "invalid_input",
+    "not_found",
+    "too_large",
+    "unauthenticated",
+    "unavailable",
+    "unsupported_media_type",
 ]
 
-
-class ApiError(Exception):
-    """A refused request: ``status`` for HTTP, ``code`` for GraphQL, ``message`` for people."""
-
-    status: ClassVar[int] = 400
-    code: ClassVar[str] = "BAD_REQUEST"
-
-    def __init__(self, message: str) -> None:
-        self.message = message
-        super().__init__(message)
-
-    def to_json(self) -> dict[str, dict[str, str]]:
-        return {"error": {"code": self.code, "message": self.message}}
-
-
-class Unauthenticated(ApiError):
-    """No token, or a token that is not one of the configured ones."""
-
-    status, code = 401, "UNAUTHENTICATED"
+#: The GraphQL ``extensions.code`` (and the JSON ``error.code``) of each status.
+CODES = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHENTICATED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "BAD_USER_INPUT",
+    503: "UNAVAILABLE",
+}
 
 
-class Forbidden(ApiError):
-    """A valid token without the scope the request needs."""
-
-    status, code = 403, "FORBIDDEN"
-
-
-class NotFound(ApiError):
-    status, code = 404, "NOT_FOUND"
+def unauthenticated(message: str) -> HTTPException:
+    """No token, or one that is not configured (401, with ``WWW-Authenticate: Bearer``)."""
+    return HTTPException(401, message, headers={"WWW-Authenticate": 'Bearer realm="agentloop"'})
 
 
-class Conflict(ApiError):
-    """The run id is taken by another workflow, or the run has already ended."""
-
-    status, code = 409, "CONFLICT"
-
-
-class TooLarge(ApiError):
-    status, code = 413, "PAYLOAD_TOO_LARGE"
+def forbidden(message: str) -> HTTPException:
+    """A valid token without the scope the request needs (403)."""
+    return HTTPException(403, message)
 
 
-class InvalidInput(ApiError):
-    status, code = 422, "BAD_USER_INPUT"
+def not_found(message: str) -> HTTPException:
+    return HTTPException(404, message)
 
 
-class Unavailable(ApiError):
-    """Too many event streams open in this process."""
+def conflict(message: str) -> HTTPException:
+    """The run id belongs to another workflow, or the run has already ended (409)."""
+    return HTTPException(409, message)
 
-    status, code = 503, "UNAVAILABLE"
+
+def too_large(message: str) -> HTTPException:
+    return HTTPException(413, message)
+
+
+def unsupported_media_type(message: str) -> HTTPException:
+    return HTTPException(415, message)
+
+
+def invalid_input(message: str) -> HTTPException:
+    """A field, a body or a parameter the API does not accept (422)."""
+    return HTTPException(422, message)
+
+
+def unavailable(message: str) -> HTTPException:
+    """Every event stream slot of this process is taken (503)."""
+    return HTTPException(503, message)
+
+
+def code_of(error: HTTPException) -> str:
+    return CODES.get(error.status_code, f"HTTP_{error.status_code}")
+
+
+def error_body(error: HTTPException) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code_of(error), "message": str(error.detail)}}
+
+
+def error_response(error: HTTPException) -> JSONResponse:
+    """The JSON answer to a refusal, with its status and headers."""
+    return JSONResponse(error_body(error), status_code=error.status_code, headers=error.headers)

@@ -17,6 +17,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 import strawberry
+from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -26,8 +27,7 @@ from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.unset import UNSET, UnsetType
 
-from orchestration.web.errors import ApiError
-from orchestration.web.rest import error_response
+from orchestration.web.errors import code_of, error_response
 from orchestration.web.state import WebState
 
 __all__ = ["GraphQLEndpoint"]
@@ -54,7 +54,7 @@ class GraphQLEndpoint(GraphQL[dict[str, Any], None]):
         if scope["type"] == "http":
             try:
                 self.state.auth.from_headers(HTTPConnection(scope).headers)
-            except ApiError as error:
+            except HTTPException as error:
                 await error_response(error)(scope, receive, send)
                 return
         elif scope["type"] == "websocket" and not self._origin_allowed(HTTPConnection(scope)):
@@ -92,6 +92,6 @@ class GraphQLEndpoint(GraphQL[dict[str, Any], None]):
             context["principal"] = self.state.auth.principal(
                 header or (offered if isinstance(offered, str) else None)
             )
-        except ApiError as error:
-            raise ConnectionRejectionError({"code": error.code, "message": error.message}) from None
+        except HTTPException as error:
+            raise ConnectionRejectionError({"code": code_of(error), "message": error.detail}) from None
         return cast(UnsetType, UNSET)

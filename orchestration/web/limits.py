@@ -19,7 +19,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
 
-from orchestration.web.errors import InvalidInput, TooLarge, Unavailable
+from orchestration.web.errors import error_body, invalid_input, too_large, unavailable
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -43,28 +43,28 @@ _MAX_BUDGET = 2**62
 
 
 def check_json(value: Any, *, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """``value`` when it is JSON data nested at most ``max_depth`` deep; :class:`InvalidInput` otherwise."""
+    """``value`` when it is JSON data nested at most ``max_depth`` deep; 422 otherwise."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict | list):
             if depth > max_depth:
-                raise InvalidInput(f"{what} is nested more than {max_depth} levels deep")
+                raise invalid_input(f"{what} is nested more than {max_depth} levels deep")
             children = item.values() if isinstance(item, dict) else item
             if isinstance(item, dict) and not all(isinstance(key, str) for key in item):
-                raise InvalidInput(f"{what} has an object key that is not a string")
+                raise invalid_input(f"{what} has an object key that is not a string")
             stack.extend((child, depth + 1) for child in children)
         elif not (item is None or isinstance(item, str | int | float | bool)):
-            raise InvalidInput(f"{what} is not JSON data ({type(item).__name__})")
+            raise invalid_input(f"{what} is not JSON data ({type(item).__name__})")
         elif isinstance(item, str) and "\x00" in item:
-            raise InvalidInput(f"{what} holds a NUL character")
+            raise invalid_input(f"{what} holds a NUL character")
     return value
 
 
 def check_identifier(value: Any, *, what: str) -> str:
     """A run id or runnable name: 1 to 200 letters, digits and ``._:@/-``, starting with a letter or digit."""
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
-        raise InvalidInput(f"{what} must be 1 to 200 characters of letters, digits and ._:@/- ")
+        raise invalid_input(f"{what} must be 1 to 200 characters of letters, digits and ._:@/- ")
     return value
 
 
@@ -72,7 +72,7 @@ def check_token_budget(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _MAX_BUDGET:
-        raise InvalidInput(f"token_budget must be an integer from 0 to 2^62, not {value!r}")
+        raise invalid_input(f"token_budget must be an integer from 0 to 2^62, not {value!r}")
     return value
 
 
@@ -80,16 +80,16 @@ def check_page(limit: Any, offset: Any) -> tuple[int, int]:
     """``(limit, offset)`` of a runs page, each within its bound."""
     for name, value, high in (("limit", limit, MAX_PAGE_SIZE), ("offset", offset, MAX_OFFSET)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
-            raise InvalidInput(f"{name} must be an integer from 0 to {high}, not {value!r}")
+            raise invalid_input(f"{name} must be an integer from 0 to {high}, not {value!r}")
     return int(limit), int(offset)
 
 
 def parse_json_body(body: bytes) -> Any:
-    """A request body as JSON; :class:`InvalidInput` when it is not JSON or too deep."""
+    """A request body as JSON; 422 when it is not JSON or too deep."""
     try:
         value = json.loads(body or b"null")
     except (ValueError, RecursionError):
-        raise InvalidInput("the body is not JSON") from None
+        raise invalid_input("the body is not JSON") from None
     return check_json(value, what="the body")
 
 
@@ -100,13 +100,13 @@ class StreamSlots:
         self.limit, self.open = limit, 0
 
     def check(self) -> None:
-        """:class:`Unavailable` when every slot is taken now."""
+        """503 when every slot is taken now."""
         if self.open >= self.limit:
-            raise Unavailable(f"{self.limit} event streams are open already; try again later")
+            raise unavailable(f"{self.limit} event streams are open already; try again later")
 
     @contextmanager
     def take(self) -> Iterator[None]:
-        """Hold a slot for the ``with`` block; :class:`Unavailable` when every slot is taken."""
+        """Hold a slot for the ``with`` block; 503 when every slot is taken."""
         self.check()
         self.open += 1
         try:
@@ -155,7 +155,7 @@ class BodyLimit:
 
 
 async def _refuse(send: Send, max_bytes: int) -> None:
-    body = json.dumps(TooLarge(f"the body is over {max_bytes} bytes").to_json()).encode()
+    body = json.dumps(error_body(too_large(f"the body is over {max_bytes} bytes"))).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 413, "headers": headers})
     await send({"type": "http.response.body", "body": body})

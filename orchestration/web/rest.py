@@ -23,27 +23,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from orchestration.web.errors import ApiError, InvalidInput
+from orchestration.web.errors import invalid_input, unsupported_media_type
 from orchestration.web.limits import parse_json_body
 from orchestration.web.state import caller, web_state
 
-__all__ = ["error_response", "rest_routes"]
-
-
-class UnsupportedMediaType(ApiError):
-    status, code = 415, "UNSUPPORTED_MEDIA_TYPE"
-
-
-def error_response(error: ApiError) -> JSONResponse:
-    """An :class:`ApiError` as its JSON answer (``WWW-Authenticate`` with a 401)."""
-    headers = {"WWW-Authenticate": 'Bearer realm="agentloop"'} if error.status == 401 else None
-    return JSONResponse(error.to_json(), status_code=error.status, headers=headers)
+__all__ = ["rest_routes"]
 
 
 async def _json_body(request: Request) -> Any:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json":
-        raise UnsupportedMediaType("send the request with Content-Type: application/json")
+        raise unsupported_media_type("send the request with Content-Type: application/json")
     return parse_json_body(await request.body())
 
 
@@ -52,7 +42,7 @@ def _int_param(request: Request, name: str, default: int) -> int:
     if value is None:
         return default
     if not value.isdigit():
-        raise InvalidInput(f"{name} must be a non-negative integer")
+        raise invalid_input(f"{name} must be a non-negative integer")
     return int(value)
 
 
@@ -60,7 +50,7 @@ async def start_run(request: Request) -> JSONResponse:
     principal = caller(request)
     body = await _json_body(request)
     if not isinstance(body, dict):
-        raise InvalidInput("the body must be a JSON object")
+        raise invalid_input("the body must be a JSON object")
     view, created = await web_state(request).service.start(principal, body)
     return JSONResponse(
         view, status_code=202 if created else 200, headers={"Location": f"/runs/{view['id']}"}

@@ -31,13 +31,14 @@ from typing import Annotated, Any, NewType, TypeVar
 
 import strawberry
 from graphql import GraphQLError
+from starlette.exceptions import HTTPException
 from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 from strawberry.types.scalar import ScalarDefinition
 
 from orchestration.web.auth import Principal
-from orchestration.web.errors import ApiError, Unauthenticated
+from orchestration.web.errors import code_of, unauthenticated
 from orchestration.web.limits import graphql_limits
 from orchestration.web.service import RunService
 
@@ -155,16 +156,16 @@ async def _ready(value: T) -> T:
 def _principal(info: Info) -> Principal:
     principal = info.context.get("principal")
     if not isinstance(principal, Principal):
-        raise Unauthenticated("a bearer token is required")
+        raise unauthenticated("a bearer token is required")
     return principal
 
 
 async def _call(info: Info, action: Callable[[RunService, Principal], Awaitable[T]]) -> T:
-    """Run ``action`` with the service and the caller; an :class:`ApiError` becomes a GraphQL error."""
+    """Run ``action`` with the service and the caller; a refusal becomes a GraphQL error."""
     try:
         return await action(info.context["service"], _principal(info))
-    except ApiError as error:
-        raise GraphQLError(error.message, extensions={"code": error.code}) from None
+    except HTTPException as error:
+        raise GraphQLError(str(error.detail), extensions={"code": code_of(error)}) from None
 
 
 @strawberry.type
@@ -174,8 +175,8 @@ class Query:
         async def get(service: RunService, principal: Principal) -> Run | None:
             try:
                 return Run.of(await service.get(principal, id))
-            except ApiError as error:
-                if error.code == "NOT_FOUND":
+            except HTTPException as error:
+                if error.status_code == 404:
                     return None
                 raise
 

@@ -23,7 +23,7 @@ from orchestration.graph import graph_of, to_mermaid
 from orchestration.registry import RunnableRegistry
 from orchestration.store import RunRecord, RunStore
 from orchestration.web.auth import CANCEL, START, Principal
-from orchestration.web.errors import Conflict, InvalidInput, NotFound
+from orchestration.web.errors import conflict, invalid_input, not_found
 from orchestration.web.limits import (
     StreamSlots,
     check_identifier,
@@ -67,13 +67,13 @@ class RunService:
         principal.require(START)
         unknown = sorted(set(request) - LAUNCH_FIELDS)
         if unknown:
-            raise InvalidInput(f"unknown field(s) {', '.join(unknown)}; a run takes {sorted(LAUNCH_FIELDS)}")
+            raise invalid_input(f"unknown field(s) {', '.join(unknown)}; a run takes {sorted(LAUNCH_FIELDS)}")
         name = check_identifier(request.get("runnable"), what="runnable")
         if name not in self.registry:
-            raise InvalidInput(f"unknown runnable {name!r}; see GET /runnables")
+            raise invalid_input(f"unknown runnable {name!r}; see GET /runnables")
         context = request.get("context")
         if context is not None and not isinstance(context, dict):
-            raise InvalidInput("context must be a JSON object")
+            raise invalid_input("context must be a JSON object")
         run_id = request.get("run_id")
         if run_id is not None:
             run_id = check_identifier(run_id, what="run_id")
@@ -93,7 +93,7 @@ class RunService:
                 token_budget=check_token_budget(request.get("token_budget")),
             )
         except LaunchRequestError as error:
-            raise InvalidInput(str(error)) from None
+            raise invalid_input(str(error)) from None
         self._remember(handle.run_id, name)
         return pending_view(handle.run_id, name), True
 
@@ -103,7 +103,7 @@ class RunService:
         if runnable is None:
             return None
         if runnable != name:
-            raise Conflict(f"run id {run_id!r} belongs to a run of {runnable!r}")
+            raise conflict(f"run id {run_id!r} belongs to a run of {runnable!r}")
         if record is None:
             return pending_view(run_id, name)
         return run_view(record, can_read=principal.can_read)
@@ -119,13 +119,13 @@ class RunService:
         return await asyncio.to_thread(self.store.get_run, check_identifier(run_id, what="run id"))
 
     async def get(self, principal: Principal, run_id: Any) -> dict[str, Any]:
-        """The run (pending when launched here and not recorded yet); :class:`NotFound` otherwise."""
+        """The run (pending when launched here and not recorded yet); 404 otherwise."""
         record = await self._record(run_id)
         if record is not None:
             return run_view(record, can_read=principal.can_read)
         if run_id in self._launched:
             return pending_view(run_id, self._launched[run_id])
-        raise NotFound(f"no run {run_id!r}")
+        raise not_found(f"no run {run_id!r}")
 
     async def list_runs(
         self,
@@ -148,15 +148,15 @@ class RunService:
         return [run_view(record, can_read=principal.can_read) for record in records[offset:]]
 
     async def cancel(self, principal: Principal, run_id: Any) -> dict[str, Any]:
-        """Ask the run to stop at its next step; :class:`Conflict` when it has ended."""
+        """Ask the run to stop at its next step; 409 when it has ended."""
         principal.require(CANCEL)
         record = await self._record(run_id)
         if record is None:
-            raise NotFound(
+            raise not_found(
                 f"no run {run_id!r} recorded (a run just started is recorded once a worker takes it)"
             )
         if record.is_finished:
-            raise Conflict(f"run {record.id!r} has already ended ({record.status})")
+            raise conflict(f"run {record.id!r} has already ended ({record.status})")
         handle = RunHandle(app=self.celery_app, run_id=record.id, store=self.store)
         await asyncio.to_thread(handle.cancel)
         return await self.get(principal, record.id)
@@ -211,6 +211,6 @@ class RunService:
     def graph(self, principal: Principal, name: Any) -> dict[str, Any]:
         """The runnable's tree (``graph``) and its mermaid text (``mermaid``)."""
         if not isinstance(name, str) or name not in self.registry:
-            raise NotFound(f"no runnable {name!r}")
+            raise not_found(f"no runnable {name!r}")
         node = graph_of(self.registry, name)
         return {"name": name, "graph": node.to_dict(), "mermaid": to_mermaid(node)}

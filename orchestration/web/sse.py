@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from orchestration.web.errors import InvalidInput
+from orchestration.web.errors import invalid_input
 from orchestration.web.state import caller, web_state
 
 __all__ = ["format_event", "sse_routes"]
@@ -54,7 +54,7 @@ def _after_id(request: Request) -> tuple[int, bool]:
     value = resumed if resumed is not None else request.query_params.get("after", "0")
     value = value.strip()
     if not value.isdigit() or len(value) > 18:
-        raise InvalidInput("Last-Event-ID (or ?after=) must be an event id")
+        raise invalid_input("Last-Event-ID (or ?after=) must be an event id")
     return int(value), resumed is not None
 
 

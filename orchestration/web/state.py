@@ -29,5 +29,5 @@ def web_state(connection: HTTPConnection) -> WebState:
 
 
 def caller(connection: HTTPConnection) -> Principal:
-    """The caller of a request (:class:`~orchestration.web.errors.Unauthenticated` without a valid token)."""
+    """The caller of a request (401 without a valid token)."""
     return web_state(connection).auth.from_headers(connection.headers)

@@ -3,6 +3,7 @@ loops with their actions, recursion drawn once."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from conftest import MODULES
@@ -14,6 +15,7 @@ from orchestration.graph import graph_of, to_mermaid
 from orchestration.registry import RunnableRegistry
 from pipelines import BaseAgentPipeline, BaseCompositeAgent
 
+ROOT = Path(__file__).resolve().parents[2]
 DEMO_MERMAID = """flowchart TD
     subgraph n1["<b>RecordSearchDemo</b><br/>record_search.demo"]
         direction TB
@@ -67,9 +69,11 @@ class Outer(BaseAgentPipeline):
     stages = (NeedsContext, Recursive)
 
 
-def test_the_demo_workflow_as_mermaid() -> None:
+def test_the_demo_workflow_as_mermaid_and_in_the_docs() -> None:
     registry = RunnableRegistry.from_modules(MODULES)
-    assert to_mermaid(graph_of(registry, "record_search.demo")) == DEMO_MERMAID
+    drawn = to_mermaid(graph_of(registry, "record_search.demo"))
+    documented = (ROOT / "docs" / "graphs.md").read_text().split("```mermaid\n", 1)[1].split("```", 1)[0]
+    assert drawn == DEMO_MERMAID == documented
 
 
 def test_nesting_recursion_and_actions_that_need_a_context() -> None:

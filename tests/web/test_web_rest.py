@@ -52,12 +52,13 @@ def test_the_run_id_is_an_idempotency_key(rig: WebRig) -> None:
 
 def test_runs_are_listed_newest_first_and_filtered(rig: WebRig) -> None:
     with TestClient(rig.web()) as client:
-        ids = [
-            client.post("/runs", json={"runnable": "web.echo", "input": n}, headers=auth("all")).json()["id"]
-            for n in range(3)
-        ]
-        for run_id in ids:
-            wait_for(lambda run_id=run_id: finished(client, run_id), what="the runs to end")
+        ids = []
+        for n in range(3):  # one after the other: a worker records them in this order
+            run_id = client.post(
+                "/runs", json={"runnable": "web.echo", "input": n}, headers=auth("all")
+            ).json()["id"]
+            wait_for(lambda run_id=run_id: finished(client, run_id), what="the run to end")
+            ids.append(run_id)
         listed = client.get(
             "/runs", params={"runnable": "web.echo", "limit": 3}, headers=auth("read")
         ).json()["runs"]

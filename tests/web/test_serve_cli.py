@@ -1,0 +1,84 @@
+"""``agentloop serve`` on the embedded defaults: one process (in-memory broker, a worker thread,
+SQLite), closed by default with a printed one-off token, and the demo workflow startable at once."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def read_until(process: subprocess.Popen[str], pattern: str, timeout: float = 60.0) -> re.Match[str]:
+    assert process.stdout is not None
+    seen, deadline = "", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.5)
+        if ready:
+            line = process.stdout.readline()
+            seen += line
+            found = re.search(pattern, seen)
+            if found:
+                return found
+        if process.poll() is not None:
+            break
+    raise AssertionError(f"agentloop serve never printed {pattern!r}; it printed:\n{seen}")
+
+
+def test_serve_on_the_embedded_defaults_runs_the_demo_for_a_newcomer(tmp_path: Path) -> None:
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AGENTLOOP_", "OPENAI_"))}
+    env.update(AGENTLOOP_HOME=str(tmp_path), COLUMNS="80", PYTHONPATH=str(ROOT))
+    for name in ("BROKER_URL", "REDIS_URL", "RESULT_BACKEND", "DATABASE_URL"):
+        env.pop(name, None)
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from orchestration.cli import main; main()", "serve", "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        token = read_until(process, r"/ui/#token=(\S+)").group(1)
+        base = f"http://127.0.0.1:{port}"
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=base, timeout=30) as client:
+            assert client.get("/runs").status_code == 401  # closed by default
+            assert client.get("/ui/").status_code == 200
+            names = [
+                r["name"]
+                for r in client.get("/runnables", headers=headers).json()["runnables"]
+                if r["declared"]
+            ]
+            started = client.post(
+                "/runs", json={"runnable": "record_search.demo", "input": {}}, headers=headers
+            )
+            run_id = started.json()["id"]
+            with client.stream("GET", f"/runs/{run_id}/events", headers=headers, timeout=120) as stream:
+                body = "".join(stream.iter_text())
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+
+    assert names == ["record_search.ask", "record_search.demo"]
+    assert started.status_code == 202
+    assert "event: end" in body and '"status":"succeeded"' in body.rsplit("event: end", 1)[1]
+    assert process.returncode in (0, 130), output  # 130: stopped by Ctrl-C, as a shell reports it
+    assert "Traceback" not in output
+    assert (tmp_path / "agentloop.sqlite3").exists()
