@@ -352,7 +352,8 @@ class WorkflowEngine:
         reported = {e["path"] for _, e in self.store.events(node.run_id) if e.get("status") == "failed"}
         try:
             for ancestor in reversed(node.ancestors):
-                if node.capture is not None and ancestor.path == node.capture:
+                collected = not isinstance(error, RunStoppedError)  # a stop ends the run, as inline
+                if collected and node.capture is not None and ancestor.path == node.capture:
                     return BranchFailure.of(error, capture=node.capture)
                 error = await self._report_ancestor(node, ancestor, error, publisher, reported)
         finally:

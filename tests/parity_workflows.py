@@ -263,7 +263,14 @@ class CrawlFan(BaseCompositeAgent):
         return [Branch(runnable=Crawl, input=i, key=str(i)) for i in range(input)]
 
 
+class CollectingCrawlFan(CrawlFan):
+    """Collects failing branches, but never a deadline: that stops the whole run."""
+
+    failure_policy = FailurePolicy.COLLECT
+
+
 register("parity.crawl_fan", CrawlFan)
+register("parity.collecting_crawl_fan", CollectingCrawlFan)
 register("parity.bounded_fan", BoundedFan)
 register("parity.one_lane_fan", OneLaneFan)
 register("parity.bounded_fan_of_pipelines", BoundedFanOfPipelines)

@@ -49,8 +49,8 @@ def test_branches_that_expand_and_fail_keep_their_order_in_lanes(parity_celery: 
 
 @pytest.mark.parametrize(
     ("name", "input"),
-    [("parity.crawl_after_count", 1), ("parity.crawl_fan", 3)],
-    ids=["in-a-pipeline-stage", "in-every-branch"],
+    [("parity.crawl_after_count", 1), ("parity.crawl_fan", 3), ("parity.collecting_crawl_fan", 3)],
+    ids=["in-a-pipeline-stage", "in-every-branch", "never-collected-as-a-branch-failure"],
 )
 def test_the_whole_run_deadline_ends_the_run_on_both_runners(
     parity_celery: Any, name: str, input: Any
