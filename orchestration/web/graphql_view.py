@@ -47,6 +47,7 @@ class GraphQLEndpoint(GraphQL[dict[str, Any], None]):
             keep_alive_interval=state.keepalive_seconds,
             subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
             connection_init_wait_timeout=timedelta(seconds=10),
+            max_subscriptions_per_connection=20,
         )
         self.state, self.allowed_origins = state, allowed_origins
 

@@ -98,3 +98,19 @@ async def test_an_idle_stream_sends_keepalives_and_an_unknown_run_is_404(rig: We
     assert ": keepalive" in text and text.startswith("retry: 2000")
     assert response.headers["content-type"].startswith("text/event-stream")
     assert missing.status_code == 404 and bad.status_code == 422
+
+
+async def test_a_client_that_leaves_gives_its_follower_and_stream_slot_back_at_once(rig: WebRig) -> None:
+    app = rig.web(keepalive_seconds=60)
+    service = app.state.web.service
+    with live_server(app) as base, httpx.Client(base_url=base) as client:
+        run_id, gate = start_gated(client, rig, ["a"])
+        async with httpx.AsyncClient(base_url=base, timeout=30) as stream_client:
+            head, _ = await collect(stream_client, f"/runs/{run_id}/events", auth("read"), stop_after=1)
+            assert head  # the client read one event, then closed its connection
+            wait_for(
+                lambda: service.hub.feeds == 0 and service.slots.open == 0,
+                timeout=5,
+                what="the follower to leave",
+            )
+        gate.touch()
