@@ -4,11 +4,14 @@
 
     agentloop demo                       the main job, on embedded defaults
     agentloop trigger NAME --input JSON [--context JSON] [--wait]
-    agentloop runs list | show ID | watch ID
+    agentloop cancel RUN_ID              ask every task of a run to stop
+    agentloop runnables                  the registered runnables, their stages and branches
+    agentloop runs list [--wide] | show ID | watch ID
     agentloop tools list | show ID | load FILE...
     agentloop graph NAME [--json]        a runnable's shape, as a mermaid diagram
     agentloop serve [--host H --port P]  runs over HTTP/GraphQL/SSE and the viewer at /ui
 
+Every command that prints takes ``--json`` (JSON on stdout, for scripts).
 Workers, beat and Flower start with Celery's own commands:
 ``celery -A orchestration worker|beat|flower``.
 """
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import typer
 
+from orchestration.cli.cancel import cancel
 from orchestration.cli.demo import demo
 from orchestration.cli.graph import graph
+from orchestration.cli.runnables import runnables
 from orchestration.cli.runs import runs
 from orchestration.cli.serve import serve
 from orchestration.cli.tools import tools
@@ -32,6 +37,8 @@ app = typer.Typer(
 )
 app.command("demo")(demo)
 app.command("trigger")(trigger)
+app.command("cancel")(cancel)
+app.command("runnables")(runnables)
 app.command("graph")(graph)
 app.command("serve")(serve)
 app.add_typer(runs, name="runs")

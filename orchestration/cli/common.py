@@ -1,4 +1,10 @@
-"""What the CLI commands share: JSON arguments, the stores, the Celery app, live progress."""
+"""What the CLI commands share: JSON in and out, the stores, the Celery app, live progress.
+
+Every command that prints something takes ``--json``: then stdout holds only
+JSON (one document, or one per line for a stream of events), for scripts;
+messages and progress go to stderr. Exit codes are the same either way
+(:data:`EXIT_FAILED`, :data:`EXIT_USAGE`, :data:`EXIT_TIMEOUT`).
+"""
 
 from __future__ import annotations
 
@@ -35,6 +41,20 @@ EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 1, 2, 3
 def fail(message: str, *, code: int = EXIT_USAGE) -> typer.Exit:
     errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
+
+
+#: ``--json``, the same on every command.
+JSON_HELP = "Print JSON on stdout for scripts (messages go to stderr)."
+
+
+def json_option() -> Any:
+    """The ``--json`` option."""
+    return typer.Option(False, "--json", help=JSON_HELP)
+
+
+def print_json(value: Any) -> None:
+    """``value`` as one line of JSON on stdout: never wrapped, coloured or cut, whatever the width."""
+    typer.echo(json.dumps(value, default=str, ensure_ascii=False))
 
 
 def parse_json(text: str | None, *, what: str, default: Any = None) -> Any:
@@ -97,8 +117,8 @@ def describe_event(event: ProgressEvent) -> str:
     return escape(f"{event.runnable} ({where}) {event.phase}: {event.message}")
 
 
-def follow(handle: Any, *, timeout: float | None, title: str = "running") -> Any:
-    """Wait for ``handle``'s result with a live progress bar of the run's steps.
+def follow(handle: Any, *, timeout: float | None, title: str = "running", quiet: bool = False) -> Any:
+    """Wait for ``handle``'s result with a live progress bar of the run's steps (on stderr when ``quiet``).
 
     Every runnable in the workflow (each loop, stage, branch) is a step; the
     bar shows how many have finished of those started so far.
@@ -114,7 +134,7 @@ def follow(handle: Any, *, timeout: float | None, title: str = "running") -> Any
         TimeElapsedColumn(),
         TextColumn("{task.fields[last]}", style="dim"),
     )
-    with Progress(*columns, console=console, transient=False) as bar:
+    with Progress(*columns, console=errors if quiet else console, transient=quiet) as bar:
         task = bar.add_task(title, total=None, last="")
         while True:
             done = handle.result.ready()

@@ -1,48 +1,119 @@
-"""``agentloop runs list|show|watch``: the run store, read."""
+"""``agentloop runs list|show|watch``: the run store, read.
+
+Run ids are printed whole, whatever the terminal's width, so they can be
+copied into ``runs show``: on a narrow terminal the finish time, the tokens and
+the creation time give way first. ``--wide`` prints every column whole,
+``--json`` prints JSON for scripts.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import typer
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from loops.progress import ProgressEvent
-from orchestration.cli.common import EXIT_USAGE, cli_settings, console, describe_event, fail, run_store
-from orchestration.store import TERMINAL_STATUSES
+from orchestration.cli.common import (
+    EXIT_USAGE,
+    cli_settings,
+    console,
+    describe_event,
+    fail,
+    json_option,
+    print_json,
+    run_store,
+)
+from orchestration.store import TERMINAL_STATUSES, RunRecord
 
 runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_args_is_help=True)
+
+
+#: The columns of ``runs list``, and the order in which they give way on a narrow terminal.
+COLUMNS = ("run id", "runnable", "status", "tokens in/out", "created", "finished")
+_GIVE_WAY = ("finished", "tokens in/out", "created")
+
+
+def _cells(record: RunRecord) -> dict[str, str]:
+    return {
+        "run id": record.id,
+        "runnable": record.runnable,
+        "status": record.status,
+        "tokens in/out": f"{record.input_tokens}/{record.output_tokens}",
+        "created": record.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        "finished": record.finished_at.strftime("%H:%M:%S") if record.finished_at else "",
+    }
+
+
+def runs_table(records: list[RunRecord], columns: tuple[str, ...] = COLUMNS) -> Table:
+    """The runs as a table of ``columns``; ids are never wrapped or cut."""
+    table = Table()
+    for column in columns:
+        table.add_column(column, no_wrap=column == "run id", overflow="fold")
+    for record in records:
+        cells = _cells(record)
+        table.add_row(*(cells[column] for column in columns))
+    return table
+
+
+def _width(table: Table, *, within: int = 100_000) -> int:
+    return Measurement.get(console, console.options.update(width=within), table).maximum
+
+
+def fitted_table(records: list[RunRecord]) -> Table:
+    """The table at the terminal's width: the least needed columns give way before an id is cut."""
+    columns: tuple[str, ...] = COLUMNS
+    for column in _GIVE_WAY:
+        if _width(runs_table(records, columns)) <= console.width:
+            break
+        columns = tuple(name for name in columns if name != column)
+    return runs_table(records, columns)
 
 
 @runs.command("list")
 def list_runs(
     limit: int = typer.Option(20, min=1, max=1000, help="How many of the latest runs."),
     status: str | None = typer.Option(None, help="Only runs in this status (running, degraded, ...)."),
+    wide: bool = typer.Option(False, "--wide", "-w", help="Every column whole, however wide the table."),
+    as_json: bool = json_option(),
 ) -> None:
     """The latest runs, newest first."""
-    table = Table("run id", "runnable", "status", "tokens in/out", "created", "finished")
-    for record in run_store(cli_settings()).list_runs(limit=limit, status=status):
-        table.add_row(
-            record.id,
-            record.runnable,
-            record.status,
-            f"{record.input_tokens}/{record.output_tokens}",
-            record.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            record.finished_at.strftime("%H:%M:%S") if record.finished_at else "",
-        )
-    console.print(table)
+    records = run_store(cli_settings()).list_runs(limit=limit, status=status)
+    if as_json:
+        print_json([record.to_dict() for record in records])
+        return
+    if wide:  # as wide as the table needs, not the terminal
+        table = runs_table(records)
+        Console(width=max(_width(table), console.width), no_color=console.no_color).print(table)
+    else:
+        console.print(fitted_table(records))
 
 
-@runs.command("show")
-def show(run_id: str = typer.Argument(..., help="The run id (the launch task id).")) -> None:
-    """One run: its record, result or error, and its progress events."""
+def _record(run_id: str) -> tuple[Any, RunRecord]:
     store = run_store(cli_settings())
     record = store.get_run(run_id)
     if record is None:
         raise fail(f"no run {run_id!r} in the run store", code=EXIT_USAGE)
+    return store, record
+
+
+@runs.command("show")
+def show(
+    run_id: str = typer.Argument(..., help="The run id (the launch task id)."),
+    as_json: bool = json_option(),
+) -> None:
+    """One run: its record, result or error, and its progress events."""
+    store, record = _record(run_id)
+    events = [event for _, event in store.events(run_id)]
+    if as_json:
+        print_json({"run": record.to_dict(), "events": events})
+        return
     console.print_json(json.dumps(record.to_dict(), default=str))
-    for _, event in store.events(run_id):
+    for event in events:
         console.print(describe_event(ProgressEvent.from_dict(event)), highlight=False)
 
 
@@ -50,18 +121,25 @@ def show(run_id: str = typer.Argument(..., help="The run id (the launch task id)
 def watch(
     run_id: str = typer.Argument(..., help="The run id."),
     poll: float = typer.Option(0.5, min=0.05, help="Seconds between looks at the store."),
+    as_json: bool = typer.Option(
+        False, "--json", help="One JSON line per event, then one with the run's final record."
+    ),
 ) -> None:
     """Print a run's events as they come, until it ends."""
-    store = run_store(cli_settings())
-    if store.get_run(run_id) is None:
-        raise fail(f"no run {run_id!r} in the run store", code=EXIT_USAGE)
+    store, _ = _record(run_id)
     after = 0
     while True:
+        record = store.get_run(run_id)  # before the events: none written before it ended is missed
         for event_id, event in store.events(run_id, after_id=after):
             after = event_id
-            console.print(describe_event(ProgressEvent.from_dict(event)), highlight=False)
-        record = store.get_run(run_id)
+            if as_json:
+                print_json({"event_id": event_id, "event": event})
+            else:
+                console.print(describe_event(ProgressEvent.from_dict(event)), highlight=False)
         if record is not None and record.status in TERMINAL_STATUSES:
-            console.print(f"[bold]{record.status}[/]")
+            if as_json:
+                print_json({"run": record.to_dict()})
+            else:
+                console.print(f"[bold]{record.status}[/]")
             return
         time.sleep(poll)

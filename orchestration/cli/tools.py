@@ -9,17 +9,26 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from orchestration.cli.common import console, fail
+from orchestration.cli.common import console, fail, json_option, print_json
 from orchestration.store import open_store, validate_tool_payload
 
 tools = typer.Typer(help="Tool schemas in the AiTool table (DATABASE_URL).", no_args_is_help=True)
 
 
 @tools.command("list")
-def list_tools() -> None:
-    """Every tool: id, name and description."""
+def list_tools(as_json: bool = json_option()) -> None:
+    """Every tool: id, name and description (with ``--json``: and its payload)."""
     _, store = open_store()
+    if as_json:
+        print_json(
+            [
+                {"id": tool.id, "name": tool.name, "payload": tool.payload, "updated_at": tool.updated_at}
+                for tool in store.list()
+            ]
+        )
+        return
     table = Table("id", "name", "description", "updated")
+    table.columns[0].no_wrap = True
     for tool in store.list():
         table.add_row(
             tool.id,
@@ -31,13 +40,16 @@ def list_tools() -> None:
 
 
 @tools.command("show")
-def show(tool_id: str = typer.Argument(..., help="The tool id.")) -> None:
+def show(tool_id: str = typer.Argument(..., help="The tool id."), as_json: bool = json_option()) -> None:
     """One tool's JSON payload."""
     _, store = open_store()
     payload = store.get_payload(tool_id)
     if payload is None:
         raise fail(f"no tool {tool_id!r}")
-    console.print_json(json.dumps(payload))
+    if as_json:
+        print_json(payload)
+    else:
+        console.print_json(json.dumps(payload))
 
 
 def _entries(data: Any, source: Path) -> list[tuple[str, Any]]:
@@ -53,6 +65,7 @@ def _entries(data: Any, source: Path) -> list[tuple[str, Any]]:
 @tools.command("load")
 def load(
     files: list[Path] = typer.Argument(..., exists=True, dir_okay=False, readable=True, help="JSON files."),
+    as_json: bool = json_option(),
 ) -> None:
     """Load tool schemas from JSON files; every payload is validated before anything is written."""
     entries: list[tuple[str, dict[str, Any]]] = []
@@ -69,4 +82,7 @@ def load(
     _, store = open_store()
     for tool_id, payload in entries:
         store.put(tool_id, payload)
-    console.print(f"loaded {len(entries)} tool(s): {', '.join(tool_id for tool_id, _ in entries)}")
+    if as_json:
+        print_json({"loaded": [tool_id for tool_id, _ in entries]})
+    else:
+        console.print(f"loaded {len(entries)} tool(s): {', '.join(tool_id for tool_id, _ in entries)}")

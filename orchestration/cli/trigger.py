@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import typer
 
@@ -14,11 +15,13 @@ from orchestration.cli.common import (
     cli_settings,
     console,
     deployment_registry,
+    errors,
     fail,
     follow,
     parse_json,
+    print_json,
 )
-from orchestration.client import CeleryAgentRunner, WorkflowFailedError
+from orchestration.client import CeleryAgentRunner, RunHandle
 from orchestration.registry import UnknownRunnableError
 
 
@@ -30,6 +33,9 @@ def trigger(
         False, "--wait", "-w", help="Follow the run with a progress bar until it ends."
     ),
     timeout: float | None = typer.Option(None, min=0.1, help="With --wait: give up after this many seconds."),
+    as_json: bool = typer.Option(
+        False, "--json", help='Print {"run_id"} (with --wait: and "status", "result") as JSON on stdout.'
+    ),
 ) -> None:
     """Start NAME on Celery and print its run id (with --wait: follow it and print its result)."""
     payload = parse_json(input, what="--input")
@@ -45,19 +51,43 @@ def trigger(
             runnable=name, context=spec, app=app, store=dependencies_of(app).store
         )
         handle = runner.request_sync(input=payload)
-        console.print(f"run id: [bold]{handle.run_id}[/]")
+        if not as_json:
+            console.print(f"run id: [bold]{handle.run_id}[/]")
         if not wait:
-            if str(app.conf.broker_url).startswith("memory://"):
-                console.print("[yellow]the in-memory broker lives in this process: waiting for the run[/]")
-            else:
+            if not str(app.conf.broker_url).startswith("memory://"):
+                if as_json:
+                    print_json({"run_id": handle.run_id})
                 return
-        try:
-            result = follow(handle, timeout=timeout, title=name)
-        except TimeoutError:
-            raise fail(f"run {handle.run_id} still running after {timeout}s", code=EXIT_TIMEOUT) from None
-        except (WorkflowFailedError, Exception) as error:
-            raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
+            (errors if as_json else console).print(
+                "[yellow]the in-memory broker lives in this process: waiting for the run[/]"
+            )
+        result = _wait(handle, name=name, timeout=timeout, as_json=as_json)
+        if as_json:
+            print_json({"run_id": handle.run_id, "status": _status(handle), "result": result})
+            return
         console.print_json(json.dumps(result, default=str))
         if handle.status == "degraded":  # it returned, but model calls failed on the way
             recorded = handle.error if isinstance(handle.error, dict) else {}
             console.print(f"[yellow]degraded[/]: {recorded.get('message', 'model calls failed')}")
+
+
+def _wait(handle: RunHandle, *, name: str, timeout: float | None, as_json: bool) -> Any:
+    """The run's result; a failed or timed-out run exits 1 or 3 (with its JSON first, under ``--json``)."""
+    try:
+        return follow(handle, timeout=timeout, title=name, quiet=as_json)
+    except TimeoutError:
+        if as_json:
+            print_json(
+                {"run_id": handle.run_id, "status": "running", "error": f"still running after {timeout}s"}
+            )
+        raise fail(f"run {handle.run_id} still running after {timeout}s", code=EXIT_TIMEOUT) from None
+    except Exception as error:
+        if as_json:
+            print_json({"run_id": handle.run_id, "status": _status(handle, "failed"), "error": str(error)})
+        raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
+
+
+def _status(handle: RunHandle, default: str = "succeeded") -> str:
+    """The run's status in the store (``degraded``, ``cancelled``, ...); ``default`` without a record."""
+    record = handle.store.get_run(handle.run_id) if handle.store is not None else None
+    return record.status if record is not None else default

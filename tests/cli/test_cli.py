@@ -4,37 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from typer.testing import CliRunner
-
-from orchestration.cli import app
-
-runner = CliRunner()
-
-CELERY_ENV = (
-    "BROKER_URL",
-    "REDIS_URL",
-    "RESULT_BACKEND",
-    "DATABASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-)
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Embedded defaults in a fresh folder: no servers, no key, a SQLite file of our own."""
-    for name in CELERY_ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGENTLOOP_HOME", str(tmp_path / ".agentloop"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def invoke(*args: str) -> Any:
-    return runner.invoke(app, list(args), catch_exceptions=False)
+from cli_support import invoke
 
 
 def test_the_demo_runs_on_embedded_defaults_and_prints_real_records(home: Path) -> None:

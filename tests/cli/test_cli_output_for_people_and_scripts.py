@@ -1,0 +1,97 @@
+"""Every command's ``--json`` output for scripts, and run ids never cut at 80 columns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_support import add_run, home_store, invoke
+
+SHORT = "0f3c2a9b8d7e6f5a4b3c2d1e0f9a8b7c"  # a generated id: 32 hex digits
+LONG = "nightly-import-2031-12-24-of-the-eu-customer-records-run-0007"  # a caller's own id
+
+
+@pytest.fixture
+def two_runs(home: Path) -> list[str]:
+    store = home_store(home)
+    add_run(store, LONG, status="succeeded")
+    add_run(store, SHORT)
+    return [SHORT, LONG]
+
+
+def test_runs_list_shows_every_id_whole_on_one_line_at_80_columns(two_runs: list[str]) -> None:
+    result = invoke("runs", "list")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    for run_id in two_runs:
+        assert any(run_id in line for line in lines), (run_id, result.stdout)
+    assert max(len(line) for line in lines) <= 80
+
+
+def test_runs_list_wide_prints_every_column_whole(two_runs: list[str]) -> None:
+    result = invoke("runs", "list", "--wide")
+
+    assert result.exit_code == 0
+    row = next(line for line in result.stdout.splitlines() if LONG in line)
+    assert "parity.count" in row and "succeeded" in row and "0/0" in row
+    assert len(row) > 80
+
+
+def test_runs_list_json_is_every_record(two_runs: list[str]) -> None:
+    result = invoke("runs", "list", "--json", "--limit", "5")
+
+    listed = json.loads(result.stdout)
+    assert [run["id"] for run in listed] == two_runs  # newest first
+    assert listed[1]["status"] == "succeeded" and listed[1]["output"] == 3
+    assert json.loads(invoke("runs", "list", "--json", "--status", "pending").stdout)[0]["id"] == SHORT
+
+
+def test_runs_show_and_watch_in_json(two_runs: list[str]) -> None:
+    shown = json.loads(invoke("runs", "show", LONG, "--json").stdout)
+    watched = [json.loads(line) for line in invoke("runs", "watch", LONG, "--json").stdout.splitlines()]
+
+    assert shown["run"]["id"] == LONG and shown["events"] == []
+    assert watched == [{"run": shown["run"]}]
+    missing = invoke("runs", "show", "nope", "--json")
+    assert missing.exit_code == 2 and missing.stdout == ""
+
+
+def test_trigger_json_waits_on_the_in_memory_broker_and_prints_id_status_and_result(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+
+    result = invoke("trigger", "parity.three_stages", "--input", "1", "--json")
+
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert printed == {"run_id": printed["run_id"], "status": "succeeded", "result": 17}
+    assert "in-memory broker" in result.stderr
+    record = json.loads(invoke("runs", "show", printed["run_id"], "--json").stdout)["run"]
+    assert record["status"] == "succeeded"
+
+
+def test_trigger_json_says_how_a_run_failed_and_exits_1(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+
+    result = invoke("trigger", "parity.count", "--input", "null", "--wait", "--json")
+
+    assert result.exit_code == 1
+    printed = json.loads(result.stdout)
+    assert printed["status"] == "failed" and "TypeError" in printed["error"] and printed["run_id"]
+
+
+def test_tools_in_json(home: Path) -> None:
+    payload = {"name": "one", "description": "d", "parameters": {"type": "object"}}
+    source = home / "tools.json"
+    source.write_text(json.dumps({"t.one": payload}))
+
+    loaded = json.loads(invoke("tools", "load", str(source), "--json").stdout)
+    listed = json.loads(invoke("tools", "list", "--json").stdout)
+    shown = json.loads(invoke("tools", "show", "t.one", "--json").stdout)
+
+    assert loaded == {"loaded": ["t.one"]}
+    assert [(tool["id"], tool["name"], tool["payload"]) for tool in listed] == [("t.one", "one", payload)]
+    assert shown == payload
