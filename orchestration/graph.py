@@ -186,7 +186,14 @@ class _Drawing:
 
     def _pipeline(self, node: GraphNode, indent: str) -> tuple[str, str]:
         graph_id = self.new_id()
-        self.lines.append(f'{indent}subgraph {graph_id}["{_label(node)}"]')
+        title = " · ".join(
+            part
+            for part in (f"<b>{_text(node.label)}</b>", "" if node.derived else _text(node.name), "pipeline")
+            if part
+        )
+        self.lines.append(
+            f'{indent}subgraph {graph_id}["{title}"]'
+        )  # one line: mermaid overlaps longer titles
         self.lines.append(f"{indent}    direction TB")
         ends: list[tuple[str, str]] = [self.draw(child, indent + "    ") for child in node.children]
         for (_, leaving), (entering, _) in pairwise(ends):

@@ -17,7 +17,7 @@ from pipelines import BaseAgentPipeline, BaseCompositeAgent
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_MERMAID = """flowchart TD
-    subgraph n1["<b>RecordSearchDemo</b><br/>record_search.demo"]
+    subgraph n1["<b>RecordSearchDemo</b> · record_search.demo · pipeline"]
         direction TB
         n2{{"<b>RecordSearchBatch</b><br/>composite: a branch each, collect, 4 at once"}}
         n3(["<b>RecordSearchStage</b><br/>loop, up to 4 iterations"])
