@@ -1,79 +1,22 @@
-"""Fixtures of the web tests: a Celery app on the embedded defaults with a worker thread, its
-SQLite run store, web apps over it with known tokens, and a real uvicorn on 127.0.0.1."""
+"""The web tests' fixture: a Celery app on the embedded defaults (``memory://``) with a worker
+thread and its SQLite run store, shared by the session (helpers are in ``web_support.py``)."""
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 pytest.importorskip("starlette", reason="the web tests need the http extra: pip install 'agentloop[http]'")
 
-import uvicorn
-from starlette.applications import Starlette
+from web_support import MODULES, WebRig
 
 from orchestration.celery_adapter.app import create_app
 from orchestration.celery_adapter.embedded import embedded_worker
 from orchestration.registry import RunnableRegistry
 from orchestration.settings import Settings
-from orchestration.settings_http import HttpSettings, parse_scopes, parse_tokens
-from orchestration.store import RunStore, open_store
-from orchestration.web import create_web_app
-
-#: One token per grant the tests use (every scope; one scope each).
-TOKENS = {
-    "all": "token-with-every-scope-0001",
-    "read": "token-with-read-only-00002",
-    "start": "token-with-start-only-0003",
-    "cancel": "token-with-cancel-only-004",
-}
-MODULES = ("web_workflows", "agentloop.examples.record_search.workflows")
-
-
-def auth(name: str) -> dict[str, str]:
-    """The ``Authorization`` header of the token ``name`` of :data:`TOKENS`."""
-    return {"Authorization": f"Bearer {TOKENS[name]}"}
-
-
-def http_settings(**values: Any) -> HttpSettings:
-    """HTTP settings with every token of :data:`TOKENS` (``read`` holds only read, and so on)."""
-    tokens = ",".join(token if name == "all" else f"{token}:{name}" for name, token in TOKENS.items())
-    values.setdefault("tokens", parse_tokens(tokens))
-    if isinstance(values.get("anonymous_scopes"), str):
-        values["anonymous_scopes"] = parse_scopes(values["anonymous_scopes"], what="test")
-    return HttpSettings(**values)
-
-
-@dataclass
-class WebRig:
-    """A Celery app with a worker thread, its store and registry, and a web app factory."""
-
-    app: Any
-    store: RunStore
-    registry: RunnableRegistry
-    folder: Path
-
-    def web(
-        self, *, keepalive_seconds: float = 15.0, store: RunStore | None = None, **http: Any
-    ) -> Starlette:
-        settings = Settings(http=http_settings(**({"poll_seconds": 0.05} | http)))
-        return create_web_app(
-            celery_app=self.app,
-            settings=settings,
-            store=store,
-            keepalive_seconds=keepalive_seconds,
-        )
-
-    def gate(self) -> Path:
-        """A new gate file path (not yet created): branches of ``web.gated`` wait until it exists."""
-        return self.folder / f"gate-{uuid.uuid4().hex}"
+from orchestration.store import open_store
 
 
 @pytest.fixture(scope="session")
@@ -96,45 +39,3 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebRig]:
             yield WebRig(app=app, store=store, registry=registry, folder=folder)
     finally:
         app.close()
-
-
-@contextmanager
-def live_server(app: Starlette) -> Iterator[str]:
-    """``app`` served by uvicorn on 127.0.0.1 (a free port) in a thread; yields its base URL."""
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        ws="websockets-sansio",
-        lifespan="on",
-        log_level="warning",
-        timeout_graceful_shutdown=2,
-        backlog=2048,
-        limit_concurrency=None,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; ``AssertionError`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import MODULES
 from typer.testing import CliRunner
+from web_support import MODULES
 
 from loops import BaseAgentLoop
 from orchestration.cli import app

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import TOKENS, WebRig, auth, wait_for
 from starlette.routing import Route
 from starlette.testclient import TestClient
+from web_support import TOKENS, WebRig, auth, wait_for
 
 #: The viewer's static files and the redirects to them hold no data.
 PUBLIC = {"/", "/ui", "/ui/", "/ui/{name:str}"}

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cdp import chromium_binary, headless_chromium
-from conftest import TOKENS, WebRig, auth, live_server
+from web_support import TOKENS, WebRig, auth, live_server
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 KEYS = ["north", "south", "east"]

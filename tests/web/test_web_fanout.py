@@ -15,8 +15,8 @@ from collections import Counter
 from typing import Any
 
 import httpx
-from conftest import WebRig, auth, live_server, wait_for
 from sse_client import Frame, frames
+from web_support import WebRig, auth, live_server, wait_for
 
 from orchestration.store import RunStore
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import websockets
-from conftest import WebRig, auth, live_server, wait_for
 from starlette.testclient import TestClient
 from strawberry.asgi.test import GraphQLTestClient
+from web_support import WebRig, auth, live_server, wait_for
 
 from orchestration.web.auth import Principal
 from orchestration.web.schema import build_schema

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import WebRig, auth
 from starlette.exceptions import HTTPException
 from starlette.testclient import TestClient
+from web_support import WebRig, auth
 
 from orchestration.web.limits import MAX_JSON_DEPTH, check_json
 

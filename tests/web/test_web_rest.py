@@ -6,8 +6,8 @@ import time
 import uuid
 from typing import Any
 
-from conftest import WebRig, auth, wait_for
 from starlette.testclient import TestClient
+from web_support import WebRig, auth, wait_for
 
 
 def finished(client: TestClient, run_id: str) -> dict[str, Any] | None:

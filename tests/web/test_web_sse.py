@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import httpx
-from conftest import WebRig, auth, live_server, wait_for
 from sse_client import collect
+from web_support import WebRig, auth, live_server, wait_for
 
 
 def start_gated(client: httpx.Client, rig: WebRig, keys: list[str]) -> tuple[str, Any]:
