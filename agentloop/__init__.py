@@ -38,6 +38,11 @@ clauses written without agentloop in mind also catch it::
     ├── ContextSpecError           [ValueError] a context spec that is not a JSON object, or was rejected
     ├── LaunchRequestError         [ValueError] ``agentloop.launch`` arguments the wire contract forbids
     ├── RunNotFoundError           [KeyError] no run with that id in the run store
+    ├── RunExistsError             [ValueError] a run with that id exists already (a run id names one run)
+    ├── RunAlreadyEndedError       [ValueError] the run has ended; an ended run is never rewritten
+    ├── RunIdTakenError            [ValueError] a launch named the id of another launch's run
+    ├── RunOwnershipError          [PermissionError] only the tasks of the launch that owns a run end it
+    ├── StoreUnavailableError      [ConnectionError] the run store's database stayed away past the retries
     ├── RateLimitTimeoutError      [TimeoutError] a model call waited too long for a rate-limit slot
     ├── SettingsError              [ValueError] a malformed setting; the message names the variable
     ├── ScheduleError              [ValueError] a beat schedule entry that cannot be used
@@ -138,7 +143,14 @@ if TYPE_CHECKING:
     from orchestration.llm import AnthropicProcessor, OpenAIProcessor, processor_from_env
     from orchestration.llm.request_guard import ModelRequestsBlockedError
     from orchestration.settings import Settings, SettingsError, load_settings
-    from orchestration.store import RunNotFoundError
+    from orchestration.launches import RunIdTakenError
+    from orchestration.store import (
+        RunAlreadyEndedError,
+        RunExistsError,
+        RunNotFoundError,
+        RunOwnershipError,
+        StoreUnavailableError,
+    )
 
 __all__ = [
     "AgentActionRegistry",
@@ -180,11 +192,15 @@ __all__ = [
     "ProgressEvent",
     "ProgressStatus",
     "RateLimitTimeoutError",
+    "RunAlreadyEndedError",
     "RunCancelledError",
     "RunDeadlineExceededError",
+    "RunExistsError",
     "RunHandle",
+    "RunIdTakenError",
     "RunNotFoundError",
     "RunOutcome",
+    "RunOwnershipError",
     "RunScope",
     "RunStoppedError",
     "Runnable",
@@ -194,6 +210,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "StateNotSerializableError",
+    "StoreUnavailableError",
     "TokenBudgetExceededError",
     "UnknownActionError",
     "UnknownInputProviderError",
@@ -229,7 +246,12 @@ _LAZY = {
     "CeleryAgentRunner": "orchestration.client",
     "OpenAIProcessor": "orchestration.llm",
     "RunHandle": "orchestration.client",
+    "RunAlreadyEndedError": "orchestration.store",
+    "RunExistsError": "orchestration.store",
+    "RunIdTakenError": "orchestration.launches",
     "RunNotFoundError": "orchestration.store",
+    "RunOwnershipError": "orchestration.store",
+    "StoreUnavailableError": "orchestration.store",
     "ScheduleError": "orchestration.celery_adapter.schedule",
     "Settings": "orchestration.settings",
     "SettingsError": "orchestration.settings",

@@ -30,7 +30,8 @@ from loops.progress import ProgressStatus
 from loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
 from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
 from orchestration.registry import RunnableRegistry
-from orchestration.store import TERMINAL_STATUSES, RunStore
+from orchestration.run_end import end_with_failure, failed_paths
+from orchestration.store import RunStore, StoreUnavailableError
 from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
 from orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
 from pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
@@ -319,13 +320,13 @@ class WorkflowEngine:
 
     # ----- the run's end ------------------------------------------------------------------------
 
-    async def finish(self, run_id: str, result: Any) -> Any:
+    async def finish(self, run_id: str, result: Any, *, owner_token: str | None = None) -> Any:
         """Record the run's end with its ``result`` and return what its task returns: ``succeeded``
         and the result, or ``degraded`` (model failures among its events) and a
         :class:`~orchestration.wire.DegradedResult` on the wire, after a last ``degraded`` event."""
         failures = failures_in(event for _, event in self.store.events(run_id))
         if not failures:
-            self.store.finish_run(run_id, status="succeeded", output=result)
+            self.store.finish_run(run_id, status="succeeded", output=result, owner_token=owner_token)
             return result
         error, publisher = (
             degradation_error(failures),
@@ -333,7 +334,7 @@ class WorkflowEngine:
         )
         publisher(degraded_event(run_id, self._event_name(run_id), failures))
         publisher.flush(final=True)
-        self.store.finish_run(run_id, status="degraded", output=result, error=error)
+        self.store.finish_run(run_id, status="degraded", output=result, error=error, owner_token=owner_token)
         return DegradedResult(output=result, error=error).to_wire()
 
     def _event_name(self, run_id: str) -> str:
@@ -348,8 +349,10 @@ class WorkflowEngine:
         """Report ``error`` at every enclosing level, as the in-process engine would, up to the
         collecting composite (then return the failure as a value) or up to the root (then record
         the run's end and raise)."""
+        if isinstance(error, StoreUnavailableError):
+            raise error  # the database is away: the task is tried again, the run goes on
         publisher = self.publisher(node)
-        reported = {e["path"] for _, e in self.store.events(node.run_id) if e.get("status") == "failed"}
+        reported = failed_paths(self.store, node.run_id)
         try:
             for ancestor in reversed(node.ancestors):
                 collected = not isinstance(error, RunStoppedError)  # a stop ends the run, as inline
@@ -358,11 +361,7 @@ class WorkflowEngine:
                 error = await self._report_ancestor(node, ancestor, error, publisher, reported)
         finally:
             publisher.flush(final=True)
-        self.store.finish_run(
-            node.run_id,
-            status=_run_status(error),
-            error={"type": type(error).__name__, "message": str(error)},
-        )
+        end_with_failure(self.store, node.run_id, error, owner_token=node.owner_token)
         raise error
 
     async def _report_ancestor(
@@ -392,9 +391,3 @@ class WorkflowEngine:
                 scope=scope, on_progress=publisher, width=ancestor.width, error=error
             )
         return error
-
-
-def _run_status(error: BaseException) -> str:
-    """The run's final status for the error that ended it (``failed`` unless it says otherwise)."""
-    status = str(getattr(error, "status", "failed"))
-    return status if status in TERMINAL_STATUSES else "failed"

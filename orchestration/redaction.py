@@ -167,9 +167,10 @@ def _describe(name: str | None, value: Any) -> str:
 
 
 def _hidden_part(name: str | None, value: Any) -> Any:
-    """What of an argument is hidden: a node's context spec, a shown scalar nothing, anything else all."""
+    """What of an argument is hidden: a node's context spec and owner token, a shown scalar nothing,
+    anything else all."""
     if name == "node":
-        return value.get("context") if isinstance(value, Mapping) else value
+        return [value.get("context"), value.get("owner_token")] if isinstance(value, Mapping) else value
     return None if _is_shown(name, value) else value
 
 

@@ -52,7 +52,9 @@ class UnknownInputProviderError(AgentLoopError, LookupError):
 
 
 class ContextSpecError(AgentLoopError, ValueError):
-    """A context spec that is not a JSON object, or that the factory rejected."""
+    """A context spec that is not a JSON object, or whose content the factory rejected (with a
+    ``ValueError``, ``TypeError`` or ``LookupError``). Any other error of the factory, such as
+    its database failing, is not relabelled: it passes as it is."""
 
 
 def default_context_factory(spec: Mapping[str, Any]) -> Any:
@@ -73,10 +75,11 @@ class Registration:
             raise ContextSpecError(f"the context spec must be a JSON object, got {type(spec).__name__}")
         try:
             return self.context_factory(spec)
-        except ContextSpecError:
+        except AgentLoopError:  # a ContextSpecError, or an error of the framework that says what it is
             raise
-        except Exception as error:
+        except (ValueError, TypeError, LookupError) as error:  # the factory's word on the spec's content
             raise ContextSpecError(f"context factory of {self.name!r} rejected the spec: {error}") from error
+        # anything else (a database that failed, a bug in the factory) passes as it is
 
 
 def derived_name(cls: type) -> str:

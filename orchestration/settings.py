@@ -33,6 +33,7 @@ from orchestration.settings_group import as_int as _as_int
 from orchestration.settings_group import env_field as _env
 from orchestration.settings_http import HttpSettings
 from orchestration.settings_provider import ProviderSettings
+from orchestration.settings_store import StoreSettings
 
 __all__ = ["ModelSettings", "Settings", "SettingsError", "env_names", "load_settings"]
 
@@ -154,6 +155,8 @@ class Settings(_Group):
     """The model processor's settings (their own variables)."""
     http: HttpSettings = Field(default_factory=HttpSettings)
     """``agentloop serve``'s settings: tokens, scopes, limits (:mod:`orchestration.settings_http`)."""
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    """The run store's retries (:mod:`orchestration.settings_store`)."""
     redis_url: str | None = _env("REDIS_URL")
     """``REDIS_URL``: alone, both broker and result backend; with ``BROKER_URL``, the result backend."""
     broker_url: str = Field(
@@ -291,8 +294,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     problems: list[str] = []
     model, http = _group(ModelSettings, env, problems), _group(HttpSettings, env, problems)
     model = model.model_copy(update={"provider": _group(ProviderSettings, env, problems)})
+    store = _group(StoreSettings, env, problems)
     try:
-        settings = Settings(model=model, http=http, **_MappingSource(Settings, env)())
+        settings = Settings(model=model, http=http, store=store, **_MappingSource(Settings, env)())
     except ValidationError as error:
         problems.append(_describe(error))
     except SettingsError as error:  # raised while resolving a default (no result backend)
@@ -329,7 +333,7 @@ def _describe(error: ValidationError) -> str:
 def env_names() -> tuple[str, ...]:
     """Every environment variable :func:`load_settings` reads, in field order."""
     names: list[str] = []
-    groups = ("model", "http", "provider")
-    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings):
+    groups = ("model", "http", "provider", "store")
+    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings, StoreSettings):
         names += [group.env_name(f) for f in group.model_fields if f not in groups]
     return tuple(dict.fromkeys(names))

@@ -27,7 +27,9 @@ This module imports neither Celery nor the store: clients depend on it alone.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -76,6 +78,38 @@ class LaunchRequestError(AgentLoopError, ValueError):
     """The keyword arguments of ``agentloop.launch`` are not what the contract allows."""
 
 
+#: Longest run id and runnable name the contract accepts (what the run store keeps of them).
+MAX_NAME_CHARS = 255
+#: Largest ``token_budget`` (a signed 64-bit count).
+MAX_TOKEN_BUDGET = 2**63 - 1
+#: A NUL character as JSON writes it: ``\u0000`` after an even number of backslashes.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def check_name(value: Any, what: str) -> str:
+    """``value`` when it is a name the run store keeps (a non-empty string of at most
+    :data:`MAX_NAME_CHARS` characters, no NUL); :class:`LaunchRequestError` saying why not."""
+    if not isinstance(value, str) or not value:
+        raise LaunchRequestError(f"{what} must be a non-empty string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise LaunchRequestError(f"{what} must not contain a NUL character")
+    if len(value) > MAX_NAME_CHARS:
+        raise LaunchRequestError(f"{what} is {len(value)} characters long; at most {MAX_NAME_CHARS} allowed")
+    return value
+
+
+def _check_json(value: Any, what: str) -> None:
+    """:class:`LaunchRequestError` unless ``value`` is JSON that every database stores."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except RecursionError:
+        raise LaunchRequestError(f"{what} is nested too deeply") from None
+    except (TypeError, ValueError) as error:
+        raise LaunchRequestError(f"{what} must be JSON data: {error}") from None
+    if _JSON_NUL.search(text):
+        raise LaunchRequestError(f"{what} contains a NUL character, which no database stores")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchRequest:
     """The keyword arguments of ``agentloop.launch``, checked."""
@@ -99,13 +133,24 @@ class LaunchRequest:
         token_budget: Any = None,
         deadline_seconds: Any = None,
     ) -> LaunchRequest:
-        """The request, or :class:`LaunchRequestError` saying which field is wrong."""
+        """The request, or :class:`LaunchRequestError` saying which field is wrong.
+
+        Every field is checked against what the run store keeps before any
+        database sees it: names of at most :data:`MAX_NAME_CHARS` characters, no
+        NUL character anywhere, a budget below 2**63.
+        """
+        check_name(runnable, "runnable")
+        if run_id is not None:
+            check_name(str(run_id) if type(run_id) is int else run_id, "run_id")
+        _check_json(input, "input")
         if context is not None and not isinstance(context, Mapping):
             raise LaunchRequestError(f"the context spec must be a JSON object, got {type(context).__name__}")
         if token_budget is not None and (
             isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0
         ):
             raise LaunchRequestError(f"token_budget must be a non-negative integer, got {token_budget!r}")
+        if token_budget is not None and token_budget > MAX_TOKEN_BUDGET:
+            raise LaunchRequestError(f"token_budget must be at most {MAX_TOKEN_BUDGET}, got {token_budget}")
         if deadline_seconds is not None and (
             isinstance(deadline_seconds, bool)
             or not isinstance(deadline_seconds, int | float)
@@ -187,6 +232,9 @@ class WorkflowNode:
     #: The run's deadline as an epoch time (``time.time()``), the same for every task of the run:
     #: monotonic clocks differ between processes, so each task converts it to its own.
     deadline: float | None = None
+    #: The secret of the launch that owns the run (:class:`~orchestration.store.RunOwner`): a task
+    #: ends the run only with it. Never shown: not by ``repr``, Flower nor the worker's logs.
+    owner_token: str | None = field(default=None, repr=False)
 
     def child(self, *, runnable: str, segment: str, parent: Ancestor) -> WorkflowNode:
         path = f"{self.path}/{segment}" if self.path else segment
@@ -198,7 +246,7 @@ class WorkflowNode:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "run_id": self.run_id,
             "runnable": self.runnable,
             "path": self.path,
@@ -207,6 +255,9 @@ class WorkflowNode:
             "capture": self.capture,
             "deadline": self.deadline,
         }
+        if self.owner_token is not None:
+            data["owner_token"] = self.owner_token
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WorkflowNode:
@@ -223,7 +274,15 @@ class WorkflowNode:
             ancestors=tuple(Ancestor.from_dict(a) for a in data.get("ancestors", ())),
             capture=data.get("capture"),
             deadline=_epoch_or_none(data.get("deadline")),
+            owner_token=_token_or_none(data.get("owner_token")),
         )
+
+
+def _token_or_none(value: Any) -> str | None:
+    """An owner token read from the wire: a string, or ``None``."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError("a workflow node's owner token must be a string")
 
 
 def _epoch_or_none(value: Any) -> float | None:

@@ -11,6 +11,7 @@ from pydantic import SecretStr, ValidationError
 from orchestration.settings import ModelSettings, Settings, SettingsError, env_names, load_settings
 from orchestration.settings_http import HttpSettings
 from orchestration.settings_provider import ProviderSettings
+from orchestration.settings_store import StoreSettings
 
 SCHEDULE = '[{"name": "nightly", "runnable": "record_search.demo", "every": 60, "inputs": [{}]}]'
 
@@ -32,6 +33,7 @@ EVERY_VARIABLE = {
     "AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES": "0",
     "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER": "2",
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
+    "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
     "OPENAI_API_KEY": "sk-supersecretkey123",
     "OPENAI_BASE_URL": "https://gateway:gatewaypw@llm.internal/v1",
     "OPENAI_MODEL": "gpt-4.1",
@@ -93,6 +95,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.broker_connection_max_retries == 0
     assert settings.worker_prefetch_multiplier == 2
     assert settings.checkpoint_seconds == 0.0
+    assert settings.store.retry_seconds == 7.5
     model = settings.model
     assert model.openai_api_key == SecretStr("sk-supersecretkey123")
     assert model.openai_base_url == "https://gateway:gatewaypw@llm.internal/v1"
@@ -300,7 +303,7 @@ def test_settings_built_directly_read_nothing_from_the_environment(monkeypatch: 
 
 
 def test_every_variable_is_documented_with_its_field() -> None:
-    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings):
+    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings, StoreSettings):
         for name, field in group.model_fields.items():
-            if name not in ("model", "http", "provider"):
+            if name not in ("model", "http", "store", "provider"):
                 assert field.description and f"``{group.env_name(name)}``" in field.description, name

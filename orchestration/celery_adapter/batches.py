@@ -16,13 +16,15 @@ by the next tick.
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from typing import Any
 
 from celery import Celery, Task
 
 from loops.progress import ProgressEvent, ProgressStatus
 from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.store import TERMINAL_STATUSES, RunStore
+from orchestration.launches import launch_digest
+from orchestration.store import TERMINAL_STATUSES, RunExistsError, RunOwner, RunStore
 from orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
 
 
@@ -105,12 +107,13 @@ def batch(
     )
     size = max(1, int(chunk_size))
     batch_id = str(self.request.id)
-    store.create_run(
-        run_id=batch_id,
-        runnable=batch_runnable_name(key),
-        input={"runnable": runnable, "count": len(items), "provider": provider, "chunk_size": size},
-        celery_task_id=batch_id,
-    )
+    with suppress(RunExistsError):  # when this task is redelivered, its first delivery recorded the run
+        store.create_run(
+            run_id=batch_id,
+            runnable=batch_runnable_name(key),
+            input={"runnable": runnable, "count": len(items), "provider": provider, "chunk_size": size},
+            celery_task_id=batch_id,
+        )
     store.mark_running(batch_id)
     store.append_events(
         batch_id,
@@ -139,18 +142,20 @@ def batch_chunk(
     store = dependencies_of(self.app).store
     for index, item in enumerate(inputs, start=int(offset)):
         run_id = f"{batch_id}-{index}"
-        store.create_run(
-            run_id=run_id,
-            runnable=runnable,
-            input=item,
-            parent_run_id=batch_id,
-            token_budget=token_budget,
-        )
-        self.app.send_task(
-            LAUNCH,
-            kwargs={"runnable": runnable, "input": item, "context": context, "run_id": run_id},
-            task_id=run_id,
-        )
+        kwargs = {"runnable": runnable, "input": item, "context": context, "run_id": run_id}
+        # owned by the launch sent next, which claims it as its own (orchestration/launches.py); when
+        # this chunk is redelivered, its first delivery recorded the run
+        with suppress(RunExistsError):
+            store.create_run(
+                run_id=run_id,
+                runnable=runnable,
+                input=item,
+                parent_run_id=batch_id,
+                token_budget=token_budget,
+                celery_task_id=run_id,
+                owner=RunOwner.new(launch_digest(kwargs)),
+            )
+        self.app.send_task(LAUNCH, kwargs=kwargs, task_id=run_id)
     return len(inputs)
 
 

@@ -8,7 +8,7 @@ from celery import Celery
 
 from orchestration.registry import RunnableRegistry
 from orchestration.settings import Settings
-from orchestration.store import RunStore, open_store
+from orchestration.store import RunStore, StoreRetry, open_store
 
 __all__ = ["AppDependencies", "dependencies_of"]
 
@@ -43,7 +43,8 @@ class AppDependencies:
     def store(self) -> RunStore:
         with self._lock:
             if self._store is None:
-                self._store, _ = open_store(self.settings.database_url)
+                retry = StoreRetry(self.settings.store.retry_seconds)
+                self._store, _ = open_store(self.settings.database_url, retry=retry)
             return self._store
 
 

@@ -11,18 +11,24 @@ registers these functions on one app.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from celery import Celery, Task
+from celery.exceptions import Ignore
 
 from orchestration.celery_adapter.batches import install_batch_tasks
 from orchestration.celery_adapter.canvas import continue_lane, continue_with, from_lanes
 from orchestration.celery_adapter.dependencies import dependencies_of
+from orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
 from orchestration.engine import WorkflowEngine
+from orchestration.launches import LaunchClaim, RunIdTakenError, attached_result, claim_launch
 from orchestration.outcomes import Done
+from orchestration.run_end import end_with_failure
+from orchestration.store import RunAlreadyEndedError, RunOwnershipError
 from orchestration.wire import (
     CANCEL,
     FINALIZE,
@@ -40,6 +46,8 @@ from orchestration.wire import (
 )
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _loops = threading.local()
 
@@ -82,41 +90,53 @@ def launch(
 
     ``token_budget`` (optional) caps the tokens all steps of the run may use together;
     ``deadline_seconds`` (optional) ends the whole run that long after this task starts it.
+    The run id (``run_id``, else this task's id) is an idempotency key: see
+    :mod:`orchestration.launches` for a message whose id names a run that exists.
     """
-    run_id = str(run_id or self.request.id)
-    deps = dependencies_of(self.app)
-    store = deps.store
-    budget_ok = token_budget is None or (
-        isinstance(token_budget, int) and not isinstance(token_budget, bool) and token_budget >= 0
-    )
-    store.create_run(
-        run_id=run_id,
-        runnable=str(runnable),
-        input=input,
-        celery_task_id=self.request.id,
-        token_budget=token_budget if budget_ok else None,
-    )
+    store = dependencies_of(self.app).store
+    arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
+    arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds)
     try:
-        request = LaunchRequest.parse(
-            runnable=runnable,
-            input=input,
-            context=context,
-            run_id=run_id,
-            token_budget=token_budget,
-            deadline_seconds=deadline_seconds,
-        )
-        deps.registry.get(request.runnable)
-    except Exception as error:
-        store.finish_run(run_id, status="failed", error={"type": type(error).__name__, "message": str(error)})
-        raise
-    store.mark_running(run_id)
+        claim = claim_launch(store, arguments, task_id=str(self.request.id))
+    except RunIdTakenError as taken:
+        if not taken.same_task:
+            raise
+        logger.warning("%s: this message is ignored, and its result is that run's", taken)
+        raise Ignore() from taken  # the result backend keeps the run's own result
+    if claim.record.is_finished:
+        return attached_result(claim.record)  # the same launch again: its outcome, not a second run
+    request = _runnable_request(self, claim)
+    if not store.mark_running(claim.run_id):  # a twin of this launch ended it meanwhile
+        return attached_result(store.get_run(claim.run_id) or claim.record)
     seconds = request.deadline_seconds
     deadline = None if seconds is None else time.time() + seconds  # one epoch time for every task
-    node = WorkflowNode(run_id=run_id, runnable=request.runnable, context=request.context, deadline=deadline)
+    node = WorkflowNode(
+        run_id=claim.run_id,
+        runnable=request.runnable,
+        context=request.context,
+        deadline=deadline,
+        owner_token=claim.owner_token,
+    )
     outcome = run_coroutine(engine_for(self).start(node, request.input))
     if isinstance(outcome, Done):
-        return finalize(self, outcome.value, run_id)
-    return continue_with(self, outcome, then=self.app.signature(FINALIZE, args=(run_id,)))
+        return finalize(self, outcome.value, claim.run_id, claim.owner_token)
+    then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token))
+    return continue_with(self, outcome, then=then)
+
+
+def _runnable_request(task: Task, claim: LaunchClaim) -> LaunchRequest:
+    """The claim's request when it is valid and names a registered runnable; else the run ends
+    failed with the reason, which is raised."""
+    problem: Exception | None = claim.problem
+    if claim.request is not None and problem is None:
+        try:
+            dependencies_of(task.app).registry.get(claim.request.runnable)
+            return claim.request
+        except Exception as error:
+            problem = error
+    assert problem is not None
+    end_with_failure(dependencies_of(task.app).store, claim.run_id, problem, owner_token=claim.owner_token)
+    raise problem
 
 
 def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
@@ -161,10 +181,20 @@ def lane_collect(self: Task, output: Any, collected: list[Any]) -> list[Any]:
     return [*collected, output]
 
 
-def finalize(self: Task, result: Any, run_id: str) -> Any:
+def finalize(self: Task, result: Any, run_id: str, owner_token: str | None = None) -> Any:
     """Record the run's end (``succeeded``, or ``degraded`` when model calls failed); the run's id
-    then answers with its result (a degraded run's as a :class:`~orchestration.wire.DegradedResult`)."""
-    return run_coroutine(engine_for(self).finish(run_id, result))
+    then answers with its result (a degraded run's as a :class:`~orchestration.wire.DegradedResult`).
+
+    Only the canvas its launch built carries the run's ``owner_token``: a finalize without it
+    is refused (:class:`~orchestration.store.RunOwnershipError`) and the run is not touched.
+    """
+    owner = dependencies_of(self.app).store.run_owner(str(run_id))
+    if owner is not None and not owner.holds(owner_token):
+        raise RunOwnershipError(str(run_id))
+    try:
+        return run_coroutine(engine_for(self).finish(run_id, result, owner_token=owner_token))
+    except RunAlreadyEndedError as ended:
+        return attached_result(ended.record)  # a twin of this launch (a redelivery) ended it first
 
 
 def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> dict[str, Any]:
@@ -216,6 +246,7 @@ def install_tasks(app: Celery) -> None:
 
     install_privacy(app)  # agentloop.* arguments and results hidden from Flower and worker logs
     for name, function in TASKS.items():
-        app.task(name=name, bind=True, shared=False)(function)
+        options = RUN_TASK_OPTIONS if name in RUN_TASKS else {}  # retried, and the run ended on failure
+        app.task(name=name, bind=True, shared=False, **options)(function)
     install_batch_tasks(app)
     app.task(name=PING, shared=False)(ping)

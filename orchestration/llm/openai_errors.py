@@ -9,10 +9,12 @@ whitespace, removes secrets and bounds the length.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 from openai import (
     APIConnectionError,
@@ -37,8 +39,28 @@ _STATUS_LABELS = {
     422: "unprocessable request",
     429: "rate limited",
 }
-_BEARER = re.compile(r"(?i)\bbearer\s+\S+")
+#: Names under which a secret is echoed: ``key=...``, ``"api_key": "..."``, ``x-api-key: ...``.
+_SECRET_NAMES = (
+    r"(?:x[-_])?api[-_]?key|key|secret|client[-_]secret|password|passwd|pwd"
+    r"|(?:access|auth|refresh|session|id)[-_]?token|token"
+)
+_NAMED_SECRET = re.compile(
+    rf"""(?ix)
+    (?P<name>(?<![\w-])(?:{_SECRET_NAMES}))   # a name, not the tail of a longer word
+    (?P<sep>["']?\s*[:=]\s*["']?)             # = or :, maybe quoted either side
+    (?!\[redacted\])(?P<value>[^\s"'&,;)}}\]]+) # the value, up to a delimiter
+    """
+)
+_AUTHORIZATION = re.compile(
+    r"""(?ix)
+    (?P<name>(?<![\w-])(?:proxy-)?authorization["']?\s*[:=]\s*["']?)
+    (?P<scheme>(?:bearer|basic|token|digest)\s+)?
+    (?!\[redacted\])(?P<value>[^\s"',;]+)
+    """
+)
+_BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;]+")
 _SECRET_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
+_REDACTED = "[redacted]"
 
 
 def describe_error(error: Exception, *, timeout: timedelta | None) -> str:
@@ -69,11 +91,21 @@ def failure_message(message: str, *, api_key: str | None) -> str:
 
 
 def redact_secrets(text: str, *, api_key: str | None) -> str:
-    """``text`` without ``api_key``, bearer tokens or anything shaped like an OpenAI key."""
+    """``text`` without a secret that a server or a library echoed into it.
+
+    Gone are: the configured ``api_key`` wherever it appears (as is, URL-encoded
+    or JSON-escaped); the value of an ``Authorization`` header and of any bearer
+    token; the value given under a secret's name (``key=...``, ``api_key=...``,
+    ``"api-key": "..."``, ``x-api-key: ...``, ``token=...``, ``password: ...``);
+    and anything shaped like a provider's key (``sk-...``), whatever its name.
+    """
     if api_key:
-        text = text.replace(api_key, "[redacted]")
-    text = _BEARER.sub("Bearer [redacted]", text)
-    return _SECRET_KEY.sub("sk-[redacted]", text)
+        for form in {api_key, quote(api_key, safe=""), json.dumps(api_key)[1:-1]}:
+            text = text.replace(form, _REDACTED)
+    text = _AUTHORIZATION.sub(lambda m: f"{m['name']}{m['scheme'] or ''}{_REDACTED}", text)
+    text = _BEARER.sub(f"Bearer {_REDACTED}", text)
+    text = _NAMED_SECRET.sub(lambda m: f"{m['name']}{m['sep']}{_REDACTED}", text)
+    return _SECRET_KEY.sub(f"sk-{_REDACTED}", text)
 
 
 def _attempts(request: Any) -> str:

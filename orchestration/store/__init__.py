@@ -9,12 +9,24 @@ Typical use::
     run_store, tool_store = open_store()          # migrates to head first
     run_store.create_run(run_id="r1", runnable="search", input={"q": "..."})
 
+A run id names one run: creating it again raises :class:`RunExistsError`, and a
+run that has ended is never rewritten (:class:`RunAlreadyEndedError`). The SQL
+store rides out a database that is briefly away (:class:`StoreRetry`, then
+:class:`StoreUnavailableError`).
+
 :class:`RunStore` and :class:`ToolStore` are the protocols; each SQL store has
 an in-memory twin (:class:`InMemoryRunStore`, :class:`InMemoryToolStore`) for
 tests and offline runs.
 """
 
 from orchestration.store.engine import create_engine_for, database_url, normalize_url
+from orchestration.store.errors import (
+    RunAlreadyEndedError,
+    RunExistsError,
+    RunNotFoundError,
+    RunOwnershipError,
+    StoreUnavailableError,
+)
 from orchestration.store.json_values import JsonValue, to_json_value
 from orchestration.store.memory import InMemoryRunStore
 from orchestration.store.migrate import current_revision, downgrade_database, upgrade_database
@@ -22,11 +34,12 @@ from orchestration.store.open import open_store
 from orchestration.store.protocol import (
     TERMINAL_STATUSES,
     LoopRecord,
-    RunNotFoundError,
+    RunOwner,
     RunRecord,
     RunStatus,
     RunStore,
 )
+from orchestration.store.retry import StoreRetry
 from orchestration.store.sql import SqlRunStore
 from orchestration.store.tool_store import (
     InMemoryToolStore,
@@ -41,12 +54,18 @@ __all__ = [
     "InMemoryToolStore",
     "JsonValue",
     "LoopRecord",
+    "RunAlreadyEndedError",
+    "RunExistsError",
     "RunNotFoundError",
+    "RunOwner",
+    "RunOwnershipError",
     "RunRecord",
     "RunStatus",
     "RunStore",
     "SqlRunStore",
     "SqlToolStore",
+    "StoreRetry",
+    "StoreUnavailableError",
     "TERMINAL_STATUSES",
     "ToolRecord",
     "ToolStore",

@@ -4,7 +4,8 @@ Everything the store keeps (run input and output, progress events, checkpoint
 state, loop results) goes through :func:`to_json_value`. It accepts exactly
 what survives a JSON round-trip unchanged (``dict`` with ``str`` keys, ``list``,
 ``str``, ``int``, finite ``float``, ``bool``, ``None``; tuples are accepted and
-come back as lists) and raises :class:`~actions.StateNotSerializableError`
+come back as lists) and that every database stores (no NUL character in a
+string or key: PostgreSQL's ``jsonb`` holds none), and raises :class:`~actions.StateNotSerializableError`
 naming the offending value's type and where it sits otherwise. The store never
 pickles.
 """
@@ -21,11 +22,14 @@ from actions import StateNotSerializableError
 JsonValue = Any
 """A value made of JSON types only (``dict``/``list``/``str``/``int``/``float``/``bool``/``None``)."""
 
-_SCALARS = (str, int, bool, type(None))
+_SCALARS = (int, bool, type(None))
+_NUL = "\x00"
 
 
 def find_non_json(value: object, where: str = "value") -> str | None:
     """A sentence naming the first part of ``value`` JSON cannot carry; ``None`` when all of it can."""
+    if isinstance(value, str):
+        return f"{where} contains a NUL character, which no database stores" if _NUL in value else None
     if isinstance(value, _SCALARS):
         return None
     if isinstance(value, float):
@@ -40,6 +44,8 @@ def find_non_json(value: object, where: str = "value") -> str | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"{where} has a key {key!r} of type {type(key).__qualname__} (JSON keys are strings)"
+            if _NUL in key:
+                return f"{where} has a key with a NUL character, which no database stores"
             problem = find_non_json(item, f"{where}[{key!r}]")
             if problem is not None:
                 return problem

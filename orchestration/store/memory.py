@@ -15,18 +15,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from orchestration.store.json_values import JsonValue, to_json_value
-from orchestration.store.protocol import (
-    TERMINAL_STATUSES,
-    LoopRecord,
-    RunNotFoundError,
-    RunRecord,
-    RunStatus,
+from orchestration.store.checks import (
+    MAX_ITERATION,
+    MAX_PATH_CHARS,
     check_count,
+    check_finish,
     check_terminal_status,
+    check_text,
     error_value,
     event_payloads,
+    new_run_values,
+    run_key,
 )
+from orchestration.store.errors import RunExistsError, RunNotFoundError
+from orchestration.store.json_values import JsonValue, to_json_value
+from orchestration.store.protocol import TERMINAL_STATUSES, LoopRecord, RunOwner, RunRecord, RunStatus
 from orchestration.store.tables import utcnow
 
 
@@ -53,6 +56,7 @@ class InMemoryRunStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, RunRecord] = {}
+        self._owners: dict[str, RunOwner] = {}
         self._events: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self._event_ids = itertools.count(1)
         self._checkpoints: dict[tuple[str, str], _Checkpoint] = {}
@@ -68,30 +72,34 @@ class InMemoryRunStore:
         path: str = "",
         token_budget: int | None = None,
         celery_task_id: str | None = None,
+        owner: RunOwner | None = None,
     ) -> RunRecord:
-        """Record a pending run; creating an id that exists returns the stored run unchanged."""
-        record = RunRecord(
-            id=run_id,
-            root_run_id=root_run_id or run_id,
-            parent_run_id=parent_run_id,
+        """Record a pending run; :class:`~orchestration.store.RunExistsError` when the id exists."""
+        values = new_run_values(
+            run_id=run_id,
             runnable=runnable,
+            input=input,
+            root_run_id=root_run_id,
+            parent_run_id=parent_run_id,
             path=path,
-            status=RunStatus.PENDING.value,
-            input=to_json_value(input, what=f"input of run {run_id!r}"),
-            output=None,
-            error=None,
-            input_tokens=0,
-            output_tokens=0,
-            token_budget=None if token_budget is None else check_count(token_budget, "token_budget"),
-            created_at=utcnow(),
-            started_at=None,
-            finished_at=None,
+            token_budget=token_budget,
             celery_task_id=celery_task_id,
-            cancel_requested=False,
         )
+        record = RunRecord(**values)
         with self._lock:
-            stored = self._runs.setdefault(run_id, record)
-            return _copied(stored)
+            stored = self._runs.get(run_id)
+            if stored is not None:
+                raise RunExistsError(_copied(stored))
+            self._runs[run_id] = record
+            if owner is not None:
+                self._owners[run_id] = owner
+            return _copied(record)
+
+    def run_owner(self, run_id: str) -> RunOwner | None:
+        """The owner the run was created with (``None``: anyone may end it)."""
+        with self._lock:
+            self._get(run_id)
+            return self._owners.get(run_id)
 
     def _get(self, run_id: str) -> RunRecord:
         record = self._runs.get(run_id)
@@ -110,16 +118,31 @@ class InMemoryRunStore:
             return True
 
     def finish_run(
-        self, run_id: str, *, status: str, output: JsonValue = None, error: JsonValue | BaseException = None
+        self,
+        run_id: str,
+        *,
+        status: str,
+        output: JsonValue = None,
+        error: JsonValue | BaseException = None,
+        owner_token: str | None = None,
     ) -> None:
-        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``."""
-        final = check_terminal_status(status)
-        output = to_json_value(output, what=f"output of run {run_id!r}")
-        error = to_json_value(error_value(error), what=f"error of run {run_id!r}")
+        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``.
+
+        Only a run that has not ended, and only with its owner's token when it has one.
+        """
+        outcome = (
+            check_terminal_status(status),
+            to_json_value(output, what=f"output of run {run_key(run_id)}"),
+            to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
+        )
         with self._lock:
-            record = self._get(run_id)
+            record, owner = self._runs.get(run_id), self._owners.get(run_id)
+            if record is None or record.is_finished or (owner is not None and not owner.holds(owner_token)):
+                check_finish(record, owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
+                return
+            final, stored_output, stored_error = outcome
             self._runs[run_id] = replace(
-                record, status=final, output=output, error=error, finished_at=utcnow()
+                record, status=final, output=stored_output, error=stored_error, finished_at=utcnow()
             )
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -222,7 +245,9 @@ class InMemoryRunStore:
 
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
         """Replace the loop's checkpoint with ``(iteration, state)``."""
-        check_count(iteration, "iteration")
+        check_text(run_id, "run id")
+        check_text(path, "loop path", max_chars=MAX_PATH_CHARS)
+        check_count(iteration, "iteration", maximum=MAX_ITERATION)
         state = to_json_value(state, what=f"checkpoint state of loop {path!r} in run {run_id!r}")
         with self._lock:
             checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
@@ -245,6 +270,8 @@ class InMemoryRunStore:
     ) -> None:
         """Record the loop's result (its checkpoint is kept) and append ``events`` under ``run_id``,
         at once."""
+        check_text(run_id, "run id")
+        check_text(path, "loop path", max_chars=MAX_PATH_CHARS)
         result = to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}")
         payloads = event_payloads(run_id, events)
         with self._lock:

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 from orchestration.store.engine import create_engine_for
 from orchestration.store.migrate import upgrade_database
+from orchestration.store.retry import StoreRetry
 from orchestration.store.sql import SqlRunStore
 from orchestration.store.tool_store import SqlToolStore
 
 
-def open_store(url: str | None = None, *, migrate: bool = True) -> tuple[SqlRunStore, SqlToolStore]:
+def open_store(
+    url: str | None = None, *, migrate: bool = True, retry: StoreRetry | None = None
+) -> tuple[SqlRunStore, SqlToolStore]:
     """The run store and tool store on ``url`` (default: ``DATABASE_URL`` or the SQLite file).
 
     The database is migrated to the latest revision first unless ``migrate``
-    is false. Both stores share one engine (``run_store.engine``), which the
-    caller may ``dispose()`` when done.
+    is false (retried, like every run store call, while the database is
+    unreachable: ``retry``, default 60 s). Both stores share one engine
+    (``run_store.engine``), which the caller may ``dispose()`` when done.
     """
     engine = create_engine_for(url)
+    retry = retry or StoreRetry()
     if migrate:
-        upgrade_database(engine)
-    return SqlRunStore(engine), SqlToolStore(engine)
+        retry.call(upgrade_database, engine)
+    return SqlRunStore(engine, retry=retry), SqlToolStore(engine)

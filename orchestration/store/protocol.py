@@ -1,21 +1,31 @@
-"""What the run store promises: its values, its errors and its protocol.
+"""What the run store promises: its values and its protocol (its errors: ``errors.py``).
 
 :class:`RunStore` is satisfied by :class:`~orchestration.store.SqlRunStore`
 (SQLite/PostgreSQL) and by its in-memory twin
 :class:`~orchestration.store.InMemoryRunStore`; code that needs a run store
 should ask for the protocol.
+
+A run id is an idempotency key: :meth:`RunStore.create_run` refuses an id that
+exists (:class:`RunExistsError`, carrying the stored run), and a run that has
+ended is never rewritten (:meth:`RunStore.finish_run` refuses with
+:class:`RunAlreadyEndedError`, unless it is asked for the very outcome stored).
+A run created with a :class:`RunOwner` ends only for a caller presenting its
+token (:class:`RunOwnershipError`). Every text and number is checked against
+what the columns hold before a database sees it (``ValueError`` naming the
+field), so the SQL stores and the memory twin accept exactly the same values.
 """
 
 from __future__ import annotations
 
+import hmac
+import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from actions import AgentLoopError
-from orchestration.store.json_values import JsonValue, to_json_value
+from orchestration.store.json_values import JsonValue
 
 
 class RunStatus(StrEnum):
@@ -36,49 +46,6 @@ TERMINAL_STATUSES: frozenset[str] = frozenset(
     status.value for status in RunStatus if status not in (RunStatus.PENDING, RunStatus.RUNNING)
 )
 """The statuses :meth:`RunStore.finish_run` accepts; a run in one of them has ended."""
-
-
-class RunNotFoundError(AgentLoopError, KeyError):
-    """The store has no run with this id."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(run_id)
-
-    def __str__(self) -> str:
-        return f"no run with id {self.run_id!r} in the run store"
-
-
-def check_terminal_status(status: str) -> str:
-    """``status`` as a plain string when it ends a run; ``ValueError`` naming the allowed ones otherwise."""
-    if status not in TERMINAL_STATUSES:
-        allowed = ", ".join(sorted(TERMINAL_STATUSES))
-        raise ValueError(f"{status!r} does not end a run; use one of: {allowed}")
-    return str(status)
-
-
-def check_count(value: int, what: str) -> int:
-    """``value`` when it is a non-negative ``int`` (not a bool); ``ValueError`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{what} must be a non-negative int, not {value!r}")
-    return value
-
-
-def event_payloads(root_run_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The progress events as the JSON objects to store; ``TypeError`` for one that is not a mapping."""
-    payloads = []
-    for event in events:
-        if not isinstance(event, Mapping):
-            raise TypeError(f"a progress event is a mapping, not {type(event).__name__}")
-        payloads.append(to_json_value(dict(event), what=f"progress event of run {root_run_id!r}"))
-    return payloads
-
-
-def error_value(error: JsonValue | BaseException) -> JsonValue:
-    """An exception as ``{"type", "message"}``; any other value unchanged."""
-    if isinstance(error, BaseException):
-        return {"type": type(error).__name__, "message": str(error)}
-    return error
 
 
 def _datetime_to_json(value: datetime | None) -> str | None:
@@ -154,6 +121,27 @@ class RunRecord:
         return cls(**values)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOwner:
+    """Who may end a run: the launch whose message has ``launch_digest``, holding ``token``.
+
+    ``token`` is a secret drawn when the run is created; only the tasks of the
+    canvas that launch builds carry it (``repr`` does not show it).
+    """
+
+    launch_digest: str
+    token: str = field(repr=False)
+
+    @classmethod
+    def new(cls, launch_digest: str) -> RunOwner:
+        """An owner with a fresh random token."""
+        return cls(launch_digest=launch_digest, token=secrets.token_urlsafe(24))
+
+    def holds(self, token: str | None) -> bool:
+        """Whether ``token`` is this owner's (compared in constant time)."""
+        return token is not None and hmac.compare_digest(self.token.encode(), token.encode())
+
+
 class LoopRecord(NamedTuple):
     """What the store knows of one loop of a run, read at once when its task starts.
 
@@ -185,8 +173,17 @@ class RunStore(Protocol):
         path: str = "",
         token_budget: int | None = None,
         celery_task_id: str | None = None,
+        owner: RunOwner | None = None,
     ) -> RunRecord:
-        """Record a pending run (root when ``root_run_id`` is None); an existing id is returned unchanged."""
+        """Record a pending run (root when ``root_run_id`` is None), owned by ``owner`` when given.
+
+        Raises :class:`RunExistsError` (with the stored run) when the id exists,
+        ``ValueError`` for a value its column cannot hold.
+        """
+        ...
+
+    def run_owner(self, run_id: str) -> RunOwner | None:
+        """The owner the run was created with (``None``: anyone may end it)."""
         ...
 
     def mark_running(self, run_id: str) -> bool:
@@ -194,9 +191,20 @@ class RunStore(Protocol):
         ...
 
     def finish_run(
-        self, run_id: str, *, status: str, output: JsonValue = None, error: JsonValue = None
+        self,
+        run_id: str,
+        *,
+        status: str,
+        output: JsonValue = None,
+        error: JsonValue = None,
+        owner_token: str | None = None,
     ) -> None:
-        """End the run with a terminal ``status`` and its ``output`` or ``error`` (``{"type", ...}``)."""
+        """End the run with a terminal ``status`` and its ``output`` or ``error`` (``{"type", ...}``).
+
+        An ended run is not rewritten (:class:`RunAlreadyEndedError`; asking for
+        the outcome it has is a no-op); an owned run ends only with its owner's
+        token (:class:`RunOwnershipError`).
+        """
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None:

@@ -4,31 +4,36 @@ SQLAlchemy Core on plain connections, no ORM session. Every write is one
 atomic statement (``INSERT ... ON CONFLICT``, ``UPDATE ... SET x = x + :n ...
 RETURNING``) or a few in one short transaction, so several worker processes
 can share the database: on SQLite the writes serialise on the file lock (WAL
-mode, busy timeout), on PostgreSQL on row locks.
+mode, busy timeout), on PostgreSQL on row locks. Every call is retried while
+the database is unreachable (:class:`~orchestration.store.retry.StoreRetry`).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, Executable, Row, func, literal, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Row, RowMapping, func, literal, or_, select, update
 
-from orchestration.store.dialects import advisory_lock, dialect_of, insert
-from orchestration.store.json_values import JsonValue, to_json_value
-from orchestration.store.protocol import (
-    TERMINAL_STATUSES,
-    LoopRecord,
-    RunNotFoundError,
-    RunRecord,
-    RunStatus,
+from orchestration.store.checks import (
+    MAX_ITERATION,
+    MAX_PATH_CHARS,
     check_count,
+    check_finish,
     check_terminal_status,
+    check_text,
     error_value,
     event_payloads,
+    is_storable_id,
+    new_run_values,
+    run_key,
 )
+from orchestration.store.dialects import advisory_lock, dialect_of, upserts
+from orchestration.store.errors import RunExistsError, RunNotFoundError
+from orchestration.store.json_values import JsonValue, to_json_value
+from orchestration.store.protocol import TERMINAL_STATUSES, LoopRecord, RunOwner, RunRecord, RunStatus
+from orchestration.store.retry import StoreRetry, retried
 from orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
 
 _RUN_COLUMNS = tuple(runs.c[field.name] for field in fields(RunRecord))
@@ -38,13 +43,15 @@ _LOOP_RECORD = select(
 
 
 def event_columns(event: Mapping[str, Any]) -> dict[str, Any]:
-    """The indexed columns of a progress event: ``path``, ``status``, ``phase``, ``iteration``."""
+    """The indexed columns of a progress event: ``path``, ``status``, ``phase``, ``iteration``
+    (a status cut to its column's 32 characters, an iteration past 32 bits left out)."""
     iteration = event.get("iteration")
+    counted = type(iteration) is int and 0 <= iteration <= MAX_ITERATION
     return {
         "path": str(event.get("path") or ""),
-        "status": str(event.get("status") or ""),
+        "status": str(event.get("status") or "")[:32],
         "phase": str(event.get("phase") or ""),
-        "iteration": iteration if isinstance(iteration, int) and not isinstance(iteration, bool) else None,
+        "iteration": iteration if counted else None,
     }
 
 
@@ -60,37 +67,11 @@ def _record(row: Row[Any]) -> RunRecord:
     return RunRecord(**row._mapping)
 
 
-@dataclass(frozen=True)
-class _Upserts:
-    """The dialect's upserts, built once: they are on the hot path of every task."""
-
-    create_run: Executable
-    save_checkpoint: Executable
-    finish_loop: Executable
-
-
-@functools.cache
-def _upserts(dialect: str) -> _Upserts:
-    run = insert(runs, dialect).on_conflict_do_nothing(index_elements=["id"])
-    saved = insert(checkpoints, dialect)
-    saved = saved.on_conflict_do_update(
-        index_elements=["run_id", "path"],
-        set_={
-            "iteration": saved.excluded.iteration,
-            "state": saved.excluded.state,
-            "updated_at": saved.excluded.updated_at,
-        },
-    )
-    finished = insert(checkpoints, dialect)
-    finished = finished.on_conflict_do_update(
-        index_elements=["run_id", "path"],
-        set_={
-            "finished": True,
-            "result": finished.excluded.result,
-            "updated_at": finished.excluded.updated_at,
-        },
-    )
-    return _Upserts(create_run=run, save_checkpoint=saved, finish_loop=finished)
+def _record_and_owner(columns: RowMapping) -> tuple[RunRecord, RunOwner | None]:
+    values = dict(columns)
+    digest, token = values.pop("launch_digest"), values.pop("owner_token")
+    owner = None if token is None else RunOwner(launch_digest=digest or "", token=token)
+    return RunRecord(**values), owner
 
 
 class SqlRunStore:
@@ -100,13 +81,16 @@ class SqlRunStore:
     (:func:`~orchestration.store.open_store` does both).
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, retry: StoreRetry | None = None) -> None:
         self.engine = engine
         """The engine the store uses (``dispose()`` it when done with the store)."""
         self.dialect = dialect_of(engine)
         """``"sqlite"`` or ``"postgresql"``."""
-        self._upserts = _upserts(self.dialect)
+        self.retry = retry or StoreRetry()
+        """How a call rides out an unreachable database (default: 60 s of retries)."""
+        self._upserts = upserts(self.dialect)
 
+    @retried
     def create_run(
         self,
         *,
@@ -118,31 +102,39 @@ class SqlRunStore:
         path: str = "",
         token_budget: int | None = None,
         celery_task_id: str | None = None,
+        owner: RunOwner | None = None,
     ) -> RunRecord:
-        """Record a pending run; creating an id that exists returns the stored run unchanged."""
-        values = {
-            "id": run_id,
-            "root_run_id": root_run_id or run_id,
-            "parent_run_id": parent_run_id,
-            "runnable": runnable,
-            "path": path,
-            "status": RunStatus.PENDING.value,
-            "input": to_json_value(input, what=f"input of run {run_id!r}"),
-            "output": None,
-            "error": None,
-            "token_budget": None if token_budget is None else check_count(token_budget, "token_budget"),
-            "celery_task_id": celery_task_id,
-            "created_at": utcnow(),
-            "started_at": None,
-            "finished_at": None,
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "cancel_requested": False,
-        }
+        """Record a pending run; :class:`~orchestration.store.RunExistsError` when the id exists."""
+        values = new_run_values(
+            run_id=run_id,
+            runnable=runnable,
+            input=input,
+            root_run_id=root_run_id,
+            parent_run_id=parent_run_id,
+            path=path,
+            token_budget=token_budget,
+            celery_task_id=celery_task_id,
+        )
+        owned = {"launch_digest": owner.launch_digest, "owner_token": owner.token} if owner else {}
         with self.engine.begin() as connection:
-            connection.execute(self._upserts.create_run, values)
-            return _record(connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == run_id)).one())
+            created = connection.execute(self._upserts.create_run, {**values, **owned}).first() is not None
+            record = _record(connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == run_id)).one())
+        if not created:
+            raise RunExistsError(record)
+        return record
 
+    @retried
+    def run_owner(self, run_id: str) -> RunOwner | None:
+        """The owner the run was created with (``None``: anyone may end it)."""
+        statement = select(runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
+        with self.engine.connect() as connection:
+            row = connection.execute(statement).first()
+        if row is None:
+            raise RunNotFoundError(run_id)
+        digest, token = row
+        return None if token is None else RunOwner(launch_digest=digest or "", token=token)
+
+    @retried
     def mark_running(self, run_id: str) -> bool:
         """Mark the run running, keeping its first start time; ``False`` when it had already ended."""
         statement = (
@@ -161,31 +153,54 @@ class SqlRunStore:
                 raise RunNotFoundError(run_id)
         return False
 
+    @retried
     def finish_run(
-        self, run_id: str, *, status: str, output: JsonValue = None, error: JsonValue | BaseException = None
+        self,
+        run_id: str,
+        *,
+        status: str,
+        output: JsonValue = None,
+        error: JsonValue | BaseException = None,
+        owner_token: str | None = None,
     ) -> None:
-        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``."""
+        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``.
+
+        Only a run that has not ended, and only with its owner's token when it has one.
+        """
+        outcome = (
+            check_terminal_status(status),
+            to_json_value(output, what=f"output of run {run_key(run_id)}"),
+            to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
+        )
+        final, stored_output, stored_error = outcome
         statement = (
             update(runs)
-            .where(runs.c.id == run_id)
-            .values(
-                status=check_terminal_status(status),
-                output=to_json_value(output, what=f"output of run {run_id!r}"),
-                error=to_json_value(error_value(error), what=f"error of run {run_id!r}"),
-                finished_at=utcnow(),
+            .where(
+                runs.c.id == run_id,
+                runs.c.status.not_in(sorted(TERMINAL_STATUSES)),
+                or_(runs.c.owner_token.is_(None), runs.c.owner_token == (owner_token or "")),
             )
+            .values(status=final, output=stored_output, error=stored_error, finished_at=utcnow())
             .returning(runs.c.id)
         )
+        read = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
         with self.engine.begin() as connection:
-            if connection.execute(statement).first() is None:
-                raise RunNotFoundError(run_id)
+            if connection.execute(statement).first() is not None:
+                return
+            row = connection.execute(read).first()
+        record, owner = (None, None) if row is None else _record_and_owner(row._mapping)
+        check_finish(record, owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
 
+    @retried
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or ``None``."""
+        if not is_storable_id(run_id):
+            return None
         with self.engine.connect() as connection:
             row = connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == run_id)).first()
         return None if row is None else _record(row)
 
+    @retried
     def list_runs(
         self,
         *,
@@ -209,6 +224,7 @@ class SqlRunStore:
         with self.engine.connect() as connection:
             return [_record(row) for row in connection.execute(statement)]
 
+    @retried
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
         """Counts per status and summed token usage of the runs whose parent is ``parent_run_id``."""
         statement = (
@@ -239,6 +255,7 @@ class SqlRunStore:
             connection.execute(advisory_lock(root_run_id))
         connection.execute(run_events.insert(), rows)
 
+    @retried
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
         """Store progress events under ``root_run_id`` in one transaction, in order."""
         rows = _event_rows(root_run_id, events)
@@ -246,10 +263,13 @@ class SqlRunStore:
             with self.engine.begin() as connection:
                 self._write_events(connection, root_run_id, rows)
 
+    @retried
     def events(
         self, run_id: str, *, after_id: int = 0, limit: int | None = None
     ) -> list[tuple[int, dict[str, Any]]]:
         """The events of root run ``run_id`` with an id above ``after_id``, oldest first."""
+        if not is_storable_id(run_id):
+            return []
         statement = (
             select(run_events.c.id, run_events.c.payload)
             .where(run_events.c.run_id == run_id, run_events.c.id > after_id)
@@ -265,6 +285,7 @@ class SqlRunStore:
         root = select(runs.c.root_run_id).where(runs.c.id == run_id).scalar_subquery()
         return or_(runs.c.id == run_id, runs.c.id == root)
 
+    @retried
     def request_cancel(self, run_id: str) -> None:
         """Ask the whole workflow of ``run_id`` to stop: flags the run and its root run."""
         statement = update(runs).where(self._run_and_root(run_id)).values(cancel_requested=True)
@@ -272,12 +293,16 @@ class SqlRunStore:
             if connection.execute(statement.returning(runs.c.id)).first() is None:
                 raise RunNotFoundError(run_id)
 
+    @retried
     def is_cancel_requested(self, run_id: str) -> bool:
         """Whether cancellation was requested for the run or its root run (``False`` if unknown)."""
+        if not is_storable_id(run_id):
+            return False
         statement = select(runs.c.id).where(self._run_and_root(run_id), runs.c.cancel_requested).limit(1)
         with self.engine.connect() as connection:
             return connection.execute(statement).first() is not None
 
+    @retried
     def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
         """Atomically add token usage (``SET x = x + :n``); returns the new ``(input, output)`` totals."""
         statement = (
@@ -295,12 +320,13 @@ class SqlRunStore:
             raise RunNotFoundError(run_id)
         return int(row[0]), int(row[1])
 
+    @retried
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
         """Replace the loop's checkpoint with ``(iteration, state)``: one row per (run, path)."""
         row = {
-            "run_id": run_id,
-            "path": path,
-            "iteration": check_count(iteration, "iteration"),
+            "run_id": check_text(run_id, "run id"),
+            "path": check_text(path, "loop path", max_chars=MAX_PATH_CHARS),
+            "iteration": check_count(iteration, "iteration", maximum=MAX_ITERATION),
             "state": to_json_value(state, what=f"checkpoint state of loop {path!r} in run {run_id!r}"),
             "finished": False,
             "result": None,
@@ -309,6 +335,7 @@ class SqlRunStore:
         with self.engine.begin() as connection:
             connection.execute(self._upserts.save_checkpoint, row)
 
+    @retried
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result, and its latest checkpoint, in one read."""
         statement = _LOOP_RECORD.where(checkpoints.c.run_id == run_id, checkpoints.c.path == path)
@@ -323,14 +350,15 @@ class SqlRunStore:
             checkpoint=None if iteration is None else (iteration, state),
         )
 
+    @retried
     def finish_loop(
         self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
     ) -> None:
         """Record the loop's result (its checkpoint is kept) and append ``events`` under ``run_id``,
         in one transaction."""
         row = {
-            "run_id": run_id,
-            "path": path,
+            "run_id": check_text(run_id, "run id"),
+            "path": check_text(path, "loop path", max_chars=MAX_PATH_CHARS),
             "iteration": None,
             "state": None,
             "finished": True,

@@ -115,6 +115,10 @@ runs = Table(
     Column("finished_at", UtcDateTime()),
     Column("celery_task_id", String(255)),
     Column("cancel_requested", Boolean, nullable=False, default=False, server_default=false()),
+    # Who may end the run (``RunOwner``): the digest of the launch message that created it, and
+    # the secret token only that launch's tasks carry. Not part of ``RunRecord``.
+    Column("launch_digest", String(64)),
+    Column("owner_token", String(64)),
     Index("ix_runs_status_created_at", "status", "created_at"),
     Index("ix_runs_parent_run_id_status", "parent_run_id", "status"),
     Index("ix_runs_runnable_status", "runnable", "status"),

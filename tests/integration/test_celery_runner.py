@@ -11,7 +11,7 @@ from parity_workflows import ThreeStages
 from actions import RunStoppedError
 from loops import ProgressEvent
 from orchestration.client import CeleryAgentRunner
-from orchestration.engine import _run_status
+from orchestration.run_end import failure_status
 
 
 def test_request_and_wait_stream_every_event_to_on_progress(memory_celery: Any) -> None:
@@ -38,9 +38,9 @@ def test_request_and_wait_stream_every_event_to_on_progress(memory_celery: Any) 
 
 
 def test_a_stop_without_a_final_status_of_its_own_ends_the_run_as_failed() -> None:
-    assert _run_status(RunStoppedError("stopped")) == "failed"
-    assert _run_status(ValueError("x")) == "failed"
+    assert failure_status(RunStoppedError("stopped")) == "failed"
+    assert failure_status(ValueError("x")) == "failed"
     from actions import RunCancelledError, TokenBudgetExceededError
 
-    assert _run_status(RunCancelledError("c")) == "cancelled"
-    assert _run_status(TokenBudgetExceededError(used=2, budget=1)) == "budget_exceeded"
+    assert failure_status(RunCancelledError("c")) == "cancelled"
+    assert failure_status(TokenBudgetExceededError(used=2, budget=1)) == "budget_exceeded"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from typing import Any
@@ -13,6 +14,8 @@ from actions import StateNotSerializableError
 from orchestration.store import (
     TERMINAL_STATUSES,
     LoopRecord,
+    RunAlreadyEndedError,
+    RunExistsError,
     RunNotFoundError,
     RunRecord,
     RunStatus,
@@ -37,8 +40,27 @@ def _event(path: str, iteration: int, status: str = "progress", **data: Any) -> 
     }
 
 
-def test_both_implementations_satisfy_the_protocol(run_store: RunStore) -> None:
+def _protocol_methods() -> list[str]:
+    return sorted(
+        name for name, member in vars(RunStore).items() if callable(member) and not name.startswith("_")
+    )
+
+
+def test_every_store_takes_every_call_of_the_protocol_as_the_protocol_spells_it(run_store: RunStore) -> None:
+    # isinstance() of a runtime protocol only checks that the names exist; a caller written against
+    # the protocol also needs each parameter's name, kind and default (extra ones only optional)
     assert isinstance(run_store, RunStore)
+    assert len(_protocol_methods()) >= 15
+    for name in _protocol_methods():
+        promised = inspect.signature(getattr(RunStore, name)).parameters
+        given = inspect.signature(getattr(type(run_store), name)).parameters
+        for parameter in promised.values():
+            assert parameter.name in given, f"{name}() has no parameter {parameter.name!r}"
+            actual = given[parameter.name]
+            assert (actual.kind, actual.default) == (parameter.kind, parameter.default), f"{name}({actual})"
+        extra = [p for p in given.values() if p.name not in promised]
+        optional = all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in extra)
+        assert optional, f"{name}() adds a required parameter"
 
 
 def test_a_run_goes_from_pending_to_running_to_succeeded(run_store: RunStore) -> None:
@@ -69,9 +91,9 @@ def test_a_failed_run_keeps_its_error(run_store: RunStore) -> None:
     record = run_store.get_run("r1")
     assert record is not None and record.input is None
     assert record.error == {"type": "ValueError", "message": "bad input"}
-    run_store.finish_run("r1", status=RunStatus.BUDGET_EXCEEDED, error={"type": "Budget", "message": "over"})
-    record = run_store.get_run("r1")
-    assert record is not None and record.status == "budget_exceeded"
+    with pytest.raises(RunAlreadyEndedError, match="already ended"):
+        run_store.finish_run("r1", status=RunStatus.BUDGET_EXCEEDED, error={"type": "Budget", "message": "over"})
+    assert run_store.get_run("r1") == record
 
 
 def test_finishing_needs_a_terminal_status(run_store: RunStore) -> None:
@@ -79,14 +101,7 @@ def test_finishing_needs_a_terminal_status(run_store: RunStore) -> None:
     for status in ("running", "pending", "done"):
         with pytest.raises(ValueError, match="does not end a run"):
             run_store.finish_run("r1", status=status)
-    assert {
-        "succeeded",
-        "degraded",
-        "failed",
-        "cancelled",
-        "deadline_exceeded",
-        "budget_exceeded",
-    } == TERMINAL_STATUSES
+    assert {"succeeded", "degraded", "failed", "cancelled", "deadline_exceeded", "budget_exceeded"} == TERMINAL_STATUSES
 
 
 def test_a_finished_run_is_not_marked_running_again(run_store: RunStore) -> None:
@@ -100,10 +115,12 @@ def test_a_finished_run_is_not_marked_running_again(run_store: RunStore) -> None
     assert run_store.get_run("r1").status == "cancelled"  # type: ignore[union-attr]
 
 
-def test_creating_an_existing_run_returns_it_unchanged(run_store: RunStore) -> None:
+def test_creating_an_existing_run_is_refused_and_leaves_it_unchanged(run_store: RunStore) -> None:
     first = run_store.create_run(run_id="r1", runnable="search", input={"v": 1}, celery_task_id="t1")
     run_store.mark_running("r1")
-    again = run_store.create_run(run_id="r1", runnable="other", input={"v": 2}, celery_task_id="t2")
+    with pytest.raises(RunExistsError, match="'r1' is taken by a run of 'search' \\(running\\)") as refused:
+        run_store.create_run(run_id="r1", runnable="other", input={"v": 2}, celery_task_id="t2")
+    again = refused.value.record
     assert again.runnable == "search" and again.input == {"v": 1} and again.celery_task_id == "t1"
     assert again.status == "running"
     assert again.created_at == first.created_at

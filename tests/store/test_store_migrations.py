@@ -27,6 +27,7 @@ from orchestration.store.tables import metadata
 from orchestration.testing.servers.postgres import private_database
 
 TABLES = {"ai_tools", "runs", "run_events", "checkpoints"}
+HEAD = "0003"
 
 
 def _tables(url: str) -> set[str]:
@@ -45,14 +46,24 @@ def _indexes(url: str, table: str) -> set[str]:
         engine.dispose()
 
 
+def _columns(url: str, table: str) -> set[str]:
+    engine = create_engine_for(url)
+    try:
+        return {column["name"] for column in inspect(engine).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
 def test_migrations_go_up_to_head_down_to_base_and_up_again(blank_database_url: str) -> None:
     assert current_revision(blank_database_url) is None
     assert _tables(blank_database_url) == set()
 
     upgrade_database(blank_database_url)
-    assert current_revision(blank_database_url) == "0002"
+    assert current_revision(blank_database_url) == HEAD
     assert _tables(blank_database_url) == TABLES
 
+    downgrade_database(blank_database_url, "0002")
+    assert {"launch_digest", "owner_token"}.isdisjoint(_columns(blank_database_url, "runs"))
     downgrade_database(blank_database_url, "0001")
     assert current_revision(blank_database_url) == "0001"
     assert "ix_runs_parent_run_id_status" not in _indexes(blank_database_url, "runs")
@@ -70,7 +81,7 @@ def test_migrations_go_up_to_head_down_to_base_and_up_again(blank_database_url: 
 def test_upgrading_an_up_to_date_database_changes_nothing(blank_database_url: str) -> None:
     upgrade_database(blank_database_url)
     upgrade_database(blank_database_url)
-    assert current_revision(blank_database_url) == "0002"
+    assert current_revision(blank_database_url) == HEAD
 
 
 def test_the_tables_match_the_migrated_schema_exactly(sql_engine: Engine) -> None:
@@ -94,7 +105,7 @@ def test_open_store_migrates_a_new_database_by_itself(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'nested' / 'new.sqlite3'}"
     run_store, tool_store = open_store(url)
     try:
-        assert current_revision(url) == "0002"
+        assert current_revision(url) == HEAD
         assert run_store.get_run("nothing") is None
         assert tool_store.list() == []
     finally:
@@ -172,5 +183,5 @@ def _migrate_from_four_threads(blank_database_url: str) -> None:
     for thread in threads:
         thread.join(60)
     assert errors == []
-    assert current_revision(blank_database_url) == "0002"
+    assert current_revision(blank_database_url) == HEAD
     assert _tables(blank_database_url) == TABLES

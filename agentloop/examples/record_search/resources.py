@@ -3,6 +3,11 @@
 :func:`open_resources` gives a fresh set (the caller disposes it);
 :func:`shared_resources` gives one set per database URL per process, for
 Celery context factories that run once per task.
+
+Setting up is safe when many workers' first tasks do it at once: on PostgreSQL
+they take turns under one advisory lock (:func:`~orchestration.store.dialects.held_lock`),
+so no two create the sample tables together; on SQLite each step tolerates a
+twin (tables created meanwhile, rows inserted only when missing, tools upserted).
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from agentloop.examples.record_search.catalog import SEARCHABLE_CATEGORIES, Sear
 from agentloop.examples.record_search.sample_data import build_sample_database, load_tools
 from agentloop.examples.record_search.service import RecordSearchService
 from orchestration.store import SqlToolStore, create_engine_for, database_url, normalize_url, upgrade_database
+from orchestration.store.dialects import held_lock
+
+#: The advisory lock under which one process at a time sets up a database's sample data and tools.
+SETUP_LOCK = "agentloop.examples.record_search.setup"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,9 +57,10 @@ def open_resources(url: str | None = None) -> RecordSearchResources:
     engine = create_engine_for(resolve_database_url(url))
     try:
         upgrade_database(engine)
-        counts = build_sample_database(engine)
         tool_store = SqlToolStore(engine)
-        load_tools(tool_store)
+        with held_lock(engine, SETUP_LOCK):  # concurrent first tasks set up one at a time
+            counts = build_sample_database(engine)
+            load_tools(tool_store)
         service = RecordSearchService.create(engine=engine, categories=SEARCHABLE_CATEGORIES)
     except BaseException:
         engine.dispose()

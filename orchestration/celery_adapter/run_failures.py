@@ -1,0 +1,91 @@
+"""What the tasks of a run do when they fail: try again while the run store is away, and end the
+run by whichever path can still reach the store.
+
+Every task that carries a run (:data:`RUN_TASKS`) is registered with
+:data:`RUN_TASK_OPTIONS`:
+
+* a :class:`~orchestration.store.StoreUnavailableError` (the database stayed
+  away past the store's own retries, ``AGENTLOOP_STORE_RETRY_SECONDS``) retries
+  the task, up to :data:`MAX_STORE_RETRIES` times with a delay growing from 5 s
+  to 60 s (with the store's own retries, some 18 minutes by default): the
+  message comes back with the same task id and arguments, so a launch claims
+  its own run again and a loop resumes from its checkpoint;
+* any failure then ends with :func:`end_run_on_failure`, Celery's ``on_failure``:
+  the run ends ``failed`` with the error when nothing recorded its end yet (the
+  step's own recording, in the engine, could not reach the store). A launch
+  whose run was never created creates it first. A task that does not hold the
+  run's owner token (a forged one) ends nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Task
+
+from orchestration.celery_adapter.dependencies import dependencies_of
+from orchestration.launches import RunIdTakenError, claim_launch
+from orchestration.run_end import end_with_failure
+from orchestration.store import StoreUnavailableError
+from orchestration.wire import FINALIZE, LANE, LAUNCH, MERGE, PIPELINE_DONE, RUN, STAGE, LaunchRequestError
+
+__all__ = ["MAX_STORE_RETRIES", "RUN_TASKS", "RUN_TASK_OPTIONS", "end_run_on_failure"]
+
+logger = logging.getLogger(__name__)
+
+#: How many times a task is sent again after the run store stayed away past its retries.
+MAX_STORE_RETRIES = 10
+
+#: The tasks that carry a run: the launch, every step of its canvas, and its finalize.
+RUN_TASKS = frozenset({LAUNCH, RUN, STAGE, PIPELINE_DONE, MERGE, LANE, FINALIZE})
+
+
+def _arguments(task: Task, args: Any, kwargs: Any) -> dict[str, Any] | None:
+    """The task's arguments by parameter name, ``None`` when they do not fit its signature."""
+    try:
+        return dict(inspect.signature(task.run).bind(*(args or ()), **(kwargs or {})).arguments)
+    except (TypeError, ValueError):
+        return None
+
+
+def end_run_on_failure(
+    task: Task, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+) -> None:
+    """Celery's ``on_failure`` for :data:`RUN_TASKS`: end the task's run with ``exc`` unless it has ended."""
+    arguments = _arguments(task, args, kwargs)
+    if arguments is None:
+        return
+    store = dependencies_of(task.app).store
+    if task.name == LAUNCH:
+        try:
+            claim = claim_launch(store, arguments, task_id=str(task_id))
+        except (LaunchRequestError, RunIdTakenError):  # an id no run can have, or another launch's run
+            return
+        except Exception:  # the store still away
+            logger.error("launch %s failed and its run could not be recorded", task_id, exc_info=True)
+            return
+        run_id, token = (None, None) if claim.record.is_finished else (claim.run_id, claim.owner_token)
+    else:
+        node = arguments.get("node")
+        carrier = node if isinstance(node, Mapping) else arguments
+        run_id, token = carrier.get("run_id"), carrier.get("owner_token")
+    if isinstance(run_id, str) and (token is None or isinstance(token, str)):
+        try:
+            end_with_failure(store, run_id, exc, owner_token=token)
+        except Exception:  # the store is still away: nothing more can be done from here
+            logger.error("run %s failed and its end could not be recorded", run_id, exc_info=True)
+
+
+#: The options :func:`~orchestration.celery_adapter.tasks.install_tasks` registers each of
+#: :data:`RUN_TASKS` with (Celery's documented task options).
+RUN_TASK_OPTIONS: dict[str, Any] = {
+    "autoretry_for": (StoreUnavailableError,),
+    "max_retries": MAX_STORE_RETRIES,
+    "retry_backoff": 5,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+    "on_failure": end_run_on_failure,
+}

@@ -1,0 +1,168 @@
+"""Run ids as idempotency keys: what an ``agentloop.launch`` message may do with the id it names.
+
+A launch *claims* its run id: it creates the run owned by the launch
+(:class:`~orchestration.store.RunOwner`: the digest of the message's arguments,
+and a secret token that only the tasks of the canvas this launch builds carry,
+in their :class:`~orchestration.wire.WorkflowNode` and in ``agentloop.finalize``'s
+arguments). A task ends the run only with that token, so a hand-sent
+``agentloop.finalize`` or a forged node cannot set or flip the run's outcome.
+
+A message for an id that exists is, by what it carries:
+
+* **the same launch again**, the same Celery task id and arguments (a
+  redelivery after a worker died, a Celery retry): it goes on with the run. A
+  run that has ended answers with its outcome (*attached*: a succeeded run's
+  result, a failed one's error); one still going resumes from its checkpoints.
+* **the same arguments under another task id**: attached when the run has
+  ended; refused with :class:`RunIdTakenError` while it runs.
+* **anything else** (another runnable, input, context or budget, or arguments
+  the contract refuses): refused with :class:`RunIdTakenError`, and the run is
+  not touched. When such a message even carries the run's own task id, its
+  task is ignored instead (``Ignore``), so the result backend keeps the run's
+  result, which is then this message's result too.
+
+A run id that the store cannot hold (a NUL character, more than 255
+characters) is refused with :class:`~orchestration.wire.LaunchRequestError`
+and nothing is recorded: there is no id to record it under. Any other invalid
+argument is recorded as the run's failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actions.errors import AgentLoopError
+from orchestration.store import (
+    RunAlreadyEndedError,
+    RunExistsError,
+    RunOwner,
+    RunRecord,
+    RunStatus,
+    RunStore,
+)
+from orchestration.wire import DegradedResult, LaunchRequest, LaunchRequestError, check_name
+
+__all__ = [
+    "LaunchClaim",
+    "RunIdTakenError",
+    "attached_result",
+    "claim_launch",
+    "launch_digest",
+]
+
+
+class RunIdTakenError(AgentLoopError, ValueError):
+    """The launch named the id of a run that another launch owns; the run is left as it was.
+
+    ``record`` is that run; ``same_task`` says the message even carried the run's
+    own Celery task id (then its task is ignored rather than failed).
+    """
+
+    def __init__(self, record: RunRecord, *, same_task: bool, why: str) -> None:
+        self.record, self.same_task = record, same_task
+        super().__init__(
+            f"run id {record.id!r} is taken by a run of {record.runnable!r} ({record.status}) "
+            f"launched as task {record.celery_task_id}: {why}; launch with a new run id, "
+            "or follow that run"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchClaim:
+    """A launch's hold on its run: the request (or why it is invalid), the run, the owner's token."""
+
+    run_id: str
+    request: LaunchRequest | None
+    problem: LaunchRequestError | None
+    record: RunRecord
+    owner_token: str | None
+
+
+def launch_digest(kwargs: Mapping[str, Any]) -> str:
+    """A digest of a launch's arguments, its run id included (unset ones left out): equal for a
+    redelivery, and for the same launch sent again with its run id given."""
+    given = {key: value for key, value in kwargs.items() if value is not None}
+    try:
+        text = json.dumps(given, sort_keys=True, separators=(",", ":"), default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(sorted(given))  # arguments that never make a run: any stable text will do
+    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()
+
+
+def _shown(value: Any) -> str:
+    """What a run record keeps of an invalid runnable name: readable, storable, at most 255 chars."""
+    text = value if isinstance(value, str) else repr(value)
+    text = text.replace("\x00", "\\x00") or "(none)"
+    return text if len(text) <= 255 else f"{text[:240]}... (cut)"
+
+
+def claim_launch(store: RunStore, kwargs: Mapping[str, Any], *, task_id: str) -> LaunchClaim:
+    """Claim the run id of a launch message (see the module doc).
+
+    Raises :class:`~orchestration.wire.LaunchRequestError` for a run id the store
+    cannot hold, :class:`RunIdTakenError` for an id another launch owns.
+    """
+    given = kwargs.get("run_id")
+    run_id = check_name(str(given) if type(given) is int else given or task_id, "run_id")
+    check_name(task_id, "the launch's task id")
+    request: LaunchRequest | None = None
+    problem: LaunchRequestError | None = None
+    try:
+        request = LaunchRequest.parse(**{**kwargs, "run_id": run_id})
+    except LaunchRequestError as error:
+        problem = error
+    except TypeError as error:  # an argument the contract does not know
+        problem = LaunchRequestError(f"agentloop.launch takes no such argument: {error}")
+    owner = RunOwner.new(launch_digest({**kwargs, "run_id": run_id}))  # a given id or the task's: one run
+    try:
+        record = store.create_run(
+            run_id=run_id,
+            runnable=request.runnable if request else _shown(kwargs.get("runnable")),
+            input=request.input if request else None,
+            token_budget=request.token_budget if request else None,
+            celery_task_id=task_id,
+            owner=owner,
+        )
+    except RunExistsError as exists:
+        return _claim_existing(store, exists.record, owner, task_id, request, problem)
+    return LaunchClaim(
+        run_id=run_id, request=request, problem=problem, record=record, owner_token=owner.token
+    )
+
+
+def _claim_existing(
+    store: RunStore,
+    record: RunRecord,
+    mine: RunOwner,
+    task_id: str,
+    request: LaunchRequest | None,
+    problem: LaunchRequestError | None,
+) -> LaunchClaim:
+    """The claim on a run that exists: the same launch goes on, any other is refused."""
+    owner = store.run_owner(record.id)
+    if owner is not None:
+        same_launch = owner.launch_digest == mine.launch_digest
+    else:  # created without an owner (e.g. by an older release): its runnable must agree
+        same_launch = request is not None and request.runnable == record.runnable
+    same_task = record.celery_task_id == task_id
+    if same_launch and (same_task or record.is_finished):
+        token = owner.token if owner is not None else None
+        return LaunchClaim(
+            run_id=record.id, request=request, problem=problem, record=record, owner_token=token
+        )
+    why = "it is still running" if same_launch else "this launch's arguments differ from that run's"
+    raise RunIdTakenError(record, same_task=same_task, why=why)
+
+
+def attached_result(record: RunRecord) -> Any:
+    """What a launch attached to an ended run returns: the run's result, or its failure raised."""
+    if record.status == RunStatus.SUCCEEDED:
+        return record.output
+    if record.status == RunStatus.DEGRADED:
+        error = record.error if isinstance(record.error, Mapping) else {}
+        return DegradedResult(output=record.output, error=error).to_wire()
+    raise RunAlreadyEndedError(record)

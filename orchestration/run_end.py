@@ -1,0 +1,71 @@
+"""How a failed run's end is recorded, by whichever path can still reach the run store.
+
+The task whose step failed records the end (:meth:`WorkflowEngine.fail
+<orchestration.engine.WorkflowEngine.fail>`). When the database stays away past
+the store's retries, :func:`end_with_failure` raises
+:class:`~orchestration.store.StoreUnavailableError`, and the task is tried
+again later (``celery_adapter/run_failures.py``): a step's failure is recorded
+once the store is back, never lost. A task that fails without reaching the
+engine's recording is ended by its Celery ``on_failure``. Neither rewrites a
+run that ended meanwhile, nor ends a run for a task without its owner's token.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from orchestration.store import (
+    TERMINAL_STATUSES,
+    RunAlreadyEndedError,
+    RunOwnershipError,
+    RunStatus,
+    RunStore,
+    StoreUnavailableError,
+)
+
+__all__ = ["end_with_failure", "failed_paths", "failure_status"]
+
+logger = logging.getLogger(__name__)
+
+
+def failure_status(error: BaseException) -> str:
+    """The run's final status for the error that ended it (``failed`` unless it says otherwise)."""
+    status = str(getattr(error, "status", RunStatus.FAILED.value))
+    return status if status in TERMINAL_STATUSES else RunStatus.FAILED.value
+
+
+def end_with_failure(store: RunStore, run_id: str, error: BaseException, *, owner_token: str | None) -> bool:
+    """Record ``error`` as the end of run ``run_id``; ``True`` when the run has ended now or before.
+
+    A run that ended meanwhile is left as it is; a caller that does not own the
+    run is refused (``False``, logged), and so is any other failure to record
+    but one: a store that stayed unreachable raises
+    :class:`~orchestration.store.StoreUnavailableError`, for the task to be tried again.
+    """
+    try:
+        store.finish_run(
+            run_id,
+            status=failure_status(error),
+            error={"type": type(error).__name__, "message": str(error)},
+            owner_token=owner_token,
+        )
+    except RunAlreadyEndedError:
+        return True
+    except RunOwnershipError:
+        logger.warning("run %s was not ended: the failing task does not own it", run_id)
+        return False
+    except StoreUnavailableError:
+        raise
+    except Exception:
+        logger.warning("could not record the end of run %s", run_id, exc_info=True)
+        return False
+    return True
+
+
+def failed_paths(store: RunStore, run_id: str) -> set[str]:
+    """The paths whose ``failed`` event the run has recorded (none, when the store cannot say)."""
+    try:
+        return {e["path"] for _, e in store.events(run_id) if e.get("status") == "failed"}
+    except Exception:  # unreachable: report every level again rather than stop here
+        logger.warning("could not read the events of run %s", run_id, exc_info=True)
+        return set()

@@ -1,0 +1,101 @@
+"""What the durability tests share: a worker whose run store sits behind a TCP proxy, and its client."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from celery.result import AsyncResult
+from sqlalchemy.engine import make_url
+
+from orchestration.celery_adapter.app import create_app
+from orchestration.registry import RunnableRegistry
+from orchestration.store import RunRecord, SqlRunStore, open_store
+from orchestration.testing.servers.tcp_proxy import TcpProxy
+from orchestration.testing.servers.worker import WorkerProcess, run_worker_process
+from orchestration.wire import LAUNCH
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+WORKFLOWS = "durability_workflows"
+
+
+@dataclass
+class Rig:
+    """A worker whose store is reached through ``proxy`` (PostgreSQL); ``store`` is the same
+    database, direct."""
+
+    app: Celery
+    store: SqlRunStore
+    proxy: TcpProxy | None
+    worker: WorkerProcess
+    database_url: str
+
+    def launch(
+        self, runnable: str, input: Any = None, *, task_id: str | None = None, **kwargs: Any
+    ) -> AsyncResult:
+        """Send ``agentloop.launch`` as any producer would (the run id is the task id unless given)."""
+        return self.app.send_task(
+            LAUNCH, kwargs={"runnable": runnable, "input": input, **kwargs}, task_id=task_id or new_id()
+        )
+
+    def ended(self, run_id: str, *, timeout: float = 60.0) -> RunRecord:
+        """The run once it has ended (``AssertionError`` with its record after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        record = self.store.get_run(run_id)
+        while record is None or not record.is_finished:
+            assert time.monotonic() < deadline, f"run {run_id} has not ended: {record}"
+            time.sleep(0.1)
+            record = self.store.get_run(run_id)
+        return record
+
+
+def new_id() -> str:
+    return f"run-{uuid.uuid4().hex}"
+
+
+@contextmanager
+def running_rig(
+    database_url: str,
+    broker_url: str,
+    *,
+    retry_seconds: float,
+    concurrency: int = 4,
+    imports: tuple[str, ...] = (WORKFLOWS,),
+) -> Iterator[Rig]:
+    """A worker (its PostgreSQL store behind its own proxy) and a client app on a queue of their own."""
+    queue = f"durability-{uuid.uuid4().hex[:8]}"
+    with ExitStack() as stack:
+        server, proxy = make_url(database_url), None
+        if server.get_backend_name() == "postgresql":
+            proxy = stack.enter_context(TcpProxy(str(server.host), int(server.port or 5432)))
+        worker = stack.enter_context(
+            run_worker_process(
+                broker_url=broker_url,
+                result_backend=broker_url,
+                imports=list(imports),
+                concurrency=concurrency,
+                env={
+                    "DATABASE_URL": proxy.url_of(database_url) if proxy else database_url,
+                    "AGENTLOOP_STORE_RETRY_SECONDS": str(retry_seconds),
+                    "AGENTLOOP_TASK_DEFAULT_QUEUE": queue,
+                    "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(HERE)]),
+                },
+            )
+        )
+        store, _ = open_store(database_url, migrate=False)
+        stack.callback(store.engine.dispose)
+        app = create_app(
+            registry=RunnableRegistry.from_modules(list(imports)),
+            store=store,
+            overrides={"broker_url": broker_url, "result_backend": broker_url, "task_default_queue": queue},
+        )
+        stack.callback(app.close)
+        yield Rig(app=app, store=store, proxy=proxy, worker=worker, database_url=database_url)

@@ -1,0 +1,138 @@
+"""A run id is an idempotency key, on a real worker: a relaunch never re-runs, rewrites or flips a
+run; a hand-sent ``agentloop.finalize`` or a forged node cannot end a run it does not own."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from durability_support import Rig, new_id
+
+from orchestration.store import RunRecord
+from orchestration.wire import FINALIZE, RUN
+
+
+def _succeeded(rig: Rig, runnable: str = "durability.count", goal: int = 2) -> RunRecord:
+    run_id = new_id()
+    assert rig.launch(runnable, goal, task_id=run_id, context={"step_seconds": 0}).get(timeout=30) == {
+        "counted": goal
+    }
+    return rig.ended(run_id)
+
+
+def _refusal(result: object) -> str:
+    with pytest.raises(Exception) as raised:
+        result.get(timeout=30)  # type: ignore[attr-defined]
+    return f"{type(raised.value).__name__}: {raised.value}"
+
+
+BAD_RELAUNCHES = {
+    "an unregistered runnable": {"runnable": "durability.nobody"},
+    "a bad budget": {"token_budget": -5},
+    "a budget past 2**63": {"token_budget": 2**63},
+    "a bad context": {"context": ["not", "an", "object"]},
+    "another workflow": {"runnable": "durability.other"},
+    "another input": {"input": 7},
+}
+
+
+@pytest.mark.parametrize("change", BAD_RELAUNCHES.values(), ids=BAD_RELAUNCHES.keys())
+def test_a_relaunch_under_a_new_task_id_is_refused_and_the_run_is_untouched(rig: Rig, change: dict) -> None:
+    before = _succeeded(rig)
+    arguments = {"runnable": "durability.count", "input": 2, "context": {"step_seconds": 0}, **change}
+    runnable, goal = arguments.pop("runnable"), arguments.pop("input")
+
+    refusal = _refusal(rig.launch(runnable, goal, run_id=before.id, **arguments))
+
+    assert f"run id '{before.id}' is taken by a run of 'durability.count' (succeeded)" in refusal
+    assert "arguments differ from that run's" in refusal
+    assert rig.store.get_run(before.id) == before
+    assert rig.app.AsyncResult(before.id).get(timeout=5) == {"counted": 2}
+
+
+@pytest.mark.parametrize("change", BAD_RELAUNCHES.values(), ids=BAD_RELAUNCHES.keys())
+def test_a_relaunch_under_the_runs_own_task_id_is_ignored_and_its_result_is_the_runs(
+    rig: Rig, change: dict
+) -> None:
+    before = _succeeded(rig)
+    events = rig.store.events(before.id)
+    arguments = {"runnable": "durability.count", "input": 2, "context": {"step_seconds": 0}, **change}
+    runnable, goal = arguments.pop("runnable"), arguments.pop("input")
+
+    result = rig.launch(runnable, goal, task_id=before.id, **arguments)
+    time.sleep(1.0)  # the worker has taken it and ignored it
+
+    assert result.get(timeout=5) == {"counted": 2}  # the run's own result, never replaced
+    assert rig.store.get_run(before.id) == before
+    assert rig.store.events(before.id) == events
+    assert "this message is ignored" in rig.worker.log_text()
+
+
+def test_the_same_launch_again_attaches_to_the_ended_run_without_running_it(rig: Rig) -> None:
+    before = _succeeded(rig, goal=3)
+    events = rig.store.events(before.id)
+
+    again = rig.launch("durability.count", 3, run_id=before.id, context={"step_seconds": 0})
+
+    assert again.get(timeout=30) == {"counted": 3}
+    assert rig.store.get_run(before.id) == before
+    assert rig.store.events(before.id) == events  # not one iteration ran again
+
+
+def test_the_same_launch_while_the_run_goes_on_is_refused(rig: Rig) -> None:
+    run_id = new_id()
+    first = rig.launch("durability.count", 20, task_id=run_id, context={"step_seconds": 0.1})
+    time.sleep(0.5)
+    twin = rig.launch("durability.count", 20, run_id=run_id, context={"step_seconds": 0.1})
+
+    assert "it is still running" in _refusal(twin)
+    assert first.get(timeout=30) == {"counted": 20}
+    assert rig.ended(run_id).output == {"counted": 20}
+
+
+def test_a_hand_sent_finalize_cannot_set_an_ended_runs_output(rig: Rig) -> None:
+    before = _succeeded(rig)
+    for args in [({"stolen": True}, before.id), ({"stolen": True}, before.id, "guessed-token")]:
+        refusal = _refusal(rig.app.send_task(FINALIZE, args=args))
+        assert f"run '{before.id}' belongs to another launch" in refusal
+    assert rig.store.get_run(before.id) == before
+
+
+def test_a_hand_sent_finalize_cannot_end_a_running_run_and_the_run_ends_its_own_way(rig: Rig) -> None:
+    run_id = new_id()
+    result = rig.launch("durability.two_counts", 5, task_id=run_id, context={"step_seconds": 0.1})
+    time.sleep(0.5)
+    assert rig.store.get_run(run_id).status == "running"  # type: ignore[union-attr]
+
+    forged = rig.app.send_task(FINALIZE, args=({"stolen": True}, run_id))
+    assert "belongs to another launch" in _refusal(forged)
+
+    assert result.get(timeout=30) == {"counted": 6}
+    record = rig.ended(run_id)
+    assert (record.status, record.output) == ("succeeded", {"counted": 6})
+
+
+def test_a_forged_node_cannot_flip_a_run_to_failed(rig: Rig) -> None:
+    run_id = new_id()
+    result = rig.launch("durability.count", 15, task_id=run_id, context={"step_seconds": 0.1})
+    time.sleep(0.5)
+    forged = {"run_id": run_id, "runnable": "durability.nobody", "path": ""}
+
+    with pytest.raises(Exception, match="unknown runnable"):
+        rig.app.send_task(RUN, args=(forged, None)).get(timeout=30)
+
+    assert result.get(timeout=30) == {"counted": 15}
+    assert rig.ended(run_id).status == "succeeded"
+    assert "does not own it" in rig.worker.log_text()
+
+
+def test_a_relaunch_of_a_failed_run_does_not_run_it_again(rig: Rig) -> None:
+    run_id = new_id()
+    with pytest.raises(Exception, match="failed after 1 steps"):
+        rig.launch("durability.fail_after", 1, task_id=run_id, context={"step_seconds": 0}).get(timeout=30)
+    before = rig.ended(run_id)
+
+    again = rig.launch("durability.fail_after", 1, run_id=run_id, context={"step_seconds": 0})
+
+    assert "has already ended (failed" in _refusal(again)
+    assert rig.store.get_run(run_id) == before
