@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Self
 
-from celery import Celery
+from celery import Celery, states
 from celery.result import AsyncResult
 
 from actions.context import maybe_await
@@ -33,7 +33,15 @@ from loops.contract import ProgressCallback, Runnable
 from loops.progress import ProgressEvent
 from loops.scope import new_run_id
 from orchestration.registry import declared_name
-from orchestration.wire import CANCEL, LAUNCH, PROGRESS, DegradedResult, LaunchRequest
+from orchestration.wire import (
+    CANCEL,
+    LAUNCH,
+    LAUNCH_SENT_STATE,
+    PROGRESS,
+    DegradedResult,
+    LaunchRequest,
+    progress_status,
+)
 
 if TYPE_CHECKING:
     from orchestration.store import RunStore
@@ -51,6 +59,22 @@ _STOPPED: dict[str, type[RunStoppedError]] = {
     "RunCancelledError": RunCancelledError,
     "RunDeadlineExceededError": RunDeadlineExceededError,
 }
+
+
+def mark_launch_sent(app: Celery, run_id: str) -> None:
+    """Mark ``run_id`` as sent in ``app``'s result backend, just before its launch is sent.
+
+    ``agentloop.progress`` then answers ``pending`` rather than ``not_found``
+    until a worker records the run (the wire contract, ``orchestration/wire.py``).
+    An id that already has a state (a run relaunched under its id) keeps it; an
+    app without a result backend writes nothing.
+    """
+    backend = app.backend
+    try:
+        if backend.get_state(run_id) == states.PENDING:
+            backend.store_result(run_id, None, LAUNCH_SENT_STATE)
+    except NotImplementedError:  # Celery's DisabledBackend: no result backend configured
+        return
 
 
 class RunHandle:
@@ -102,9 +126,9 @@ class RunHandle:
     def _record(self, field: str) -> Any:
         if self.store is not None:
             record = self.store.get_run(self.run_id)
-            return (
-                getattr(record, field) if record is not None else ("unknown" if field == "status" else None)
-            )
+            if record is not None:
+                return getattr(record, field)
+            return progress_status(None, self.result.state) if field == "status" else None
         reply = self.app.send_task(PROGRESS, kwargs={"run_id": self.run_id, "after_id": 0, "limit": 1})
         return reply.get(timeout=self.reply_timeout).get(field)
 
@@ -258,5 +282,6 @@ class CeleryAgentRunner:
             deadline_seconds=deadline.total_seconds() if isinstance(deadline, timedelta) else deadline,
         )
         assert request.run_id is not None
+        mark_launch_sent(self.app, request.run_id)
         self.app.send_task(LAUNCH, kwargs=request.to_kwargs(), task_id=request.run_id)
         return RunHandle(app=self.app, run_id=request.run_id, store=self.store, on_progress=on_progress)

@@ -10,6 +10,16 @@ Task names are public and stable. Other services, importing only Celery::
     send_task("agentloop.cancel", kwargs={"run_id": result.id})
     result.get()   # the workflow's result
 
+The launch's task id is the run id (pass ``task_id=run_id`` when you choose the
+run id). ``agentloop.progress`` answers a ``status``: the run's
+(:class:`~orchestration.store.RunStatus`), ``"pending"`` while the launch is
+on its way (a producer marked the id :data:`LAUNCH_SENT_STATE` in the result
+backend before sending it, as :class:`~orchestration.client.CeleryAgentRunner`
+does, and no worker has recorded the run yet), or :data:`RUN_NOT_FOUND` when
+nothing is known of the id. A message the worker refuses (see
+``celery_adapter/edge.py``) fails its result at once with
+``celery.exceptions.InvalidTaskError``, and a refused launch is a failed run.
+
 A :class:`WorkflowNode` is the piece of a workflow one task runs: a
 *registered* runnable, the run it belongs to, its path in the workflow, the
 JSON context spec the worker rebuilds the context from, and the chain of
@@ -72,6 +82,30 @@ TASK_NAMES = (
 )
 
 FAILURE_KEY = "__agentloop_failure__"
+
+#: The Celery state a producer writes for a launch's id in the result backend just before it
+#: sends the launch, so ``agentloop.progress`` can answer ``pending`` until a worker records the run.
+LAUNCH_SENT_STATE = "SENT"
+#: ``agentloop.progress``'s status for a run that was sent but not recorded yet (also a recorded,
+#: not yet started run's status).
+RUN_PENDING = "pending"
+#: ``agentloop.progress``'s status for an id nothing is known of.
+RUN_NOT_FOUND = "not_found"
+#: The Celery states of a launch on its way: sent, or taken by a worker that has not recorded the run yet.
+_LAUNCH_ON_ITS_WAY = frozenset({LAUNCH_SENT_STATE, "RECEIVED", "STARTED", "RETRY", "PROGRESS"})
+
+
+def progress_status(recorded: str | None, launch_state: str | None) -> str:
+    """The ``status`` ``agentloop.progress`` answers for a run id.
+
+    ``recorded`` is the run's status in the run store (``None`` without a
+    record); ``launch_state`` the id's Celery state in the result backend.
+    Without a record the run is :data:`RUN_PENDING` while its launch is on its
+    way, else :data:`RUN_NOT_FOUND`.
+    """
+    if recorded is not None:
+        return recorded
+    return RUN_PENDING if launch_state in _LAUNCH_ON_ITS_WAY else RUN_NOT_FOUND
 
 
 class LaunchRequestError(AgentLoopError, ValueError):

@@ -43,6 +43,7 @@ from orchestration.wire import (
     STAGE,
     LaunchRequest,
     WorkflowNode,
+    progress_status,
 )
 
 T = TypeVar("T")
@@ -202,9 +203,11 @@ def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> di
     store = dependencies_of(self.app).store
     record = store.get_run(str(run_id))
     rows = store.events(str(run_id), after_id=int(after_id), limit=max(1, min(int(limit), 5000)))
+    # without a record, the launch's state in the result backend tells "pending" from "not_found"
+    launch_state = None if record is not None else self.app.backend.get_state(str(run_id))
     return {
         "run_id": run_id,
-        "status": record.status if record is not None else "unknown",
+        "status": progress_status(record.status if record is not None else None, launch_state),
         "error": record.error if record is not None else None,
         "usage": {"input_tokens": record.input_tokens, "output_tokens": record.output_tokens}
         if record is not None
