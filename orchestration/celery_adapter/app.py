@@ -20,6 +20,7 @@ from celery import Celery
 
 from orchestration.celery_adapter.config import celery_config
 from orchestration.celery_adapter.dependencies import AppDependencies
+from orchestration.celery_adapter.edge_consumer import install_edge
 from orchestration.celery_adapter.patches import install_worker_patches
 from orchestration.celery_adapter.tasks import install_tasks
 from orchestration.redaction import redact_url
@@ -68,6 +69,7 @@ def create_app(
     app.agentloop_dependencies = AppDependencies(settings=settings, registry=registry, store=store)
     install_tasks(app)  # privacy first: before anything builds the app's AMQP
     install_worker_patches(app)
+    install_edge(app, store=store)  # workers refuse poison messages before Celery touches them
     return app
 
 

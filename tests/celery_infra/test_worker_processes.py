@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery.exceptions import InvalidTaskError
 
 from orchestration.celery_adapter.app import create_app
 from orchestration.testing.servers import rabbitmq as rabbitmq_module
@@ -76,10 +77,11 @@ def test_a_worker_process_refuses_pickle_messages(redis_server: RedisServer) -> 
         refused = app.send_task(PING, serializer="pickle")
         # Messages are consumed in order: when the JSON ping is answered, the pickle one was refused.
         assert app.send_task(PING).get(timeout=10) == "pong"
-        assert refused.state == "PENDING"
+        with pytest.raises(InvalidTaskError, match="untrusted content of type pickle"):
+            refused.get(timeout=5)  # refused at the worker's edge: its sender is told at once
         log = worker.log_text()
     assert "Refusing to deserialize untrusted content of type pickle" in log
-    assert refused.id not in log  # never accepted as a task
+    assert f"{refused.id}] received" not in log  # never accepted as a task
 
 
 def test_a_worker_that_cannot_start_fails_with_its_log_tail(redis_server: RedisServer) -> None:

@@ -11,6 +11,7 @@ import textwrap
 from typing import Any
 
 import pytest
+from celery.exceptions import InvalidTaskError
 
 pytestmark = pytest.mark.integration
 
@@ -102,5 +103,9 @@ def test_a_pickled_message_is_refused_and_never_executed(redis_celery: Any) -> N
     assert later.get(timeout=30) == 4
 
     assert pickle_refusals(worker.log_text()) == refused_before + 1, worker.log_text()[-3000:]
-    assert redis_celery.store.get_run(pickled.id) is None  # no run was created for it
-    assert pickled.state == "PENDING"  # and no task ran under its id
+    # refused at the worker's edge: its sender is told at once, and the run it named is a failed one
+    with pytest.raises(InvalidTaskError, match="Refusing to deserialize untrusted content of type pickle"):
+        pickled.get(timeout=5)
+    record = redis_celery.store.get_run(pickled.id)
+    assert record is not None and record.status == "failed" and record.started_at is None  # it never ran
+    assert redis_celery.store.events(pickled.id) == []

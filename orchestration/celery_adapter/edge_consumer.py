@@ -1,0 +1,219 @@
+"""What a worker does with a message its edge refuses: acknowledge it, fail its result, record the run.
+
+:class:`EdgeConsumer` is the worker's consumer (Celery's ``worker_consumer``
+setting, which :func:`install_edge` sets on every app ``create_app`` builds).
+Before Celery's own task handler sees a message, it asks
+:func:`~orchestration.celery_adapter.edge.check_message`. A refused message is
+never requeued into the next worker, and its sender learns at once:
+
+* the message is acknowledged (it leaves the queue), with one ``ERROR`` line
+  naming the task, its id and the reason, never the body (a private task's
+  arguments stay out of the log); Celery's ``task_rejected`` signal and a
+  ``task-failed`` event (for Flower) are sent;
+* its task id's result becomes ``FAILURE`` with :class:`celery.exceptions.InvalidTaskError`
+  and the reason, so ``AsyncResult(id).get()`` raises at once, unless that id
+  already has a state beyond "sent" (a duplicate id never rewrites a live or
+  finished task);
+* an ``agentloop.launch`` is recorded as a ``failed`` run with the reason, under
+  its ``run_id`` (its task id by default), unless a run with that id exists.
+
+A refused message of another task records nothing on a run: its headers could
+name any run, and only a run's own tasks may end it (``store/protocol.py``).
+
+Celery's own refusals go the same way: a message it finds invalid
+(``InvalidTaskError``, a content type it does not accept) or cannot decode.
+Anything else the task handler raises for one message (a defect that would
+stop the worker) is caught as a last resort and the message refused the same
+way; connection errors still reach Celery, which reconnects.
+
+The records are written on a thread of the recorder's own, so a slow or absent
+run store never blocks the worker's event loop. In a worker started with
+``celery -A orchestration worker`` the recorder opens its own connection to
+the run store (``DATABASE_URL``): the main process must not open the store its
+forked pool children use. An app given a store (``create_app(store=...)``)
+records there.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, signals, states
+from celery.exceptions import InvalidTaskError
+from celery.utils.log import get_logger
+from celery.worker.consumer import Consumer
+
+from orchestration.celery_adapter.dependencies import dependencies_of
+from orchestration.celery_adapter.edge import Rejection, check_message, describe, rejection_of
+from orchestration.store import RunExistsError, RunStore, open_store
+from orchestration.wire import LAUNCH_SENT_STATE
+
+__all__ = ["EdgeConsumer", "RejectionRecorder", "install_edge", "recorder_of"]
+
+logger = get_logger(__name__)
+
+#: The states a task id may be in for a refusal to fail it: unknown, or sent by a client.
+_FAILABLE = frozenset({states.PENDING, LAUNCH_SENT_STATE})
+#: Errors of a connection that are really errors of one message's content.
+_CONTENT_ERRORS = (LookupError, ValueError, TypeError)
+
+
+class RejectionRecorder:
+    """Records refused messages in the result backend and the run store, on a thread of its own.
+
+    At most ``capacity`` refusals wait to be written; beyond that one is logged
+    and not recorded (the message is refused all the same).
+    """
+
+    def __init__(self, app: Celery, *, store: RunStore | None = None, capacity: int = 1000) -> None:
+        self._app, self._store, self._capacity = app, store, capacity
+        self._queue: queue.Queue[Rejection | None] = queue.Queue(capacity)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, rejection: Rejection) -> None:
+        """Record ``rejection`` soon (nothing to record without a usable task id)."""
+        if rejection.task_id is None:
+            return
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="agentloop-edge", daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait(rejection)
+        except queue.Full:
+            logger.warning(
+                "Rejection of %s[%s] not recorded: %d are waiting",
+                rejection.task,
+                rejection.task_id,
+                self._capacity,
+            )
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is waiting (for up to ``timeout`` s) and stop the thread."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None and thread.is_alive():
+            try:
+                self._queue.put(None, timeout=timeout)
+            except queue.Full:
+                return
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        while (rejection := self._queue.get()) is not None:
+            try:
+                self.record(rejection)
+            except Exception:
+                logger.exception(
+                    "Could not record the rejection of %s[%s]", rejection.task, rejection.task_id
+                )
+
+    def record(self, rejection: Rejection) -> None:
+        """Write ``rejection`` now: the run first, then the task's result (whose waiters read the run)."""
+        assert rejection.task_id is not None
+        error = InvalidTaskError(describe(rejection))
+        if rejection.run_id is not None:
+            try:
+                if not self._fail_new_run(rejection.run_id, rejection, error):
+                    return  # a run with that id exists: neither it nor its result is touched
+            except RunExistsError:
+                return
+            except Exception:  # the store is out of reach: the sender still learns at once
+                logger.exception("Could not record the refused launch of run %s", rejection.run_id)
+        self._fail_result(rejection.task_id, error)
+
+    def _run_store(self) -> RunStore:
+        if self._store is None:
+            self._store, _ = open_store(dependencies_of(self._app).settings.database_url)
+        return self._store
+
+    def _fail_new_run(self, run_id: str, rejection: Rejection, error: InvalidTaskError) -> bool:
+        store = self._run_store()
+        if store.get_run(run_id) is not None:
+            return False
+        store.create_run(
+            run_id=run_id,
+            runnable=rejection.runnable or "(unreadable)",
+            input=None,
+            celery_task_id=rejection.task_id,
+        )
+        store.finish_run(run_id, status="failed", error={"type": type(error).__name__, "message": str(error)})
+        return True
+
+    def _fail_result(self, task_id: str, error: InvalidTaskError) -> None:
+        backend = self._app.backend
+        if backend.get_state(task_id) in _FAILABLE:  # never a live or finished task's result
+            backend.mark_as_failure(task_id, error)
+
+
+def recorder_of(app: Celery) -> RejectionRecorder:
+    """The :class:`RejectionRecorder` of ``app`` (one is made if :func:`install_edge` did not)."""
+    recorder = getattr(app, "agentloop_rejections", None)
+    if not isinstance(recorder, RejectionRecorder):
+        recorder = app.agentloop_rejections = RejectionRecorder(app)
+    return recorder
+
+
+class EdgeConsumer(Consumer):  # type: ignore[misc]
+    """Celery's consumer with :func:`~orchestration.celery_adapter.edge.check_message` in front."""
+
+    def create_task_handler(self, *args: Any, **kwargs: Any) -> Callable[[Any], None]:
+        """Celery's task handler, called only for messages the edge lets through."""
+        handle: Callable[[Any], None] = super().create_task_handler(*args, **kwargs)
+
+        def on_task_received(message: Any) -> None:
+            rejection = check_message(message)
+            if rejection is None:
+                try:
+                    handle(message)
+                    return
+                except Exception as error:
+                    if isinstance(error, self.connection_errors + self.channel_errors) and not isinstance(
+                        error, _CONTENT_ERRORS
+                    ):
+                        raise  # the broker connection is gone: Celery reconnects
+                    logger.exception("The task handler failed on one message; the message is refused")
+                    reason = f"the worker could not take it ({type(error).__name__})"
+                    rejection = rejection_of(message, reason)
+            self.refuse(message, rejection)
+
+        return on_task_received
+
+    def refuse(self, message: Any, rejection: Rejection) -> None:
+        """Acknowledge ``message``, say so, and have its failure recorded (see the module docstring)."""
+        logger.error("Rejected %s[%s]: %s", rejection.task, rejection.task_id, rejection.reason)
+        if not message.acknowledged:
+            message.ack_log_error(logger, self.connection_errors)
+        error = InvalidTaskError(describe(rejection))
+        signals.task_rejected.send(sender=self, message=message, exc=error)
+        if self.event_dispatcher is not None and rejection.task_id is not None:
+            self.event_dispatcher.send("task-failed", uuid=rejection.task_id, exception=repr(error))
+        recorder_of(self.app).submit(rejection)
+
+    def on_decode_error(self, message: Any, exc: Exception) -> None:
+        """A body Celery could not decode: refused like any other (the body is not logged)."""
+        reason = f"its body cannot be decoded: {type(exc).__name__}: {exc}"
+        self.refuse(message, rejection_of(message, reason))
+
+    def on_invalid_task(self, body: Any, message: Any, exc: Exception) -> None:
+        """A message Celery found invalid (a bad ETA, a content type it does not accept)."""
+        self.refuse(message, rejection_of(message, f"{type(exc).__name__}: {exc}", body))
+
+    def shutdown(self) -> None:
+        """Stop consuming, then write the refusals still waiting."""
+        super().shutdown()
+        recorder_of(self.app).close()
+
+
+def install_edge(app: Celery, *, store: RunStore | None = None) -> None:
+    """Make :class:`EdgeConsumer` ``app``'s worker consumer; refusals recorded in ``store`` when given.
+
+    Without ``store`` the recorder opens its own on the settings' ``database_url``
+    at the first refusal. Nothing changes for clients: the consumer exists only in workers.
+    """
+    app.conf.worker_consumer = f"{EdgeConsumer.__module__}:{EdgeConsumer.__qualname__}"
+    app.agentloop_rejections = RejectionRecorder(app, store=store)
