@@ -15,6 +15,7 @@ embedders build a registry by hand and pass it to ``create_app``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -86,6 +87,57 @@ def derived_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+#: The class attributes that name a runnable's parts, and how to write each.
+_PART_ATTRIBUTES = (
+    (BaseAgentPipeline, "stages", "stages = (FirstStage, SecondStage)"),
+    (BaseCompositeAgent, "branch_runnables", "branch_runnables = (BranchLoop, OtherBranchLoop)"),
+)
+
+
+def _is_runnable_class(value: object) -> bool:
+    return isinstance(value, type) and callable(getattr(value, "create", None))
+
+
+def _parts_of(runnable: type) -> list[type[Runnable]]:
+    """A pipeline's ``stages`` and a composite's ``branch_runnables``, read from the class.
+
+    The registry reads them before any instance exists, so they must be class
+    attributes holding runnable classes. ``TypeError`` says what to write
+    instead for anything else (a ``@property``, a method, a name, an instance).
+    """
+    parts: list[type[Runnable]] = []
+    for base, attribute, example in _PART_ATTRIBUTES:
+        if not issubclass(runnable, base):
+            continue
+        value = getattr(runnable, attribute, ())
+        where = f"{runnable.__qualname__}.{attribute}"
+        if isinstance(value, property | functools.cached_property):
+            raise TypeError(
+                f"{where} is a property, but the registry reads it from the class, before any instance "
+                f"exists: write it as a class attribute, `{example}`"
+            )
+        if not isinstance(value, tuple | list):
+            kind = type(value).__name__
+            raise TypeError(f"{where} must be a tuple of runnable classes (`{example}`), not {kind}")
+        for index, part in enumerate(value):
+            if not _is_runnable_class(part):
+                raise TypeError(f"{where}[{index}] is {part!r}, not a runnable class (`{example}`)")
+        parts.extend(value)
+    return parts
+
+
+def _check_parts(runnable: type, includes: Iterable[type[Runnable]]) -> None:
+    """Read the parts of ``runnable``, its ``includes`` and theirs, once each (``TypeError`` on a bad one)."""
+    pending, seen = [runnable, *includes], set()
+    while pending:
+        current = pending.pop()
+        if current not in seen:
+            if not _is_runnable_class(current):
+                raise TypeError(f"{current!r} is not a runnable class")
+            seen.add(current)
+            pending.extend(_parts_of(current))
+
+
 class RunnableRegistry:
     """Name <-> runnable class, with each one's context factory."""
 
@@ -143,18 +195,20 @@ class RunnableRegistry:
         """Make ``runnable`` reachable as ``name``; its stages and ``includes`` come along."""
         if not isinstance(name, str) or not name:
             raise ValueError("a runnable name must be a non-empty string")
-        if not isinstance(runnable, type) or not callable(getattr(runnable, "create", None)):
+        if not _is_runnable_class(runnable):
             raise TypeError(f"{runnable!r} is not a runnable class")
+        includes = tuple(includes)
+        _check_parts(runnable, includes)
         factory = context_factory or default_context_factory
         with self._lock:
             registration = self._add(name, runnable, factory, explicit=True)
-            pending = [*self._children(runnable), *includes]
+            pending = [*_parts_of(runnable), *includes]
             while pending:
                 child = pending.pop()
                 if child in self._by_class:
                     continue
                 self._add(derived_name(child), child, factory, explicit=False)
-                pending.extend(self._children(child))
+                pending.extend(_parts_of(child))
         return registration
 
     def _add(self, name: str, runnable: type, factory: ContextFactory, *, explicit: bool) -> Registration:
@@ -168,15 +222,6 @@ class RunnableRegistry:
         if explicit or runnable not in self._by_class:
             self._by_class[runnable] = registration
         return registration
-
-    @staticmethod
-    def _children(runnable: type) -> list[type[Runnable]]:
-        children: list[type[Runnable]] = []
-        if issubclass(runnable, BaseAgentPipeline):
-            children.extend(runnable.stages)
-        if issubclass(runnable, BaseCompositeAgent):
-            children.extend(getattr(runnable, "branch_runnables", ()))
-        return children
 
     def get(self, name: object) -> Registration:
         if not isinstance(name, str) or name not in self._by_name:
@@ -264,8 +309,9 @@ def register(
     declaration = Declaration(name=name, context_factory=context_factory, includes=tuple(includes))
 
     def mark(cls: R) -> R:
-        if not isinstance(cls, type) or not callable(getattr(cls, "create", None)):
+        if not _is_runnable_class(cls):
             raise TypeError(f"{cls!r} is not a runnable class")
+        _check_parts(cls, declaration.includes)
         setattr(cls, _DECLARED, (*_declarations(cls), declaration))
         return cls
 
