@@ -1,6 +1,9 @@
 """The worker log filter: Celery's trace, request and pool log lines name a private task's arguments and
 result only by their redacted form (:mod:`orchestration.redaction`).
 
+It also drops the one line that says nothing about a private task: ``Task agentloop.launch[id] ignored``,
+logged for every pipeline or composite task that replaces itself with its canvas.
+
 Installed by :func:`orchestration.celery_adapter.privacy.install_privacy` through :mod:`logging`'s own
 extension point, a :class:`logging.Filter` on Celery's loggers; the task being run is read with
 Celery's public ``current_task``.
@@ -13,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from celery import current_task
+from celery.app.trace import LOG_IGNORED, log_policy_ignore
 
 from orchestration.redaction import (
     HIDDEN,
@@ -30,6 +34,9 @@ __all__ = ["RedactingLogFilter", "install_log_filters"]
 #: Celery's loggers whose records may carry a task's arguments, result or exception.
 CELERY_LOGGERS = ("celery.app.trace", "celery.worker.request", "celery.worker.strategy", "celery.pool")
 _POOL_APPLY = "TaskPool: Apply"
+_TRACE_LOGGER = "celery.app.trace"
+#: The message of the trace's ``ignored`` line, as Celery logs it (``policy.format.strip()``).
+_LOG_IGNORED = LOG_IGNORED.strip()
 
 
 class _CurrentCall:
@@ -64,13 +71,18 @@ class RedactingLogFilter(logging.Filter):
       lose the text of the hidden arguments and are cut at
       :data:`~orchestration.redaction.MAX_EXCEPTION_CHARS` per line;
     * the ``args``/``kwargs`` handed to custom handlers (``record.data``) are the redacted reprs;
-    * the pool's ``DEBUG`` line ``TaskPool: Apply ...`` no longer dumps a private message.
+    * the pool's ``DEBUG`` line ``TaskPool: Apply ...`` no longer dumps a private message;
+    * the ``Task agentloop.launch[id] ignored`` line of a task that replaced itself
+      with its canvas (every pipeline and composite) is dropped: it is the only record
+      the filter drops.
 
-    Records of other tasks pass unchanged. The filter never drops a record.
+    Records of other tasks pass unchanged.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
+            if _is_private_ignore(record):
+                return False
             if isinstance(record.args, Mapping):
                 self._redact_context(record, record.args)
             elif isinstance(record.msg, str) and record.msg.startswith(_POOL_APPLY):
@@ -122,6 +134,23 @@ class RedactingLogFilter(logging.Filter):
         args = _as_tuple(record.args)
         if len(args) >= 3 and f"'{PRIVATE_PREFIX}" in str(args[1])[:200]:
             record.args = (args[0], HIDDEN, HIDDEN)
+
+
+def _is_private_ignore(record: logging.LogRecord) -> bool:
+    """Celery's ``Task agentloop.launch[id] ignored`` line: a private task that replaced itself.
+
+    Every pipeline or composite task replaces itself with its canvas
+    (``Task.replace`` raises Celery's ``Ignore``); the line says nothing an
+    operator can act on. Other tasks' ``ignored`` lines stay.
+    """
+    args = record.args
+    return (
+        record.name == _TRACE_LOGGER
+        and record.msg == _LOG_IGNORED
+        and isinstance(args, Mapping)
+        and args.get("description") == log_policy_ignore.description
+        and is_private(args.get("name"))
+    )
 
 
 def _as_tuple(args: Any) -> tuple[Any, ...]:
