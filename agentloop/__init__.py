@@ -140,10 +140,10 @@ if TYPE_CHECKING:
     from orchestration.celery_adapter.embedded import WorkerStartError
     from orchestration.celery_adapter.schedule import ScheduleError
     from orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
+    from orchestration.launches import RunIdTakenError
     from orchestration.llm import AnthropicProcessor, OpenAIProcessor, processor_from_env
     from orchestration.llm.request_guard import ModelRequestsBlockedError
     from orchestration.settings import Settings, SettingsError, load_settings
-    from orchestration.launches import RunIdTakenError
     from orchestration.store import (
         RunAlreadyEndedError,
         RunExistsError,

@@ -79,11 +79,13 @@ def test_every_kind_of_call_rides_out_the_outage(pg_engine: Engine, proxy: TcpPr
     back = _back_after(proxy, 1.5)
     store.append_events(run_id, [{"path": "", "status": "progress", "phase": "step"}])  # a write
     back.join()
-    assert [event for _, event in store.events(run_id)] == [{"path": "", "status": "progress", "phase": "step"}]
+    assert [event["phase"] for _, event in store.events(run_id)] == ["step"]
     store.engine.dispose()
 
 
-def test_past_its_budget_a_store_call_says_the_store_is_unavailable(pg_engine: Engine, proxy: TcpProxy) -> None:
+def test_past_its_budget_a_store_call_says_the_store_is_unavailable(
+    pg_engine: Engine, proxy: TcpProxy
+) -> None:
     store = _store(pg_engine, proxy, seconds=1.0)
     proxy.stop()
     started = time.monotonic()
