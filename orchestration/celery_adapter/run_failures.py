@@ -10,11 +10,12 @@ Every task that carries a run (:data:`RUN_TASKS`) is registered with
   to 60 s (with the store's own retries, some 18 minutes by default): the
   message comes back with the same task id and arguments, so a launch claims
   its own run again and a loop resumes from its checkpoint;
-* any failure then ends with :func:`end_run_on_failure`, Celery's ``on_failure``:
-  the run ends ``failed`` with the error when nothing recorded its end yet (the
-  step's own recording, in the engine, could not reach the store). A launch
-  whose run was never created creates it first. A task that does not hold the
-  run's owner token (a forged one) ends nothing.
+* a task that fails for good ends with :func:`end_run_on_failure`, Celery's
+  ``on_failure``: the run ends ``failed`` with the error unless something
+  recorded its end already (the engine does for a failing step; a task can also
+  fail outside it, e.g. when a loop's result cannot be stored, or after its last
+  retry). A launch whose run was never created creates it first. A task that
+  does not hold the run's owner token (a forged one) ends nothing.
 """
 
 from __future__ import annotations
