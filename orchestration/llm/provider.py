@@ -28,9 +28,12 @@ for OpenAI, ``claude-haiku-4-5`` for Anthropic).
   call waits for a slot before it fails (default 120).
 
 Build one provider per process (or per app) and ask it for processors: they
-all share its limiter, and so its Redis connection pool. Processors are not
-shared: each has its own HTTP client, bound to the event loop that uses it,
-and whoever asks for one closes it.
+all share its limiter, and so its Redis connection pool. OpenAI processors asked
+for while an event loop runs also share one SDK client (and its HTTP connection
+pool) per event loop: a thread-pool worker runs one loop per thread, so a task
+costs no client or connection set-up. Closing such a processor leaves the shared
+client open; it lives as long as its loop. Asked for outside a loop, a
+processor has a client of its own, and whoever asks for one closes it.
 
 :func:`processor_from_env` is the short way for a script: settings loaded from
 the environment, one provider, one processor. :func:`describe_processor` says
@@ -39,8 +42,10 @@ in one line what a processor is, for display (never a key or a password).
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -73,6 +78,8 @@ class ModelProvider:
         self._offline = offline
         self._lock = threading.Lock()
         self._limiter: WindowRateLimiter | None = None
+        # per event loop: the processor whose client the processors built on that loop share
+        self._shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
     @property
     def kind(self) -> ProviderName:
@@ -132,14 +139,26 @@ class ModelProvider:
         # imported here: an SDK is loaded only by deployments that call it
         kind = self.kind
         if kind == "openai":
-            from orchestration.llm.openai_processor import OpenAIProcessor
-
-            return OpenAIProcessor.from_settings(self.settings)
+            return self._openai()
         if kind == "anthropic":
             from orchestration.llm.anthropic_processor import AnthropicProcessor
 
             return AnthropicProcessor.from_settings(self.settings)
         return self._offline() if self._offline is not None else OfflineModel()
+
+    def _openai(self) -> ModelProcessor:
+        """An OpenAI processor on the client shared by this event loop's processors (module doc)."""
+        from orchestration.llm.openai_processor import OpenAIProcessor
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to bind a shared client to
+            return OpenAIProcessor.from_settings(self.settings)
+        with self._lock:
+            base = self._shared.get(loop)
+            if base is None:
+                base = self._shared[loop] = OpenAIProcessor.from_settings(self.settings)
+        return OpenAIProcessor(client=base.client, model=base.model)
 
     def close(self) -> None:
         """Close the limiter's connections (a later processor opens them again)."""
