@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench mutants clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,5 +28,17 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# A mutation run over the decision points ([tool.mutmut] in pyproject.toml; not part of CI):
+# each mutant of the bound, budgets, width rules, registry, redaction and store seams against
+# the fast tests that reach it, at the lowest priority. `$(BIN)/mutmut show NAME` shows a survivor.
+mutants: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[mutation]'
+	rm -rf mutants
+	nice -n 19 $(BIN)/mutmut run --max-children 2 > /dev/null
+	$(BIN)/mutmut results
+	$(BIN)/mutmut export-cicd-stats
+	$(BIN)/python -c "import json; s = json.load(open('mutants/mutmut-cicd-stats.json')); \
+		print(f\"killed {s['killed']} of {s['total']} mutants ({s['survived']} survived, {s['no_tests']} untested)\")"
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache mutants

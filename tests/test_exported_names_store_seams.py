@@ -1,6 +1,7 @@
 """The run store's seams for the core, tested by name: ``StoreCheckpointer`` saves at most every
-``interval`` seconds per loop, and ``StoreCancelSignal`` asks the store at most every ``interval``
-seconds per run and process.
+``interval`` seconds per loop, ``StoreCancelSignal`` asks the store at most every ``interval``
+seconds per run and process, ``StoreUsageMeter`` reads the run no more than it must, and the
+``ProgressPublisher`` writes a task's events together.
 
 Their clock is a fake one (``orchestration.store.seams.time``): every instant is set by the test.
 """
@@ -13,9 +14,11 @@ from typing import Any
 
 import pytest
 
+from actions import TokenBudgetExceededError, Usage
 from agentloop import CancelSignal, Checkpointer, new_run_id
+from loops import ProgressEvent, ProgressStatus
 from orchestration.store import InMemoryRunStore
-from orchestration.store.seams import StoreCancelSignal, StoreCheckpointer
+from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
 
 
 class FakeClock:
@@ -173,3 +176,122 @@ def test_a_store_that_cannot_answer_means_not_cancelled_and_is_logged(
     [record] = caplog.records
     assert record.getMessage() == f"could not read the cancel flag of run {run_id}"
     assert record.exc_info is not None and isinstance(record.exc_info[1], ConnectionError)
+
+
+def test_by_default_the_store_is_asked_again_half_a_second_later(clock: FakeClock) -> None:
+    store, run_id = CountingStore(), new_run_id()
+    store.create_run(run_id=run_id, runnable="x", input=None)
+    signal = StoreCancelSignal(store, run_id)
+    signal.is_cancelled()
+    clock.now += 0.5
+    signal.is_cancelled()
+    assert store.cancel_questions == 2
+
+
+def test_the_per_process_answers_are_forgotten_past_ten_thousand_runs(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CountingStore()
+    seen = {f"old-{n}": (clock.now, False) for n in range(10_000)}
+    monkeypatch.setattr(StoreCancelSignal, "_seen", seen)
+
+    StoreCancelSignal(store, "one-more").is_cancelled()  # 10 000 kept: room for one more
+    assert len(seen) == 10_001
+    StoreCancelSignal(store, "and-another").is_cancelled()  # past 10 000: start afresh
+    assert seen == {"and-another": (clock.now, False)}
+
+
+# ----- StoreCheckpointer: sub-second intervals --------------------------------------------------------
+
+
+def test_an_interval_below_a_second_throttles_too(clock: FakeClock) -> None:
+    store = CountingStore()
+    checkpointer = StoreCheckpointer(store, "r", interval=0.5)
+    checkpointer.save(path="", iteration=1, state=1)
+    clock.now += 0.25
+    checkpointer.save(path="", iteration=2, state=2)
+    clock.now += 0.25
+    checkpointer.save(path="", iteration=3, state=3)
+    assert store.saves == [("", 1), ("", 3)]
+
+
+# ----- StoreUsageMeter ----------------------------------------------------------------------------------
+
+
+class ReadCountingStore(InMemoryRunStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.additions = 0
+
+    def get_run(self, run_id: str) -> Any:
+        self.reads += 1
+        return super().get_run(run_id)
+
+    def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
+        self.additions += 1
+        return super().add_usage(run_id, input_tokens, output_tokens)
+
+
+def test_a_fresh_meter_has_used_nothing_and_knows_no_budget_yet() -> None:
+    meter = StoreUsageMeter(InMemoryRunStore(), "r")
+    assert (meter.used, meter.budget) == (0, None)
+
+
+def test_without_a_budget_the_run_is_read_once_and_a_call_without_tokens_writes_nothing() -> None:
+    store = ReadCountingStore()
+    store.create_run(run_id="r", runnable="x", input=None)
+    meter = StoreUsageMeter(store, "r")
+
+    meter.check()
+    meter.check()
+    meter.record(Usage())
+    meter.record(Usage(input_tokens=1))
+
+    assert (store.reads, store.additions, meter.used) == (1, 1, 1)
+
+
+def test_a_budget_spent_by_other_tasks_stops_a_fresh_meters_first_check() -> None:
+    store = InMemoryRunStore()
+    store.create_run(run_id="r", runnable="x", input=None, token_budget=10)
+    store.add_usage("r", 6, 4)  # other tasks of the run spent it
+    with pytest.raises(TokenBudgetExceededError) as spent:
+        StoreUsageMeter(store, "r").check()
+    assert str(spent.value) == "token budget exceeded: 10 of 10 tokens used"
+
+
+def test_a_call_recorded_before_any_check_still_meets_the_budget() -> None:
+    store = InMemoryRunStore()
+    store.create_run(run_id="r", runnable="x", input=None, token_budget=10)
+    with pytest.raises(TokenBudgetExceededError):
+        StoreUsageMeter(store, "r").record(Usage(input_tokens=8, output_tokens=3))
+
+
+# ----- ProgressPublisher's default interval -------------------------------------------------------------
+
+
+def test_by_default_events_are_written_once_a_fifth_of_a_second_has_passed(clock: FakeClock) -> None:
+    store = CountingStore()
+    writes: list[int] = []
+    store.append_events = lambda run_id, events: writes.append(len(events))  # type: ignore[method-assign]
+    publisher = ProgressPublisher(store=store, run_id="r")
+
+    publisher(progress(0))
+    clock.now += 0.1
+    publisher(progress(1))
+    assert writes == []
+    clock.now += 0.15
+    publisher(progress(2))
+    assert writes == [3]
+
+
+def progress(n: int) -> ProgressEvent:
+    return ProgressEvent(
+        run_id="r",
+        path="",
+        runnable="L",
+        iteration=n,
+        max_iterations=9,
+        phase="x",
+        status=ProgressStatus.PROGRESS,
+    )

@@ -88,5 +88,7 @@ def test_a_state_that_cannot_be_published_is_logged_and_the_events_are_still_wri
     with caplog.at_level(logging.WARNING, logger="orchestration.store.seams"):
         publisher(progress(0))
 
-    assert [r.getMessage() for r in caplog.records] == ["could not publish progress of run r"]
+    [record] = caplog.records
+    assert record.getMessage() == "could not publish progress of run r"
+    assert record.exc_info is not None and isinstance(record.exc_info[1], RuntimeError)  # with its traceback
     assert len(store.events("r")) == 1

@@ -10,62 +10,22 @@ the key gets into an exception's text.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from celery import Celery
 from celery.contrib.testing.mocks import TaskMessage
+from context_secrets_support import API_KEY, RUNNABLES, app_with_a_key_in_its_contexts, node_of
 
-from loops import ProceduralAgentLoop
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.celery_adapter.privacy import RedactingRequest
-from orchestration.registry import RunnableRegistry
-from orchestration.store import InMemoryRunStore
-from orchestration.wire import RUN, WorkflowNode
-
-API_KEY = "sk-live-CONTEXT-KEY-4242"
-
-
-class QuotesItsContext(ProceduralAgentLoop):
-    """Fails its first step with an error that quotes the API key from its context."""
-
-    def create_initial_state(self, *, input: Any) -> Any:
-        return {"result": None}
-
-    def advance_state(self, *, state: Any, iteration: int) -> Any:
-        raise PermissionError(f"the model server refused api_key={self.context['api_key']!r}")
-
-
-def refuse_the_spec(spec: Mapping[str, Any]) -> Any:
-    raise ValueError(f"no tenant for api_key {spec['api_key']}")
+from orchestration.wire import RUN
 
 
 @pytest.fixture
 def app() -> Iterator[Celery]:
-    registry = RunnableRegistry()
-    registry.register("secrets.quotes_context", QuotesItsContext)
-    registry.register("secrets.refused_spec", QuotesItsContext, context_factory=refuse_the_spec)
-    store = InMemoryRunStore()
-    app = create_app(
-        registry=registry,
-        store=store,
-        overrides={"broker_url": "memory://", "result_backend": "cache+memory://"},
-    )
-    app.finalize()
-    yield app
-    app.close()
-
-
-def node_of(app: Celery, runnable: str) -> dict[str, Any]:
-    """A node of a run recorded in the app's store, whose context spec holds the API key."""
-    run_id = f"run-{runnable}"
-    dependencies_of(app).store.create_run(run_id=run_id, runnable=runnable, input=None)
-    return WorkflowNode(run_id=run_id, runnable=runnable, context={"api_key": API_KEY}).to_dict()
-
-
-RUNNABLES = ["secrets.quotes_context", "secrets.refused_spec"]
+    with app_with_a_key_in_its_contexts() as app:
+        yield app
 
 
 @pytest.mark.parametrize("runnable", RUNNABLES)
