@@ -140,17 +140,14 @@ class ProgressHub:
             feed.task = asyncio.create_task(self._poll(feed), name=f"agentloop-progress-{run_id}")
         follower = _Follower(last_id=after_id, lagging=after_id < feed.floor)
         backlog = [] if follower.lagging else [row for row in feed.tail if row[0] > after_id]
-        if feed.ended is not None and not follower.lagging:
-            backlog_end: RunRecord | None = feed.ended
-        else:
-            backlog_end = None
+        ended = None if follower.lagging else feed.ended  # the tail and the end are all it needs
         feed.followers.add(follower)
         try:
             for event_id, event in backlog:
                 follower.last_id = event_id
                 yield EventItem(event_id, event)
-            if backlog_end is not None:
-                yield RunEnded(backlog_end)
+            if ended is not None:
+                yield RunEnded(ended)
                 return
             async for item in self._items(feed, follower, idle_seconds):
                 yield item
