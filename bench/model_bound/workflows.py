@@ -1,0 +1,114 @@
+"""What the ``model_bound`` benchmark's worker runs (imported through ``AGENTLOOP_IMPORTS``).
+
+* ``bench.model.loop``: a loop of :data:`CALLS` iterations, each one model-shaped wait:
+  ``asyncio.sleep(LATENCY)``, or, when ``OPENAI_BASE_URL`` is set, one call through the
+  context's :class:`~orchestration.llm.openai_processor.OpenAIProcessor` (the local
+  OpenAI-protocol server adds the latency);
+* ``bench.model.fan``: a composite of ``input`` such loops, all at once (``max_concurrency = None``:
+  the default bound of 8 would run them in 8 lanes on Celery);
+* the bare tasks, registered on the deployed app in the worker only: ``bench.model.sleep``
+  (waits :data:`CALLS` x :data:`LATENCY` on its thread's event loop, as a framework task
+  does) and ``bench.model.body`` (counts its header's results).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+from agentloop import BaseAgentLoop, BaseCompositeAgent, Branch, register
+from orchestration.context import standard_context
+
+LOOP = "bench.model.loop"
+FAN = "bench.model.fan"
+SLEEP = "bench.model.sleep"
+BODY = "bench.model.body"
+CALLS = 3
+LATENCY = 0.2
+
+
+async def _one_call(context: Any) -> None:
+    processor = getattr(context, "processor", None)
+    if processor is None or type(processor).__name__ != "OpenAIProcessor":
+        await asyncio.sleep(LATENCY)
+        return
+    from actions.model import ModelRequest
+
+    response = await ModelRequest(instruction="ping").send(processor)
+    if response.error is not None:
+        raise RuntimeError(f"model call failed: {response!r}")
+
+
+@register(LOOP, context_factory=standard_context)
+class ModelLoop(BaseAgentLoop):
+    """:data:`CALLS` iterations of one model-shaped wait each; its result is :data:`CALLS`."""
+
+    max_iterations = CALLS + 1
+
+    def create_initial_state(self, *, input: Any) -> dict[str, int]:
+        return {"n": 0}
+
+    async def advance_state(self, *, state: dict[str, int], iteration: int) -> dict[str, int]:
+        await _one_call(self.context)
+        return {"n": state["n"] + 1}
+
+    def is_complete(self, *, state: dict[str, int], iteration: int) -> bool:
+        return state["n"] >= CALLS
+
+    def build_result(self, *, state: dict[str, int]) -> int:
+        return state["n"]
+
+
+@register(FAN)
+class ModelFan(BaseCompositeAgent):
+    """``input`` model-bound loops side by side; the result is how many succeeded."""
+
+    branch_runnables = (ModelLoop,)
+    max_concurrency = None  # fan out fully: on Celery a bound runs the branches in lanes
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=ModelLoop, input=None, key=str(i)) for i in range(int(input))]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return sum(1 for result in results if result.ok and result.output == CALLS)
+
+
+def _sleep(*args: Any, **kwargs: Any) -> int:
+    """A bare task: :data:`CALLS` waits of :data:`LATENCY` on this thread's event loop."""
+    from orchestration.celery_adapter.tasks import run_coroutine
+
+    async def calls() -> int:
+        for _ in range(CALLS):
+            await asyncio.sleep(LATENCY)
+        return CALLS
+
+    return run_coroutine(calls())
+
+
+def _body(results: Any, *args: Any, **kwargs: Any) -> int:
+    return sum(1 for result in results if result == CALLS)
+
+
+_deployed_app: Any = None
+if "worker" in sys.argv[1:] or os.environ.get("AGENTLOOP_BENCH_WORKER") == "1":
+    from orchestration.celery import app as _deployed_app
+
+    _deployed_app.task(name=SLEEP, shared=False)(_sleep)
+    _deployed_app.task(name=BODY, shared=False)(_body)
+
+
+def _size_store_pool(size: int) -> None:
+    """Experiment: the worker's store engine with a pool of ``size`` (+ ``size`` overflow)."""
+    import functools
+
+    import orchestration.store.open as store_open
+    from orchestration.store.engine import create_engine_for
+
+    sized = functools.partial(create_engine_for, pool_size=size, max_overflow=size)
+    setattr(store_open, "create_engine_for", sized)  # noqa: B010 (an experiment's patch)
+
+
+if os.environ.get("AGENTLOOP_BENCH_POOL_SIZE") and _deployed_app is not None:
+    _size_store_pool(int(os.environ["AGENTLOOP_BENCH_POOL_SIZE"]))
