@@ -7,8 +7,8 @@
 * ``bench.model.fan``: a composite of ``input`` such loops, all at once (``max_concurrency = None``:
   the default bound of 8 would run them in 8 lanes on Celery);
 * the bare tasks, registered on the deployed app in the worker only: ``bench.model.sleep``
-  (waits :data:`CALLS` x :data:`LATENCY` on its thread's event loop, as a framework task
-  does) and ``bench.model.body`` (counts its header's results).
+  (the same :data:`CALLS` waits or calls on its thread's event loop, as a framework task
+  makes them) and ``bench.model.body`` (counts its header's results).
 """
 
 from __future__ import annotations
@@ -76,12 +76,17 @@ class ModelFan(BaseCompositeAgent):
 
 
 def _sleep(*args: Any, **kwargs: Any) -> int:
-    """A bare task: :data:`CALLS` waits of :data:`LATENCY` on this thread's event loop."""
+    """A bare task: :data:`CALLS` model-shaped waits on this thread's event loop (the same call
+    as the framework's loop: a sleep, or a request through an ``OpenAIProcessor``)."""
+    from types import SimpleNamespace
+
     from orchestration.celery_adapter.tasks import run_coroutine
+    from orchestration.context import process_context_factory
 
     async def calls() -> int:
+        context = SimpleNamespace(processor=process_context_factory().provider.processor())
         for _ in range(CALLS):
-            await asyncio.sleep(LATENCY)
+            await _one_call(context)
         return CALLS
 
     return run_coroutine(calls())
