@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import uuid
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
 from sqlalchemy.engine import make_url
 
@@ -46,6 +48,14 @@ class Rig:
             LAUNCH, kwargs={"runnable": runnable, "input": input, **kwargs}, task_id=task_id or new_id()
         )
 
+    def result(self, run_id: str, *, timeout: float = 120.0) -> Any:
+        """The run's Celery result; past ``timeout``, an ``AssertionError`` with its record and the log."""
+        try:
+            return self.app.AsyncResult(run_id).get(timeout=timeout)
+        except CeleryTimeoutError:
+            log = "\n".join(self.worker.log_text().splitlines()[-80:])
+            raise AssertionError(f"no result for {run_id}: {self.store.get_run(run_id)}\n{log}") from None
+
     def ended(self, run_id: str, *, timeout: float = 60.0) -> RunRecord:
         """The run once it has ended (``AssertionError`` with its record after ``timeout``)."""
         deadline = time.monotonic() + timeout
@@ -59,6 +69,17 @@ class Rig:
 
 def new_id() -> str:
     return f"run-{uuid.uuid4().hex}"
+
+
+def _detach_result_consumer(app: Celery) -> None:
+    """Let results go while Redis still runs: collected after it stopped, they would try to
+    unsubscribe from it (and retry, noisily, inside the garbage collector)."""
+    gc.collect()
+    consumer = getattr(app.backend, "result_consumer", None)
+    pubsub = getattr(consumer, "_pubsub", None)
+    if pubsub is not None:
+        pubsub.close()
+        consumer._pubsub = None
 
 
 @contextmanager
@@ -98,4 +119,5 @@ def running_rig(
             overrides={"broker_url": broker_url, "result_backend": broker_url, "task_default_queue": queue},
         )
         stack.callback(app.close)
+        stack.callback(_detach_result_consumer, app)
         yield Rig(app=app, store=store, proxy=proxy, worker=worker, database_url=database_url)

@@ -4,6 +4,7 @@ run; a hand-sent ``agentloop.finalize`` or a forged node cannot end a run it doe
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 from durability_support import Rig, new_id
@@ -18,6 +19,18 @@ def _succeeded(rig: Rig, runnable: str = "durability.count", goal: int = 2) -> R
         "counted": goal
     }
     return rig.ended(run_id)
+
+
+def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _until_running(rig: Rig, run_id: str) -> None:
+    _until(lambda: getattr(rig.store.get_run(run_id), "status", None) == "running")
+    time.sleep(0.3)
 
 
 def _refusal(result: object) -> str:
@@ -59,13 +72,13 @@ def test_a_relaunch_under_the_runs_own_task_id_is_ignored_and_its_result_is_the_
     arguments = {"runnable": "durability.count", "input": 2, "context": {"step_seconds": 0}, **change}
     runnable, goal = arguments.pop("runnable"), arguments.pop("input")
 
+    ignored = rig.worker.log_text().count("this message is ignored")
     result = rig.launch(runnable, goal, task_id=before.id, **arguments)
-    time.sleep(1.0)  # the worker has taken it and ignored it
+    _until(lambda: rig.worker.log_text().count("this message is ignored") > ignored)
 
     assert result.get(timeout=5) == {"counted": 2}  # the run's own result, never replaced
     assert rig.store.get_run(before.id) == before
     assert rig.store.events(before.id) == events
-    assert "this message is ignored" in rig.worker.log_text()
 
 
 def test_the_same_launch_again_attaches_to_the_ended_run_without_running_it(rig: Rig) -> None:
@@ -82,7 +95,7 @@ def test_the_same_launch_again_attaches_to_the_ended_run_without_running_it(rig:
 def test_the_same_launch_while_the_run_goes_on_is_refused(rig: Rig) -> None:
     run_id = new_id()
     first = rig.launch("durability.count", 20, task_id=run_id, context={"step_seconds": 0.1})
-    time.sleep(0.5)
+    _until_running(rig, run_id)
     twin = rig.launch("durability.count", 20, run_id=run_id, context={"step_seconds": 0.1})
 
     assert "it is still running" in _refusal(twin)
@@ -100,22 +113,22 @@ def test_a_hand_sent_finalize_cannot_set_an_ended_runs_output(rig: Rig) -> None:
 
 def test_a_hand_sent_finalize_cannot_end_a_running_run_and_the_run_ends_its_own_way(rig: Rig) -> None:
     run_id = new_id()
-    result = rig.launch("durability.two_counts", 5, task_id=run_id, context={"step_seconds": 0.1})
-    time.sleep(0.5)
-    assert rig.store.get_run(run_id).status == "running"  # type: ignore[union-attr]
+    result = rig.launch("durability.two_counts", 20, task_id=run_id, context={"step_seconds": 0.1})
+    _until_running(rig, run_id)
 
     forged = rig.app.send_task(FINALIZE, args=({"stolen": True}, run_id))
     assert "belongs to another launch" in _refusal(forged)
+    assert rig.store.get_run(run_id).status == "running"  # type: ignore[union-attr]
 
-    assert result.get(timeout=30) == {"counted": 6}
+    assert result.get(timeout=60) == {"counted": 21}
     record = rig.ended(run_id)
-    assert (record.status, record.output) == ("succeeded", {"counted": 6})
+    assert (record.status, record.output) == ("succeeded", {"counted": 21})
 
 
 def test_a_forged_node_cannot_flip_a_run_to_failed(rig: Rig) -> None:
     run_id = new_id()
     result = rig.launch("durability.count", 15, task_id=run_id, context={"step_seconds": 0.1})
-    time.sleep(0.5)
+    _until_running(rig, run_id)
     forged = {"run_id": run_id, "runnable": "durability.nobody", "path": ""}
 
     with pytest.raises(Exception, match="unknown runnable"):

@@ -21,6 +21,14 @@ def _launch_many(rig: Rig, count: int, goal: int, step: float) -> list[str]:
     return ids
 
 
+def _until_running(rig: Rig, ids: list[str], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(getattr(rig.store.get_run(run_id), "status", None) == "running" for run_id in ids):
+        assert time.monotonic() < deadline, "no run started"
+        time.sleep(0.1)
+    time.sleep(0.5)
+
+
 def _expected(rig: Rig, run_id: str, goal: int) -> dict[str, int]:
     record = rig.store.get_run(run_id)
     assert record is not None
@@ -29,13 +37,12 @@ def _expected(rig: Rig, run_id: str, goal: int) -> dict[str, int]:
 
 def test_runs_in_flight_ride_out_a_five_second_outage(rig: Rig, outage: Callable[[float], None]) -> None:
     ids = _launch_many(rig, 8, goal=8, step=0.2)
-    time.sleep(1.0)  # four runs mid-way through their loops, the others queued behind them
-    assert any(getattr(rig.store.get_run(run_id), "status", None) == "running" for run_id in ids)
+    _until_running(rig, ids)  # four runs mid-way through their loops, the others queued behind them
 
     outage(5.0)
 
     for run_id in ids:
-        assert rig.app.AsyncResult(run_id).get(timeout=120) == _expected(rig, run_id, 8)
+        assert rig.result(run_id) == _expected(rig, run_id, 8)
         record = rig.ended(run_id)
         assert (record.status, record.error) == ("succeeded", None)
 
@@ -50,7 +57,7 @@ def test_runs_launched_during_the_outage_are_recorded_and_run_once_it_ends(
     down.join()
 
     for run_id in ids:
-        assert rig.app.AsyncResult(run_id).get(timeout=120) == _expected(rig, run_id, 3)
+        assert rig.result(run_id) == _expected(rig, run_id, 3)
         assert rig.ended(run_id).status == "succeeded"
 
 
@@ -75,11 +82,11 @@ def _down_for(rig: Rig, seconds: float) -> threading.Thread:
 def test_past_the_stores_retries_a_task_is_retried_and_the_run_goes_on(impatient_rig: Rig) -> None:
     rig = impatient_rig
     ids = _launch_many(rig, 4, goal=10, step=0.1)
-    time.sleep(0.5)
+    _until_running(rig, ids)
     _down_for(rig, 4.0).join()  # past the 1 s of store retries: each task is sent again
 
     for run_id in ids:
-        assert rig.app.AsyncResult(run_id).get(timeout=120) == _expected(rig, run_id, 10)
+        assert rig.result(run_id) == _expected(rig, run_id, 10)
         assert rig.ended(run_id).status == "succeeded"
     assert "StoreUnavailableError" in rig.worker.log_text()
 
@@ -88,7 +95,7 @@ def test_a_failure_while_the_store_is_away_is_recorded_once_it_is_back(impatient
     rig = impatient_rig
     run_id = new_id()
     result = rig.launch("durability.fail_after", 5, task_id=run_id, context={"step_seconds": 0.2})
-    time.sleep(0.5)
+    _until_running(rig, [run_id], timeout=30.0)
     _down_for(rig, 3.0).join()  # the step fails while the store is away: its end cannot be written
 
     with pytest.raises(Exception, match="failed after 5 steps"):
