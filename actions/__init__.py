@@ -20,6 +20,18 @@ from actions.errors import (
     UnknownActionError,
 )
 from actions.forced_tool import ForcedToolAction
+from actions.human import (
+    CallbackChannel,
+    HumanChannel,
+    InvalidAnswerError,
+    NoOneToAskError,
+    Question,
+    QuestionExpiredError,
+    QuestionKind,
+    ask_human,
+    check_answer,
+    use_human_channel,
+)
 from actions.model import AiResponse, FunctionCall, ModelProcessor, ModelRequest, Usage
 from actions.prompt import embed_user_fields, embed_user_text
 from actions.registry import AgentActionRegistry
@@ -39,15 +51,22 @@ __all__ = [
     "AiResponse",
     "BaseAgentAction",
     "BranchFailedError",
+    "CallbackChannel",
     "DegradationSink",
     "ForcedToolAction",
     "FunctionCall",
+    "HumanChannel",
     "InMemoryUsageMeter",
+    "InvalidAnswerError",
     "ModelFailure",
     "ModelFailurePolicy",
     "ModelProcessor",
     "ModelRequest",
     "ModelUnavailableError",
+    "NoOneToAskError",
+    "Question",
+    "QuestionExpiredError",
+    "QuestionKind",
     "RunCancelledError",
     "RunDeadlineExceededError",
     "RunStoppedError",
@@ -56,6 +75,8 @@ __all__ = [
     "UnknownActionError",
     "Usage",
     "UsageMeter",
+    "ask_human",
+    "check_answer",
     "check_budget",
     "context_value",
     "current_meter",
@@ -65,5 +86,6 @@ __all__ = [
     "report_model_failure",
     "report_usage",
     "use_degradation_sink",
+    "use_human_channel",
     "use_meter",
 ]

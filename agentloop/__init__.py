@@ -33,6 +33,9 @@ clauses written without agentloop in mind also catch it::
     ├── StateNotSerializableError  [TypeError] loop state that JSON cannot carry (durable loops)
     ├── TokenBudgetExceededError   the run's token budget is spent
     ├── ModelUnavailableError      a step's model call failed and its action's policy is ``fail``
+    ├── InvalidAnswerError         an answer to a person's question that does not meet its schema
+    ├── QuestionExpiredError       a question's wait ended unanswered and it has no default
+    ├── NoOneToAskError            a step asked a question where no one can answer (give ``on_question``)
     ├── UnknownRunnableError       [LookupError] a message named a runnable nobody registered
     ├── UnknownInputProviderError  [LookupError] a batch named an input provider nobody registered
     ├── ContextSpecError           [ValueError] a context spec that is not a JSON object, or was rejected
@@ -51,7 +54,10 @@ clauses written without agentloop in mind also catch it::
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
-never exceptions: a misbehaving model cannot crash a loop. A model call that
+never exceptions: a misbehaving model cannot crash a loop. :class:`~actions.human.RunPaused`, outside the
+tree, is no error: like ``asyncio.CancelledError`` it is a ``BaseException``, the signal a
+paused run's step raises on Celery so that no ``except Exception`` takes it for a failure.
+A model call that
 failed after the processor's retries ends the run ``degraded`` (the result is
 still returned; see :class:`RunOutcome`), or fails it with
 :class:`ModelUnavailableError` when the action's ``on_model_failure`` is ``"fail"``.
@@ -68,15 +74,22 @@ from actions import (
     AiResponse,
     BaseAgentAction,
     BranchFailedError,
+    CallbackChannel,
     DegradationSink,
     ForcedToolAction,
     FunctionCall,
+    HumanChannel,
     InMemoryUsageMeter,
+    InvalidAnswerError,
     ModelFailure,
     ModelFailurePolicy,
     ModelProcessor,
     ModelRequest,
     ModelUnavailableError,
+    NoOneToAskError,
+    Question,
+    QuestionExpiredError,
+    QuestionKind,
     RunCancelledError,
     RunDeadlineExceededError,
     RunStoppedError,
@@ -85,6 +98,8 @@ from actions import (
     UnknownActionError,
     Usage,
     UsageMeter,
+    ask_human,
+    check_answer,
     check_budget,
     context_value,
     current_meter,
@@ -94,6 +109,7 @@ from actions import (
     report_model_failure,
     report_usage,
     use_degradation_sink,
+    use_human_channel,
     use_meter,
 )
 from loops import (
@@ -166,6 +182,7 @@ __all__ = [
     "Branch",
     "BranchFailedError",
     "BranchResult",
+    "CallbackChannel",
     "CancelSignal",
     "CancellationToken",
     "CeleryAgentRunner",
@@ -176,8 +193,10 @@ __all__ = [
     "FailurePolicy",
     "ForcedToolAction",
     "FunctionCall",
+    "HumanChannel",
     "InMemoryUsageMeter",
     "InlineAgentRunner",
+    "InvalidAnswerError",
     "LaunchRequestError",
     "ModelFailure",
     "ModelFailurePolicy",
@@ -185,12 +204,16 @@ __all__ = [
     "ModelRequest",
     "ModelRequestsBlockedError",
     "ModelUnavailableError",
+    "NoOneToAskError",
     "OfflineModel",
     "OpenAIProcessor",
     "ProceduralAgentLoop",
     "ProgressCallback",
     "ProgressEvent",
     "ProgressStatus",
+    "Question",
+    "QuestionExpiredError",
+    "QuestionKind",
     "RateLimitTimeoutError",
     "RunAlreadyEndedError",
     "RunCancelledError",
@@ -219,6 +242,8 @@ __all__ = [
     "UsageMeter",
     "WorkerStartError",
     "WorkflowFailedError",
+    "ask_human",
+    "check_answer",
     "check_budget",
     "context_value",
     "create_app",
@@ -235,6 +260,7 @@ __all__ = [
     "report_model_failure",
     "report_usage",
     "use_degradation_sink",
+    "use_human_channel",
     "use_meter",
     "use_scope",
 ]

@@ -19,6 +19,7 @@ import time
 from datetime import timedelta
 from typing import Any, Self
 
+from actions.human import CallbackChannel, QuestionCallback
 from actions.usage import InMemoryUsageMeter, UsageMeter, use_meter
 from loops.contract import ProgressCallback, Runnable
 from loops.outcome import DegradationRecorder, RunOutcome, degraded_event
@@ -48,6 +49,7 @@ class InlineAgentRunner:
         path: str = "",
         meter: UsageMeter | None = None,
         token_budget: int | None = None,
+        on_question: QuestionCallback | None = None,
     ) -> Any:
         """Run once and return the result (also when the run ended ``degraded``).
 
@@ -55,7 +57,9 @@ class InlineAgentRunner:
         :class:`~actions.RunDeadlineExceededError` when ``deadline`` passes. Model
         usage is summed in ``meter`` (an :class:`~actions.InMemoryUsageMeter` with
         ``token_budget`` when none is given); a step that passes the budget ends
-        with :class:`~actions.TokenBudgetExceededError`.
+        with :class:`~actions.TokenBudgetExceededError`. A step's question
+        (:func:`~actions.human.ask_human`) goes to ``on_question``, which returns the answer
+        or an awaitable of it; the step waits for it.
         """
         outcome = await self.request_outcome(
             input=input,
@@ -67,6 +71,7 @@ class InlineAgentRunner:
             path=path,
             meter=meter,
             token_budget=token_budget,
+            on_question=on_question,
         )
         return outcome.result
 
@@ -82,6 +87,7 @@ class InlineAgentRunner:
         path: str = "",
         meter: UsageMeter | None = None,
         token_budget: int | None = None,
+        on_question: QuestionCallback | None = None,
     ) -> RunOutcome:
         """The same as :meth:`request`, returning the result with how the run ended:
         ``outcome.status`` is ``"succeeded"`` or ``"degraded"``, ``outcome.failures`` the model
@@ -98,6 +104,7 @@ class InlineAgentRunner:
             cancel=cancel,
             checkpointer=checkpointer,
             degradation=recorder,
+            human=None if on_question is None else CallbackChannel(on_question),
         )
         instance = self.runnable.create(context=self.context)
         limit = "" if seconds is None else f" of {seconds:g}s"

@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from actions.degradation import DegradationSink, use_degradation_sink
 from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceededError, RunStoppedError
+from actions.human import HumanChannel, use_human_channel
 
 
 @runtime_checkable
@@ -76,6 +77,8 @@ class RunScope:
     cancel: CancelSignal | None = None
     checkpointer: Checkpointer | None = None
     degradation: DegradationSink | None = None
+    #: Who answers the questions of the run's steps (``actions/human.py``).
+    human: HumanChannel | None = None
 
     def child(self, segment: str) -> RunScope:
         """The scope of a nested runnable, e.g. ``pipeline/1`` or ``branch/a``."""
@@ -158,10 +161,14 @@ def ensure_scope() -> Iterator[RunScope]:
 
 @contextmanager
 def use_scope(scope: RunScope) -> Iterator[RunScope]:
-    """Run the block inside ``scope`` (its steps report model failures to its ``degradation`` sink)."""
+    """Run the block inside ``scope`` (its steps report model failures to its ``degradation`` sink
+    and ask their questions through its ``human`` channel)."""
     token = _current.set(scope)
     try:
-        with use_degradation_sink(scope.degradation, path=scope.path):
+        with (
+            use_degradation_sink(scope.degradation, path=scope.path),
+            use_human_channel(scope.human, path=scope.path),
+        ):
             yield scope
     finally:
         _current.reset(token)

@@ -28,6 +28,8 @@ from actions.usage import use_meter
 from loops.outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
 from loops.progress import ProgressStatus
 from loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
+from orchestration.human.channel import StoreHumanChannel
+from orchestration.human.waits import WaitStore
 from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
 from orchestration.registry import RunnableRegistry
 from orchestration.run_end import end_with_failure, failed_paths
@@ -49,8 +51,9 @@ class WorkflowEngine:
         update_state: Callable[[dict[str, Any]], None] | None = None,
         progress_interval: float = 0.2,
         checkpoint_interval: float = 0.0,
+        waits: WaitStore | None = None,
     ) -> None:
-        self.registry, self.store = registry, store
+        self.registry, self.store, self.waits = registry, store, waits
         self.update_state, self.progress_interval = update_state, progress_interval
         self.checkpoint_interval = checkpoint_interval
 
@@ -74,6 +77,7 @@ class WorkflowEngine:
             path=node.path,
             deadline=monotonic_deadline(node.deadline),
             degradation=degradation,
+            human=None if self.waits is None else StoreHumanChannel(self.waits, node.run_id),
             cancel=StoreCancelSignal(self.store, node.run_id),
             checkpointer=StoreCheckpointer(
                 self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}

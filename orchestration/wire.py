@@ -58,6 +58,8 @@ LANE_COLLECT = "agentloop.lane_collect"
 FINALIZE = "agentloop.finalize"
 PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
+#: Answer the question a paused run waits for, and continue it (``orchestration/human/``).
+RESUME = "agentloop.resume"
 BATCH = "agentloop.batch"
 BATCH_CHUNK = "agentloop.batch_chunk"
 BATCH_SUMMARY = "agentloop.batch_summary"
@@ -75,6 +77,7 @@ TASK_NAMES = (
     FINALIZE,
     PROGRESS,
     CANCEL,
+    RESUME,
     BATCH,
     BATCH_CHUNK,
     BATCH_SUMMARY,

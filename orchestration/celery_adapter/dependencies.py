@@ -6,6 +6,7 @@ import threading
 
 from celery import Celery
 
+from orchestration.human.waits import WaitStore, wait_store_for
 from orchestration.registry import RunnableRegistry
 from orchestration.settings import Settings
 from orchestration.store import RunStore, StoreRetry, open_store
@@ -31,6 +32,7 @@ class AppDependencies:
         self.settings = settings
         self._registry, self._store = registry, store
         self._lock = threading.Lock()
+        self._waits: WaitStore | None = None
 
     @property
     def registry(self) -> RunnableRegistry:
@@ -46,6 +48,15 @@ class AppDependencies:
                 retry = StoreRetry(self.settings.store.retry_seconds)
                 self._store, _ = open_store(self.settings.database_url, retry=retry)
             return self._store
+
+    @property
+    def waits(self) -> WaitStore | None:
+        """The questions the runs ask people, beside the run store (``orchestration/human/``)."""
+        store = self.store
+        with self._lock:
+            if self._waits is None:
+                self._waits = wait_store_for(store)
+            return self._waits
 
 
 def dependencies_of(app: Celery) -> AppDependencies:

@@ -52,6 +52,11 @@ logger = logging.getLogger(__name__)
 
 _loops = threading.local()
 
+#: How long a task's progress events wait to be written together (and its ``PROGRESS`` state to be
+#: published): a task whose iterations are quicker writes them once, with its result. A
+#: model-paced loop (seconds per call) still shows each iteration; checkpoints keep their own interval.
+PROGRESS_INTERVAL = 1.0
+
 
 def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run the core's coroutine on this thread's event loop (one per worker thread, reused)."""
@@ -74,6 +79,7 @@ def engine_for(task: Task) -> WorkflowEngine:
         registry=deps.registry,
         store=deps.store,
         update_state=publish,
+        progress_interval=PROGRESS_INTERVAL,
         checkpoint_interval=deps.settings.checkpoint_seconds,
     )
 

@@ -117,6 +117,15 @@ class InMemoryRunStore:
             self._runs[run_id] = replace(record, status=RunStatus.RUNNING.value, started_at=started_at)
             return True
 
+    def mark_waiting(self, run_id: str) -> bool:
+        """Mark a running run ``waiting`` for a person's answer; ``False`` when it was not running."""
+        with self._lock:
+            record = self._get(run_id)
+            if record.status != RunStatus.RUNNING.value:
+                return False
+            self._runs[run_id] = replace(record, status=RunStatus.WAITING.value)
+            return True
+
     def finish_run(
         self,
         run_id: str,

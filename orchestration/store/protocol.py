@@ -33,6 +33,8 @@ class RunStatus(StrEnum):
 
     PENDING = "pending"
     RUNNING = "running"
+    #: Paused until a person answers a question (``orchestration/human/``); not an end.
+    WAITING = "waiting"
     SUCCEEDED = "succeeded"
     #: It returned its result, but model calls failed on the way (the error lists them).
     DEGRADED = "degraded"
@@ -43,7 +45,9 @@ class RunStatus(StrEnum):
 
 
 TERMINAL_STATUSES: frozenset[str] = frozenset(
-    status.value for status in RunStatus if status not in (RunStatus.PENDING, RunStatus.RUNNING)
+    status.value
+    for status in RunStatus
+    if status not in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
 )
 """The statuses :meth:`RunStore.finish_run` accepts; a run in one of them has ended."""
 

@@ -1,12 +1,13 @@
 """The tables of the store, as SQLAlchemy Core tables on one :data:`metadata`.
 
-Four tables, the same on SQLite and PostgreSQL (JSON columns become ``JSONB``
+Five tables, the same on SQLite and PostgreSQL (JSON columns become ``JSONB``
 on PostgreSQL; nothing is ever pickled):
 
 ``ai_tools``     tool schema payloads by id
 ``runs``         one row per run (a root run and every child task's run)
 ``run_events``   progress events, keyed by the ROOT run id; ``id`` is the order
 ``checkpoints``  the latest checkpoint of each loop, one row per (run, path)
+``human_waits``  the questions a run asked a person, one row per (run, path, key)
 
 There are deliberately no foreign keys: workers write events and checkpoints
 for runs that another process creates, in whatever order messages arrive.
@@ -152,3 +153,20 @@ checkpoints = Table(
     Column("updated_at", UtcDateTime(), nullable=False, default=utcnow, onupdate=utcnow),
 )
 """The latest checkpoint of one loop (``iteration`` NULL: none yet) and whether it finished."""
+
+human_waits = Table(
+    "human_waits",
+    metadata,
+    Column("run_id", String(255), primary_key=True),
+    Column("path", String(1024), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("status", String(32), nullable=False),
+    Column("question", json_type(), nullable=False),
+    Column("answer", json_type()),
+    Column("message", json_type()),
+    Column("expires_at", UtcDateTime()),
+    Column("created_at", UtcDateTime(), nullable=False, default=utcnow),
+    Column("answered_at", UtcDateTime()),
+)
+"""One question a run's step asked a person (``orchestration/human/``): ``pending``, ``answered``
+or ``expired``, with the answer and the message that resumes the paused task."""

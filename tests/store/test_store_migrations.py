@@ -26,8 +26,8 @@ from orchestration.store.migrate import alembic_config
 from orchestration.store.tables import metadata
 from orchestration.testing.servers.postgres import private_database
 
-TABLES = {"ai_tools", "runs", "run_events", "checkpoints"}
-HEAD = "0003"
+TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits"}
+HEAD = "0004"
 
 
 def _tables(url: str) -> set[str]:
