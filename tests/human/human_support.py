@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from orchestration.client import CeleryAgentRunner, RunHandle
@@ -24,6 +25,13 @@ def wait_for_status(store: SqlRunStore, run_id: str, status: str, timeout: float
         time.sleep(0.05)
     record = store.get_run(run_id)
     raise AssertionError(f"run {run_id} is {None if record is None else record.status}, not {status}")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.05)
 
 
 def waits(store: SqlRunStore, run_id: str) -> list[Wait]:

@@ -4,7 +4,7 @@ on, the merge waits; answers are checked, settled once, and a wait can expire.""
 from __future__ import annotations
 
 import pytest
-from human_support import answer, phases_at, start, wait_for_status, waits
+from human_support import answer, phases_at, start, wait_for_status, wait_until, waits
 
 from orchestration.client import WorkflowFailedError
 
@@ -15,9 +15,10 @@ def test_a_branch_pauses_its_chord_until_answered(human_worker) -> None:
     rig = human_worker
     handle = start(rig.app, rig.store, "human.fan")
     wait_for_status(rig.store, handle.run_id, "waiting")
-    # the other branches finished; the merge did not run: the chord waits for branch b
+    # the other branches finish; the merge does not run: the chord waits for branch b
     for key in ("a", "c"):
-        assert rig.store.loop_record(handle.run_id, f"branch/{key}").finished
+        wait_until(lambda key=key: rig.store.loop_record(handle.run_id, f"branch/{key}").finished)
+    assert rig.store.get_run(handle.run_id).status == "waiting"
     assert not rig.store.loop_record(handle.run_id, "branch/b").finished
     assert not handle.result.ready()
     [wait] = waits(rig.store, handle.run_id)
