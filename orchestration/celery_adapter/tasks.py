@@ -20,13 +20,15 @@ from typing import Any, TypeVar
 from celery import Celery, Task
 from celery.exceptions import Ignore
 
+from actions.human import RunPaused
 from orchestration.celery_adapter.batches import install_batch_tasks
 from orchestration.celery_adapter.canvas import continue_lane, continue_with, from_lanes
 from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
 from orchestration.engine import WorkflowEngine
+from orchestration.human.pause import pause_task, resume
 from orchestration.launches import LaunchClaim, RunIdTakenError, attached_result, claim_launch
-from orchestration.outcomes import Done
+from orchestration.outcomes import Done, Outcome
 from orchestration.run_end import end_with_failure
 from orchestration.store import RunAlreadyEndedError, RunOwnershipError
 from orchestration.wire import (
@@ -39,6 +41,7 @@ from orchestration.wire import (
     PING,
     PIPELINE_DONE,
     PROGRESS,
+    RESUME,
     RUN,
     STAGE,
     LaunchRequest,
@@ -81,7 +84,18 @@ def engine_for(task: Task) -> WorkflowEngine:
         update_state=publish,
         progress_interval=PROGRESS_INTERVAL,
         checkpoint_interval=deps.settings.checkpoint_seconds,
+        waits=deps.waits,
     )
+
+
+def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, Outcome]) -> Outcome:
+    """The engine's outcome for a node; a node paused for a person's answer ends its task here
+    without a result, and runs again when answered (``orchestration/human/pause.py``)."""
+    try:
+        return run_coroutine(coroutine)
+    except RunPaused as paused:
+        pause_task(task, paused, run_id)
+        raise
 
 
 def launch(
@@ -124,7 +138,7 @@ def launch(
         deadline=deadline,
         owner_token=claim.owner_token,
     )
-    outcome = run_coroutine(engine_for(self).start(node, request.input))
+    outcome = run_node(self, claim.run_id, engine_for(self).start(node, request.input))
     if isinstance(outcome, Done):
         return finalize(self, outcome.value, claim.run_id, claim.owner_token)
     then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token))
@@ -148,15 +162,15 @@ def _runnable_request(task: Task, claim: LaunchClaim) -> LaunchRequest:
 
 def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
     """Run one loop or action stage, or expand one pipeline or composite."""
-    return continue_with(self, run_coroutine(engine_for(self).start(WorkflowNode.from_dict(node), input)))
+    work = WorkflowNode.from_dict(node)
+    return continue_with(self, run_node(self, work.run_id, engine_for(self).start(work, input)))
 
 
 def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
     """Stage ``index`` of a pipeline, fed the previous stage's output."""
-    engine = engine_for(self)
-    return continue_with(
-        self, run_coroutine(engine.stage(previous, WorkflowNode.from_dict(node), int(index), input))
-    )
+    work = WorkflowNode.from_dict(node)
+    outcome = run_node(self, work.run_id, engine_for(self).stage(previous, work, int(index), input))
+    return continue_with(self, outcome)
 
 
 def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
@@ -179,7 +193,8 @@ def merge(
 
 def lane(self: Task, collected: list[Any], node: dict[str, Any], input: Any = None) -> Any:
     """One branch of a composite run in a lane, after the lane's branches before it."""
-    outcome = run_coroutine(engine_for(self).start(WorkflowNode.from_dict(node), input))
+    work = WorkflowNode.from_dict(node)
+    outcome = run_node(self, work.run_id, engine_for(self).start(work, input))
     return continue_lane(self, outcome, list(collected))
 
 
@@ -246,6 +261,7 @@ TASKS = {
     FINALIZE: finalize,
     PROGRESS: progress,
     CANCEL: cancel,
+    RESUME: resume,
 }
 
 
