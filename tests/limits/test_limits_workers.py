@@ -68,10 +68,9 @@ def test_two_workers_never_exceed_the_shared_requests_per_window(
     per_window = Counter(int(stamp["window"]) for stamp in stamps)
     assert max(per_window.values()) <= limit, per_window
     # ... and the stamps agree with the server's clock: no request arrived before the window its
-    # slot was counted in began, nor long after it ended (the latency of one request at most)
+    # slot was counted in began (how long after is the machine's latency, not the limiter's)
     for call, stamp in zip(seen, stamps, strict=True):
-        began = stamp["window"] * window
-        assert began <= call.arrived < began + 2 * window, (call.arrived, stamp)
+        assert stamp["window"] * window <= call.arrived, (call.arrived, stamp)
     # 16 requests at 3 a window take at least 6 windows: the last arrived 5 windows or more after the
     # first window began (measured from that window, not from the first arrival, which may come late
     # in its window on a busy machine)
