@@ -5,6 +5,7 @@
     agentloop demo                       the main job, on embedded defaults
     agentloop trigger NAME --input JSON [--context JSON] [--wait]
     agentloop cancel RUN_ID              ask every task of a run to stop
+    agentloop resume RUN_ID [--answer JSON]  answer a paused run's question (or show it)
     agentloop runnables                  the registered runnables, their stages and branches
     agentloop runs list [--wide] | show ID | watch ID
     agentloop tools list | show ID | load FILE...
@@ -23,6 +24,7 @@ import typer
 from orchestration.cli.cancel import cancel
 from orchestration.cli.demo import demo
 from orchestration.cli.graph import graph
+from orchestration.cli.resume import resume
 from orchestration.cli.runnables import runnables
 from orchestration.cli.runs import runs
 from orchestration.cli.serve import serve
@@ -38,6 +40,7 @@ app = typer.Typer(
 app.command("demo")(demo)
 app.command("trigger")(trigger)
 app.command("cancel")(cancel)
+app.command("resume")(resume)
 app.command("runnables")(runnables)
 app.command("graph")(graph)
 app.command("serve")(serve)

@@ -29,6 +29,8 @@ class HumanRig:
 
     app: Any
     store: SqlRunStore
+    #: What a command line reads: ``DATABASE_URL``, ``BROKER_URL`` and ``RESULT_BACKEND``.
+    env: dict[str, str]
     worker: Callable[[], AbstractContextManager[WorkerProcess]]
 
 
@@ -74,7 +76,8 @@ def human_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HumanRig]:
         )
         stack.callback(app.close)
         stack.callback(_close_result_consumer, app)
-        yield HumanRig(app=app, store=store, worker=worker)
+        cli_env = {"DATABASE_URL": database_url, "BROKER_URL": server.url, "RESULT_BACKEND": server.url}
+        yield HumanRig(app=app, store=store, env=cli_env, worker=worker)
 
 
 @pytest.fixture(scope="module")
