@@ -32,6 +32,7 @@ from orchestration.web.graphql_view import GraphQLEndpoint
 from orchestration.web.limits import BodyLimit, StreamSlots
 from orchestration.web.progress import ProgressHub
 from orchestration.web.rest import rest_routes
+from orchestration.web.resume import resume_routes
 from orchestration.web.schema import build_schema
 from orchestration.web.service import RunService
 from orchestration.web.sse import sse_routes
@@ -93,6 +94,7 @@ def create_web_app(
     app = Starlette(
         routes=[
             *rest_routes(),
+            *resume_routes(),
             *sse_routes(),
             Route("/graphql", graphql, methods=["POST"]),
             WebSocketRoute("/graphql", graphql),
