@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(item.split("=", 1) for item in args.env)
     try:
         with rig(store=args.store, concurrency=args.concurrency, openai=args.openai, env=env) as r:
+            started_rss = r.worker_rss_mib()
             figures = measure(r, sizes, args.rounds)
+            rss = f"worker RSS {started_rss:.0f} MiB idle, {r.worker_rss_mib():.0f} MiB after the runs"
     except NotRunnable as missing:
         print(f"model_bound: NOT RUN ({missing})")
         return 0
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         f"-c {args.concurrency}, {args.store} store, median of {args.rounds}"
     )
     ok = _report(figures, title)
+    print(rss)
     return 1 if args.check and not ok else 0
 
 

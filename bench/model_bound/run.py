@@ -23,6 +23,16 @@ WORKFLOWS_MODULE = "bench.model_bound.workflows"
 class Rig:
     app: Any
     redis: Any
+    worker_pid: int = 0
+
+    def worker_rss_mib(self) -> float:
+        """The worker process's resident memory (the threads pool runs every task in it)."""
+        try:
+            with open(f"/proc/{self.worker_pid}/status") as status:
+                line = next(line for line in status if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            return 0.0
+        return int(line.split()[1]) / 1024
 
 
 @dataclass
@@ -69,7 +79,7 @@ def rig(*, store: str, concurrency: int, openai: bool, env: dict[str, str]) -> I
             worker_env["OPENAI_BASE_URL"] = stack.enter_context(_model_server(LATENCY))
             worker_env["OPENAI_MAX_RETRIES"] = "0"
         worker_env.update(env)
-        stack.enter_context(
+        worker = stack.enter_context(
             run_worker_process(
                 broker_url=server.url,
                 result_backend=server.url,
@@ -87,7 +97,7 @@ def rig(*, store: str, concurrency: int, openai: bool, env: dict[str, str]) -> I
         stack.callback(_detach_result_consumer, app)
         client = redis.Redis.from_url(server.url)
         stack.callback(client.close)
-        yield Rig(app=app, redis=client)
+        yield Rig(app=app, redis=client, worker_pid=worker.pid)
 
 
 def framework_once(r: Rig, runs: int) -> float:

@@ -117,3 +117,9 @@ def _size_store_pool(size: int) -> None:
 
 if os.environ.get("AGENTLOOP_BENCH_POOL_SIZE") and _deployed_app is not None:
     _size_store_pool(int(os.environ["AGENTLOOP_BENCH_POOL_SIZE"]))
+
+
+if os.environ.get("AGENTLOOP_BENCH_THREAD_PROFILE") and _deployed_app is not None:
+    from bench.model_bound.profile import install
+
+    install(os.environ["AGENTLOOP_BENCH_THREAD_PROFILE"])
