@@ -178,6 +178,7 @@ def _error_body(message: str, error_type: str, code: str | None = None) -> dict[
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = False  # handler threads are joined on close (each serves one request)
+    request_queue_size = 1024  # hundreds of clients at once (bench/model_bound), not socketserver's 5
     block_on_close = True
     owner: OpenAICompatibleServer
 
