@@ -1,0 +1,167 @@
+"""``python -m bench.batch_scale``: a batch of 10,000 inputs through ``agentloop.batch``.
+
+Checks three things from one run, on a private Redis, a private PostgreSQL
+database (``--store sqlite`` for a file) and one ``--pool threads`` worker:
+
+* the batch completes (its summary record: every run succeeded);
+* the worker's resident memory is flat: sampled each time another thousand runs
+  have ended, the last sample is compared with the first (``--rss-growth``,
+  default 1.25x, is the verdict's bound);
+* Redis holds as many keys as before the batch once its results have expired
+  (the worker runs with ``AGENTLOOP_RESULT_EXPIRES=--expires``, 20 s by default).
+
+Each input is one ``bench.trivial`` loop (``bench/workflows_celery.py``). Only
+127.0.0.1 is used; every wait is bounded (``--timeout``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from contextlib import ExitStack
+from typing import Any
+
+from bench.celery_overhead.rig import ROOT, NotRunnable, _detach_result_consumer, run_store_url
+
+RUNNABLE = "bench.trivial"
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def _wait_for_batch(
+    store: Any, batch_id: str, worker_pid: int, timeout: float
+) -> tuple[dict[str, Any], list[float]]:
+    """Poll the batch's runs until all have ended; sample the worker's RSS per thousand ended."""
+    from orchestration.celery_adapter.batches import summarize
+
+    deadline, samples, next_mark = time.monotonic() + timeout, [], 1000
+    while time.monotonic() < deadline:
+        state = summarize(store, batch_id)
+        while state["ended"] >= next_mark:
+            samples.append(_rss_mib(worker_pid))
+            next_mark += 1000
+        if state["total"] and state["open"] == 0:
+            return state, samples
+        time.sleep(0.5)
+    raise TimeoutError(f"the batch did not end within {timeout} s: {summarize(store, batch_id)}")
+
+
+def _keys_back(redis: Any, start: int, timeout: float) -> tuple[int, float]:
+    """Wait until Redis holds at most ``start`` keys (results expired); the count and the wait."""
+    began = time.monotonic()
+    count = redis.dbsize()
+    while count > start and time.monotonic() - began < timeout:
+        time.sleep(1.0)
+        count = redis.dbsize()
+    return count, time.monotonic() - began
+
+
+def run(args: argparse.Namespace) -> bool:
+    """One batch of ``args.inputs``; prints the figures and returns the verdict."""
+    import redis
+
+    from agentloop import create_app, load_settings
+    from orchestration.store import open_store
+    from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+    from orchestration.testing.servers.worker import run_worker_process
+    from orchestration.wire import BATCH
+
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(private_redis_server())
+        except ServiceUnavailable as unavailable:
+            raise NotRunnable(unavailable.reason) from unavailable
+        database_url = stack.enter_context(run_store_url(args.store))
+        env = {
+            "DATABASE_URL": database_url,
+            "AGENTLOOP_BENCH_WORKER": "1",
+            "PYTHONPATH": str(ROOT),
+            "AGENTLOOP_RESULT_EXPIRES": str(args.expires),
+        }
+        worker = stack.enter_context(
+            run_worker_process(
+                broker_url=server.url,
+                result_backend=server.url,
+                imports=["bench.workflows_celery"],
+                env=env,
+                pool="threads",
+                concurrency=args.concurrency,
+                loglevel="WARNING",
+                start_timeout=60.0,
+            )
+        )
+        client_env = {"BROKER_URL": server.url, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
+        client_env["AGENTLOOP_RESULT_EXPIRES"] = str(args.expires)
+        app = create_app(settings=load_settings(client_env))
+        stack.callback(app.close)
+        stack.callback(_detach_result_consumer, app)
+        client = redis.Redis.from_url(server.url)
+        stack.callback(client.close)
+        store, _ = open_store(database_url, migrate=False)
+        stack.callback(store.engine.dispose)
+
+        keys_before, rss_before = client.dbsize(), _rss_mib(worker.pid)
+        began = time.perf_counter()
+        started = app.send_task(
+            BATCH,
+            kwargs={"runnable": RUNNABLE, "inputs": [None] * args.inputs, "poll_seconds": 1.0},
+        ).get(timeout=args.timeout)
+        started_id = started["batch_id"]
+        state, samples = _wait_for_batch(store, started_id, worker.pid, args.timeout)
+        seconds = time.perf_counter() - began
+        keys_peak = client.dbsize()
+        keys_after, waited = _keys_back(client, keys_before, args.expires * 3 + 30)
+
+    growth = samples[-1] / samples[0] if samples and samples[0] else float("nan")
+    completed = state["succeeded"] == args.inputs and state["open"] == 0
+    flat = growth <= args.rss_growth
+    keys_ok = keys_after <= keys_before
+    print(f"batch of {args.inputs} x {RUNNABLE}, --pool threads -c {args.concurrency}, {args.store} store")
+    print(
+        f"  completed: {completed} ({state['succeeded']} succeeded, {state['failed']} failed)",
+        f"in {seconds:.1f} s",
+    )
+    print(
+        f"  worker RSS: {rss_before:.0f} MiB idle; per thousand ended:",
+        ", ".join(f"{sample:.0f}" for sample in samples),
+        "MiB",
+    )
+    print(
+        f"  RSS last/first thousand: {growth:.2f}x (bound {args.rss_growth}x): {'flat' if flat else 'GROWS'}"
+    )
+    print(
+        f"  Redis keys: {keys_before} before, {keys_peak} at the end, {keys_after} after "
+        f"{waited:.0f} s (result expiry {args.expires} s): {'back' if keys_ok else 'NOT back'}"
+    )
+    ok = completed and flat and keys_ok
+    print("verdict:", "PASS" if ok else "FAIL")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.batch_scale", description=__doc__)
+    parser.add_argument("--inputs", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
+    parser.add_argument("--expires", type=int, default=20, help="result expiry of the worker, seconds")
+    parser.add_argument("--rss-growth", type=float, default=1.25)
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--check", action="store_true", help="exit 1 when the verdict is FAIL")
+    args = parser.parse_args(argv)
+    try:
+        ok = run(args)
+    except NotRunnable as missing:
+        print(f"batch_scale: NOT RUN ({missing})")
+        return 0
+    return 1 if args.check and not ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
