@@ -27,6 +27,7 @@ from typing import Any
 from actions.context import maybe_await
 from actions.errors import RunStoppedError
 from actions.registry import AgentActionRegistry
+from actions.tracing import iteration_span, traced
 from loops.contract import ProgressCallback, RunnableBase
 from loops.progress import ProgressEvent, ProgressStatus
 from loops.scope import RunScope, ensure_scope, failure_phase
@@ -152,7 +153,8 @@ class BaseAgentLoop(RunnableBase, ABC):
                         status=ProgressStatus.PROGRESS,
                         message="compressed the working context",
                     )
-                state = await maybe_await(self.advance_state(state=state, iteration=iteration))
+                span = iteration_span(self.name, scope.path, iteration)
+                state = await traced(*span, self.advance_state, state=state, iteration=iteration)
                 iteration += 1
                 if scope.checkpointer is not None:
                     scope.checkpointer.save(path=scope.path, iteration=iteration, state=state)

@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from actions.degradation import DegradationSink, use_degradation_sink
 from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceededError, RunStoppedError
 from actions.human import HumanChannel, use_human_channel
+from actions.tracing import Tracer, use_tracer
 
 
 @runtime_checkable
@@ -79,6 +80,8 @@ class RunScope:
     degradation: DegradationSink | None = None
     #: Who answers the questions of the run's steps (``actions/human.py``).
     human: HumanChannel | None = None
+    #: Where the spans of the run's iterations and model calls go (``actions/tracing.py``).
+    tracer: Tracer | None = None
 
     def child(self, segment: str) -> RunScope:
         """The scope of a nested runnable, e.g. ``pipeline/1`` or ``branch/a``."""
@@ -168,6 +171,7 @@ def use_scope(scope: RunScope) -> Iterator[RunScope]:
         with (
             use_degradation_sink(scope.degradation, path=scope.path),
             use_human_channel(scope.human, path=scope.path),
+            use_tracer(scope.tracer),
         ):
             yield scope
     finally:

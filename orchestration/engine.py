@@ -24,6 +24,7 @@ from typing import Any
 from actions.context import maybe_await
 from actions.degradation import DegradationSink
 from actions.errors import BranchFailedError, RunStoppedError
+from actions.tracing import Tracer
 from actions.usage import use_meter
 from loops.outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
 from loops.progress import ProgressStatus
@@ -52,8 +53,9 @@ class WorkflowEngine:
         progress_interval: float = 0.2,
         checkpoint_interval: float = 0.0,
         waits: WaitStore | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
-        self.registry, self.store, self.waits = registry, store, waits
+        self.registry, self.store, self.waits, self.tracer = registry, store, waits, tracer
         self.update_state, self.progress_interval = update_state, progress_interval
         self.checkpoint_interval = checkpoint_interval
 
@@ -78,6 +80,7 @@ class WorkflowEngine:
             deadline=monotonic_deadline(node.deadline),
             degradation=degradation,
             human=None if self.waits is None else StoreHumanChannel(self.waits, node.run_id),
+            tracer=self.tracer,
             cancel=StoreCancelSignal(self.store, node.run_id),
             checkpointer=StoreCheckpointer(
                 self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}

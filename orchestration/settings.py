@@ -34,6 +34,7 @@ from orchestration.settings_group import env_field as _env
 from orchestration.settings_http import HttpSettings
 from orchestration.settings_provider import ProviderSettings
 from orchestration.settings_store import StoreSettings
+from orchestration.settings_tracing import TracingSettings
 
 __all__ = ["ModelSettings", "Settings", "SettingsError", "env_names", "load_settings"]
 
@@ -157,6 +158,8 @@ class Settings(_Group):
     """``agentloop serve``'s settings: tokens, scopes, limits (:mod:`orchestration.settings_http`)."""
     store: StoreSettings = Field(default_factory=StoreSettings)
     """The run store's retries (:mod:`orchestration.settings_store`)."""
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    """Where a run's spans go (:mod:`orchestration.settings_tracing`; off by default)."""
     redis_url: str | None = _env("REDIS_URL")
     """``REDIS_URL``: alone, both broker and result backend; with ``BROKER_URL``, the result backend."""
     broker_url: str = Field(
@@ -294,9 +297,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     problems: list[str] = []
     model, http = _group(ModelSettings, env, problems), _group(HttpSettings, env, problems)
     model = model.model_copy(update={"provider": _group(ProviderSettings, env, problems)})
-    store = _group(StoreSettings, env, problems)
+    store, tracing = _group(StoreSettings, env, problems), _group(TracingSettings, env, problems)
     try:
-        settings = Settings(model=model, http=http, store=store, **_MappingSource(Settings, env)())
+        groups: dict[str, Any] = {"model": model, "http": http, "store": store, "tracing": tracing}
+        settings = Settings(**groups, **_MappingSource(Settings, env)())
     except ValidationError as error:
         problems.append(_describe(error))
     except SettingsError as error:  # raised while resolving a default (no result backend)
@@ -333,7 +337,7 @@ def _describe(error: ValidationError) -> str:
 def env_names() -> tuple[str, ...]:
     """Every environment variable :func:`load_settings` reads, in field order."""
     names: list[str] = []
-    groups = ("model", "http", "provider", "store")
-    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings, StoreSettings):
+    groups = ("model", "http", "provider", "store", "tracing")
+    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings, StoreSettings, TracingSettings):
         names += [group.env_name(f) for f in group.model_fields if f not in groups]
     return tuple(dict.fromkeys(names))

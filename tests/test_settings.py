@@ -12,6 +12,7 @@ from orchestration.settings import ModelSettings, Settings, SettingsError, env_n
 from orchestration.settings_http import HttpSettings
 from orchestration.settings_provider import ProviderSettings
 from orchestration.settings_store import StoreSettings
+from orchestration.settings_tracing import TracingSettings
 
 SCHEDULE = '[{"name": "nightly", "runnable": "record_search.demo", "every": 60, "inputs": [{}]}]'
 
@@ -34,6 +35,7 @@ EVERY_VARIABLE = {
     "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER": "2",
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
     "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
+    "AGENTLOOP_TRACING_EXPORTER": "console",
     "OPENAI_API_KEY": "sk-supersecretkey123",
     "OPENAI_BASE_URL": "https://gateway:gatewaypw@llm.internal/v1",
     "OPENAI_MODEL": "gpt-4.1",
@@ -303,7 +305,7 @@ def test_settings_built_directly_read_nothing_from_the_environment(monkeypatch: 
 
 
 def test_every_variable_is_documented_with_its_field() -> None:
-    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings, StoreSettings):
+    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings, StoreSettings, TracingSettings):
         for name, field in group.model_fields.items():
-            if name not in ("model", "http", "store", "provider"):
+            if name not in ("model", "http", "store", "provider", "tracing"):
                 assert field.description and f"``{group.env_name(name)}``" in field.description, name

@@ -70,6 +70,10 @@ def create_app(
     install_tasks(app)  # privacy first: before anything builds the app's AMQP
     install_worker_patches(app)
     install_edge(app, store=store)  # workers refuse poison messages before Celery touches them
+    if settings.tracing.enabled:  # one trace per run (the otel extra), off by default
+        from orchestration.tracing.otel import install_tracing
+
+        install_tracing(app, settings.tracing)
     return app
 
 

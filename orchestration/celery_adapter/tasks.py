@@ -85,6 +85,7 @@ def engine_for(task: Task) -> WorkflowEngine:
         progress_interval=PROGRESS_INTERVAL,
         checkpoint_interval=deps.settings.checkpoint_seconds,
         waits=deps.waits,
+        tracer=getattr(task.app, "agentloop_tracer", None),  # orchestration/tracing/otel.py
     )
 
 

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from actions.model import AiResponse, ModelRequest, Usage
+from actions.tracing import trace_span
+from orchestration.tracing.genai import record_response, request_attributes
 
 __all__ = ["BaseProcessor", "UsageHook"]
 
@@ -45,7 +47,11 @@ class BaseProcessor(ABC):
             files=tuple(files),
             is_auto_handle_function_call=is_auto_handle_function_call,
         )
-        return await self.process(request)
+        model = str(getattr(self, "model", None) or getattr(self, "model_name", ""))
+        with trace_span(f"chat {model}".strip(), **request_attributes(model)) as span:
+            response = await self.process(request)
+            record_response(span, response)
+        return response
 
     @abstractmethod
     async def process(self, request: ModelRequest) -> AiResponse:

@@ -1,0 +1,40 @@
+"""Tracing's settings: off unless an exporter is named.
+
+``AGENTLOOP_TRACING_EXPORTER``: ``""`` (off, the default), ``console`` (spans printed, for a
+look) or ``otlp`` (the OTLP exporter, configured by OpenTelemetry's own ``OTEL_EXPORTER_OTLP_*``
+variables; needs ``opentelemetry-exporter-otlp``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import field_validator
+
+from orchestration.settings_group import SettingsGroup, env_field
+
+__all__ = ["TRACING_EXPORTERS", "TracingSettings"]
+
+#: The exporters ``AGENTLOOP_TRACING_EXPORTER`` may name ("" is off).
+TRACING_EXPORTERS = ("", "console", "otlp")
+
+
+class TracingSettings(SettingsGroup):
+    """Where a run's spans go (``orchestration/tracing/``)."""
+
+    exporter: str = env_field("AGENTLOOP_TRACING_EXPORTER", "")
+    """``AGENTLOOP_TRACING_EXPORTER``: ``""`` (no tracing), ``console`` or ``otlp``."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.exporter)
+
+    @field_validator("exporter", mode="before")
+    @classmethod
+    def _exporter(cls, value: Any) -> str:
+        name = "" if value is None else str(value).strip().lower()
+        if name not in TRACING_EXPORTERS:
+            raise ValueError(
+                f"AGENTLOOP_TRACING_EXPORTER must be one of console, otlp or empty, not {value!r}"
+            )
+        return name

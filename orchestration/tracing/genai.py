@@ -1,0 +1,24 @@
+"""The GenAI semantic-convention attributes of a model call's span (model and tokens; never the
+prompt or the reply's text)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actions.model import AiResponse
+from actions.tracing import Span
+
+
+def request_attributes(model: str) -> dict[str, Any]:
+    """The attributes known before the call."""
+    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": model or None}
+
+
+def record_response(span: Span, response: AiResponse) -> None:
+    """The reply's model, token usage and failure on ``span``."""
+    if response.model:
+        span.set_attribute("gen_ai.response.model", response.model)
+    span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+    if response.error:
+        span.set_attribute("error.type", "model_failure")

@@ -1,0 +1,83 @@
+"""The tracer seam on OpenTelemetry, and Celery instrumented so one run is one trace.
+
+:func:`install_tracing` instruments Celery with ``opentelemetry-instrumentation-celery``: a
+span per task (``run/agentloop.stage`` ...) and per publish, the trace context carried in
+every task message's headers, so the tasks a launch's canvas sends, on any worker, nest under
+the launch's span (a client that traces its own send puts the launch under its span). Inside
+a task the core's spans (loop iterations, model calls; ``actions/tracing.py``) nest under the
+task's span through :class:`OtelTracer`. Nothing happens unless an exporter is configured
+(``AGENTLOOP_TRACING_EXPORTER``) or a tracer provider is given (tests: the SDK's in-memory
+exporter).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+from actions.tracing import Span
+from orchestration.settings_tracing import TracingSettings
+
+logger = logging.getLogger(__name__)
+
+#: The instrumentation scope of the framework's own spans.
+TRACER_NAME = "agentloop"
+
+
+class OtelTracer:
+    """:class:`~actions.tracing.Tracer` on an OpenTelemetry tracer: each span is current while open,
+    so model-call spans nest under their iteration's, and the iteration's under the task's."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self.tracer = tracer
+
+    @contextmanager
+    def span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Span]:
+        with self.tracer.start_as_current_span(name, attributes=dict(attributes)) as span:
+            yield span
+
+
+def exporter_for(settings: TracingSettings) -> SpanExporter:
+    """The span exporter ``settings`` name."""
+    if settings.exporter == "console":
+        return ConsoleSpanExporter()
+    import importlib  # opentelemetry-exporter-otlp, installed by whoever picks otlp
+
+    module = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    exporter: SpanExporter = module.OTLPSpanExporter()
+    return exporter
+
+
+def install_tracing(
+    app: Any, settings: TracingSettings, *, provider: TracerProvider | None = None
+) -> OtelTracer | None:
+    """Instrument Celery and return the tracer ``app``'s tasks give the core (``None``: off).
+
+    ``provider`` (default: one exporting to ``settings``' exporter in batches) receives every span.
+    Celery's instrumentation is process-wide: the first provider installed in a process is its.
+    """
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+    if provider is None:
+        if not settings.enabled:
+            return None
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(exporter_for(settings)))
+    instrumentor = CeleryInstrumentor()  # type: ignore[no-untyped-call]
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument(tracer_provider=provider)
+    tracer = OtelTracer(provider.get_tracer(TRACER_NAME))
+    app.agentloop_tracer = tracer
+    return tracer
+
+
+def tracer_of(app: Any) -> OtelTracer | None:
+    """The tracer :func:`install_tracing` gave ``app``, if any."""
+    tracer = getattr(app, "agentloop_tracer", None)
+    return tracer if isinstance(tracer, OtelTracer) else None
