@@ -6,7 +6,8 @@
                              -> 200 {"accepted": true, "wait"}; 409 refused (a wrong answer, answered
                                 already, no such question: the run goes on waiting)
 
-It needs the ``start`` scope (an answer steers a run as a start does) and is sent to the
+GraphQL's ``resumeRun(id, answer, path, key): JSON`` goes the same way. It needs the
+``start`` scope (an answer steers a run as a start does) and is sent to the
 workers as ``agentloop.resume``, which checks the answer against the question's schema.
 """
 
@@ -19,39 +20,53 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from orchestration.web.auth import START
+from orchestration.web.auth import START, Principal
 from orchestration.web.errors import conflict, invalid_input, unavailable, unsupported_media_type
 from orchestration.web.limits import check_identifier, parse_json_body
 from orchestration.web.state import caller, web_state
 from orchestration.wire import RESUME
 
-__all__ = ["resume_routes"]
+__all__ = ["resume_routes", "resume_through_workers"]
 
 #: Seconds to wait for a worker to answer the resume.
 RESUME_TIMEOUT = 30.0
 
 
-async def resume_run(request: Request) -> JSONResponse:
-    caller(request).require(START)
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
-        raise unsupported_media_type("send the request with Content-Type: application/json")
-    body = parse_json_body(await request.body())
-    if not isinstance(body, dict) or "answer" not in body:
-        raise invalid_input('the body must be a JSON object with an "answer"')
-    kwargs: dict[str, Any] = {"run_id": check_identifier(request.path_params["run_id"], what="run id")}
-    kwargs["answer"] = body["answer"]
-    for name in ("path", "key"):
-        if body.get(name) is not None:
-            kwargs[name] = str(body[name])
-    app = web_state(request).service.celery_app
+async def resume_through_workers(
+    celery_app: Any, principal: Principal, run_id: Any, answer: Any, *, path: Any = None, key: Any = None
+) -> dict[str, Any]:
+    """``agentloop.resume``'s answer for ``answer``; 409 when refused, 503 when no worker answers."""
+    principal.require(START)
+    kwargs: dict[str, Any] = {"run_id": check_identifier(run_id, what="run id"), "answer": answer}
+    kwargs.update({name: str(value) for name, value in (("path", path), ("key", key)) if value is not None})
     try:
-        result = await asyncio.to_thread(
-            lambda: app.send_task(RESUME, kwargs=kwargs).get(timeout=RESUME_TIMEOUT)
+        result: dict[str, Any] = await asyncio.to_thread(
+            lambda: celery_app.send_task(RESUME, kwargs=kwargs).get(timeout=RESUME_TIMEOUT)
         )
     except Exception as error:
         raise unavailable(f"no worker resumed the run: {type(error).__name__}") from None
     if not result.get("accepted"):
         raise conflict(f"refused: {result.get('reason')}")
+    return result
+
+
+async def resume_run(request: Request) -> JSONResponse:
+    principal = caller(request)
+    principal.require(START)
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+        raise unsupported_media_type("send the request with Content-Type: application/json")
+    body = parse_json_body(await request.body())
+    if not isinstance(body, dict) or "answer" not in body:
+        raise invalid_input('the body must be a JSON object with an "answer"')
+    app = web_state(request).service.celery_app
+    result = await resume_through_workers(
+        app,
+        principal,
+        request.path_params["run_id"],
+        body["answer"],
+        path=body.get("path"),
+        key=body.get("key"),
+    )
     return JSONResponse(result)
 
 

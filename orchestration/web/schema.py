@@ -11,6 +11,7 @@
     type Mutation {
       startRun(runnable: String!, input: JSON, context: JSON, runId: String, tokenBudget: Long): Run!
       cancelRun(id: String!): Run!
+      resumeRun(id: String!, answer: JSON, path: String, key: String): JSON!   # a paused run's answer
     }
     type Subscription {
       runProgress(id: String!, afterId: Long! = 0): ProgressItem!   # RunEvent ... then RunEnd
@@ -40,6 +41,7 @@ from strawberry.types.scalar import ScalarDefinition
 from orchestration.web.auth import Principal
 from orchestration.web.errors import code_of, unauthenticated
 from orchestration.web.limits import graphql_limits
+from orchestration.web.resume import resume_through_workers
 from orchestration.web.service import RunService
 
 __all__ = ["build_schema"]
@@ -229,6 +231,15 @@ class Mutation:
     @strawberry.mutation(description="Ask the run to stop at its next step.")
     async def cancel_run(self, info: Info, id: str) -> Run:
         return Run.of(await _call(info, lambda service, principal: service.cancel(principal, id)))
+
+    @strawberry.mutation(description="Answer the question a paused run waits for (agentloop.resume).")
+    async def resume_run(
+        self, info: Info, id: str, answer: JSON | None = None, path: str | None = None, key: str | None = None
+    ) -> JSON:
+        def resume(service: RunService, principal: Principal) -> Awaitable[Any]:
+            return resume_through_workers(service.celery_app, principal, id, answer, path=path, key=key)
+
+        return await _call(info, resume)
 
 
 @strawberry.type

@@ -31,3 +31,27 @@ def test_the_route_refuses_a_wrong_answer_and_resumes_with_the_right_one(human_w
         assert right.status_code == 200 and right.json()["accepted"] is True
         assert handle.wait_sync(timeout=30)["steps"][1] == "approved=True"
         assert client.post(url, json={"answer": True}, headers=headers).status_code == 409
+
+
+def test_the_graphql_mutation_answers_a_paused_run(human_worker) -> None:
+    rig = human_worker
+    http = HttpSettings(tokens=parse_tokens(TOKEN))
+    web = create_web_app(celery_app=rig.app, settings=Settings(http=http), store=rig.store)
+    handle = start(rig.app, rig.store, "human.approve", "g")
+    wait_for_status(rig.store, handle.run_id, "waiting")
+    mutation = "mutation($id: String!, $answer: JSON) { resumeRun(id: $id, answer: $answer) }"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(web) as client:
+        wrong = client.post(
+            "/graphql",
+            json={"query": mutation, "variables": {"id": handle.run_id, "answer": 1}},
+            headers=headers,
+        ).json()
+        assert wrong["errors"][0]["extensions"]["code"] == "CONFLICT"
+        right = client.post(
+            "/graphql",
+            json={"query": mutation, "variables": {"id": handle.run_id, "answer": False}},
+            headers=headers,
+        ).json()
+        assert right["data"]["resumeRun"]["accepted"] is True
+    assert handle.wait_sync(timeout=30)["steps"][1] == "approved=False"
