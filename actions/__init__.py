@@ -19,7 +19,7 @@ from actions.errors import (
     StateNotSerializableError,
     UnknownActionError,
 )
-from actions.forced_tool import ForcedToolAction
+from actions.forced_tool import ForcedToolAction, OutputRejection
 from actions.human import (
     CallbackChannel,
     HumanChannel,
@@ -35,6 +35,8 @@ from actions.human import (
 from actions.model import AiResponse, FunctionCall, ModelProcessor, ModelRequest, Usage
 from actions.prompt import embed_user_fields, embed_user_text
 from actions.registry import AgentActionRegistry
+from actions.schema import tool_schema
+from actions.typed import TypedAction, TypedToolAction
 from actions.usage import (
     InMemoryUsageMeter,
     TokenBudgetExceededError,
@@ -64,6 +66,7 @@ __all__ = [
     "ModelRequest",
     "ModelUnavailableError",
     "NoOneToAskError",
+    "OutputRejection",
     "Question",
     "QuestionExpiredError",
     "QuestionKind",
@@ -72,6 +75,8 @@ __all__ = [
     "RunStoppedError",
     "StateNotSerializableError",
     "TokenBudgetExceededError",
+    "TypedAction",
+    "TypedToolAction",
     "UnknownActionError",
     "Usage",
     "UsageMeter",
@@ -85,6 +90,7 @@ __all__ = [
     "maybe_await",
     "report_model_failure",
     "report_usage",
+    "tool_schema",
     "use_degradation_sink",
     "use_human_channel",
     "use_meter",

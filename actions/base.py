@@ -6,6 +6,8 @@ import copy
 from abc import ABC, abstractmethod
 from typing import Any, Self
 
+from actions.arguments import argument_problem
+
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
@@ -26,6 +28,15 @@ class BaseAgentAction(ABC):
     @property
     def parameters(self) -> dict[str, Any]:
         return copy.deepcopy(EMPTY_PARAMETERS)
+
+    def argument_problem(self, arguments: Any) -> str | None:
+        """What is wrong with ``arguments`` a model sent, in one line; ``None`` when they fit.
+
+        By default they are checked against :attr:`parameters` (JSON Schema, see
+        :func:`actions.arguments.argument_problem`); a typed action checks them
+        against its arguments type.
+        """
+        return argument_problem(schema=self.parameters, arguments=arguments)
 
     def as_tool(self) -> dict[str, Any]:
         """The tool payload an AI-driven loop offers the model for this action."""

@@ -15,10 +15,22 @@ reports the failure to the run (:mod:`actions.degradation`), which then ends
 that :meth:`ForcedToolAction.normalize` rejects is the model's answer, not a
 failure: it falls back without degrading the run.
 
+An answer :meth:`ForcedToolAction.check_output` rejects *with a retry* is
+sent back to the model (its call, then a tool result saying what was wrong)
+for at most :attr:`ForcedToolAction.output_retries` further tries, each one a
+model call metered like any other. A typed action
+(:class:`~actions.TypedToolAction`) asks for a retry when its output model
+refuses the arguments; a plain action's :meth:`~ForcedToolAction.normalize`
+only accepts or rejects. A rejected answer is not a model outage: once the
+tries are spent the step returns :meth:`~ForcedToolAction.fallback` and the
+run goes on ``succeeded``, unless :attr:`~ForcedToolAction.on_invalid_output`
+is ``"degrade"`` (the rejection is then reported as a model failure, and the
+run ends ``degraded``).
+
 The tool schema is data, not code: it lives in the tool store
 (``context.tool_store``, whose ``get_payload(tool_id)`` returns the payload as
 a JSON string or object, or ``None``), under the id found in
-``context.<tool_id_key>``.
+``context.<tool_id_key>``, else under :attr:`ForcedToolAction.tool_id`.
 """
 
 from __future__ import annotations
@@ -26,8 +38,9 @@ from __future__ import annotations
 import json
 import logging
 from abc import abstractmethod
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from actions.base import BaseAgentAction
 from actions.context import context_value, maybe_await
@@ -42,22 +55,46 @@ from actions.usage import check_budget, report_usage
 
 logger = logging.getLogger(__name__)
 
+#: What a rejected answer does once its tries are spent: ``"fallback"`` (the run goes on
+#: ``succeeded``) or ``"degrade"`` (reported as a model failure: the run ends ``degraded``).
+InvalidOutputPolicy = Literal["fallback", "degrade"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutputRejection:
+    """What :meth:`ForcedToolAction.check_output` returns for an answer it does not take:
+    why (``reason``, shown to the model when it may ``retry``)."""
+
+    reason: str
+    retry: bool = False
+
 
 class ForcedToolAction(BaseAgentAction):
-    """Subclasses set ``tool_name`` and ``tool_id_key`` and implement
+    """Subclasses set ``tool_name`` and ``tool_id_key`` (or ``tool_id``) and implement
     :meth:`build_instruction` and :meth:`normalize`."""
 
     tool_name: str = ""
     tool_id_key: str = ""
+    #: The tool's id in the tool store when ``context.<tool_id_key>`` names none.
+    tool_id: ClassVar[str] = ""
     #: What a failed model call does: ``"degrade"`` the run (return
     #: :meth:`fallback_when_unavailable`, report the failure) or ``"fail"`` it (raise
     #: :class:`~actions.ModelUnavailableError`).
     on_model_failure: ClassVar[ModelFailurePolicy | str] = ModelFailurePolicy.DEGRADE
+    #: How many more times an answer rejected with a retry is sent back to the model.
+    output_retries: ClassVar[int] = 1
+    #: What an answer still rejected after its tries does (see :data:`InvalidOutputPolicy`).
+    on_invalid_output: ClassVar[InvalidOutputPolicy] = "fallback"
+
+    def stored_tool_id(self, *, context: Any) -> str | None:
+        """The id the schema is stored under: ``context.<tool_id_key>``, else :attr:`tool_id`."""
+        tool_id = context_value(context, self.tool_id_key) if self.tool_id_key else None
+        return tool_id if tool_id is not None else (self.tool_id or None)
 
     async def load_tool_payload(self, *, context: Any) -> dict[str, Any] | None:
         """The tool schema from the tool store; ``None`` when missing or unparsable."""
         store = context_value(context, "tool_store")
-        tool_id = context_value(context, self.tool_id_key) if self.tool_id_key else None
+        tool_id = self.stored_tool_id(context=context)
         if store is None or tool_id is None:
             return None
         try:
@@ -75,19 +112,27 @@ class ForcedToolAction(BaseAgentAction):
         return dict(payload)
 
     async def send_forced_tool_request(
-        self, *, context: Any, instruction: str, tool_payload: Mapping[str, Any]
+        self,
+        *,
+        context: Any,
+        instruction: str,
+        tool_payload: Mapping[str, Any],
+        history_messages: Sequence[Mapping[str, Any]] | None = None,
     ) -> AiResponse:
-        """One model turn that must call ``tool_payload``'s tool."""
+        """One model turn that must call ``tool_payload``'s tool (after ``history_messages``,
+        by default the context's)."""
         processor = context_value(context, "processor")
         if processor is None:
             return AiResponse.failure("context has no processor")
+        if history_messages is None:
+            history_messages = context_value(context, "history_messages", [])
         check_budget()  # a spent budget stops the step: it is not a model fault
         try:
             response: AiResponse = await processor.send_request(
                 instruction=instruction,
                 tools=[dict(tool_payload)],
                 tool_choices=[{"name": tool_payload["name"]}],
-                history_messages=list(context_value(context, "history_messages", [])),
+                history_messages=list(history_messages),
                 documents=list(context_value(context, "documents", [])),
                 files=list(context_value(context, "files", [])),
                 is_auto_handle_function_call=False,
@@ -118,6 +163,17 @@ class ForcedToolAction(BaseAgentAction):
     def normalize(self, *, parsed: dict[str, Any], arguments: dict[str, Any], context: Any) -> Any:
         """Re-validate the model's output in code; return the typed value or ``None``."""
 
+    async def check_output(self, *, parsed: dict[str, Any], arguments: dict[str, Any], context: Any) -> Any:
+        """The step's value from the model's arguments, or an :class:`OutputRejection`.
+
+        Here: :meth:`normalize`; ``None`` (or an exception) rejects the answer without a retry.
+        """
+        try:
+            value = await maybe_await(self.normalize(parsed=parsed, arguments=arguments, context=context))
+        except Exception as error:  # a validator that trips on odd output is a rejection
+            return OutputRejection(reason=f"normalize raised {type(error).__name__}: {error}")
+        return OutputRejection(reason="model output rejected by normalize") if value is None else value
+
     def fallback(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
         """What the step returns when anything fails. ``None`` by default."""
         return None
@@ -138,34 +194,70 @@ class ForcedToolAction(BaseAgentAction):
             self.fallback_when_unavailable(arguments=arguments, context=context, failure=failure)
         )
 
-    async def run(self, *, arguments: dict[str, Any], context: Any) -> Any:
-        def fail(reason: str) -> Any:
-            logger.info("action %s fell back: %s", self.name, reason)
-            return self.fallback(arguments=arguments, context=context, reason=reason)
+    async def output_rejected(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
+        """Apply :attr:`on_invalid_output` to an answer still rejected after its tries."""
+        logger.info("action %s fell back: %s", self.name, reason)
+        if self.on_invalid_output == "degrade":
+            await report_model_failure(action=self.name, reason=reason)
+        return await maybe_await(self.fallback(arguments=arguments, context=context, reason=reason))
 
+    def retry_messages(
+        self, *, response: AiResponse, call: FunctionCall, reason: str, attempt: int
+    ) -> list[dict[str, Any]]:
+        """The turns that send a rejected answer back: the model's call, then a tool result saying why."""
+        call_id = call.id or f"call_{self.name}_{attempt}"
+        return [
+            {
+                "role": "assistant",
+                "content": response.text,
+                "tool_calls": [{"id": call_id, "name": call.name, "arguments": call.arguments}],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": json.dumps(
+                    {"ok": False, "error": f"{reason}. Call {call.name} again with corrected arguments."}
+                ),
+            },
+        ]
+
+    async def run(self, *, arguments: dict[str, Any], context: Any) -> Any:
         async def unavailable(reason: str) -> Any:
             return await self.model_failed(arguments=arguments, context=context, reason=reason)
 
         tool_payload = await self.load_tool_payload(context=context)
         if tool_payload is None:
-            return fail("tool schema missing or unparsable")
+            logger.warning(
+                "action %s fell back: no usable tool schema under id %r in context.tool_store "
+                "(typed actions: run `agentloop tools sync`)",
+                self.name,
+                self.stored_tool_id(context=context),
+            )
+            reason = "tool schema missing or unparsable"
+            return await maybe_await(self.fallback(arguments=arguments, context=context, reason=reason))
         tool_name = self.tool_name or tool_payload["name"]
         instruction = await maybe_await(self.build_instruction(arguments=arguments, context=context))
-        response = await self.send_forced_tool_request(
-            context=context, instruction=instruction, tool_payload=tool_payload
-        )
-        if response.has_error:
-            return await unavailable(f"model error: {response.error}")
-        function_call = self.extract_function_call(response=response, tool_name=tool_name)
-        if function_call is None:
-            return await unavailable(f"model did not call {tool_name!r}")
-        parsed = self.parse_function_call_arguments(function_call=function_call)
-        if parsed is None:
-            return await unavailable("tool arguments are not a JSON object")
-        try:
-            value = await maybe_await(self.normalize(parsed=parsed, arguments=arguments, context=context))
-        except Exception as error:  # a validator that trips on odd output is a rejection
-            return fail(f"normalize raised {type(error).__name__}: {error}")
-        if value is None:
-            return fail("model output rejected by normalize")
-        return value
+        history = list(context_value(context, "history_messages", []))
+        tries = 1 + max(0, int(self.output_retries))
+        for attempt in range(1, tries + 1):
+            response = await self.send_forced_tool_request(
+                context=context, instruction=instruction, tool_payload=tool_payload, history_messages=history
+            )
+            if response.has_error:
+                return await unavailable(f"model error: {response.error}")
+            function_call = self.extract_function_call(response=response, tool_name=tool_name)
+            if function_call is None:
+                return await unavailable(f"model did not call {tool_name!r}")
+            parsed = self.parse_function_call_arguments(function_call=function_call)
+            if parsed is None:
+                return await unavailable("tool arguments are not a JSON object")
+            value = await self.check_output(parsed=parsed, arguments=arguments, context=context)
+            if not isinstance(value, OutputRejection):
+                return value
+            if not value.retry or attempt == tries:
+                reason = value.reason if attempt == 1 else f"{value.reason} (after {attempt} tries)"
+                return await self.output_rejected(arguments=arguments, context=context, reason=reason)
+            history += self.retry_messages(
+                response=response, call=function_call, reason=value.reason, attempt=attempt
+            )
+        raise AssertionError("unreachable: the last try returns")  # pragma: no cover

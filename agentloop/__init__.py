@@ -87,6 +87,7 @@ from actions import (
     ModelRequest,
     ModelUnavailableError,
     NoOneToAskError,
+    OutputRejection,
     Question,
     QuestionExpiredError,
     QuestionKind,
@@ -95,6 +96,8 @@ from actions import (
     RunStoppedError,
     StateNotSerializableError,
     TokenBudgetExceededError,
+    TypedAction,
+    TypedToolAction,
     UnknownActionError,
     Usage,
     UsageMeter,
@@ -108,6 +111,7 @@ from actions import (
     maybe_await,
     report_model_failure,
     report_usage,
+    tool_schema,
     use_degradation_sink,
     use_human_channel,
     use_meter,
@@ -132,6 +136,7 @@ from loops import (
     new_run_id,
     use_scope,
 )
+from orchestration.context import StandardContext, StandardContextFactory, standard_context
 from orchestration.llm import OfflineModel, RateLimitTimeoutError
 from orchestration.registry import (
     ContextSpecError,
@@ -149,6 +154,7 @@ from pipelines import (
     Branch,
     BranchResult,
     FailurePolicy,
+    step,
 )
 
 if TYPE_CHECKING:
@@ -161,12 +167,14 @@ if TYPE_CHECKING:
     from orchestration.llm.request_guard import ModelRequestsBlockedError
     from orchestration.settings import Settings, SettingsError, load_settings
     from orchestration.store import (
+        InMemoryToolStore,
         RunAlreadyEndedError,
         RunExistsError,
         RunNotFoundError,
         RunOwnershipError,
         StoreUnavailableError,
     )
+    from orchestration.tool_sync import sync_tools
 
 __all__ = [
     "AgentActionRegistry",
@@ -194,6 +202,7 @@ __all__ = [
     "ForcedToolAction",
     "FunctionCall",
     "HumanChannel",
+    "InMemoryToolStore",
     "InMemoryUsageMeter",
     "InlineAgentRunner",
     "InvalidAnswerError",
@@ -207,6 +216,7 @@ __all__ = [
     "NoOneToAskError",
     "OfflineModel",
     "OpenAIProcessor",
+    "OutputRejection",
     "ProceduralAgentLoop",
     "ProgressCallback",
     "ProgressEvent",
@@ -232,9 +242,13 @@ __all__ = [
     "ScheduleError",
     "Settings",
     "SettingsError",
+    "StandardContext",
+    "StandardContextFactory",
     "StateNotSerializableError",
     "StoreUnavailableError",
     "TokenBudgetExceededError",
+    "TypedAction",
+    "TypedToolAction",
     "UnknownActionError",
     "UnknownInputProviderError",
     "UnknownRunnableError",
@@ -259,6 +273,10 @@ __all__ = [
     "register",
     "report_model_failure",
     "report_usage",
+    "standard_context",
+    "step",
+    "sync_tools",
+    "tool_schema",
     "use_degradation_sink",
     "use_human_channel",
     "use_meter",
@@ -268,6 +286,7 @@ __all__ = [
 #: Names whose modules import Celery, SQLAlchemy or the OpenAI SDK: loaded on first access.
 _LAZY = {
     "AnthropicProcessor": "orchestration.llm",
+    "InMemoryToolStore": "orchestration.store",
     "ModelRequestsBlockedError": "orchestration.llm.request_guard",
     "CeleryAgentRunner": "orchestration.client",
     "OpenAIProcessor": "orchestration.llm",
@@ -286,6 +305,7 @@ _LAZY = {
     "create_app": "orchestration.celery_adapter.app",
     "load_settings": "orchestration.settings",
     "processor_from_env": "orchestration.llm",
+    "sync_tools": "orchestration.tool_sync",
 }
 
 

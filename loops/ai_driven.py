@@ -5,7 +5,10 @@ as tools (plus a ``finish`` tool), performs what the model chose and records
 it in the state history. The loop completes when the model calls ``finish`` or
 answers in plain text. Unknown tools, malformed arguments and actions that
 raise are recorded as tool errors the model sees on its next turn, never a
-crash. When a token estimate of the history passes ``token_budget``, old
+crash. An action's arguments are checked by the action
+(:meth:`~actions.BaseAgentAction.argument_problem`: its JSON Schema, or the
+pydantic model of a :class:`~actions.TypedAction`, which then receives them
+validated). When a token estimate of the history passes ``token_budget``, old
 history is summarised into ``state["summary"]`` (a ``compress`` progress event).
 
 The state is JSON data::
@@ -165,7 +168,7 @@ class AiDrivenAgentLoop(BaseAgentLoop):
             action = self.registry.get(call.name)
         except UnknownActionError as error:
             return self.tool_error(f"{error}; or {self.finish_tool_name!r} to finish"), None
-        problem = self.validate_arguments(schema=action.parameters, arguments=arguments)
+        problem = action.argument_problem(arguments)  # its JSON Schema, or its arguments type
         if problem:
             return self.tool_error(problem), None
         return await self.run_tool_action(action=action, arguments=arguments), None

@@ -4,7 +4,8 @@ Per iteration, in this order (DESIGN §5):
 
 1. ``is_complete`` -> return ``build_result``;
 2. iteration at ``max_iterations`` -> return ``build_bounded_result`` (the
-   safety bound; by default the same as ``build_result``);
+   safety bound; by default the same as ``build_result``, which can tell the
+   two apart by ``self.stopped_by``: ``"complete"`` or ``"bound"``);
 3. ``should_compress`` -> ``compress_state`` (and a ``compress`` progress event);
 4. ``advance_state`` returns the NEXT state;
 5. one progress event from ``build_progress_event``;
@@ -16,11 +17,17 @@ loop whose task is cancelled from outside (the deadline, a fail-fast sibling)
 still ends its progress with a ``failed`` event saying why.
 When the scope carries a checkpointer, every finished iteration's state is
 saved and a redelivered loop resumes from the last one.
+
+A loop that stops at its bound says so: its last event (phase ``done``) carries
+``data["stopped_by"] == "bound"`` (``"complete"`` otherwise), a warning is
+logged, and the runner's :class:`~loops.outcome.BoundRecorder` hears its path
+(:attr:`~loops.RunOutcome.stopped_by`; on Celery ``RunHandle.stopped_by``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -29,8 +36,11 @@ from actions.errors import RunStoppedError
 from actions.registry import AgentActionRegistry
 from actions.tracing import iteration_span, traced
 from loops.contract import ProgressCallback, RunnableBase
+from loops.outcome import STOPPED_BY_BOUND, STOPPED_COMPLETE, report_bound
 from loops.progress import ProgressEvent, ProgressStatus
 from loops.scope import RunScope, ensure_scope, failure_phase
+
+logger = logging.getLogger(__name__)
 
 
 class BaseAgentLoop(RunnableBase, ABC):
@@ -38,6 +48,9 @@ class BaseAgentLoop(RunnableBase, ABC):
 
     #: The safety bound: the engine never runs more iterations than this.
     max_iterations: int = 10
+    #: How the run ended, readable in ``build_result`` / ``build_bounded_result``:
+    #: ``"complete"`` or ``"bound"`` (``None`` until the loop stops).
+    stopped_by: str | None = None
 
     @property
     def registry(self) -> AgentActionRegistry:
@@ -117,6 +130,7 @@ class BaseAgentLoop(RunnableBase, ABC):
     async def run(self, *, input: Any, on_progress: ProgressCallback | None = None) -> Any:
         with ensure_scope() as scope:
             self._run_scope = scope
+            self.stopped_by = None
             return await self._iterate(scope=scope, input=input, on_progress=on_progress)
 
     async def _iterate(self, *, scope: RunScope, input: Any, on_progress: ProgressCallback | None) -> Any:
@@ -139,10 +153,12 @@ class BaseAgentLoop(RunnableBase, ABC):
             while True:
                 scope.check()
                 if await maybe_await(self.is_complete(state=state, iteration=iteration)):
-                    result, stopped_by = await maybe_await(self.build_result(state=state)), "complete"
+                    self.stopped_by = STOPPED_COMPLETE
+                    result = await maybe_await(self.build_result(state=state))
                     break
                 if iteration >= bound:
-                    result, stopped_by = await maybe_await(self.build_bounded_result(state=state)), "bound"
+                    self.stopped_by = STOPPED_BY_BOUND
+                    result = await maybe_await(self.build_bounded_result(state=state))
                     break
                 if await maybe_await(self.should_compress(state=state, iteration=iteration)):
                     state = await maybe_await(self.compress_state(state=state, iteration=iteration))
@@ -189,12 +205,18 @@ class BaseAgentLoop(RunnableBase, ABC):
                 message="the run passed its deadline" if deadline_passed else "the run was cancelled",
             )
             raise
+        bounded = self.stopped_by == STOPPED_BY_BOUND
+        if bounded:
+            logger.warning(
+                "loop %s at %r stopped at its bound of %d iterations", self.name, scope.path, bound
+            )
+            report_bound(scope.path)
         await self._emit(
             on_progress,
             iteration=iteration,
             phase="done",
             status=ProgressStatus.COMPLETED,
-            message="hit the iteration bound" if stopped_by == "bound" else "complete",
-            data={"stopped_by": stopped_by},
+            message="hit the iteration bound" if bounded else "complete",
+            data={"stopped_by": self.stopped_by},
         )
         return result

@@ -14,13 +14,29 @@ runners say so the same way:
 In-process, :meth:`~loops.InlineAgentRunner.request_outcome` returns a
 :class:`RunOutcome` (``request`` returns just the result); on Celery the run
 is recorded ``degraded`` with the failures as its error.
+
+A loop that hit its ``max_iterations`` before it was complete also returns a
+result, and says so (it is not an error, and does not change the status):
+
+- the loop's last event (phase ``done``) has ``data`` = ``{"stopped_by": "bound"}``
+  (``"complete"`` when it finished); these events are stored with the run, so on
+  Celery the run's events in the run store are its record of it (no other
+  column): :func:`bounded_paths` reads them back, and ``RunHandle.stopped_by``
+  answers from them;
+- in-process, the loop reports its path to the :class:`BoundRecorder` the runner
+  installs, and :attr:`RunOutcome.stopped_by` is ``"bound"`` when any loop of the
+  run stopped at its bound (:attr:`RunOutcome.bounded` lists their paths);
+- inside the loop, ``build_result`` / ``build_bounded_result`` can read
+  ``self.stopped_by`` (``"complete"`` or ``"bound"``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +51,8 @@ SUCCEEDED = "succeeded"
 DEGRADED = "degraded"
 #: The phase of the event reporting one model failure.
 MODEL_UNAVAILABLE = "model_unavailable"
+#: ``stopped_by`` of a loop that finished (``is_complete``), and of one that hit its bound first.
+STOPPED_COMPLETE, STOPPED_BY_BOUND = "complete", "bound"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,6 +61,14 @@ class RunOutcome:
 
     result: Any
     failures: tuple[ModelFailure, ...] = ()
+    #: The paths of the run's loops that stopped at their bound (``""`` is the run's root).
+    bounded: tuple[str, ...] = ()
+
+    @property
+    def stopped_by(self) -> str:
+        """``"bound"`` when a loop of the run hit its ``max_iterations`` before it was complete,
+        else ``"complete"``."""
+        return STOPPED_BY_BOUND if self.bounded else STOPPED_COMPLETE
 
     @property
     def status(self) -> str:
@@ -147,3 +173,51 @@ class DegradationRecorder:
             logger.warning(
                 "progress callback failed for a %s event at %r", event.phase, event.path, exc_info=True
             )
+
+
+def bounded_paths(events: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The paths of the loops whose ``done`` event says they stopped at their bound, in order."""
+    found: dict[str, None] = {}
+    for event in events:
+        data = event.get("data") or {}
+        if event.get("phase") == "done" and data.get("stopped_by") == STOPPED_BY_BOUND:
+            found.setdefault(str(event.get("path", "")), None)
+    return tuple(found)
+
+
+class BoundRecorder:
+    """The paths of a run's loops that stopped at their bound, reported with :func:`report_bound`
+    inside :meth:`installed` (the inline runner installs one per run)."""
+
+    def __init__(self) -> None:
+        self._paths: list[str] = []
+        self._lock = threading.Lock()
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._paths)
+
+    def add(self, path: str) -> None:
+        with self._lock:
+            if path not in self._paths:
+                self._paths.append(path)
+
+    @contextmanager
+    def installed(self) -> Iterator[BoundRecorder]:
+        """Loops inside the block (concurrent branches too) report their bound here."""
+        token = _bounds.set(self)
+        try:
+            yield self
+        finally:
+            _bounds.reset(token)
+
+
+_bounds: ContextVar[BoundRecorder | None] = ContextVar("agentloop_bound_recorder", default=None)
+
+
+def report_bound(path: str) -> None:
+    """A loop at ``path`` stopped at its bound: tell the run's :class:`BoundRecorder`, if any."""
+    recorder = _bounds.get()
+    if recorder is not None:
+        recorder.add(path)

@@ -22,7 +22,7 @@ from typing import Any, Self
 from actions.human import CallbackChannel, QuestionCallback
 from actions.usage import InMemoryUsageMeter, UsageMeter, use_meter
 from loops.contract import ProgressCallback, Runnable
-from loops.outcome import DegradationRecorder, RunOutcome, degraded_event
+from loops.outcome import BoundRecorder, DegradationRecorder, RunOutcome, degraded_event
 from loops.scope import CancelSignal, Checkpointer, RunScope, new_run_id, use_scope, within_deadline
 
 
@@ -91,7 +91,8 @@ class InlineAgentRunner:
     ) -> RunOutcome:
         """The same as :meth:`request`, returning the result with how the run ended:
         ``outcome.status`` is ``"succeeded"`` or ``"degraded"``, ``outcome.failures`` the model
-        failures the run's steps survived."""
+        failures the run's steps survived, ``outcome.stopped_by`` ``"bound"`` when a loop hit
+        its ``max_iterations`` before it was complete (else ``"complete"``)."""
         if meter is None:
             meter = InMemoryUsageMeter(budget=token_budget)
         seconds = None if deadline is None else deadline.total_seconds()
@@ -108,11 +109,12 @@ class InlineAgentRunner:
         )
         instance = self.runnable.create(context=self.context)
         limit = "" if seconds is None else f" of {seconds:g}s"
-        with use_scope(scope), use_meter(meter):
+        bounds = BoundRecorder()
+        with use_scope(scope), use_meter(meter), bounds.installed():
             result = await within_deadline(
                 scope, instance.run(input=input, on_progress=on_progress), limit=limit
             )
-        outcome = RunOutcome(result=result, failures=recorder.failures)
+        outcome = RunOutcome(result=result, failures=recorder.failures, bounded=bounds.paths)
         if outcome.degraded:
             name = str(getattr(instance, "name", "") or type(instance).__name__)
             await recorder.emit(degraded_event(scope.run_id, name, outcome.failures, path=scope.path))

@@ -30,6 +30,7 @@ from celery.result import AsyncResult
 from actions.context import maybe_await
 from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceededError, RunStoppedError
 from loops.contract import ProgressCallback, Runnable
+from loops.outcome import STOPPED_BY_BOUND, STOPPED_COMPLETE, bounded_paths
 from loops.progress import ProgressEvent
 from loops.scope import new_run_id
 from orchestration.registry import declared_name
@@ -122,6 +123,24 @@ class RunHandle:
     def error(self) -> Any:
         """The run's recorded error (a degraded run's lists its model failures), or ``None``."""
         return self._record("error")
+
+    @property
+    def stopped_by(self) -> str:
+        """``"bound"`` when a loop of the run stopped at its ``max_iterations`` before it was
+        complete, else ``"complete"`` (read from the run's events, as :attr:`bounded`)."""
+        return STOPPED_BY_BOUND if self.bounded else STOPPED_COMPLETE
+
+    @property
+    def bounded(self) -> tuple[str, ...]:
+        """The paths of the run's loops whose ``done`` event says they stopped at their bound."""
+        events: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            page, last, _ = self._read(after)
+            if not page or last <= after:
+                return bounded_paths(events)
+            events += page
+            after = last
 
     def _record(self, field: str) -> Any:
         if self.store is not None:

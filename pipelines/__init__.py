@@ -1,6 +1,6 @@
 """Pipelines: stages in order, action stages, and composites that fan out and merge."""
 
-from pipelines.action_stage import BaseActionStage
+from pipelines.action_stage import BaseActionStage, step
 from pipelines.composite import BaseCompositeAgent, Branch, BranchResult, FailurePolicy
 from pipelines.pipeline import BaseAgentPipeline
 
@@ -11,4 +11,5 @@ __all__ = [
     "Branch",
     "BranchResult",
     "FailurePolicy",
+    "step",
 ]

@@ -1,11 +1,30 @@
-"""``BaseActionStage``: one action as a runnable stage or branch."""
+"""``BaseActionStage``: one action as a runnable stage or branch; :func:`step`: a plain function as one.
+
+A code step needs no second class: decorate a function (``def`` or ``async
+def``) with :func:`step` and it *is* a stage class, usable as a pipeline stage,
+a composite branch, or registered and run on Celery::
+
+    @step
+    async def summarize(answers: list[dict], context: Any) -> dict: ...
+
+    class Report(BaseAgentPipeline):
+        stages = (Collect, summarize)
+
+The function receives the stage's input (and the context, when it has a
+``context`` parameter). The class gets the function's module and qualified
+name, so its derived name (``module.summarize``) is the same in every process.
+"""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import contextlib
+import inspect
+from collections.abc import Callable
+from typing import Any, ClassVar, overload
 
 from actions.base import BaseAgentAction
 from actions.context import maybe_await
+from actions.schema import json_output
 from loops.contract import ProgressCallback, RunnableBase
 from loops.progress import ProgressStatus
 from loops.scope import ensure_scope, failure_phase
@@ -24,7 +43,9 @@ class BaseActionStage(RunnableBase):
         return dict(input) if isinstance(input, dict) else {"input": input}
 
     def build_result(self, *, value: Any, input: Any) -> Any:
-        return value
+        """The stage's result: the action's value, as JSON data when it is a pydantic model or a
+        dataclass instance (a stage's result may cross to another task, on Celery)."""
+        return json_output(value)
 
     async def run(self, *, input: Any, on_progress: ProgressCallback | None = None) -> Any:
         with ensure_scope() as scope:
@@ -57,3 +78,96 @@ class BaseActionStage(RunnableBase):
                 raise
             await emit(ProgressStatus.COMPLETED, "done", 1)
             return result
+
+
+#: Where :func:`step` keeps a function's stage class, so the same function is always the same stage.
+_STAGE_ATTRIBUTE = "__agentloop_stage__"
+
+
+class FunctionAction(BaseAgentAction):
+    """The action of a :func:`step` stage: calls :attr:`function` with the stage's input."""
+
+    function: ClassVar[Callable[..., Any]]
+    takes_context: ClassVar[bool] = False
+
+    async def run(self, *, arguments: dict[str, Any], context: Any) -> Any:
+        function = type(self).function
+        value = (
+            function(arguments["input"], context=context)
+            if self.takes_context
+            else function(arguments["input"])
+        )
+        return await maybe_await(value)
+
+
+class FunctionStage(BaseActionStage):
+    """A :func:`step` stage: its input goes to the function as it is."""
+
+    action: ClassVar[type[BaseAgentAction]] = FunctionAction
+    #: The function the stage runs.
+    function: ClassVar[Callable[..., Any]]
+
+    def build_arguments(self, *, input: Any) -> dict[str, Any]:
+        return {"input": input}
+
+
+def _takes_context(function: Callable[..., Any]) -> bool:
+    try:
+        return "context" in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # no signature to read: pass the input only
+        return False
+
+
+@overload
+def step(function: Callable[..., Any], /) -> type[FunctionStage]: ...
+
+
+@overload
+def step(*, name: str | None = None) -> Callable[[Callable[..., Any]], type[FunctionStage]]: ...
+
+
+def step(
+    function: Callable[..., Any] | None = None, /, *, name: str | None = None
+) -> type[FunctionStage] | Callable[[Callable[..., Any]], type[FunctionStage]]:
+    """The stage class that runs ``function`` (see the module doc): ``@step``, ``@step(name=...)``
+    or ``Stage = step(function)``. ``name`` (default the function's name) names the step in
+    progress events. The same function always gives the same class."""
+
+    def make(function: Callable[..., Any]) -> type[FunctionStage]:
+        existing = getattr(function, _STAGE_ATTRIBUTE, None)
+        if isinstance(existing, type) and issubclass(existing, FunctionStage):
+            return existing
+        if not callable(function):
+            raise TypeError(f"step() takes a function, not {function!r}")
+        step_name = str(name or getattr(function, "__name__", None) or "step")
+        qualname = getattr(function, "__qualname__", step_name)
+        module = getattr(function, "__module__", __name__)
+        action = type(
+            f"{step_name}_action",
+            (FunctionAction,),
+            {
+                "name": step_name,
+                "description": inspect.getdoc(function) or f"the step {step_name}",
+                "function": staticmethod(function),
+                "takes_context": _takes_context(function),
+                "__module__": module,
+                "__qualname__": f"{qualname}.action",
+            },
+        )
+        stage = type(
+            step_name,
+            (FunctionStage,),
+            {
+                "action": action,
+                "runnable_name": step_name,
+                "function": staticmethod(function),
+                "__doc__": inspect.getdoc(function) or f"The step {step_name}.",
+                "__module__": module,
+                "__qualname__": qualname,
+            },
+        )
+        with contextlib.suppress(AttributeError, TypeError):  # a callable that takes no attributes
+            setattr(function, _STAGE_ATTRIBUTE, stage)
+        return stage
+
+    return make if function is None else make(function)

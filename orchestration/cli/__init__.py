@@ -8,7 +8,7 @@
     agentloop resume RUN_ID [--answer JSON]  answer a paused run's question (or show it)
     agentloop runnables                  the registered runnables, their stages and branches
     agentloop runs list [--wide] | show ID | watch ID
-    agentloop tools list | show ID | load FILE...
+    agentloop tools list | show ID | load FILE... | sync
     agentloop graph NAME [--json]        a runnable's shape, as a mermaid diagram
     agentloop serve [--host H --port P]  runs over HTTP/GraphQL/SSE and the viewer at /ui
 

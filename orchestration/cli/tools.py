@@ -1,4 +1,9 @@
-"""``agentloop tools list|show|load``: the ``AiTool`` table."""
+"""``agentloop tools list|show|load|sync``: the ``AiTool`` table.
+
+``sync`` writes the schemas the typed actions of ``AGENTLOOP_IMPORTS`` generate
+(:mod:`orchestration.tool_sync`); a row edited by hand wins, with a warning
+when it has drifted from the generated one.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from orchestration.cli.common import console, fail, json_option, print_json
+from orchestration.cli.common import (
+    EXIT_FAILED,
+    cli_settings,
+    console,
+    deployment_registry,
+    errors,
+    fail,
+    json_option,
+    print_json,
+)
 from orchestration.store import open_store, validate_tool_payload
+from orchestration.tool_sync import DRIFTED, sync_tools, typed_actions
 
 tools = typer.Typer(help="Tool schemas in the AiTool table (DATABASE_URL).", no_args_is_help=True)
 
@@ -86,3 +102,44 @@ def load(
         print_json({"loaded": [tool_id for tool_id, _ in entries]})
     else:
         console.print(f"loaded {len(entries)} tool(s): {', '.join(tool_id for tool_id, _ in entries)}")
+
+
+@tools.command("sync")
+def sync(
+    force: bool = typer.Option(False, "--force", help="Overwrite rows edited by hand too."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when a row has drifted (for CI)."),
+    as_json: bool = json_option(),
+) -> None:
+    """Write the tool schemas the typed actions of AGENTLOOP_IMPORTS generate (rows edited by hand win)."""
+    settings = cli_settings()
+    actions = typed_actions(deployment_registry(settings), settings.imports)
+    _, store = open_store(settings.database_url)
+    try:
+        results = sync_tools(store, actions, force=force)
+    except ValueError as error:
+        raise fail(str(error)) from None
+    finally:
+        store.engine.dispose()
+    if as_json:
+        print_json(
+            [
+                {"tool_id": r.tool_id, "action": r.action, "status": r.status, "detail": r.detail}
+                for r in results
+            ]
+        )
+    else:
+        table = Table("tool id", "action", "status")
+        table.columns[0].no_wrap = True
+        for result in results:
+            style = "yellow" if result.status == DRIFTED else ""
+            table.add_row(
+                result.tool_id, result.action, f"[{style}]{result.status}[/]" if style else result.status
+            )
+        console.print(table if results else "no typed actions in AGENTLOOP_IMPORTS")
+    for result in results:
+        if result.status == DRIFTED:
+            errors.print(
+                f"[yellow]warning:[/] {escape(f'tool {result.tool_id!r}: {result.detail}')}", soft_wrap=True
+            )
+    if strict and any(result.status == DRIFTED for result in results):
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,57 @@
+"""The typed-steps tests' Celery rig: the embedded defaults running ``typed_workflows``."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestration.celery_adapter.app import create_app
+from orchestration.celery_adapter.embedded import embedded_worker
+from orchestration.registry import RunnableRegistry
+from orchestration.store import open_store
+
+
+@pytest.fixture(scope="module")
+def typed_celery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``(app, store)``: a ``memory://`` broker, a worker thread, the registry of ``typed_workflows``."""
+    folder: Path = tmp_path_factory.mktemp("typed-celery")
+    store, _ = open_store(f"sqlite:///{folder / 'runs.sqlite3'}")
+    app = create_app(
+        registry=RunnableRegistry.from_modules(["typed_workflows"]),
+        store=store,
+        overrides={
+            "broker_url": "memory://",
+            "result_backend": "cache+memory://",
+            "task_default_queue": f"typed-{uuid.uuid4().hex[:8]}",
+        },
+    )
+    try:
+        with embedded_worker(app, pool="threads", concurrency=2):
+            yield app, store
+    finally:
+        app.close()
+        store.engine.dispose()
+
+
+@pytest.fixture
+def watch_logs(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., pytest.LogCaptureFixture]:
+    """``watch_logs(*logger_names)``: capture those loggers at INFO and above from now on.
+
+    Each logger is enabled first: a Celery worker configured earlier in the session may have
+    disabled the loggers that existed then.
+    """
+
+    def watch(*names: str) -> pytest.LogCaptureFixture:
+        for name in names:
+            monkeypatch.setattr(logging.getLogger(name), "disabled", False)
+            caplog.set_level(logging.INFO, logger=name)
+        return caplog
+
+    return watch

@@ -1,0 +1,153 @@
+"""The README's "A typed step, end to end", run as a new user would: its module and its tests written
+to a fresh folder, the tests run by pytest with the kit's plugin, then its commands run by the
+``agentloop`` command on the embedded defaults (no server, no key: the offline model answers).
+
+The code is read from README.md, so the section and this test cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+SECTION = "## A typed step, end to end"
+#: The machine's settings a new user's shell would not have.
+CLEARED = (
+    "BROKER_URL",
+    "REDIS_URL",
+    "RESULT_BACKEND",
+    "DATABASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "AGENTLOOP_MODEL_PROVIDER",
+    "AGENTLOOP_IMPORTS",
+    "PYTEST_ADDOPTS",
+)
+
+
+def section_blocks() -> list[tuple[str, str]]:
+    """``(language, code)`` of each fenced block of the section, in order."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(SECTION)
+    end = text.index("\n## ", start + len(SECTION))
+    return re.findall(r"```(\w+)\n(.*?)```", text[start:end], re.DOTALL)
+
+
+def files_of_the_section() -> dict[str, str]:
+    """The section's python blocks by the file name their first line gives (``# trips.py``)."""
+    files = {}
+    for language, code in section_blocks():
+        first = code.splitlines()[0]
+        if language == "python" and first.startswith("# ") and first.endswith(".py"):
+            files[first[2:]] = code
+    return files
+
+
+def commands_of_the_section() -> list[str]:
+    (shell,) = [code for language, code in section_blocks() if language == "sh"]
+    return [line for line in shell.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def user_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A fresh folder holding the section's files, and a new user's environment for it."""
+    for name, code in files_of_the_section().items():
+        (tmp_path / name).write_text(code, encoding="utf-8")
+    env = {key: value for key, value in os.environ.items() if key not in CLEARED}
+    env.update(
+        {"AGENTLOOP_HOME": str(tmp_path / ".agentloop"), "PYTHONPATH": str(tmp_path), "COLUMNS": "120"}
+    )
+    return tmp_path, env
+
+
+def test_the_section_has_a_module_its_tests_and_its_commands() -> None:
+    assert sorted(files_of_the_section()) == ["test_trips.py", "trips.py"]
+    assert any("agentloop tools sync" in command for command in commands_of_the_section())
+
+
+def test_the_sections_tests_pass_with_the_kits_plugin(user_folder: tuple[Path, dict[str, str]]) -> None:
+    folder, env = user_folder
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "asyncio_mode=auto",
+            "test_trips.py",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
+
+
+def run_commands(folder: Path, env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
+    """The section's commands as a shell would run them (``export`` sets the environment)."""
+    agentloop = str(Path(sys.executable).parent / "agentloop")
+    done = []
+    for line in commands_of_the_section():
+        words = shlex.split(line)
+        if words[0] == "export":
+            name, _, value = words[1].partition("=")
+            env[name] = value
+            continue
+        assert words[0] == "agentloop", line
+        done.append(
+            subprocess.run(
+                [agentloop, *words[1:]], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+            )
+        )
+    return done
+
+
+def test_the_sections_commands_sync_the_schema_and_run_the_step(
+    user_folder: tuple[Path, dict[str, str]],
+) -> None:
+    folder, env = user_folder
+
+    synced, triggered = run_commands(folder, env)
+
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    assert "plan_trip" in synced.stdout and "created" in synced.stdout
+    assert triggered.returncode == 0, triggered.stdout + triggered.stderr
+    again = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "agentloop"),
+            "trigger",
+            "trips.plan",
+            "--input",
+            '{"wish": "Rome"}',
+            "--wait",
+            "--json",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    answer = json.loads(again.stdout)
+    assert answer["status"] == "succeeded", again.stderr
+    plan = answer["result"]
+    assert set(plan) == {"city", "nights", "transport"} and 1 <= plan["nights"] <= 14
