@@ -17,17 +17,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
-from agentloop import InlineAgentRunner, ModelProcessor
+from agentloop import InlineAgentRunner, ModelProcessor, StandardContextFactory
 from agentloop.examples.record_search.actions import ClassifySearchIntentAction
 from agentloop.examples.record_search.context import NotifyProgress, RecordSearchContext
 from agentloop.examples.record_search.loop import RecordSearchAgentLoop, model_name
 from agentloop.examples.record_search.offline import create_offline_model
 from agentloop.examples.record_search.resources import RecordSearchResources, open_resources
-
-if TYPE_CHECKING:
-    from orchestration.llm import ModelProvider
 
 
 def default_processor(environ: Mapping[str, str] | None = None) -> ModelProcessor:
@@ -40,13 +37,11 @@ def default_processor(environ: Mapping[str, str] | None = None) -> ModelProcesso
 
 
 @functools.cache
-def shared_model_provider() -> ModelProvider:
-    """One model provider per process, from the environment's settings: every context the worker
-    builds takes its processor from it, so they share one rate limiter (and its Redis pool)."""
-    from agentloop import load_settings
-    from orchestration.llm import ModelProvider
-
-    return ModelProvider(load_settings().model, offline=create_offline_model)
+def shared_context_factory() -> StandardContextFactory:
+    """The process's standard context factory, with this agent's offline model: every context the
+    worker builds takes its processor from its one model provider, so they share one rate limiter
+    (and its Redis pool)."""
+    return StandardContextFactory(offline=create_offline_model)
 
 
 class RecordSearchGenerator:

@@ -40,7 +40,7 @@ from agentloop import (
     register,
 )
 from agentloop.examples.record_search.context import RecordSearchContext
-from agentloop.examples.record_search.generator import shared_model_provider
+from agentloop.examples.record_search.generator import shared_context_factory
 from agentloop.examples.record_search.loop import RecordSearchAgentLoop
 from agentloop.examples.record_search.resources import shared_resources
 
@@ -60,7 +60,9 @@ DEMO_QUESTIONS: tuple[str, ...] = (
 
 
 def build_context(spec: Mapping[str, Any]) -> RecordSearchContext:
-    """The agent's real context, built in the worker from a JSON context spec."""
+    """The agent's real context, built in the worker from a JSON context spec: the standard
+    context (:func:`agentloop.standard_context`'s processor and run store, this agent's offline
+    model) extended with the search service and catalog over the spec's database."""
     unknown = sorted(set(spec) - CONTEXT_SPEC_KEYS)
     if unknown:
         raise ValueError(
@@ -83,10 +85,10 @@ def build_context(spec: Mapping[str, Any]) -> RecordSearchContext:
                 "a database URL with a password does not belong in a context spec; set DATABASE_URL"
             )
     resources = shared_resources(url)
-    return RecordSearchContext(
-        processor=shared_model_provider().processor(),
+    return shared_context_factory()().extend(
+        RecordSearchContext,
         record_search_service=resources.service,
-        tool_store=resources.tool_store,
+        tool_store=resources.tool_store,  # the agent's tools, beside its sample records
         searchable_categories=resources.searchable_categories,
         message=message,
     )
