@@ -1,0 +1,45 @@
+"""The wait stores, SQL and memory, keep the same promises: recorded once, settled once, the run
+marked waiting only while it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actions.human import Question
+from orchestration.human.waits import ANSWERED, PENDING, Wait, WaitStore, wait_store_for
+from orchestration.store import InMemoryRunStore, RunStore, open_store
+
+
+@pytest.fixture(params=["sql", "memory"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[RunStore, WaitStore]]:
+    if request.param == "memory":
+        run_store: RunStore = InMemoryRunStore()
+    else:
+        run_store, _ = open_store(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
+    waits = wait_store_for(run_store)
+    assert waits is not None
+    yield run_store, waits
+
+
+def test_a_wait_is_recorded_once_and_settled_once(stores: tuple[RunStore, WaitStore]) -> None:
+    run_store, waits = stores
+    run_store.create_run(run_id="r1", runnable="x", input=None)
+    run_store.mark_running("r1")
+    wait = Wait(run_id="r1", path="branch/b", question=Question(prompt="ok?"), message={"task": "t"})
+    assert waits.record(wait) and not waits.record(wait)
+    assert waits.mark_run_waiting("r1") and run_store.get_run("r1").status == "waiting"
+    assert not waits.mark_run_waiting("r1")  # only a running run starts waiting
+    assert [w.status for w in waits.waits("r1", status=PENDING)] == [PENDING]
+    assert waits.settle("r1", "branch/b", wait.key, status=ANSWERED, answer="yes")
+    assert not waits.settle("r1", "branch/b", wait.key, status=ANSWERED, answer="no")
+    stored = waits.get("r1", "branch/b", wait.key)
+    assert stored is not None and (stored.status, stored.answer, stored.message) == (
+        ANSWERED,
+        "yes",
+        {"task": "t"},
+    )
+    assert waits.waits("r1", status=PENDING) == []
+    assert run_store.mark_running("r1") and run_store.get_run("r1").status == "running"
