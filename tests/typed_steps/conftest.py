@@ -44,13 +44,17 @@ def watch_logs(
 ) -> Callable[..., pytest.LogCaptureFixture]:
     """``watch_logs(*logger_names)``: capture those loggers at INFO and above from now on.
 
-    Each logger is enabled first: a Celery worker configured earlier in the session may have
-    disabled the loggers that existed then.
+    The capture is attached to each logger itself, enabled: whatever a Celery worker or another
+    test did earlier in the session to the root logger, to propagation or to the loggers that
+    existed then, their records reach ``caplog``.
     """
 
     def watch(*names: str) -> pytest.LogCaptureFixture:
         for name in names:
-            monkeypatch.setattr(logging.getLogger(name), "disabled", False)
+            logger = logging.getLogger(name)
+            monkeypatch.setattr(logger, "disabled", False)
+            monkeypatch.setattr(logger, "propagate", False)  # the record is captured here, once
+            monkeypatch.setattr(logger, "handlers", [*logger.handlers, caplog.handler])
             caplog.set_level(logging.INFO, logger=name)
         return caplog
 
