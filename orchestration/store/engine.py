@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.pool import StaticPool
 
 from orchestration.settings import Settings, load_settings
@@ -65,6 +65,19 @@ def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
             cursor.close()
 
 
+#: What psycopg says of a connection whose socket died in the middle of a command: SQLAlchemy does not
+#: count it as a disconnect, so the pool would hand the broken connection out again.
+_BROKEN_CONNECTION = ("connection in transaction status ACTIVE", "connection in transaction status UNKNOWN")
+
+
+def _count_broken_connections_as_disconnects(engine: Engine) -> None:
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: ExceptionContext) -> None:
+        error = context.original_exception
+        if not context.is_disconnect and any(text in str(error) for text in _BROKEN_CONNECTION):
+            context.is_disconnect = True  # the pool discards it; the store's retry tries again
+
+
 def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
     """An engine for ``url`` (default :func:`database_url`), ready for several processes.
 
@@ -77,7 +90,9 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
     resolved = normalize_url(url) if url else database_url()
     options: dict[str, Any] = {"pool_pre_ping": True, **kwargs}
     if make_url(resolved).get_backend_name() != "sqlite":
-        return create_engine(resolved, **options)
+        engine = create_engine(resolved, **options)
+        _count_broken_connections_as_disconnects(engine)
+        return engine
     path = _sqlite_file(resolved)
     connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, **options.pop("connect_args", {})}
     if path is not None:
