@@ -1,0 +1,96 @@
+"""Faults of the infrastructure under runs in flight: the worker killed, one pool process killed,
+Redis restarted, PostgreSQL refusing connections.
+
+Each launches the mixed workload, waits until runs are mid-flight, strikes, and then waits for
+every run to end. Runs survive a killed worker, a killed pool process and a Redis restart
+(late acknowledgement, checkpoints): all must complete. A short database outage is ridden out
+by the store's retries (``AGENTLOOP_STORE_RETRY_SECONDS``, 60 s by default): all complete. A
+minute-long one may outlast them: then every run still ends, failed with a reason, marked so by
+whatever path still reaches the store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from .rig import LONG, SHORT, FaultRig
+from .tally import Outcome, ScenarioResult, settle
+from .workload import ScenarioFn, Size, launch_mix
+
+
+def _start(rig: FaultRig, result: ScenarioResult, size: Size) -> dict[str, str]:
+    runs = launch_mix(rig, size.runs)
+    if not rig.wait_running(list(runs), timeout=30):
+        result.problems.append("no run had started 30 s after launch")
+    time.sleep(0.3)  # a little into the runs: a loop or two mid-iteration
+    return runs
+
+
+def worker_sigkill(rig: FaultRig, size: Size) -> ScenarioResult:
+    """The worker and its pool get SIGKILL (the machine died); a new worker takes over."""
+    result = ScenarioResult(name="worker SIGKILLed")
+    rig.use_profile(SHORT)
+    runs = _start(rig, result, size)
+    assert rig.worker is not None
+    rig.worker.kill(signal.SIGKILL)
+    rig.worker.wait(10)
+    rig.start_worker(SHORT)
+    result.runs = settle(rig.store, rig.app, runs, bound=size.bound)
+    result.expect(result.runs.values(), [Outcome.COMPLETED], "runs resume from their checkpoints")
+    return result
+
+
+def pool_child_killed(rig: FaultRig, size: Size) -> ScenarioResult:
+    """One pool process gets SIGKILL mid-task; the worker replaces it and the task comes back."""
+    result = ScenarioResult(name="pool child killed")
+    rig.use_profile(SHORT)
+    runs = _start(rig, result, size)
+    children = rig.pool_children()
+    if children:
+        os.kill(children[0], signal.SIGKILL)
+    else:
+        result.problems.append("the worker had no pool process to kill")
+    result.runs = settle(rig.store, rig.app, runs, bound=size.bound, alive=rig.worker_alive)
+    result.expect(result.runs.values(), [Outcome.COMPLETED], "the lost task is delivered again")
+    return result
+
+
+def redis_restarted(rig: FaultRig, size: Size) -> ScenarioResult:
+    """Redis (broker and results, append-only) restarts under the runs."""
+    result = ScenarioResult(name="Redis restarted")
+    rig.use_profile(SHORT)
+    log_start = len(rig.worker_log())
+    runs = _start(rig, result, size)
+    rig.redis_server.restart()
+    result.runs = settle(rig.store, rig.app, runs, bound=size.bound, alive=rig.worker_alive)
+    result.expect(result.runs.values(), [Outcome.COMPLETED], "the worker reconnects and goes on")
+    if "Unrecoverable error" in rig.worker_log()[log_start:]:
+        result.problems.append("the worker logged an Unrecoverable error after the restart")
+    return result
+
+
+def postgres_outage(seconds: float) -> ScenarioFn:
+    """The scenario where the run store's database refuses connections for ``seconds``."""
+    name = f"PostgreSQL refusing {seconds:g} s"
+
+    def run(rig: FaultRig, size: Size) -> ScenarioResult:
+        result = ScenarioResult(name=name)
+        rig.use_profile(LONG)
+        runs = _start(rig, result, size)
+        with rig.proxy.refusing():
+            # more runs arrive while the database is down: queued, or taken and failing to start
+            runs.update(launch_mix(rig, max(2, size.runs // 2), start=size.runs))
+            time.sleep(seconds)
+        result.runs = settle(rig.store, rig.app, runs, bound=size.bound + 60, alive=rig.worker_alive)
+        if seconds < 30:
+            allowed = [Outcome.COMPLETED]
+            why = "store writes are retried through a short outage"
+        else:
+            allowed = [Outcome.COMPLETED, Outcome.FAILED]
+            why = "a run the retries could not save is still marked ended, with its error"
+        result.expect(result.runs.values(), allowed, why)
+        return result
+
+    return run

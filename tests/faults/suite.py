@@ -1,0 +1,84 @@
+"""The scenarios in the order they run, and running them on one rig.
+
+Scenarios on the worker with long time limits come first (messages, model, database outages),
+those on the one with short limits after (kills, Redis: the messages of a killed worker come back
+after the visibility timeout, which must exceed the hard time limit), so the worker is restarted
+with new settings once. After
+each scenario a worker that died is noted as a problem of that scenario and replaced, on an
+emptied queue, so one crash does not take the scenarios after it down too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+
+from .infra_scenarios import pool_child_killed, postgres_outage, redis_restarted, worker_sigkill
+from .message_scenarios import duplicate_ids, model_outages, poison
+from .poison import POISONS
+from .rig import FaultRig
+from .tally import ScenarioResult, print_table
+from .workload import ScenarioFn, Size
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scenario:
+    name: str
+    run: ScenarioFn
+    #: Part of the fast run CI makes inside the test suite.
+    quick: bool = True
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    *(Scenario(name=f"poison: {kind}", run=poison(kind)) for kind in POISONS),
+    Scenario(name="duplicate run ids", run=duplicate_ids),
+    Scenario(name="model outages", run=model_outages),
+    Scenario(name="PostgreSQL refusing 5 s", run=postgres_outage(5)),
+    Scenario(name="PostgreSQL refusing 60 s", run=postgres_outage(60), quick=False),
+    Scenario(name="pool child killed", run=pool_child_killed),
+    Scenario(name="worker SIGKILLed", run=worker_sigkill),
+    Scenario(name="Redis restarted", run=redis_restarted),
+)
+
+
+def select(size: Size, only: Sequence[str] = ()) -> list[Scenario]:
+    """The scenarios of ``size`` (all of them for the full run), those whose name contains one
+    of ``only`` when given."""
+    chosen = [scenario for scenario in SCENARIOS if scenario.quick or not size.quick]
+    if only:
+        chosen = [s for s in chosen if any(word.lower() in s.name.lower() for word in only)]
+    return chosen
+
+
+def run_scenario(rig: FaultRig, scenario: Scenario, size: Size) -> ScenarioResult:
+    """Run one scenario; an error of the scenario itself is a problem of its result."""
+    started = time.monotonic()
+    log_start = len(rig.worker_log())
+    try:
+        result = scenario.run(rig, size)
+    except Exception as error:  # the scenario broke: say so, and go on with the next
+        result = ScenarioResult(name=scenario.name, problems=[f"the scenario raised {error!r}"])
+    if not result.passed:
+        result.problems.extend(f"worker log: {line}" for line in rig.worker_errors(log_start))
+    note = rig.recover()
+    if note is not None:
+        result.problems.append(note)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def run_suite(size: Size, only: Sequence[str] = (), console: Console | None = None) -> list[ScenarioResult]:
+    """Every selected scenario on one rig; the table of their figures is printed at the end."""
+    console = console or Console()
+    results = []
+    with FaultRig.open() as rig:
+        for scenario in select(size, only):
+            console.print(f"[bold]{scenario.name}[/bold] ...")
+            result = run_scenario(rig, scenario, size)
+            console.print(f"  {result.summary_line()}", markup=False, highlight=False)
+            results.append(result)
+    print_table(results, title="Fault suite (quick)" if size.quick else "Fault suite", console=console)
+    return results

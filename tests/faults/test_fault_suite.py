@@ -1,0 +1,39 @@
+"""The fault suite's fast part, inside the test suite: every scenario but the minute-long database
+outage, small, on one rig (a real prefork worker, a private Redis and PostgreSQL database, the
+OpenAI-protocol server). No run may be lost or stuck, and each scenario's runs end as issue 10
+asks (``python -m tests.faults`` runs the full version and prints the table)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+
+from orchestration.testing.servers.postgres import PostgresUnavailableError, skip_or_fail
+from orchestration.testing.servers.redis_server import ServiceUnavailable
+
+from .rig import FaultRig
+from .suite import Scenario, run_scenario, select
+from .workload import QUICK
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def rig() -> Iterator[FaultRig]:
+    with ExitStack() as stack:
+        try:
+            opened = stack.enter_context(FaultRig.open())
+        except PostgresUnavailableError as unavailable:
+            skip_or_fail(str(unavailable))
+        except ServiceUnavailable as unavailable:
+            pytest.skip(unavailable.reason)
+        yield opened
+
+
+@pytest.mark.parametrize("scenario", select(QUICK), ids=lambda s: s.name.replace(": ", "-").replace(" ", "_"))
+def test_no_run_is_lost_or_stuck_and_each_ends_as_it_should_when(rig: FaultRig, scenario: Scenario) -> None:
+    result = run_scenario(rig, scenario, QUICK)
+    print(result.summary_line())
+    assert result.passed, "\n".join([result.summary_line(), *result.problems])
