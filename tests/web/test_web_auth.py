@@ -33,6 +33,7 @@ def test_every_data_route_is_listed(rig: WebRig) -> None:
         ("POST", "/runs/{run_id:str}/cancel"),
         ("GET", "/runnables"),
         ("GET", "/runnables/{name:str}/graph"),
+        ("POST", "/runs/{run_id:str}/resume"),
         ("GET", "/runs/{run_id:str}/events"),
         ("POST", "/graphql"),
     ]
