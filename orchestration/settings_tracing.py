@@ -2,7 +2,8 @@
 
 ``AGENTLOOP_TRACING_EXPORTER``: ``""`` (off, the default), ``console`` (spans printed, for a
 look) or ``otlp`` (the OTLP exporter, configured by OpenTelemetry's own ``OTEL_EXPORTER_OTLP_*``
-variables; needs ``opentelemetry-exporter-otlp``).
+variables; needs ``opentelemetry-exporter-otlp``). ``AGENTLOOP_TRACING_CAPTURE_PROMPTS``
+(off by default) puts a model call's instruction on its span.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class TracingSettings(SettingsGroup):
 
     exporter: str = env_field("AGENTLOOP_TRACING_EXPORTER", "")
     """``AGENTLOOP_TRACING_EXPORTER``: ``""`` (no tracing), ``console`` or ``otlp``."""
+    capture_prompts: bool = env_field("AGENTLOOP_TRACING_CAPTURE_PROMPTS", False)
+    """``AGENTLOOP_TRACING_CAPTURE_PROMPTS``: put a model call's instruction on its span
+    (``gen_ai.prompt``). Off by default: prompts may hold what a trace store must not."""
 
     @property
     def enabled(self) -> bool:

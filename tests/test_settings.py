@@ -36,6 +36,7 @@ EVERY_VARIABLE = {
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
     "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
     "AGENTLOOP_TRACING_EXPORTER": "console",
+    "AGENTLOOP_TRACING_CAPTURE_PROMPTS": "true",
     "OPENAI_API_KEY": "sk-supersecretkey123",
     "OPENAI_BASE_URL": "https://gateway:gatewaypw@llm.internal/v1",
     "OPENAI_MODEL": "gpt-4.1",

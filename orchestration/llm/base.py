@@ -48,7 +48,7 @@ class BaseProcessor(ABC):
             is_auto_handle_function_call=is_auto_handle_function_call,
         )
         model = str(getattr(self, "model", None) or getattr(self, "model_name", ""))
-        with trace_span(f"chat {model}".strip(), **request_attributes(model)) as span:
+        with trace_span(f"chat {model}".strip(), **request_attributes(model, instruction)) as span:
             response = await self.process(request)
             record_response(span, response)
         return response

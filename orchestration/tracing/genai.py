@@ -1,17 +1,19 @@
-"""The GenAI semantic-convention attributes of a model call's span (model and tokens; never the
-prompt or the reply's text)."""
+"""The GenAI semantic-convention attributes of a model call's span (model and tokens; the prompt
+only when opted in, the reply's text never)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from actions.model import AiResponse
-from actions.tracing import Span
+from actions.tracing import Span, current_tracer
 
 
-def request_attributes(model: str) -> dict[str, Any]:
-    """The attributes known before the call."""
-    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": model or None}
+def request_attributes(model: str, instruction: str) -> dict[str, Any]:
+    """The attributes known before the call; the instruction only when the tracer opted in
+    (``AGENTLOOP_TRACING_CAPTURE_PROMPTS``)."""
+    captured = instruction if getattr(current_tracer(), "capture_prompts", False) else None
+    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": model or None, "gen_ai.prompt": captured}
 
 
 def record_response(span: Span, response: AiResponse) -> None:

@@ -34,8 +34,8 @@ class OtelTracer:
     """:class:`~actions.tracing.Tracer` on an OpenTelemetry tracer: each span is current while open,
     so model-call spans nest under their iteration's, and the iteration's under the task's."""
 
-    def __init__(self, tracer: trace.Tracer) -> None:
-        self.tracer = tracer
+    def __init__(self, tracer: trace.Tracer, *, capture_prompts: bool = False) -> None:
+        self.tracer, self.capture_prompts = tracer, capture_prompts
 
     @contextmanager
     def span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Span]:
@@ -72,7 +72,7 @@ def install_tracing(
     instrumentor = CeleryInstrumentor()  # type: ignore[no-untyped-call]
     if not instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.instrument(tracer_provider=provider)
-    tracer = OtelTracer(provider.get_tracer(TRACER_NAME))
+    tracer = OtelTracer(provider.get_tracer(TRACER_NAME), capture_prompts=settings.capture_prompts)
     app.agentloop_tracer = tracer
     return tracer
 

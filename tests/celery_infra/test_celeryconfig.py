@@ -192,7 +192,10 @@ def test_every_variable_of_celerys_settings_is_documented(load_config: LoadConfi
     doc = load_config().__doc__ or ""
     not_celerys = {"DATABASE_URL", "AGENTLOOP_HOME", "AGENTLOOP_CHECKPOINT_SECONDS"}
     not_celerys |= {"AGENTLOOP_STORE_RETRY_SECONDS"}  # the run store's, not Celery's
-    not_celerys |= {"AGENTLOOP_TRACING_EXPORTER"}  # tracing's (settings_tracing.py), not Celery's
+    not_celerys |= {
+        "AGENTLOOP_TRACING_EXPORTER",
+        "AGENTLOOP_TRACING_CAPTURE_PROMPTS",
+    }  # tracing's, not Celery's
     celery_variables = set(env_names()) - not_celerys
     celery_variables -= {
         name for name in env_names() if name.startswith(("OPENAI_", "AGENTLOOP_MODEL_", "AGENTLOOP_HTTP_"))
