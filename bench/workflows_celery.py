@@ -76,6 +76,9 @@ class TrivialFan(BaseCompositeAgent):
     """``input`` trivial loops side by side; the result is how many succeeded."""
 
     branch_runnables = (Trivial,)
+    # Fan out fully: the default bound of 8 runs the branches on Celery in 8 lanes, chains whose
+    # every message carries the rest of its lane (see the README's note on wide composites).
+    max_concurrency = None
 
     def build_branches(self, *, input: Any) -> list[Branch]:
         return [Branch(runnable=Trivial, input=None, key=str(i)) for i in range(int(input))]
