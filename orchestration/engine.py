@@ -1,12 +1,10 @@
 """What each node of a workflow becomes, decided without Celery.
 
-A task hands a :class:`~orchestration.wire.WorkflowNode` and its input to the
-:class:`WorkflowEngine`, which answers with an :data:`~orchestration.outcomes.Outcome`:
-a value (a loop or action stage ran here, or a composite of width 0 merged), a
-pipeline's stages to chain, branches to fan out, or a
-:class:`~orchestration.wire.BranchFailure` that travels to the composite
-collecting it. The Celery adapter turns an outcome into a return value or a
-canvas (``celery_adapter/canvas.py``).
+A task hands a :class:`~orchestration.wire.WorkflowNode` and its input to the :class:`WorkflowEngine`,
+which answers with an :data:`~orchestration.outcomes.Outcome`: a value, a pipeline's stages to chain,
+branches to fan out, or a :class:`~orchestration.wire.BranchFailure` that travels to the composite
+collecting it. The Celery adapter turns an outcome into a return value or a canvas (``canvas.py``).
+Errors leave the engine without the node's context spec in their text (``redaction.scrub_error``).
 
 Every progress event comes from the core: pipelines and composites emit their
 own events through the methods the in-process engine uses
@@ -32,6 +30,7 @@ from loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
 from orchestration.human.channel import StoreHumanChannel
 from orchestration.human.waits import WaitStore
 from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
+from orchestration.redaction import context_secrets, scrub_error
 from orchestration.registry import RunnableRegistry
 from orchestration.run_end import end_with_failure, failed_paths
 from orchestration.store import RunStore, StoreUnavailableError
@@ -65,6 +64,7 @@ class WorkflowEngine:
             run_id=node.run_id,
             update_state=self.update_state,
             interval=self.progress_interval,
+            secrets=context_secrets(node.context),
         )
 
     def scope(
@@ -358,7 +358,7 @@ class WorkflowEngine:
         the run's end and raise)."""
         if isinstance(error, StoreUnavailableError):
             raise error  # the database is away: the task is tried again, the run goes on
-        publisher = self.publisher(node)
+        error, publisher = scrub_error(error, context_secrets(node.context)), self.publisher(node)
         reported = failed_paths(self.store, node.run_id)
         try:
             for ancestor in reversed(node.ancestors):

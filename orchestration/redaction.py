@@ -40,6 +40,7 @@ __all__ = [
     "PRIVATE_PREFIX",
     "SHOWN_PARAMETERS",
     "VISIBLE_RESULTS",
+    "context_secrets",
     "describe_hidden",
     "hidden_texts",
     "hide_result",
@@ -48,6 +49,7 @@ __all__ = [
     "redact_call",
     "redact_url",
     "scrub",
+    "scrub_error",
 ]
 
 #: Tasks whose name starts with this are private: their arguments and results are hidden.
@@ -353,3 +355,28 @@ def redact_url(url: str) -> str:
     if netloc == parts.netloc and query == parts.query and not parts.fragment:
         return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+# -- errors that quote a context ------------------------------------------------------------------
+
+
+def context_secrets(context: Mapping[str, Any]) -> tuple[str, ...]:
+    """The strings of a node's context spec, in every form an error's text may quote them."""
+    return hidden_texts(None, {"context": dict(context)}) if context else ()
+
+
+def scrub_error(error: BaseException, secrets: Sequence[str]) -> BaseException:
+    """``error`` (and the errors it was raised from) with ``secrets`` taken out of its text.
+
+    The exception is changed in place and returned: its text is what the result backend
+    stores, what the run record keeps and what a collecting composite receives.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while secrets and current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        if any(secret in text for secret in secrets):
+            current.args = (scrub(text, secrets),)
+        current = current.__cause__ or current.__context__
+    return error

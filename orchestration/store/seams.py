@@ -7,12 +7,13 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from actions.model import Usage
 from actions.usage import TokenBudgetExceededError
 from loops.progress import ProgressEvent
+from orchestration.redaction import scrub
 from orchestration.store.protocol import RunStore
 
 logger = logging.getLogger(__name__)
@@ -144,8 +145,10 @@ class ProgressPublisher:
         run_id: str,
         update_state: Callable[[dict[str, Any]], None] | None = None,
         interval: float = 0.2,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.store, self.run_id, self.update_state, self.interval = store, run_id, update_state, interval
+        self.secrets = tuple(secrets)  # texts never written: the node's context spec, as errors quote it
         self._pending: list[dict[str, Any]] = []
         self._first_pending_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -155,7 +158,10 @@ class ProgressPublisher:
         if not self._pending:
             self._first_pending_at = now
             self._arm_timer()
-        self._pending.append(event.to_dict())
+        payload = event.to_dict()
+        if self.secrets:
+            payload["message"] = scrub(payload["message"], self.secrets)
+        self._pending.append(payload)
         if now - self._first_pending_at >= self.interval:
             self.flush()
 
