@@ -56,9 +56,10 @@ logger = logging.getLogger(__name__)
 _loops = threading.local()
 
 #: How long a task's progress events wait to be written together (and its ``PROGRESS`` state to be
-#: published): a task whose iterations are quicker writes them once, with its result. A
-#: model-paced loop (seconds per call) still shows each iteration; checkpoints keep their own interval.
-PROGRESS_INTERVAL = 1.0
+#: published): a task of a few quick iterations writes them once, with its result; a longer one
+#: shows its progress at least every half second (in the store and in Flower). A model-paced loop
+#: (seconds per call) still shows each iteration; checkpoints keep their own interval.
+PROGRESS_INTERVAL = 0.5
 
 
 def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
