@@ -25,6 +25,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 from celery import Celery, states
+from celery.backends.base import BaseKeyValueStoreBackend
 from celery.result import AsyncResult
 
 from actions.context import maybe_await
@@ -67,15 +68,14 @@ def mark_launch_sent(app: Celery, run_id: str) -> None:
 
     ``agentloop.progress`` then answers ``pending`` rather than ``not_found``
     until a worker records the run (the wire contract, ``orchestration/wire.py``).
-    An id that already has a state (a run relaunched under its id) keeps it; an
-    app without a result backend writes nothing.
+    An id that already has a state (a run relaunched under its id) keeps it.
+    Only key-value result backends (Redis, memcached, ...) keep a state nobody's
+    task wrote; with another backend (``rpc://``, none) nothing is written, and
+    progress answers ``not_found`` until a worker records the run.
     """
     backend = app.backend
-    try:
-        if backend.get_state(run_id) == states.PENDING:
-            backend.store_result(run_id, None, LAUNCH_SENT_STATE)
-    except NotImplementedError:  # Celery's DisabledBackend: no result backend configured
-        return
+    if isinstance(backend, BaseKeyValueStoreBackend) and backend.get_state(run_id) == states.PENDING:
+        backend.store_result(run_id, None, LAUNCH_SENT_STATE)
 
 
 class RunHandle:

@@ -12,6 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+from celery import Celery
 from edge_support import EdgeRig
 
 from orchestration.client import mark_launch_sent
@@ -81,3 +83,12 @@ def test_marking_an_id_that_has_a_result_changes_nothing(edge_rig: EdgeRig) -> N
     mark_launch_sent(edge_rig.app, result.id)
 
     assert edge_rig.app.AsyncResult(result.id).state == "SUCCESS"
+
+
+@pytest.mark.parametrize("backend", ["rpc://", None], ids=["rpc", "no result backend"])
+def test_marking_needs_a_key_value_backend_and_never_stops_a_launch(backend: str | None) -> None:
+    app = Celery(broker="memory://", backend=backend, set_as_current=False)
+    try:
+        mark_launch_sent(app, "any-id")  # nothing to write it to: nothing written, nothing raised
+    finally:
+        app.close()
