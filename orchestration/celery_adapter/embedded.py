@@ -7,6 +7,7 @@ test process. Real deployments start workers with ``celery -A orchestration work
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -71,6 +72,8 @@ def embedded_worker(
 
     previous_default = _state.default_app
     previous_current = _state._tls.current_app
+    root = logging.getLogger()
+    previous_level, previous_handlers = root.level, list(root.handlers)  # the worker sets its own
     app.conf.worker_hijack_root_logger = False
     if str(app.conf.broker_url or "").startswith("memory://"):
         options = dict(app.conf.broker_transport_options or {})
@@ -97,3 +100,5 @@ def embedded_worker(
     finally:
         _state.set_default_app(previous_default)
         _state._tls.current_app = previous_current
+        root.setLevel(previous_level)
+        root.handlers[:] = previous_handlers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -23,6 +24,14 @@ def test_the_embedded_worker_gives_back_the_current_and_default_app(memory_app: 
     with embedded_worker(memory_app):
         assert _state.default_app is memory_app  # start_worker's doing
     assert (_state.default_app, _state._tls.current_app) == (previous_default, previous_current)
+
+
+def test_the_embedded_worker_gives_back_the_root_loggers_level_and_handlers(memory_app: Any) -> None:
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    with embedded_worker(memory_app, loglevel="ERROR"):
+        assert memory_app.send_task(PING).get(timeout=10) == "pong"
+    assert (root.level, root.handlers) == (level, handlers)  # later tests' warnings still reach them
 
 
 def test_a_pickle_message_is_refused_and_never_executed(memory_app: Any) -> None:
