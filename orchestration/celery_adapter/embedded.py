@@ -41,6 +41,18 @@ def _wake_for_shutdown(app: Any) -> None:
 
 
 @contextmanager
+def _root_logger_kept() -> Iterator[None]:
+    """The root logger's level and handlers as they were before the block (a worker sets its own)."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
+
+
+@contextmanager
 def embedded_worker(
     app: Any,
     *,
@@ -72,23 +84,24 @@ def embedded_worker(
 
     previous_default = _state.default_app
     previous_current = _state._tls.current_app
-    root = logging.getLogger()
-    previous_level, previous_handlers = root.level, list(root.handlers)  # the worker sets its own
     app.conf.worker_hijack_root_logger = False
     if str(app.conf.broker_url or "").startswith("memory://"):
         options = dict(app.conf.broker_transport_options or {})
         options.setdefault("polling_interval", 0.01)
         app.conf.broker_transport_options = options
     try:
-        with start_worker(
-            app,
-            pool=pool,
-            concurrency=concurrency,
-            loglevel=loglevel,
-            perform_ping_check=False,
-            shutdown_timeout=shutdown_timeout,
-            **kwargs,
-        ) as worker:
+        with (
+            _root_logger_kept(),
+            start_worker(
+                app,
+                pool=pool,
+                concurrency=concurrency,
+                loglevel=loglevel,
+                perform_ping_check=False,
+                shutdown_timeout=shutdown_timeout,
+                **kwargs,
+            ) as worker,
+        ):
             try:
                 if ping_check:
                     reply = app.send_task(PING).get(timeout=ping_timeout, interval=0.01)
@@ -100,5 +113,3 @@ def embedded_worker(
     finally:
         _state.set_default_app(previous_default)
         _state._tls.current_app = previous_current
-        root.setLevel(previous_level)
-        root.handlers[:] = previous_handlers
