@@ -78,6 +78,17 @@ def _count_broken_connections_as_disconnects(engine: Engine) -> None:
             context.is_disconnect = True  # the pool discards it; the store's retry tries again
 
 
+#: libpq connection options for every PostgreSQL engine (seconds, and milliseconds for tcp_user_timeout).
+POSTGRES_CONNECT_ARGS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+
+
 def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
     """An engine for ``url`` (default :func:`database_url`), ready for several processes.
 
@@ -90,6 +101,10 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
     resolved = normalize_url(url) if url else database_url()
     options: dict[str, Any] = {"pool_pre_ping": True, **kwargs}
     if make_url(resolved).get_backend_name() != "sqlite":
+        if make_url(resolved).get_backend_name() == "postgresql":
+            # A database that goes silent (a dead host, a dropped route) must not hold a task forever:
+            # connecting gives up, idle connections are probed, and unacknowledged writes time out.
+            options["connect_args"] = {**POSTGRES_CONNECT_ARGS, **options.get("connect_args", {})}
         engine = create_engine(resolved, **options)
         _count_broken_connections_as_disconnects(engine)
         return engine
