@@ -40,6 +40,8 @@ QUEUE = "agentloop"
 #: The modules whose workflows the worker runs: the parity suite's, the durable tests' slow
 #: loop, and the record-search demo.
 IMPORTS = ("parity_workflows", "durable_workflows", "agentloop.examples.record_search.workflows")
+#: What a worker whose consumer broke logs (it may stay alive, consuming nothing).
+BROKEN = ("Unrecoverable error", "CRITICAL/MainProcess")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,6 +99,7 @@ class FaultRig:
         self.store, self.app, self.foreign = store, app, foreign
         self.worker: WorkerProcess | None = None
         self.profile: WorkerProfile | None = None
+        self.log_mark = 0
         self._worker_stack = ExitStack()
         self.redis = redis.Redis.from_url(redis_server.url)
 
@@ -164,6 +167,7 @@ class FaultRig:
             )
         )
         self.profile = profile
+        self.log_mark = 0
 
     def use_profile(self, profile: WorkerProfile) -> None:
         """A live worker with ``profile``: the current one if it is, else a new one."""
@@ -186,9 +190,6 @@ class FaultRig:
         distinct = list(dict.fromkeys(line.split("] ", 1)[-1][:240] for line in lines))
         return distinct[-limit:]
 
-    def worker_alive(self) -> bool:
-        return self.worker is not None and self.worker.is_alive()
-
     def pool_children(self) -> list[int]:
         """The worker's pool processes (children of its main process)."""
         return children_of(self.worker.pid) if self.worker is not None else []
@@ -199,14 +200,33 @@ class FaultRig:
             return 0, 0
         return rss_kib(self.worker.pid), sum(rss_kib(pid) for pid in self.pool_children())
 
+    def mark_log(self) -> None:
+        """From here on, :meth:`worker_trouble` reads only what the worker logs next."""
+        self.log_mark = len(self.worker_log())
+
+    def worker_trouble(self) -> str | None:
+        """Why the worker cannot work any more (it died, or its consumer broke: an unrecoverable
+        error, restarts too frequent) since :meth:`mark_log`; ``None`` when it can."""
+        if self.worker is None:
+            return "there is no worker"
+        log = self.worker_log()[self.log_mark :]
+        broken = [line for line in log.splitlines() if any(marker in line for marker in BROKEN)]
+        if not self.worker.is_alive():
+            return f"the worker died (exit {self.worker.returncode})" + "".join(f": {b}" for b in broken[:1])
+        if broken:
+            return f"the worker is alive but broken: {broken[0][:240]}"
+        return None
+
+    def worker_ok(self) -> bool:
+        return self.worker_trouble() is None
+
     def recover(self) -> str | None:
-        """After a scenario: a dead worker is replaced on an emptied queue (what crashed it would
-        crash the next one too). Returns what happened to the worker, or ``None`` when it lived."""
-        if self.worker_alive():
+        """After a scenario: a dead or broken worker is replaced on an emptied queue (what broke it
+        would break the next one too). Returns what happened to the worker, ``None`` when it was fine."""
+        note = self.worker_trouble()
+        if note is None:
             return None
-        assert self.worker is not None and self.profile is not None
-        tail = [line for line in self.worker_log().splitlines() if "rror" in line][-3:]
-        note = f"the worker died (exit {self.worker.returncode}): " + " | ".join(tail)
+        assert self.profile is not None
         self.purge_queue()
         self.start_worker(self.profile)
         return note

@@ -229,7 +229,7 @@ def run_soak(*, minutes: float = 5.0, console: Console | None = None) -> SoakRep
         before = _sample(rig, 0.0)
         console.print(f"soak: {seconds:.0f} s of load, then every run must end")
         _drive(rig, report.result, runs, report.samples, seconds)
-        report.result.runs = settle(rig.store, rig.app, runs, bound=120.0, alive=rig.worker_alive)
+        report.result.runs = settle(rig.store, rig.app, runs, bound=120.0, alive=rig.worker_ok)
         time.sleep(RESULT_EXPIRES + 5)  # the last results expire
         after = _sample(rig, time.monotonic() - started)
         if not report.result.passed or report.result.problems:

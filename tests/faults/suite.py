@@ -4,8 +4,9 @@ Scenarios on the worker with long time limits come first (messages, model, datab
 those on the one with short limits after (kills, Redis: the messages of a killed worker come back
 after the visibility timeout, which must exceed the hard time limit), so the worker is restarted
 with new settings once. After
-each scenario a worker that died is noted as a problem of that scenario and replaced, on an
-emptied queue, so one crash does not take the scenarios after it down too.
+each scenario a worker that died, or lives on with a broken consumer, is noted as a problem of
+that scenario and replaced, on an emptied queue, so one crash does not take the scenarios after
+it down too.
 """
 
 from __future__ import annotations
@@ -56,13 +57,13 @@ def select(size: Size, only: Sequence[str] = ()) -> list[Scenario]:
 def run_scenario(rig: FaultRig, scenario: Scenario, size: Size) -> ScenarioResult:
     """Run one scenario; an error of the scenario itself is a problem of its result."""
     started = time.monotonic()
-    log_start = len(rig.worker_log())
+    rig.mark_log()
     try:
         result = scenario.run(rig, size)
     except Exception as error:  # the scenario broke: say so, and go on with the next
         result = ScenarioResult(name=scenario.name, problems=[f"the scenario raised {error!r}"])
     if not result.passed:
-        result.problems.extend(f"worker log: {line}" for line in rig.worker_errors(log_start))
+        result.problems.extend(f"worker log: {line}" for line in rig.worker_errors(rig.log_mark))
     note = rig.recover()
     if note is not None:
         result.problems.append(note)
