@@ -36,7 +36,7 @@ except ModuleNotFoundError as missing:  # the optional extra is not installed
 
 from actions.context import maybe_await
 from actions.model import AiResponse, ModelRequest, Usage
-from orchestration.llm.anthropic_errors import describe_error, failure_message
+from orchestration.llm.anthropic_errors import ANTHROPIC_ERRORS
 from orchestration.llm.anthropic_mapping import (
     from_message,
     to_anthropic_request,
@@ -208,7 +208,7 @@ class AnthropicProcessor(BaseProcessor):
         except Exception as error:  # the contract: a model fault is a value, never an exception
             if not isinstance(error, AnthropicError):
                 logger.warning("anthropic processor: unexpected error", exc_info=True)
-            return self._failure(describe_error(error, timeout=self._timeout))
+            return self._failure(ANTHROPIC_ERRORS.describe(error, timeout=self._timeout))
         try:
             response = from_message(message, default_model=self._model)
         except Exception as error:  # a malformed body the SDK let through
@@ -230,7 +230,7 @@ class AnthropicProcessor(BaseProcessor):
     # helpers
 
     def _failure(self, message: str) -> AiResponse:
-        text = failure_message(message, api_key=self._api_key)
+        text = ANTHROPIC_ERRORS.failure_message(message, api_key=self._api_key)
         logger.warning("anthropic processor: %s", text)
         return AiResponse.failure(text, model=self._model)
 

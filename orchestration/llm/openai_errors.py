@@ -1,20 +1,11 @@
 """What a failed Chat Completions call says: the ``openai`` SDK's exceptions as short messages.
 
-The processor returns every failure as :meth:`AiResponse.failure`; this module
-writes its message. :func:`describe_error` names the failure (``"429 rate
-limited after 4 attempts: slow down"``, ``"request timed out after 2 attempts
-(timeout 5s)"``); :func:`failure_message` prefixes ``openai:``, folds
-whitespace, removes secrets and bounds the length.
+The processor returns every failure as :meth:`AiResponse.failure`;
+:data:`OPENAI_ERRORS` writes its message, as ``sdk_errors.py`` does for both SDKs,
+prefixed ``openai:``.
 """
 
 from __future__ import annotations
-
-import json
-import re
-from collections.abc import Mapping
-from datetime import timedelta
-from typing import Any
-from urllib.parse import quote
 
 from openai import (
     APIConnectionError,
@@ -24,108 +15,17 @@ from openai import (
     OpenAIError,
 )
 
-__all__ = ["describe_error", "failure_message", "redact_secrets"]
+from orchestration.llm.sdk_errors import SdkErrors
 
-_MAX_DETAIL = 200  # characters of a server's error message kept
-_MAX_MESSAGE = 400  # characters of a whole failure message
-_STATUS_LABELS = {
-    400: "bad request",
-    401: "authentication failed",
-    403: "permission denied",
-    404: "not found",
-    408: "request timeout",
-    409: "conflict",
-    413: "request too large",
-    422: "unprocessable request",
-    429: "rate limited",
-}
-#: Names under which a secret is echoed: ``key=...``, ``"api_key": "..."``, ``x-api-key: ...``.
-_SECRET_NAMES = (
-    r"(?:x[-_])?api[-_]?key|key|secret|client[-_]secret|password|passwd|pwd"
-    r"|(?:access|auth|refresh|session|id)[-_]?token|token"
+__all__ = ["OPENAI_ERRORS"]
+
+#: The ``openai`` SDK's failures; its error bodies carry ``{"message": ...}``.
+OPENAI_ERRORS = SdkErrors(
+    provider="openai",
+    base=OpenAIError,
+    status=APIStatusError,
+    timeout=APITimeoutError,
+    connection=APIConnectionError,
+    validation=APIResponseValidationError,
+    body_message=lambda body: body.get("message"),
 )
-_NAMED_SECRET = re.compile(
-    rf"""(?ix)
-    (?P<name>(?<![\w-])(?:{_SECRET_NAMES}))   # a name, not the tail of a longer word
-    (?P<sep>["']?\s*[:=]\s*["']?)             # = or :, maybe quoted either side
-    (?!\[redacted\])(?P<value>[^\s"'&,;)}}\]]+) # the value, up to a delimiter
-    """
-)
-_AUTHORIZATION = re.compile(
-    r"""(?ix)
-    (?P<name>(?<![\w-])(?:proxy-)?authorization["']?\s*[:=]\s*["']?)
-    (?P<scheme>(?:bearer|basic|token|digest)\s+)?
-    (?!\[redacted\])(?P<value>[^\s"',;]+)
-    """
-)
-_BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;]+")
-_SECRET_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
-_REDACTED = "[redacted]"
-
-
-def describe_error(error: Exception, *, timeout: timedelta | None) -> str:
-    """What went wrong in one ``chat.completions.create`` call (``timeout``: the per-attempt limit)."""
-    if isinstance(error, APIStatusError):
-        status = error.status_code
-        label = _STATUS_LABELS.get(status) or ("server error" if status >= 500 else "HTTP error")
-        detail = _error_detail(error)
-        return f"{status} {label}{_attempts(error.response.request)}" + (f": {detail}" if detail else "")
-    if isinstance(error, APITimeoutError):  # before APIConnectionError, its base class
-        limit = f" (timeout {timeout.total_seconds():g}s)" if timeout is not None else ""
-        return f"request timed out{_attempts(error.request)}{limit}"
-    if isinstance(error, APIConnectionError):
-        cause = error.__cause__
-        detail = f"{type(cause).__name__}: {cause}" if cause is not None else error.message
-        return f"connection error{_attempts(error.request)}: {detail}"
-    if isinstance(error, APIResponseValidationError):
-        return f"invalid response: {error.message}"
-    if isinstance(error, OpenAIError):
-        return f"{type(error).__name__}: {error}"
-    return f"unexpected {type(error).__name__}: {error}"
-
-
-def failure_message(message: str, *, api_key: str | None) -> str:
-    """``openai: <message>`` on one line, without secrets, at most 400 characters."""
-    text = redact_secrets(f"openai: {' '.join(message.split())}", api_key=api_key)
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
-
-
-def redact_secrets(text: str, *, api_key: str | None) -> str:
-    """``text`` without a secret that a server or a library echoed into it.
-
-    Gone are: the configured ``api_key`` wherever it appears (as is, URL-encoded
-    or JSON-escaped); the value of an ``Authorization`` header and of any bearer
-    token; the value given under a secret's name (``key=...``, ``api_key=...``,
-    ``"api-key": "..."``, ``x-api-key: ...``, ``token=...``, ``password: ...``);
-    and anything shaped like a provider's key (``sk-...``), whatever its name.
-    """
-    if api_key:
-        for form in {api_key, quote(api_key, safe=""), json.dumps(api_key)[1:-1]}:
-            text = text.replace(form, _REDACTED)
-    text = _AUTHORIZATION.sub(lambda m: f"{m['name']}{m['scheme'] or ''}{_REDACTED}", text)
-    text = _BEARER.sub(f"Bearer {_REDACTED}", text)
-    text = _NAMED_SECRET.sub(lambda m: f"{m['name']}{m['sep']}{_REDACTED}", text)
-    return _SECRET_KEY.sub(f"sk-{_REDACTED}", text)
-
-
-def _attempts(request: Any) -> str:
-    """`` after N attempts``, from the SDK's ``x-stainless-retry-count`` header on the last request."""
-    headers = getattr(request, "headers", None)
-    try:
-        attempts = int(headers.get("x-stainless-retry-count")) + 1 if headers is not None else None
-    except (TypeError, ValueError):
-        attempts = None
-    if attempts is None:
-        return ""
-    return f" after {attempts} attempt" + ("" if attempts == 1 else "s")
-
-
-def _error_detail(error: APIStatusError) -> str:
-    body = error.body
-    detail: Any = None
-    if isinstance(body, Mapping):
-        detail = body.get("message")
-    elif isinstance(body, str):
-        detail = body
-    text = " ".join(str(detail).split()) if detail else ""
-    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"

@@ -49,7 +49,7 @@ from openai import AsyncOpenAI, OpenAIError, omit
 from actions.context import maybe_await
 from actions.model import AiResponse, ModelRequest, Usage
 from orchestration.llm.base import BaseProcessor, UsageHook
-from orchestration.llm.openai_errors import describe_error, failure_message
+from orchestration.llm.openai_errors import OPENAI_ERRORS
 from orchestration.llm.openai_mapping import (
     from_chat_completion,
     to_openai_messages,
@@ -257,7 +257,7 @@ class OpenAIProcessor(BaseProcessor):
         except Exception as error:  # the contract: a model fault is a value, never an exception
             if not isinstance(error, OpenAIError):
                 logger.warning("openai processor: unexpected error", exc_info=True)
-            return self._failure(describe_error(error, timeout=self.timeout))
+            return self._failure(OPENAI_ERRORS.describe(error, timeout=self.timeout))
 
         try:
             response = from_chat_completion(completion, default_model=self._model)
@@ -284,7 +284,7 @@ class OpenAIProcessor(BaseProcessor):
 
     def _failure(self, message: str) -> AiResponse:
         api_key = self._api_key if self._api_key != PLACEHOLDER_API_KEY else None
-        text = failure_message(message, api_key=api_key)
+        text = OPENAI_ERRORS.failure_message(message, api_key=api_key)
         logger.warning("openai processor: %s", text)
         return AiResponse.failure(text, model=self._model)
 

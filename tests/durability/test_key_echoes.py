@@ -9,9 +9,12 @@ from urllib.parse import quote
 import pytest
 
 from actions import ModelRequest
-from orchestration.llm.openai_errors import failure_message, redact_secrets
+from orchestration.llm.openai_errors import OPENAI_ERRORS
 from orchestration.llm.openai_processor import OpenAIProcessor
+from orchestration.llm.sdk_errors import redact_secrets
 from orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_error
+
+failure_message = OPENAI_ERRORS.failure_message
 
 KEY = "gw-7Hq2Lm9Xv4Rt8Nb1"  # a gateway's key: no sk- prefix
 OTHER = "upstream-Zk3Pw8Yd5Qc"  # a secret that is not the configured key
