@@ -36,15 +36,12 @@ Responses carry ``Connection: close``.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import threading
-from collections import deque
-from collections.abc import Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler
+from types import MappingProxyType
+from typing import Any
 
 from orchestration.testing.servers.openai_replies import (
     CompletionReply,
@@ -53,7 +50,6 @@ from orchestration.testing.servers.openai_replies import (
     JsonReply,
     RecordedRequest,
     Reply,
-    Responder,
     estimate_tokens,
     reply_completion,
     reply_delay,
@@ -62,6 +58,7 @@ from orchestration.testing.servers.openai_replies import (
     reply_text,
     reply_tool_call,
 )
+from orchestration.testing.servers.scripted_server import OwnedHTTPServer, ScriptedReplyServer
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +128,7 @@ def _input(arguments: str) -> Any:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _HTTPServer
+    server: OwnedHTTPServer
     protocol_version = "HTTP/1.1"
     timeout = 10.0
 
@@ -206,13 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = False  # handler threads are joined on close (each serves one request)
-    block_on_close = True
-    owner: AnthropicCompatibleServer
-
-
-class AnthropicCompatibleServer:
+class AnthropicCompatibleServer(ScriptedReplyServer):
     """A local Anthropic Messages API server for tests. See the module docstring.
 
     ``script`` seeds the FIFO of replies; ``responder`` answers when the script
@@ -221,101 +212,23 @@ class AnthropicCompatibleServer:
     :meth:`start` and :meth:`stop`.
     """
 
-    def __init__(
-        self,
-        *,
-        script: Iterable[Reply] = (),
-        responder: Responder | None = None,
-        api_key: str | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-    ) -> None:
-        self.responder: Responder | None = responder
-        self.api_key = api_key
-        self._host, self._port = host, port
-        self._lock = threading.Lock()
-        self._script: deque[Reply] = deque(script)
-        self._requests: list[RecordedRequest] = []
-        self._ids = itertools.count(1)
-        self._closing = threading.Event()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
+    handler = _Handler
+    thread_name = "anthropic-test-server"
 
-    def start(self) -> Self:
-        """Bind and serve in a background thread. Returns ``self``."""
-        if self._httpd is not None:
-            raise RuntimeError("server already started")
-        self._closing.clear()
-        httpd = _HTTPServer((self._host, self._port), _Handler)
-        httpd.owner = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="anthropic-test-server",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, abandon delayed replies, close the socket and join every thread."""
-        httpd, thread = self._httpd, self._thread
-        if httpd is None:
-            return
-        self._closing.set()
-        httpd.shutdown()
-        httpd.server_close()
-        if thread is not None:
-            thread.join()
-        self._httpd = self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def default_reply(self, body: dict[str, Any]) -> Reply:
+        return default_reply(body)
 
     @property
     def base_url(self) -> str:
         """What to pass as the SDK's ``base_url``: ``http://127.0.0.1:PORT`` (the SDK adds ``/v1``)."""
-        if self._httpd is None:
-            raise RuntimeError("server is not running")
-        return f"http://{self._host}:{self._httpd.server_address[1]}"
-
-    def enqueue(self, *replies: Reply) -> None:
-        """Append replies to the script; each request takes the oldest one."""
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def pending(self) -> int:
-        """How many scripted replies are still waiting."""
-        with self._lock:
-            return len(self._script)
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, oldest first (a copy)."""
-        with self._lock:
-            return list(self._requests)
+        return f"http://{self._host}:{self.port}"
 
     @property
     def message_requests(self) -> list[dict[str, Any]]:
         """The JSON bodies of the ``POST /v1/messages`` requests received so far."""
-        return [
-            request.json
-            for request in self.requests
-            if request.method == "POST" and request.path.split("?", 1)[0] == MESSAGES_PATH
-        ]
+        return self.posted(MESSAGES_PATH)
 
     # used by the handler
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
 
     def _auth_error(self, key: str | None) -> str | None:
         if not key or not key.strip():
@@ -323,17 +236,6 @@ class AnthropicCompatibleServer:
         if self.api_key is not None and key.strip() != self.api_key:
             return "invalid x-api-key"
         return None
-
-    def _next_reply(self, body: dict[str, Any]) -> Reply:
-        with self._lock:
-            scripted = self._script.popleft() if self._script else None
-        if scripted is not None:
-            return scripted
-        return self.responder(body) if self.responder is not None else default_reply(body)
-
-    def _next_id(self) -> int:
-        with self._lock:
-            return next(self._ids)
 
     def _render_message(self, reply: CompletionReply, request: Mapping[str, Any]) -> dict[str, Any]:
         content: list[dict[str, Any]] = [{"type": "text", "text": reply.content}] if reply.content else []

@@ -38,16 +38,13 @@ outlives its request and :meth:`OpenAICompatibleServer.stop` returns promptly
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from http.server import BaseHTTPRequestHandler
+from types import MappingProxyType
+from typing import Any
 
 from orchestration.testing.servers.openai_replies import (
     CompletionReply,
@@ -68,6 +65,7 @@ from orchestration.testing.servers.openai_replies import (
     reply_text,
     reply_tool_call,
 )
+from orchestration.testing.servers.scripted_server import OwnedHTTPServer, ScriptedReplyServer
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +94,7 @@ CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _HTTPServer
+    server: OwnedHTTPServer
     protocol_version = "HTTP/1.1"
     timeout = 10.0  # a client that stalls mid-request cannot hold a thread for long
 
@@ -176,14 +174,7 @@ def _error_body(message: str, error_type: str, code: str | None = None) -> dict[
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = False  # handler threads are joined on close (each serves one request)
-    request_queue_size = 1024  # hundreds of clients at once (bench/model_bound), not socketserver's 5
-    block_on_close = True
-    owner: OpenAICompatibleServer
-
-
-class OpenAICompatibleServer:
+class OpenAICompatibleServer(ScriptedReplyServer):
     """A local OpenAI Chat Completions server for tests. See the module docstring.
 
     ``script`` seeds the FIFO of replies; ``responder`` answers when the script
@@ -192,125 +183,23 @@ class OpenAICompatibleServer:
     :meth:`stop`.
     """
 
-    def __init__(
-        self,
-        *,
-        script: Iterable[Reply] = (),
-        responder: Responder | None = None,
-        api_key: str | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-    ) -> None:
-        self.responder: Responder | None = responder
-        self.api_key = api_key
-        self._host = host
-        self._port = port
-        self._lock = threading.Lock()
-        self._script: deque[Reply] = deque(script)
-        self._requests: list[RecordedRequest] = []
-        self._call_ids = itertools.count(1)
-        self._completion_ids = itertools.count(1)
-        self._closing = threading.Event()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
+    handler = _Handler
+    thread_name = "openai-test-server"
 
-    # lifecycle
-
-    def start(self) -> Self:
-        """Bind and serve in a background thread. Returns ``self``."""
-        if self._httpd is not None:
-            raise RuntimeError("server already started")
-        self._closing.clear()
-        httpd = _HTTPServer((self._host, self._port), _Handler)
-        httpd.owner = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="openai-test-server", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, abandon delayed replies, close the socket and join every thread."""
-        httpd, thread = self._httpd, self._thread
-        if httpd is None:
-            return
-        self._closing.set()
-        httpd.shutdown()
-        httpd.server_close()
-        if thread is not None:
-            thread.join()
-        self._httpd = None
-        self._thread = None
-
-    @property
-    def running(self) -> bool:
-        """Whether the server is serving."""
-        return self._httpd is not None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    # addresses
-
-    @property
-    def port(self) -> int:
-        """The bound port (only while running)."""
-        if self._httpd is None:
-            raise RuntimeError("server is not running")
-        return int(self._httpd.server_address[1])
+    def default_reply(self, body: dict[str, Any]) -> Reply:
+        return default_reply(body)
 
     @property
     def base_url(self) -> str:
         """What to pass as the SDK's ``base_url``: ``http://127.0.0.1:PORT/v1``."""
         return f"http://{self._host}:{self.port}/v1"
 
-    # script and records
-
-    def enqueue(self, *replies: Reply) -> None:
-        """Append replies to the script; each request takes the oldest one."""
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def pending(self) -> int:
-        """How many scripted replies are still waiting."""
-        with self._lock:
-            return len(self._script)
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, oldest first (a copy)."""
-        with self._lock:
-            return list(self._requests)
-
     @property
     def completion_requests(self) -> list[dict[str, Any]]:
         """The JSON bodies of the ``POST /v1/chat/completions`` requests received so far."""
-        return [
-            request.json
-            for request in self.requests
-            if request.method == "POST" and request.path.split("?", 1)[0] == CHAT_COMPLETIONS_PATH
-        ]
-
-    def clear_requests(self) -> None:
-        """Forget the recorded requests."""
-        with self._lock:
-            self._requests.clear()
+        return self.posted(CHAT_COMPLETIONS_PATH)
 
     # used by the handler
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
 
     def _auth_error(self, authorization: str | None) -> str | None:
         scheme, _, key = (authorization or "").partition(" ")
@@ -320,23 +209,10 @@ class OpenAICompatibleServer:
             return "Incorrect API key provided."
         return None
 
-    def _next_reply(self, body: dict[str, Any]) -> Reply:
-        with self._lock:
-            scripted = self._script.popleft() if self._script else None
-        if scripted is not None:
-            return scripted
-        if self.responder is not None:
-            return self.responder(body)
-        return default_reply(body)
-
-    def _next_id(self, counter: itertools.count[int]) -> int:
-        with self._lock:
-            return next(counter)
-
     def _render_completion(self, reply: CompletionReply, request: Mapping[str, Any]) -> dict[str, Any]:
         tool_calls = [
             {
-                "id": call.id or f"call_{self._next_id(self._call_ids)}",
+                "id": call.id or f"call_{self._next_id('call')}",
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments},
             }
@@ -354,7 +230,7 @@ class OpenAICompatibleServer:
             )
             completion_tokens = estimate_tokens(produced)
         return {
-            "id": f"chatcmpl-{self._next_id(self._completion_ids)}",
+            "id": f"chatcmpl-{self._next_id('completion')}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": reply.model or str(request.get("model") or "test-model"),

@@ -1,0 +1,159 @@
+"""What the local wire-protocol test servers share: a threaded HTTP server on 127.0.0.1 that
+answers from a FIFO script of replies (then a responder, then a default) and records every
+request. ``openai_server.py`` and ``anthropic_server.py`` add their protocol's handler, paths,
+authentication and rendering."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+from orchestration.testing.servers.openai_replies import RecordedRequest, Reply, Responder
+
+__all__ = ["OwnedHTTPServer", "ScriptedReplyServer"]
+
+
+class OwnedHTTPServer(ThreadingHTTPServer):
+    """The HTTP server of a :class:`ScriptedReplyServer`; handlers reach it as ``server.owner``."""
+
+    daemon_threads = False  # handler threads are joined on close (each serves one request)
+    block_on_close = True
+    owner: Any
+
+
+class ScriptedReplyServer:
+    """Serve in a background thread; replies come from the script, the responder or the default.
+
+    Subclasses set :attr:`handler` and :attr:`thread_name`, and give :meth:`default_reply` and
+    ``base_url``. Use it as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    handler: ClassVar[type[BaseHTTPRequestHandler]]
+    thread_name: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        script: Iterable[Reply] = (),
+        responder: Responder | None = None,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.responder: Responder | None = responder
+        self.api_key = api_key
+        self._host, self._port = host, port
+        self._lock = threading.Lock()
+        self._script: deque[Reply] = deque(script)
+        self._requests: list[RecordedRequest] = []
+        self._counters: defaultdict[str, itertools.count[int]] = defaultdict(lambda: itertools.count(1))
+        self._closing = threading.Event()
+        self._httpd: OwnedHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def default_reply(self, body: dict[str, Any]) -> Reply:
+        """The answer when neither the script nor the responder gives one."""
+        raise NotImplementedError
+
+    # lifecycle
+
+    def start(self) -> Self:
+        """Bind and serve in a background thread. Returns ``self``."""
+        if self._httpd is not None:
+            raise RuntimeError("server already started")
+        self._closing.clear()
+        httpd = OwnedHTTPServer((self._host, self._port), self.handler)
+        httpd.owner = self
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=self.thread_name, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, abandon delayed replies, close the socket and join every thread."""
+        httpd, thread = self._httpd, self._thread
+        if httpd is None:
+            return
+        self._closing.set()
+        httpd.shutdown()
+        httpd.server_close()
+        if thread is not None:
+            thread.join()
+        self._httpd = self._thread = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the server is serving."""
+        return self._httpd is not None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        """The bound port (only while running)."""
+        if self._httpd is None:
+            raise RuntimeError("server is not running")
+        return int(self._httpd.server_address[1])
+
+    # script and records
+
+    def enqueue(self, *replies: Reply) -> None:
+        """Append replies to the script; each request takes the oldest one."""
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies are still waiting."""
+        with self._lock:
+            return len(self._script)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, oldest first (a copy)."""
+        with self._lock:
+            return list(self._requests)
+
+    def posted(self, path: str) -> list[dict[str, Any]]:
+        """The JSON bodies of the ``POST`` requests to ``path`` received so far."""
+        return [
+            request.json
+            for request in self.requests
+            if request.method == "POST" and request.path.split("?", 1)[0] == path
+        ]
+
+    def clear_requests(self) -> None:
+        """Forget the recorded requests."""
+        with self._lock:
+            self._requests.clear()
+
+    # used by the handler
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            scripted = self._script.popleft() if self._script else None
+        if scripted is not None:
+            return scripted
+        return self.responder(body) if self.responder is not None else self.default_reply(body)
+
+    def _next_id(self, kind: str = "") -> int:
+        """The next number of the id sequence ``kind`` (each counts from 1)."""
+        with self._lock:
+            return next(self._counters[kind])
