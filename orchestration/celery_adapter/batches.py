@@ -99,7 +99,12 @@ def batch(
     deps = dependencies_of(self.app)
     deps.registry.get(runnable)
     store = deps.store
-    running = store.list_runs(limit=1, status="running", runnable=batch_runnable_name(key))
+    # A batch is open from its record's creation (pending) until its summary ends it.
+    running = [
+        run
+        for status in ("running", "pending")
+        for run in store.list_runs(limit=1, status=status, runnable=batch_runnable_name(key))
+    ]
     if running:
         return {
             "skipped": True,
