@@ -36,6 +36,13 @@ from actions.model import AiResponse, FunctionCall, ModelProcessor, ModelRequest
 from actions.prompt import embed_user_fields, embed_user_text
 from actions.registry import AgentActionRegistry
 from actions.schema import tool_schema
+from actions.step_events import (
+    StepEvent,
+    StepEventSink,
+    report_step_event,
+    step_events_wanted,
+    use_step_events,
+)
 from actions.typed import TypedAction, TypedToolAction
 from actions.usage import (
     InMemoryUsageMeter,
@@ -74,6 +81,8 @@ __all__ = [
     "RunDeadlineExceededError",
     "RunStoppedError",
     "StateNotSerializableError",
+    "StepEvent",
+    "StepEventSink",
     "TokenBudgetExceededError",
     "TypedAction",
     "TypedToolAction",
@@ -89,9 +98,12 @@ __all__ = [
     "embed_user_text",
     "maybe_await",
     "report_model_failure",
+    "report_step_event",
     "report_usage",
+    "step_events_wanted",
     "tool_schema",
     "use_degradation_sink",
     "use_human_channel",
     "use_meter",
+    "use_step_events",
 ]

@@ -42,6 +42,7 @@ from typing import Any
 
 from actions.context import maybe_await
 from actions.degradation import ModelFailure
+from actions.step_events import StepEvent
 from loops.contract import ProgressCallback
 from loops.progress import ProgressEvent, ProgressStatus
 
@@ -111,6 +112,21 @@ def model_failure_event(run_id: str, failure: ModelFailure) -> ProgressEvent:
     )
 
 
+def step_progress_event(run_id: str, event: StepEvent) -> ProgressEvent:
+    """The ``progress`` event of one step event: the step's path, its action as ``runnable``."""
+    return ProgressEvent(
+        run_id=run_id,
+        path=event.path,
+        runnable=event.action,
+        iteration=0,
+        max_iterations=0,
+        phase=event.phase,
+        status=ProgressStatus.PROGRESS,
+        message=event.message,
+        data=event.data,
+    )
+
+
 def degraded_event(
     run_id: str, runnable: str, failures: Iterable[ModelFailure], *, path: str = ""
 ) -> ProgressEvent:
@@ -146,7 +162,10 @@ def failures_in(events: Iterable[Mapping[str, Any]]) -> tuple[ModelFailure, ...]
 
 class DegradationRecorder:
     """The run scope's sink: keeps each failure and reports it as a ``model_unavailable`` event
-    to ``on_progress`` (the caller's callback in-process, the task's publisher on Celery)."""
+    to ``on_progress`` (the caller's callback in-process, the task's publisher on Celery).
+
+    It is the scope's step-event sink too (:mod:`actions.step_events`): each step event
+    becomes a ``progress`` event at the step's path (:func:`step_progress_event`)."""
 
     def __init__(self, *, run_id: str, on_progress: ProgressCallback | None = None) -> None:
         self.run_id, self.on_progress = run_id, on_progress
@@ -162,6 +181,9 @@ class DegradationRecorder:
         with self._lock:
             self._failures.append(failure)
         await self.emit(model_failure_event(self.run_id, failure))
+
+    async def step_event(self, event: StepEvent) -> None:
+        await self.emit(step_progress_event(self.run_id, event))
 
     async def emit(self, event: ProgressEvent) -> None:
         """Hand ``event`` to ``on_progress``; progress is observation, so a failing callback is logged."""

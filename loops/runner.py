@@ -105,6 +105,7 @@ class InlineAgentRunner:
             cancel=cancel,
             checkpointer=checkpointer,
             degradation=recorder,
+            events=recorder,
             human=None if on_question is None else CallbackChannel(on_question),
         )
         instance = self.runnable.create(context=self.context)

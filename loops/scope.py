@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from actions.degradation import DegradationSink, use_degradation_sink
 from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceededError, RunStoppedError
 from actions.human import HumanChannel, use_human_channel
+from actions.step_events import StepEventSink, use_step_events
 from actions.tracing import Tracer, use_tracer
 
 
@@ -82,6 +83,8 @@ class RunScope:
     human: HumanChannel | None = None
     #: Where the spans of the run's iterations and model calls go (``actions/tracing.py``).
     tracer: Tracer | None = None
+    #: Where the run's steps report cache hits, streamed output and the like (``actions/step_events.py``).
+    events: StepEventSink | None = None
 
     def child(self, segment: str) -> RunScope:
         """The scope of a nested runnable, e.g. ``pipeline/1`` or ``branch/a``."""
@@ -164,14 +167,15 @@ def ensure_scope() -> Iterator[RunScope]:
 
 @contextmanager
 def use_scope(scope: RunScope) -> Iterator[RunScope]:
-    """Run the block inside ``scope`` (its steps report model failures to its ``degradation`` sink
-    and ask their questions through its ``human`` channel)."""
+    """Run the block inside ``scope`` (its steps report model failures to its ``degradation`` sink,
+    their step events to its ``events`` sink, and ask their questions through its ``human`` channel)."""
     token = _current.set(scope)
     try:
         with (
             use_degradation_sink(scope.degradation, path=scope.path),
             use_human_channel(scope.human, path=scope.path),
             use_tracer(scope.tracer),
+            use_step_events(scope.events, path=scope.path),
         ):
             yield scope
     finally:

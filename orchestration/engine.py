@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from actions.context import maybe_await
-from actions.degradation import DegradationSink
 from actions.errors import BranchFailedError, RunStoppedError
 from actions.tracing import Tracer
 from actions.usage import use_meter
@@ -72,13 +71,14 @@ class WorkflowEngine:
         node: WorkflowNode,
         *,
         checkpoint: tuple[int, Any] | None = None,
-        degradation: DegradationSink | None = None,
+        degradation: DegradationRecorder | None = None,
     ) -> RunScope:
         return RunScope(
             run_id=node.run_id,
             path=node.path,
             deadline=monotonic_deadline(node.deadline),
             degradation=degradation,
+            events=degradation,
             human=None if self.waits is None else StoreHumanChannel(self.waits, node.run_id),
             tracer=self.tracer,
             cancel=StoreCancelSignal(self.store, node.run_id),
