@@ -23,6 +23,7 @@ from typing import Any
 
 from celery import Signature, Task, chain, chord
 
+from orchestration.celery_adapter.result_channels import unwatched_results
 from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
 from orchestration.wire import LANE, LANE_COLLECT, MERGE, PIPELINE_DONE, RUN, STAGE, BranchFailure
 
@@ -39,8 +40,11 @@ def continue_with(task: Task, outcome: Outcome, then: Signature | None = None) -
         return outcome.to_wire()  # travels on to the composite that collects it
     tail = [then] if then is not None else []
     if isinstance(outcome, ChainStages):
-        raise task.replace(chain(*pipeline_stages(task, outcome), *tail))
-    raise task.replace(chain(fan_out(task, outcome), *tail))
+        canvas = chain(*pipeline_stages(task, outcome), *tail)
+    else:
+        canvas = chain(fan_out(task, outcome), *tail)
+    with unwatched_results(task.app):  # this process never waits on the canvas's results
+        raise task.replace(canvas)
 
 
 def pipeline_stages(task: Task, outcome: ChainStages) -> list[Signature]:
