@@ -13,6 +13,9 @@ Which processor :class:`~orchestration.llm.provider.ModelProvider` builds:
 
 ``AGENTLOOP_MODEL`` names the model for whichever provider runs; without it,
 OpenAI asks ``OPENAI_MODEL`` and Anthropic :data:`DEFAULT_ANTHROPIC_MODEL`.
+``AGENTLOOP_MODEL_STREAM`` makes either provider's processor stream its replies, reporting
+partial output as throttled ``delta`` events (every ``AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS``
+at most).
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ class ProviderSettings(SettingsGroup):
     """``ANTHROPIC_MAX_RETRIES``: retries of a 408/409/429/5xx or connection failure. Default: ``3``."""
     anthropic_max_tokens: int = env_field("ANTHROPIC_MAX_TOKENS", 4096)
     """``ANTHROPIC_MAX_TOKENS``: the most tokens one reply may hold (the API needs it). Default: ``4096``."""
+    stream: bool = env_field("AGENTLOOP_MODEL_STREAM", False)
+    """``AGENTLOOP_MODEL_STREAM``: ``1`` streams each reply and reports its partial text and tool
+    arguments as ``delta`` progress events (the result is the same). Default: off."""
+    stream_interval_seconds: float = env_field("AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS", 0.1)
+    """``AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS``: the least time between two ``delta`` events of one
+    reply (deltas in between are joined). Default: ``0.1``."""
     allow_model_requests: bool | None = env_field("AGENTLOOP_ALLOW_MODEL_REQUESTS")
     """``AGENTLOOP_ALLOW_MODEL_REQUESTS``: ``1`` lets tests under the agentloop pytest plugin reach a
     model server off this machine (blocked by default there). Outside tests nothing is blocked."""
@@ -73,6 +82,16 @@ class ProviderSettings(SettingsGroup):
             raise ValueError(f"ANTHROPIC_TIMEOUT_SECONDS must be a positive number of seconds, not {value!r}")
         return number
 
+    @field_validator("stream_interval_seconds", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> float:
+        number = as_float(value)
+        if number is None or number < 0:
+            raise ValueError(
+                f"AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS must be a non-negative number, not {value!r}"
+            )
+        return number
+
     @field_validator("anthropic_max_retries", "anthropic_max_tokens", mode="before")
     @classmethod
     def _count(cls, value: Any, info: ValidationInfo) -> int:
@@ -82,14 +101,14 @@ class ProviderSettings(SettingsGroup):
             raise ValueError(f"{cls.env_name(info.field_name)} must be a {kind} integer, not {value!r}")
         return number
 
-    @field_validator("allow_model_requests", mode="before")
+    @field_validator("allow_model_requests", "stream", mode="before")
     @classmethod
-    def _switch(cls, value: Any) -> Any:
+    def _switch(cls, value: Any, info: ValidationInfo) -> Any:
         text = value.strip().lower() if isinstance(value, str) else value
         if text in {"1", "true", "yes", "on", True}:
             return True
         if text in {"0", "false", "no", "off", False}:
             return False
         raise ValueError(
-            f"AGENTLOOP_ALLOW_MODEL_REQUESTS must be 1/true/yes/on or 0/false/no/off, not {value!r}"
+            f"{cls.env_name(info.field_name)} must be 1/true/yes/on or 0/false/no/off, not {value!r}"
         )

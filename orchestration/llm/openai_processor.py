@@ -35,6 +35,12 @@ The reply becomes an :class:`AiResponse`: ``text`` from the message content,
 ``function_calls`` with ``arguments`` exactly as the server sent them (even when
 not JSON), ``usage`` from ``prompt_tokens``/``completion_tokens``, and
 ``model`` from the response.
+
+With ``stream=True`` the same request is streamed (``stream_options.include_usage``) and read
+back by :mod:`orchestration.llm.openai_stream` into the same :class:`AiResponse`; while a run
+listens, the partial text and tool arguments are reported as throttled ``delta`` progress
+events (:mod:`orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
+malformed chunk, an error event, a stream cut short) is a failure like any other.
 """
 
 from __future__ import annotations
@@ -56,7 +62,9 @@ from orchestration.llm.openai_mapping import (
     to_openai_tool_choice,
     to_openai_tools,
 )
+from orchestration.llm.openai_stream import read_chat_stream
 from orchestration.llm.request_guard import model_requests
+from orchestration.llm.stream_deltas import as_stream_interval, delta_reporter
 from orchestration.settings import ModelSettings, load_settings
 
 logger = logging.getLogger(__name__)
@@ -91,7 +99,10 @@ class OpenAIProcessor(BaseProcessor):
     ``base_url`` must not be given; ``timeout``/``max_retries`` override the
     client's own when given). ``on_usage`` is called with the usage of every
     completion the server returned, for accounting; its failures are logged,
-    never raised.
+    never raised. ``stream=True`` streams every reply and reports its partial
+    output as ``delta`` events, at most one per ``stream_interval`` (seconds or a
+    ``timedelta``, default 100 ms) for each piece of the reply; the result is the
+    same as without streaming.
     """
 
     def __init__(
@@ -105,9 +116,13 @@ class OpenAIProcessor(BaseProcessor):
         temperature: float | None = None,
         client: AsyncOpenAI | None = None,
         on_usage: UsageHook | None = None,
+        stream: bool = False,
+        stream_interval: float | timedelta | None = None,
     ) -> None:
         if not model:
             raise ValueError("model must be a non-empty model name")
+        self._stream = stream
+        self._stream_interval = as_stream_interval(stream_interval)
         timeout_seconds = _seconds(timeout) if timeout is not None else None
         if max_retries is not None and (isinstance(max_retries, bool) or max_retries < 0):
             raise ValueError(f"max_retries must be a non-negative integer, not {max_retries!r}")
@@ -148,7 +163,8 @@ class OpenAIProcessor(BaseProcessor):
         on_usage: UsageHook | None = None,
     ) -> Self:
         """Build from the model settings: ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, the model
-        (``AGENTLOOP_MODEL``, else ``OPENAI_MODEL``), ``OPENAI_TIMEOUT_SECONDS`` and ``OPENAI_MAX_RETRIES``.
+        (``AGENTLOOP_MODEL``, else ``OPENAI_MODEL``), ``OPENAI_TIMEOUT_SECONDS``, ``OPENAI_MAX_RETRIES``,
+        ``AGENTLOOP_MODEL_STREAM`` and ``AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS``.
 
         Raises ``ValueError`` when there is no key and no ``OPENAI_BASE_URL`` (a
         local OpenAI-compatible server may need no key), or for a timeout that is not positive.
@@ -162,6 +178,8 @@ class OpenAIProcessor(BaseProcessor):
             max_retries=settings.openai_max_retries,
             temperature=temperature,
             on_usage=on_usage,
+            stream=settings.provider.stream,
+            stream_interval=settings.provider.stream_interval_seconds,
         )
 
     @classmethod
@@ -207,6 +225,16 @@ class OpenAIProcessor(BaseProcessor):
         return self._temperature
 
     @property
+    def stream(self) -> bool:
+        """Whether replies are streamed (and their partial output reported as ``delta`` events)."""
+        return self._stream
+
+    @property
+    def stream_interval(self) -> timedelta:
+        """The least time between two ``delta`` events of one piece of a reply."""
+        return self._stream_interval
+
+    @property
     def client(self) -> AsyncOpenAI:
         """The underlying SDK client."""
         return self._client
@@ -246,28 +274,47 @@ class OpenAIProcessor(BaseProcessor):
         except (TypeError, ValueError) as error:
             return self._failure(f"invalid request: {error}")
 
-        try:
-            completion = await self._client.chat.completions.create(
-                model=self._model,
-                messages=messages,
-                tools=openai_tools if openai_tools else omit,
-                tool_choice=tool_choice if tool_choice is not None else omit,
-                temperature=self._temperature if self._temperature is not None else omit,
-            )
-        except Exception as error:  # the contract: a model fault is a value, never an exception
-            if not isinstance(error, OpenAIError):
-                logger.warning("openai processor: unexpected error", exc_info=True)
-            return self._failure(OPENAI_ERRORS.describe(error, timeout=self.timeout))
-
-        try:
-            response = from_chat_completion(completion, default_model=self._model)
-        except Exception as error:  # a malformed body the SDK let through
-            logger.warning("openai processor: could not read the completion", exc_info=True)
-            return self._failure(f"unreadable response: {type(error).__name__}: {error}")
+        create: dict[str, Any] = {
+            "model": self._model,
+            "messages": messages,
+            "tools": openai_tools if openai_tools else omit,
+            "tool_choice": tool_choice if tool_choice is not None else omit,
+            "temperature": self._temperature if self._temperature is not None else omit,
+        }
+        response = await (self._streamed(create) if self._stream else self._whole(create))
+        if isinstance(response, str):  # no reply: why
+            return self._failure(response)
         await self._report_usage(response.usage)
         if response.has_error:
             logger.warning("openai processor: %s", response.error)
         return response
+
+    async def _whole(self, create: dict[str, Any]) -> AiResponse | str:
+        """One completion sent whole: the reply, or why there is none."""
+        try:
+            completion = await self._client.chat.completions.create(**create)
+        except Exception as error:  # the contract: a model fault is a value, never an exception
+            return self._described(error)
+        try:
+            return from_chat_completion(completion, default_model=self._model)
+        except Exception as error:  # a malformed body the SDK let through
+            logger.warning("openai processor: could not read the completion", exc_info=True)
+            return f"unreadable response: {type(error).__name__}: {error}"
+
+    async def _streamed(self, create: dict[str, Any]) -> AiResponse | str:
+        """One completion streamed (``openai_stream.py``), its pieces reported as ``delta`` events."""
+        reporter = delta_reporter(self._model, self._stream_interval)
+        try:
+            stream = await self._client.chat.completions.create(
+                **create, stream=True, stream_options={"include_usage": True}
+            )
+            async with stream:
+                return await read_chat_stream(stream, default_model=self._model, reporter=reporter)
+        except ValueError as error:  # a chunk that is not JSON, or not a chunk
+            logger.warning("openai processor: unreadable stream chunk", exc_info=True)
+            return f"unreadable stream chunk: {type(error).__name__}: {error}"
+        except Exception as error:  # the contract: a model fault is a value, never an exception
+            return self._described(error)
 
     async def aclose(self) -> None:
         """Close the HTTP client, unless it was passed in (then its owner closes it)."""
@@ -281,6 +328,11 @@ class OpenAIProcessor(BaseProcessor):
         await self.aclose()
 
     # helpers
+
+    def _described(self, error: Exception) -> str:
+        if not isinstance(error, OpenAIError):
+            logger.warning("openai processor: unexpected error", exc_info=True)
+        return OPENAI_ERRORS.describe(error, timeout=self.timeout)
 
     def _failure(self, message: str) -> AiResponse:
         api_key = self._api_key if self._api_key != PLACEHOLDER_API_KEY else None

@@ -16,7 +16,8 @@ the first that applies (:attr:`ModelProvider.kind`):
   (deterministic, no key, no network), or the one ``offline`` builds.
 
 ``AGENTLOOP_MODEL`` names the model of either provider (default: ``OPENAI_MODEL``
-for OpenAI, ``claude-haiku-4-5`` for Anthropic).
+for OpenAI, ``claude-haiku-4-5`` for Anthropic); ``AGENTLOOP_MODEL_STREAM`` makes it
+stream its replies, reporting partial output as ``delta`` events.
 - ``AGENTLOOP_MODEL_RPM`` and/or ``AGENTLOOP_MODEL_TPM`` set (requests / tokens
   per window): the processor is wrapped in a
   :class:`~orchestration.llm.limits.processor.RateLimitedProcessor`. The
@@ -158,7 +159,9 @@ class ModelProvider:
             base = self._shared.get(loop)
             if base is None:
                 base = self._shared[loop] = OpenAIProcessor.from_settings(self.settings)
-        return OpenAIProcessor(client=base.client, model=base.model)
+        return OpenAIProcessor(
+            client=base.client, model=base.model, stream=base.stream, stream_interval=base.stream_interval
+        )
 
     def close(self) -> None:
         """Close the limiter's connections (a later processor opens them again)."""

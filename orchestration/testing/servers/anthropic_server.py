@@ -44,6 +44,7 @@ from types import MappingProxyType
 from typing import Any
 
 from orchestration.testing.servers.openai_replies import (
+    BrokenStreamReply,
     CompletionReply,
     DelayedReply,
     DisconnectReply,
@@ -179,7 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return  # the server is stopping: abandon the reply
             reply = reply.then
-        if isinstance(reply, DisconnectReply):
+        if isinstance(reply, DisconnectReply | BrokenStreamReply):  # streams are the OpenAI server's
             self.close_connection = True
             return
         if isinstance(reply, CompletionReply):

@@ -7,9 +7,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
+    "BrokenStreamReply",
     "CompletionReply",
     "DelayedReply",
     "DisconnectReply",
@@ -20,6 +21,7 @@ __all__ = [
     "ScriptedToolCall",
     "default_reply",
     "estimate_tokens",
+    "reply_broken_stream",
     "reply_completion",
     "reply_delay",
     "reply_disconnect",
@@ -81,7 +83,25 @@ class DisconnectReply:
     """Close the connection without any response (a dropped connection)."""
 
 
-Reply = CompletionReply | JsonReply | DelayedReply | DisconnectReply
+StreamFault = Literal["disconnect", "truncated", "malformed", "error"]
+"""How a :class:`BrokenStreamReply` breaks: the connection dropped mid-body, the body ended
+cleanly but early (no finish reason, no ``[DONE]``), a chunk that is not JSON, or an error
+event (``data: {"error": {...}}``, which the ``openai`` SDK raises as ``APIError``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BrokenStreamReply:
+    """A streamed ``reply`` that breaks (``fault``) after its first ``after_chunks`` chunks.
+
+    Asked for without ``stream: true``, the server drops the connection instead.
+    """
+
+    reply: CompletionReply
+    after_chunks: int
+    fault: StreamFault = "disconnect"
+
+
+Reply = CompletionReply | JsonReply | DelayedReply | DisconnectReply | BrokenStreamReply
 """Everything the server can answer with."""
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -180,6 +200,19 @@ def reply_delay(seconds: float, then: Reply | None = None) -> DelayedReply:
 def reply_disconnect() -> DisconnectReply:
     """Drop the connection without answering (the SDK sees a connection error)."""
     return DisconnectReply()
+
+
+def reply_broken_stream(
+    reply: CompletionReply | None = None, *, after_chunks: int = 2, fault: StreamFault = "disconnect"
+) -> BrokenStreamReply:
+    """Stream ``reply`` (default ``reply_text("ok")``) and break it after ``after_chunks`` chunks:
+    ``"disconnect"`` drops the connection mid-body, ``"truncated"`` ends the body there,
+    ``"malformed"`` sends a chunk that is not JSON, ``"error"`` an error event."""
+    if after_chunks < 0:
+        raise ValueError(f"after_chunks must not be negative, not {after_chunks!r}")
+    return BrokenStreamReply(
+        reply=reply if reply is not None else reply_text("ok"), after_chunks=after_chunks, fault=fault
+    )
 
 
 def _forced_function_name(body: Mapping[str, Any]) -> str | None:

@@ -20,11 +20,24 @@ What it answers, for ``POST /v1/chat/completions``, in order:
 1. the next scripted reply (a FIFO filled by the constructor's ``script`` and
    :meth:`OpenAICompatibleServer.enqueue`), built with :func:`reply_text`,
    :func:`reply_tool_call`, :func:`reply_completion`, :func:`reply_error`,
-   :func:`reply_json`, :func:`reply_delay` or :func:`reply_disconnect`;
+   :func:`reply_json`, :func:`reply_delay`, :func:`reply_disconnect` or
+   :func:`reply_broken_stream`;
 2. else the ``responder`` (parsed request JSON -> reply), for per-turn logic;
 3. else a deterministic default: when ``tool_choice`` forces a function (or is
    ``"required"``), a call to that function (the first tool) with ``{}``;
    otherwise the text ``"ok"``.
+
+A request with ``"stream": true`` gets its reply as Server-Sent Events
+(``Content-Type: text/event-stream``, a chunked body): one
+``data: {chat.completion.chunk}`` line per chunk, then ``data: [DONE]``. The text
+and each tool call's arguments are cut into pieces of ``stream_chunk_size``
+characters (default 4), sent ``stream_chunk_delay`` seconds apart (default 0),
+and the usage comes in a last chunk when ``stream_options.include_usage`` is
+set (:mod:`~orchestration.testing.servers.openai_chunks`); joined, they give
+back the reply the same request gets unstreamed. :func:`reply_broken_stream`
+breaks a stream after some chunks: the connection dropped mid-body, the body
+ended early, a chunk that is not JSON, or an error event. Errors (:func:`reply_error`) are never
+streamed, as OpenAI answers them before any event.
 
 Every request is recorded in :attr:`OpenAICompatibleServer.requests` (method,
 path, lower-cased headers, parsed JSON body) when it arrives, before any
@@ -46,7 +59,9 @@ from http.server import BaseHTTPRequestHandler
 from types import MappingProxyType
 from typing import Any
 
+from orchestration.testing.servers.openai_chunks import completion_chunks
 from orchestration.testing.servers.openai_replies import (
+    BrokenStreamReply,
     CompletionReply,
     DelayedReply,
     DisconnectReply,
@@ -57,6 +72,7 @@ from orchestration.testing.servers.openai_replies import (
     ScriptedToolCall,
     default_reply,
     estimate_tokens,
+    reply_broken_stream,
     reply_completion,
     reply_delay,
     reply_disconnect,
@@ -71,6 +87,7 @@ logger = logging.getLogger(__name__)
 
 
 __all__ = [
+    "BrokenStreamReply",
     "CompletionReply",
     "DelayedReply",
     "DisconnectReply",
@@ -81,6 +98,7 @@ __all__ = [
     "Responder",
     "ScriptedToolCall",
     "default_reply",
+    "reply_broken_stream",
     "reply_completion",
     "reply_delay",
     "reply_disconnect",
@@ -146,13 +164,49 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return  # the server is stopping: abandon the reply
             reply = reply.then
-        if isinstance(reply, DisconnectReply):
+        streamed = request.get("stream") is True
+        if isinstance(reply, DisconnectReply) or (isinstance(reply, BrokenStreamReply) and not streamed):
             self.close_connection = True
             return
         if isinstance(reply, JsonReply):
             self._send_json(reply.status, reply.body, reply.headers)
             return
+        if streamed:
+            self._send_stream(reply, request)
+            return
         self._send_json(200, owner._render_completion(reply, request))
+
+    def _send_stream(self, reply: CompletionReply | BrokenStreamReply, request: dict[str, Any]) -> None:
+        """The reply as SSE chunks in a chunked body; a broken reply ends as its fault says."""
+        owner = self.server.owner
+        broken = reply if isinstance(reply, BrokenStreamReply) else None
+        options = request.get("stream_options")
+        chunks = completion_chunks(
+            owner._render_completion(broken.reply if broken is not None else reply, request),
+            chunk_size=owner.stream_chunk_size,
+            include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        )
+        events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+        if broken is not None:
+            events = events[: broken.after_chunks] + _FAULT_EVENTS[broken.fault]
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for index, event in enumerate(events):
+                if index and owner.stream_chunk_delay > 0 and owner._closing.wait(owner.stream_chunk_delay):
+                    return  # the server is stopping: abandon the stream
+                data = event.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            if broken is None or broken.fault != "disconnect":
+                self.wfile.write(b"0\r\n\r\n")  # else: the body ends without its last chunk
+        except OSError:
+            logger.debug("openai test server: client went away during the stream")
 
     def _send_json(self, status: int, body: Any, headers: Iterable[tuple[str, str]] = ()) -> None:
         data = json.dumps(body).encode()
@@ -170,6 +224,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+#: What a broken stream sends after its good chunks (nothing: the connection drops).
+_FAULT_EVENTS: dict[str, list[str]] = {
+    "disconnect": [],
+    "truncated": [],
+    "malformed": ['data: {"choices": [{"index": 0, "delta": {"content": \n\n'],
+    "error": [
+        "data: "
+        + json.dumps({"error": {"message": "the model stopped mid-stream", "type": "server_error"}})
+        + "\n\n"
+    ],
+}
+
+
 def _error_body(message: str, error_type: str, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
 
@@ -179,12 +246,33 @@ class OpenAICompatibleServer(ScriptedReplyServer):
 
     ``script`` seeds the FIFO of replies; ``responder`` answers when the script
     is empty; ``api_key``, when given, is the only key accepted (else any
-    ``Bearer`` key is). Use it as a context manager, or call :meth:`start` and
-    :meth:`stop`.
+    ``Bearer`` key is). A streamed reply (``"stream": true``) comes in pieces of
+    ``stream_chunk_size`` characters, ``stream_chunk_delay`` seconds apart; both
+    are attributes a test may change between requests. Use it as a context
+    manager, or call :meth:`start` and :meth:`stop`.
     """
 
     handler = _Handler
     thread_name = "openai-test-server"
+
+    def __init__(
+        self,
+        *,
+        script: Iterable[Reply] = (),
+        responder: Responder | None = None,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        stream_chunk_size: int = 4,
+        stream_chunk_delay: float = 0.0,
+    ) -> None:
+        super().__init__(script=script, responder=responder, api_key=api_key, host=host, port=port)
+        if stream_chunk_size < 1 or stream_chunk_delay < 0:
+            raise ValueError("stream_chunk_size must be positive and stream_chunk_delay not negative")
+        #: Characters of text or of tool arguments in one streamed chunk.
+        self.stream_chunk_size = stream_chunk_size
+        #: Seconds between two streamed chunks.
+        self.stream_chunk_delay = stream_chunk_delay
 
     def default_reply(self, body: dict[str, Any]) -> Reply:
         return default_reply(body)

@@ -1,0 +1,111 @@
+"""``DeltaReporter``: a streamed reply's partial output, reported to the run as throttled ``delta`` events.
+
+A processor that streams (``OpenAIProcessor(stream=True)``, ``AnthropicProcessor(stream=True)``)
+hands every piece of text and of tool-call arguments it receives to a reporter. The reporter
+joins the pieces and reports them with :func:`actions.step_events.report_step_event`, phase
+``delta``, at most once per ``interval`` (the first piece at once), and once more with whatever is
+left when the reply ends (:meth:`DeltaReporter.flush`), so the deltas of a reply always
+concatenate to its text and its arguments. Each event carries one stream:
+
+- text: ``{"seq": 3, "text": "<text since the last event>"}``
+- a tool call: ``{"seq": 4, "tool": "plan_search", "call_id": "call_1", "arguments": "<more>"}``
+
+``seq`` counts the reply's events from 1. The event's ``action`` is the model's name: a processor
+is shared by every step of a run and is not told which one calls it; the event's ``path`` says
+where in the workflow the step runs. When nobody listens (:func:`actions.step_events.step_events_wanted`
+is false, e.g. outside a run), the reporter is :data:`None` and nothing is built.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from actions.step_events import report_step_event, step_events_wanted
+
+__all__ = ["DEFAULT_STREAM_INTERVAL", "DELTA_PHASE", "DeltaReporter", "delta_reporter", "as_stream_interval"]
+
+#: The least time between two ``delta`` events of one reply, unless a processor is told otherwise.
+DEFAULT_STREAM_INTERVAL = timedelta(milliseconds=100)
+#: The phase of a streamed-output progress event.
+DELTA_PHASE = "delta"
+
+
+def as_stream_interval(interval: float | timedelta | None) -> timedelta:
+    """``interval`` (seconds or a ``timedelta``; ``None``: the default) checked to be >= 0."""
+    if interval is None:
+        return DEFAULT_STREAM_INTERVAL
+    value = interval if isinstance(interval, timedelta) else timedelta(seconds=float(interval))
+    if value < timedelta(0):
+        raise ValueError(f"stream_interval must not be negative, not {interval!r}")
+    return value
+
+
+@dataclass
+class _ToolPiece:
+    """The arguments of one tool call received since the last event."""
+
+    name: str
+    call_id: str
+    arguments: str = ""
+
+
+@dataclass
+class DeltaReporter:
+    """Joins a reply's pieces and reports them at most once per ``interval`` (module doc)."""
+
+    action: str
+    interval: timedelta = DEFAULT_STREAM_INTERVAL
+    clock: Callable[[], float] = time.monotonic
+    _text: str = ""
+    _tools: dict[int, _ToolPiece] = field(default_factory=dict)
+    _seq: int = 0
+    _last: float | None = None
+
+    @property
+    def sent(self) -> int:
+        """How many events were reported so far."""
+        return self._seq
+
+    async def text(self, piece: str) -> None:
+        """More text of the reply."""
+        if piece:
+            self._text += piece
+            await self._maybe_flush()
+
+    async def arguments(self, index: int, *, name: str, call_id: str, piece: str) -> None:
+        """More arguments of the tool call at ``index`` (its name and id as known so far)."""
+        if not piece:
+            return
+        pending = self._tools.get(index)
+        if pending is None:
+            pending = self._tools[index] = _ToolPiece(name=name, call_id=call_id)
+        pending.arguments += piece
+        await self._maybe_flush()
+
+    async def flush(self) -> None:
+        """Report everything not reported yet (call it once the reply has ended)."""
+        text, tools = self._text, sorted(self._tools.items())
+        self._text, self._tools = "", {}
+        if text:
+            await self._report({"text": text})
+        for _, tool in tools:
+            await self._report({"tool": tool.name, "call_id": tool.call_id, "arguments": tool.arguments})
+
+    async def _maybe_flush(self) -> None:
+        now = self.clock()
+        if self._last is None or now - self._last >= self.interval.total_seconds():
+            self._last = now
+            await self.flush()
+
+    async def _report(self, data: dict[str, Any]) -> None:
+        self._seq += 1
+        await report_step_event(action=self.action, phase=DELTA_PHASE, data={"seq": self._seq, **data})
+
+
+def delta_reporter(action: str, interval: timedelta) -> DeltaReporter | None:
+    """A reporter for one streamed reply, or ``None`` when no run listens to step events here."""
+    return DeltaReporter(action=action, interval=interval) if step_events_wanted() else None
