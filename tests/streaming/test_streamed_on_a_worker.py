@@ -1,0 +1,156 @@
+"""Streamed model output on a real worker: the record-search agent behind the real ``openai`` SDK,
+streaming (``AGENTLOOP_MODEL_STREAM=1``) from the local OpenAI-protocol server. Its ``delta``
+events reach the run's stored event feed and join to the tool arguments the model sent; the
+result is the one the same agent gets unstreamed; a stream broken part-way degrades the run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentloop.examples.record_search import MODEL_UNAVAILABLE_MESSAGE, RecordSearchGenerator
+from agentloop.examples.record_search.offline import extract_embedded_text, offline_responders
+from agentloop.examples.record_search.resources import open_resources
+from agentloop.examples.record_search.workflows import ASK
+from orchestration.celery_adapter.app import create_app
+from orchestration.client import CeleryAgentRunner, RunHandle
+from orchestration.llm.openai_processor import OpenAIProcessor
+from orchestration.store import RunStore, open_store
+from orchestration.testing.servers.openai_server import (
+    OpenAICompatibleServer,
+    Reply,
+    reply_broken_stream,
+    reply_tool_call,
+)
+from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+from orchestration.testing.servers.worker import run_worker_process
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY = "sk-test-streaming-worker-0123456789"
+QUESTION = "Which software companies are in Germany?"
+
+
+def answer_like_the_offline_model(body: dict[str, Any]) -> Reply:
+    """The offline model's answer, as a forced tool call; a stream broken part-way for ``[break]``."""
+    name = body["tool_choice"]["function"]["name"]
+    instruction = body["messages"][0]["content"]
+    arguments = offline_responders()[name](body["tools"][0]["function"], instruction, [])
+    reply = reply_tool_call(name, arguments)
+    if "[break]" in (extract_embedded_text(instruction, "user_request") or ""):
+        return reply_broken_stream(reply, after_chunks=5)
+    return reply
+
+
+class Rig:
+    def __init__(self, app: Any, store: RunStore, server: OpenAICompatibleServer, database_url: str) -> None:
+        self.app, self.store, self.server, self.database_url = app, store, server, database_url
+
+    def ask(self, message: str) -> RunHandle:
+        runner = CeleryAgentRunner.create(runnable=ASK, context={}, app=self.app, store=self.store)
+        return runner.request_sync(input={"message": message})
+
+    def events(self, handle: RunHandle) -> list[dict[str, Any]]:
+        return [event for _, event in self.store.events(handle.run_id)]
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    with ExitStack() as stack:
+        try:
+            redis = stack.enter_context(private_redis_server())
+        except ServiceUnavailable as unavailable:
+            pytest.skip(unavailable.reason)
+        database_url = f"sqlite:///{tmp_path_factory.mktemp('streaming') / 'agent.sqlite3'}"
+        open_resources(database_url).dispose()  # the sample records and tools, before any task
+        store, _ = open_store(database_url)
+        stack.callback(store.engine.dispose)
+        server = stack.enter_context(
+            OpenAICompatibleServer(
+                api_key=API_KEY,
+                responder=answer_like_the_offline_model,
+                stream_chunk_size=8,
+                stream_chunk_delay=0.005,
+            )
+        )
+        env = {
+            "DATABASE_URL": database_url,
+            "OPENAI_API_KEY": API_KEY,
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_MODEL": "test-model",
+            "OPENAI_MAX_RETRIES": "0",
+            "AGENTLOOP_MODEL_STREAM": "1",
+            "AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS": "0.02",
+            "PYTHONPATH": str(ROOT),
+        }
+        stack.enter_context(
+            run_worker_process(
+                broker_url=redis.url,
+                result_backend=redis.url,
+                imports=["agentloop.examples.record_search.workflows"],
+                env=env,
+                concurrency=2,
+            )
+        )
+        app = create_app(overrides={"broker_url": redis.url, "result_backend": redis.url})
+        stack.callback(app.close)
+        yield Rig(app, store, server, database_url)
+
+
+async def unstreamed_result(rig: Rig, message: str) -> dict[str, Any]:
+    """What the same agent answers in this process, on the same server and records, not streaming."""
+    processor = OpenAIProcessor(
+        api_key=API_KEY, base_url=rig.server.base_url, model="test-model", max_retries=0
+    )
+    async with (
+        processor,
+        RecordSearchGenerator.create_with_defaults(
+            database_url=rig.database_url, processor=processor
+        ) as made,
+    ):
+        return await made.generate_for_explicit_search(message=message)
+
+
+def test_deltas_reach_the_runs_event_feed_and_the_result_is_unchanged(rig: Rig) -> None:
+    handle = rig.ask(QUESTION)
+    result = handle.wait_sync(timeout=120)
+    expected = asyncio.run(unstreamed_result(rig, QUESTION))
+
+    assert result == expected and result["found_count"] > 0
+    assert handle.status == "succeeded"
+    streamed_bodies = [body for body in rig.server.completion_requests if body.get("stream")]
+    assert streamed_bodies and all(
+        body["stream_options"] == {"include_usage": True} for body in streamed_bodies
+    )
+    deltas = [event for event in rig.events(handle) if event["phase"] == "delta"]
+    assert {(event["runnable"], event["status"]) for event in deltas} == {("test-model", "progress")}
+    assert [event["data"]["seq"] for event in deltas if event["data"]["seq"] == 1]  # one sequence per reply
+    by_call: dict[str, str] = {}
+    for event in deltas:
+        by_call[event["data"]["call_id"]] = (
+            by_call.get(event["data"]["call_id"], "") + event["data"]["arguments"]
+        )
+    assert len(by_call) >= 2  # one forced call per step of the agent
+    for arguments in by_call.values():
+        json.loads(arguments)  # every call's deltas join to its whole arguments
+    assert len(deltas) > len(by_call)  # throttled, yet more than one event per call at this pace
+
+
+def test_a_stream_broken_part_way_degrades_the_run_on_the_worker(rig: Rig) -> None:
+    handle = rig.ask(f"{QUESTION} [break]")
+    result = handle.wait_sync(timeout=120)
+
+    record = rig.store.get_run(handle.run_id)
+    assert record is not None and record.status == "degraded"
+    assert result["message"] == MODEL_UNAVAILABLE_MESSAGE
+    (failure,) = record.error["failures"]
+    assert "connection error" in failure["reason"] and API_KEY not in failure["reason"]
+    phases = [event["phase"] for event in rig.events(handle)]
+    assert "delta" in phases and phases.index("delta") < phases.index("model_unavailable")
