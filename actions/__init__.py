@@ -1,6 +1,7 @@
 """Actions: one step of an agent, and the registry a loop performs them from."""
 
 from actions.base import BaseAgentAction
+from actions.caching import InMemoryStepCache, StepCache, step_cache_key, use_step_cache
 from actions.context import context_value, maybe_await
 from actions.degradation import (
     DegradationSink,
@@ -45,6 +46,7 @@ from actions.step_events import (
 )
 from actions.typed import TypedAction, TypedToolAction
 from actions.usage import (
+    CacheUsage,
     InMemoryUsageMeter,
     TokenBudgetExceededError,
     UsageMeter,
@@ -60,11 +62,13 @@ __all__ = [
     "AiResponse",
     "BaseAgentAction",
     "BranchFailedError",
+    "CacheUsage",
     "CallbackChannel",
     "DegradationSink",
     "ForcedToolAction",
     "FunctionCall",
     "HumanChannel",
+    "InMemoryStepCache",
     "InMemoryUsageMeter",
     "InvalidAnswerError",
     "ModelFailure",
@@ -81,6 +85,7 @@ __all__ = [
     "RunDeadlineExceededError",
     "RunStoppedError",
     "StateNotSerializableError",
+    "StepCache",
     "StepEvent",
     "StepEventSink",
     "TokenBudgetExceededError",
@@ -100,10 +105,12 @@ __all__ = [
     "report_model_failure",
     "report_step_event",
     "report_usage",
+    "step_cache_key",
     "step_events_wanted",
     "tool_schema",
     "use_degradation_sink",
     "use_human_channel",
     "use_meter",
+    "use_step_cache",
     "use_step_events",
 ]

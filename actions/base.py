@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from typing import Any, Self
+from datetime import timedelta
+from typing import Any, ClassVar, Self
 
 from actions.arguments import argument_problem
+from actions.caching import caching, step_cache_key
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -16,10 +18,35 @@ class BaseAgentAction(ABC):
 
     ``parameters`` (a JSON Schema) is what an AI-driven loop shows the model
     when it offers this action as a tool; the default takes no arguments.
+
+    A step may cache its result (opt-in, :mod:`actions.caching`): set ``cache_ttl``.
     """
 
     name: str = ""
     description: str = ""
+    #: How long a result is kept in the run's step cache (seconds or a ``timedelta``);
+    #: ``None`` (the default): never cached.
+    cache_ttl: ClassVar[timedelta | float | None] = None
+    #: Part of the default :meth:`cache_key`: change it when what ``run`` computes changes.
+    cache_version: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "run" in cls.__dict__:  # every run goes through the step cache (a no-op unless opted in)
+            cls.run = caching(cls.__dict__["run"])  # type: ignore[method-assign,assignment]
+
+    async def cache_key(self, *, arguments: dict[str, Any], context: Any) -> str | None:
+        """The key of this call's result in the step cache; ``None``: not cached this time.
+
+        By default a hash of the action's name, ``arguments`` (canonical JSON) and
+        :attr:`cache_version`; arguments that are not JSON are not cached.
+        """
+        return step_cache_key(self.name, arguments, self.cache_version)
+
+    def cache_decode(self, value: Any) -> Any:
+        """What a cache hit returns for a result that was a pydantic model or dataclass
+        (``value`` is its JSON data): the data itself unless overridden."""
+        return value
 
     @classmethod
     def create(cls, **kwargs: Any) -> Self:

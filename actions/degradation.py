@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from actions.caching import spoil_step_cache
 from actions.context import maybe_await
 from actions.errors import AgentLoopError
 
@@ -85,7 +86,9 @@ def use_degradation_sink(sink: DegradationSink | None, *, path: str = "") -> Ite
 
 
 async def report_model_failure(*, action: str, reason: str) -> ModelFailure:
-    """Report that ``action``'s model call failed (logged, and told to the run's sink if any)."""
+    """Report that ``action``'s model call failed (logged, and told to the run's sink if any);
+    the step's result is not cached (:mod:`actions.caching`)."""
+    spoil_step_cache(reason)
     bound = _sink.get()
     failure = ModelFailure(action=action, reason=reason, path="" if bound is None else bound[1])
     logger.warning("model unavailable for %s at %r: %s", action, failure.path, reason)

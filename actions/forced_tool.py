@@ -31,6 +31,11 @@ The tool schema is data, not code: it lives in the tool store
 (``context.tool_store``, whose ``get_payload(tool_id)`` returns the payload as
 a JSON string or object, or ``None``), under the id found in
 ``context.<tool_id_key>``, else under :attr:`ForcedToolAction.tool_id`.
+
+A cached forced tool call (:attr:`~actions.BaseAgentAction.cache_ttl`, see
+:mod:`actions.caching`) is keyed by its arguments, a hash of the tool payload it
+loads (a changed schema is a new key) and the model inputs of its context
+(``history_messages``, ``documents``, ``files``); a fallback is never cached.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from actions.base import BaseAgentAction
+from actions.caching import schema_version, spoil_step_cache, step_cache_key
 from actions.context import context_value, maybe_await
 from actions.degradation import (
     ModelFailure,
@@ -85,6 +91,13 @@ class ForcedToolAction(BaseAgentAction):
     output_retries: ClassVar[int] = 1
     #: What an answer still rejected after its tries does (see :data:`InvalidOutputPolicy`).
     on_invalid_output: ClassVar[InvalidOutputPolicy] = "fallback"
+
+    async def cache_key(self, *, arguments: dict[str, Any], context: Any) -> str | None:
+        """A hash of the action's name, ``arguments``, :attr:`cache_version`, the tool payload it
+        loads and the context's model inputs (``history_messages``, ``documents``, ``files``)."""
+        payload = await self.load_tool_payload(context=context)
+        inputs = {name: context_value(context, name) for name in ("history_messages", "documents", "files")}
+        return step_cache_key(self.name, arguments, self.cache_version, schema_version(payload), inputs)
 
     def stored_tool_id(self, *, context: Any) -> str | None:
         """The id the schema is stored under: ``context.<tool_id_key>``, else :attr:`tool_id`."""
@@ -187,6 +200,7 @@ class ForcedToolAction(BaseAgentAction):
 
     async def model_failed(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
         """Apply :attr:`on_model_failure` to a failed model call."""
+        spoil_step_cache(reason)
         if ModelFailurePolicy(self.on_model_failure) is ModelFailurePolicy.FAIL:
             raise ModelUnavailableError(ModelFailure(action=self.name, reason=reason))
         failure = await report_model_failure(action=self.name, reason=reason)
@@ -197,6 +211,7 @@ class ForcedToolAction(BaseAgentAction):
     async def output_rejected(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
         """Apply :attr:`on_invalid_output` to an answer still rejected after its tries."""
         logger.info("action %s fell back: %s", self.name, reason)
+        spoil_step_cache(reason)
         if self.on_invalid_output == "degrade":
             await report_model_failure(action=self.name, reason=reason)
         return await maybe_await(self.fallback(arguments=arguments, context=context, reason=reason))
@@ -234,6 +249,7 @@ class ForcedToolAction(BaseAgentAction):
                 self.stored_tool_id(context=context),
             )
             reason = "tool schema missing or unparsable"
+            spoil_step_cache(reason)
             return await maybe_await(self.fallback(arguments=arguments, context=context, reason=reason))
         tool_name = self.tool_name or tool_payload["name"]
         instruction = await maybe_await(self.build_instruction(arguments=arguments, context=context))

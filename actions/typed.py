@@ -99,6 +99,14 @@ class TypedToolAction(ForcedToolAction, Generic[OutputT]):
         description = cls.description or schema_description(cls.output_type) or cls.tool_name
         return {"name": cls.tool_name, "description": description, "parameters": tool_schema(cls.output_type)}
 
+    def cache_decode(self, value: Any) -> Any:
+        """A cached result back as an :attr:`output_type` instance (the data as it is when it no
+        longer fits the type)."""
+        try:
+            return type_adapter(self.output_type).validate_python(value)
+        except Exception:  # a validator that needs the run's context: the data as it is
+            return value
+
     def normalize(self, *, parsed: Any, arguments: dict[str, Any], context: Any) -> Any:
         """Business checks on the validated output (``parsed`` is an ``output_type`` instance).
 

@@ -6,18 +6,26 @@ asks :func:`check_budget` and then hands the response's usage to
 step, which a runner installs with :func:`use_meter`: in-process an
 :class:`InMemoryUsageMeter`; on Celery a meter that sums usage per run in the
 run store, shared by every task and worker of the run.
+
+A meter may also count the run's step-cache use (``actions/caching.py``): a meter with a
+``record_cache`` method hears each cache hit (with the tokens it saved) and miss through
+:func:`report_cache_use`; :class:`InMemoryUsageMeter` sums them in :attr:`InMemoryUsageMeter.cache`.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
 
 from actions.errors import AgentLoopError
 from actions.model import Usage
+
+logger = logging.getLogger(__name__)
 
 
 class TokenBudgetExceededError(AgentLoopError):
@@ -41,13 +49,42 @@ class UsageMeter(Protocol):
         """Add ``usage``; raise :class:`TokenBudgetExceededError` when it passed the budget."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CacheUsage:
+    """A run's step-cache use: ``hits``, ``misses``, and the tokens the hits saved (``tokens_saved``:
+    what the cached results had cost when they were computed)."""
+
+    hits: int = 0
+    misses: int = 0
+    tokens_saved: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"cache_hits": self.hits, "cache_misses": self.misses, "tokens_saved": self.tokens_saved}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CacheUsage:
+        return cls(
+            hits=int(data.get("cache_hits", 0)),
+            misses=int(data.get("cache_misses", 0)),
+            tokens_saved=int(data.get("tokens_saved", 0)),
+        )
+
+
 class InMemoryUsageMeter:
-    """Sums usage in this process; ``budget`` (total tokens) is optional."""
+    """Sums usage (and step-cache use) in this process; ``budget`` (total tokens) is optional."""
 
     def __init__(self, *, budget: int | None = None) -> None:
         self.budget = budget
         self.usage = Usage()
+        self.cache = CacheUsage()
         self._lock = threading.Lock()
+
+    def record_cache(self, *, hit: bool, tokens_saved: int = 0) -> None:
+        """Count one step-cache hit (with the tokens it saved) or miss."""
+        with self._lock:
+            hits, misses = self.cache.hits + int(hit), self.cache.misses + int(not hit)
+            saved = self.cache.tokens_saved + (tokens_saved if hit else 0)
+            self.cache = replace(self.cache, hits=hits, misses=misses, tokens_saved=saved)
 
     def check(self) -> None:
         if self.budget is not None and self.usage.total_tokens >= self.budget:
@@ -90,3 +127,17 @@ def report_usage(usage: Usage) -> None:
     meter = _meter.get()
     if meter is not None:
         meter.record(usage)
+
+
+def report_cache_use(*, hit: bool, tokens_saved: int = 0) -> None:
+    """A cached step hit (saving ``tokens_saved``) or missed: told to the meter when it counts
+    cache use (a ``record_cache`` method); counting is observation, so a failing meter is logged."""
+    record = getattr(_meter.get(), "record_cache", None)
+    if record is None:
+        return
+    try:
+        record(hit=hit, tokens_saved=tokens_saved)
+    except Exception:
+        logger.warning(
+            "the usage meter failed to count a step-cache %s", "hit" if hit else "miss", exc_info=True
+        )

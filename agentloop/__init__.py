@@ -74,11 +74,13 @@ from actions import (
     AiResponse,
     BaseAgentAction,
     BranchFailedError,
+    CacheUsage,
     CallbackChannel,
     DegradationSink,
     ForcedToolAction,
     FunctionCall,
     HumanChannel,
+    InMemoryStepCache,
     InMemoryUsageMeter,
     InvalidAnswerError,
     ModelFailure,
@@ -95,6 +97,7 @@ from actions import (
     RunDeadlineExceededError,
     RunStoppedError,
     StateNotSerializableError,
+    StepCache,
     StepEvent,
     StepEventSink,
     TokenBudgetExceededError,
@@ -114,11 +117,13 @@ from actions import (
     report_model_failure,
     report_step_event,
     report_usage,
+    step_cache_key,
     step_events_wanted,
     tool_schema,
     use_degradation_sink,
     use_human_channel,
     use_meter,
+    use_step_cache,
     use_step_events,
 )
 from loops import (
@@ -163,6 +168,7 @@ from pipelines import (
 )
 
 if TYPE_CHECKING:
+    from orchestration.cache import RedisStepCache
     from orchestration.celery_adapter.app import create_app
     from orchestration.celery_adapter.embedded import WorkerStartError
     from orchestration.celery_adapter.schedule import ScheduleError
@@ -195,6 +201,7 @@ __all__ = [
     "Branch",
     "BranchFailedError",
     "BranchResult",
+    "CacheUsage",
     "CallbackChannel",
     "CancelSignal",
     "CancellationToken",
@@ -207,6 +214,7 @@ __all__ = [
     "ForcedToolAction",
     "FunctionCall",
     "HumanChannel",
+    "InMemoryStepCache",
     "InMemoryToolStore",
     "InMemoryUsageMeter",
     "InlineAgentRunner",
@@ -230,6 +238,7 @@ __all__ = [
     "QuestionExpiredError",
     "QuestionKind",
     "RateLimitTimeoutError",
+    "RedisStepCache",
     "RunAlreadyEndedError",
     "RunCancelledError",
     "RunDeadlineExceededError",
@@ -250,6 +259,7 @@ __all__ = [
     "StandardContext",
     "StandardContextFactory",
     "StateNotSerializableError",
+    "StepCache",
     "StepEvent",
     "StepEventSink",
     "StoreUnavailableError",
@@ -283,6 +293,7 @@ __all__ = [
     "report_usage",
     "standard_context",
     "step",
+    "step_cache_key",
     "step_events_wanted",
     "sync_tools",
     "tool_schema",
@@ -290,6 +301,7 @@ __all__ = [
     "use_human_channel",
     "use_meter",
     "use_scope",
+    "use_step_cache",
     "use_step_events",
 ]
 
@@ -315,6 +327,7 @@ _LAZY = {
     "create_app": "orchestration.celery_adapter.app",
     "load_settings": "orchestration.settings",
     "processor_from_env": "orchestration.llm",
+    "RedisStepCache": "orchestration.cache",
     "sync_tools": "orchestration.tool_sync",
 }
 

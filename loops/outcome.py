@@ -37,12 +37,13 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actions.context import maybe_await
 from actions.degradation import ModelFailure
 from actions.step_events import StepEvent
+from actions.usage import CacheUsage
 from loops.contract import ProgressCallback
 from loops.progress import ProgressEvent, ProgressStatus
 
@@ -64,6 +65,8 @@ class RunOutcome:
     failures: tuple[ModelFailure, ...] = ()
     #: The paths of the run's loops that stopped at their bound (``""`` is the run's root).
     bounded: tuple[str, ...] = ()
+    #: The run's step-cache hits, misses and tokens saved (``actions/caching.py``).
+    cache: CacheUsage = field(default_factory=CacheUsage)
 
     @property
     def stopped_by(self) -> str:

@@ -10,6 +10,10 @@ returns its result, but ends ``degraded``: :meth:`InlineAgentRunner.request`
 returns the result and ``on_progress`` hears each failure and, last, a
 ``degraded`` event (:mod:`loops.outcome`); :meth:`InlineAgentRunner.request_outcome`
 returns a :class:`~loops.outcome.RunOutcome` with the status and the failures.
+
+Cached steps (:mod:`actions.caching`) keep their results in the runner's ``cache``:
+one :class:`~actions.caching.InMemoryStepCache` per runner unless one is given, so the
+runs of one runner share it; ``RunOutcome.cache`` counts the run's hits and misses.
 """
 
 from __future__ import annotations
@@ -19,23 +23,31 @@ import time
 from datetime import timedelta
 from typing import Any, Self
 
+from actions.caching import InMemoryStepCache, StepCache
 from actions.human import CallbackChannel, QuestionCallback
-from actions.usage import InMemoryUsageMeter, UsageMeter, use_meter
+from actions.usage import CacheUsage, InMemoryUsageMeter, UsageMeter, use_meter
 from loops.contract import ProgressCallback, Runnable
 from loops.outcome import BoundRecorder, DegradationRecorder, RunOutcome, degraded_event
 from loops.scope import CancelSignal, Checkpointer, RunScope, new_run_id, use_scope, within_deadline
 
 
 class InlineAgentRunner:
-    """``InlineAgentRunner.create(runnable=Cls, context=ctx)``, then ``await request(input=...)``."""
+    """``InlineAgentRunner.create(runnable=Cls, context=ctx)``, then ``await request(input=...)``.
 
-    def __init__(self, *, runnable: type[Runnable], context: Any = None) -> None:
+    ``cache`` is where cached steps keep their results (default: an
+    :class:`~actions.caching.InMemoryStepCache` of this runner's own).
+    """
+
+    def __init__(
+        self, *, runnable: type[Runnable], context: Any = None, cache: StepCache | None = None
+    ) -> None:
         self.runnable = runnable
         self.context = context
+        self.cache: StepCache = InMemoryStepCache() if cache is None else cache
 
     @classmethod
-    def create(cls, *, runnable: type[Runnable], context: Any = None) -> Self:
-        return cls(runnable=runnable, context=context)
+    def create(cls, *, runnable: type[Runnable], context: Any = None, cache: StepCache | None = None) -> Self:
+        return cls(runnable=runnable, context=context, cache=cache)
 
     async def request(
         self,
@@ -50,6 +62,7 @@ class InlineAgentRunner:
         meter: UsageMeter | None = None,
         token_budget: int | None = None,
         on_question: QuestionCallback | None = None,
+        cache: StepCache | None = None,
     ) -> Any:
         """Run once and return the result (also when the run ended ``degraded``).
 
@@ -59,7 +72,8 @@ class InlineAgentRunner:
         ``token_budget`` when none is given); a step that passes the budget ends
         with :class:`~actions.TokenBudgetExceededError`. A step's question
         (:func:`~actions.human.ask_human`) goes to ``on_question``, which returns the answer
-        or an awaitable of it; the step waits for it.
+        or an awaitable of it; the step waits for it. Cached steps use ``cache`` (default: the
+        runner's).
         """
         outcome = await self.request_outcome(
             input=input,
@@ -72,6 +86,7 @@ class InlineAgentRunner:
             meter=meter,
             token_budget=token_budget,
             on_question=on_question,
+            cache=cache,
         )
         return outcome.result
 
@@ -88,11 +103,13 @@ class InlineAgentRunner:
         meter: UsageMeter | None = None,
         token_budget: int | None = None,
         on_question: QuestionCallback | None = None,
+        cache: StepCache | None = None,
     ) -> RunOutcome:
         """The same as :meth:`request`, returning the result with how the run ended:
         ``outcome.status`` is ``"succeeded"`` or ``"degraded"``, ``outcome.failures`` the model
         failures the run's steps survived, ``outcome.stopped_by`` ``"bound"`` when a loop hit
-        its ``max_iterations`` before it was complete (else ``"complete"``)."""
+        its ``max_iterations`` before it was complete (else ``"complete"``), ``outcome.cache`` the
+        run's step-cache hits, misses and tokens saved (counted by the meter)."""
         if meter is None:
             meter = InMemoryUsageMeter(budget=token_budget)
         seconds = None if deadline is None else deadline.total_seconds()
@@ -107,6 +124,7 @@ class InlineAgentRunner:
             degradation=recorder,
             events=recorder,
             human=None if on_question is None else CallbackChannel(on_question),
+            cache=self.cache if cache is None else cache,
         )
         instance = self.runnable.create(context=self.context)
         limit = "" if seconds is None else f" of {seconds:g}s"
@@ -115,7 +133,13 @@ class InlineAgentRunner:
             result = await within_deadline(
                 scope, instance.run(input=input, on_progress=on_progress), limit=limit
             )
-        outcome = RunOutcome(result=result, failures=recorder.failures, bounded=bounds.paths)
+        cache_use = getattr(meter, "cache", None)
+        outcome = RunOutcome(
+            result=result,
+            failures=recorder.failures,
+            bounded=bounds.paths,
+            cache=cache_use if isinstance(cache_use, CacheUsage) else CacheUsage(),
+        )
         if outcome.degraded:
             name = str(getattr(instance, "name", "") or type(instance).__name__)
             await recorder.emit(degraded_event(scope.run_id, name, outcome.failures, path=scope.path))

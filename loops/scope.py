@@ -23,6 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from actions.caching import StepCache, use_step_cache
 from actions.degradation import DegradationSink, use_degradation_sink
 from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceededError, RunStoppedError
 from actions.human import HumanChannel, use_human_channel
@@ -85,6 +86,8 @@ class RunScope:
     tracer: Tracer | None = None
     #: Where the run's steps report cache hits, streamed output and the like (``actions/step_events.py``).
     events: StepEventSink | None = None
+    #: Where the run's cached steps keep and find their results (``actions/caching.py``).
+    cache: StepCache | None = None
 
     def child(self, segment: str) -> RunScope:
         """The scope of a nested runnable, e.g. ``pipeline/1`` or ``branch/a``."""
@@ -168,7 +171,8 @@ def ensure_scope() -> Iterator[RunScope]:
 @contextmanager
 def use_scope(scope: RunScope) -> Iterator[RunScope]:
     """Run the block inside ``scope`` (its steps report model failures to its ``degradation`` sink,
-    their step events to its ``events`` sink, and ask their questions through its ``human`` channel)."""
+    their step events to its ``events`` sink, keep cached results in its ``cache``, and ask their
+    questions through its ``human`` channel)."""
     token = _current.set(scope)
     try:
         with (
@@ -176,6 +180,7 @@ def use_scope(scope: RunScope) -> Iterator[RunScope]:
             use_human_channel(scope.human, path=scope.path),
             use_tracer(scope.tracer),
             use_step_events(scope.events, path=scope.path),
+            use_step_cache(scope.cache),
         ):
             yield scope
     finally:

@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from actions.caching import StepCache
 from actions.context import maybe_await
-from actions.errors import BranchFailedError, RunStoppedError
+from actions.errors import RunStoppedError
 from actions.tracing import Tracer
 from actions.usage import use_meter
 from loops.outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
@@ -31,7 +32,7 @@ from orchestration.human.waits import WaitStore
 from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
 from orchestration.redaction import context_secrets, scrub_error
 from orchestration.registry import RunnableRegistry
-from orchestration.run_end import end_with_failure, failed_paths
+from orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from orchestration.store import RunStore, StoreUnavailableError
 from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
 from orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
@@ -52,8 +53,10 @@ class WorkflowEngine:
         checkpoint_interval: float = 0.0,
         waits: WaitStore | None = None,
         tracer: Tracer | None = None,
+        cache: StepCache | None = None,
     ) -> None:
         self.registry, self.store, self.waits, self.tracer = registry, store, waits, tracer
+        self.cache = cache  # where cached steps keep their results (``orchestration/cache.py``)
         self.update_state, self.progress_interval = update_state, progress_interval
         self.checkpoint_interval = checkpoint_interval
 
@@ -81,6 +84,7 @@ class WorkflowEngine:
             events=degradation,
             human=None if self.waits is None else StoreHumanChannel(self.waits, node.run_id),
             tracer=self.tracer,
+            cache=self.cache,
             cancel=StoreCancelSignal(self.store, node.run_id),
             checkpointer=StoreCheckpointer(
                 self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}
@@ -365,36 +369,10 @@ class WorkflowEngine:
                 collected = not isinstance(error, RunStoppedError)  # a stop ends the run, as inline
                 if collected and node.capture is not None and ancestor.path == node.capture:
                     return BranchFailure.of(error, capture=node.capture)
-                error = await self._report_ancestor(node, ancestor, error, publisher, reported)
+                error = await report_ancestor_failure(
+                    self.registry, node.run_id, ancestor, error, publisher, reported
+                )
         finally:
             publisher.flush(final=True)
         end_with_failure(self.store, node.run_id, error, owner_token=node.owner_token)
         raise error
-
-    async def _report_ancestor(
-        self,
-        node: WorkflowNode,
-        ancestor: Ancestor,
-        error: BaseException,
-        publisher: ProgressPublisher,
-        reported: set[str],
-    ) -> BaseException:
-        """The enclosing ``ancestor`` emits its ``failed`` event; returns the error it passes up."""
-        if ancestor.kind == "composite" and not isinstance(error, RunStoppedError):
-            error = BranchFailedError(ancestor.position, error)
-        if ancestor.path in reported:
-            return error
-        reported.add(ancestor.path)
-        # A failure event needs the class only (its name, its stages), never the context: the
-        # instance is built without one, so a failing context factory cannot hide the failure.
-        instance: Any = self.registry.get(ancestor.runnable).runnable.create(context=None)
-        scope = RunScope(run_id=node.run_id, path=ancestor.path)
-        if ancestor.kind == "pipeline":
-            await instance.emit_stage_failure(
-                scope=scope, on_progress=publisher, index=int(ancestor.position), error=error
-            )
-        else:
-            await instance.emit_composite_failure(
-                scope=scope, on_progress=publisher, width=ancestor.width, error=error
-            )
-        return error

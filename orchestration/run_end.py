@@ -13,7 +13,12 @@ run that ended meanwhile, nor ends a run for a task without its owner's token.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from actions.errors import BranchFailedError, RunStoppedError
+from loops.contract import ProgressCallback
+from loops.scope import RunScope
+from orchestration.registry import RunnableRegistry
 from orchestration.store import (
     TERMINAL_STATUSES,
     RunAlreadyEndedError,
@@ -22,8 +27,9 @@ from orchestration.store import (
     RunStore,
     StoreUnavailableError,
 )
+from orchestration.wire import Ancestor
 
-__all__ = ["end_with_failure", "failed_paths", "failure_status"]
+__all__ = ["end_with_failure", "failed_paths", "failure_status", "report_ancestor_failure"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,3 +75,33 @@ def failed_paths(store: RunStore, run_id: str) -> set[str]:
     except Exception:  # unreachable: report every level again rather than stop here
         logger.warning("could not read the events of run %s", run_id, exc_info=True)
         return set()
+
+
+async def report_ancestor_failure(
+    registry: RunnableRegistry,
+    run_id: str,
+    ancestor: Ancestor,
+    error: BaseException,
+    publisher: ProgressCallback,
+    reported: set[str],
+) -> BaseException:
+    """The enclosing ``ancestor`` emits its ``failed`` event (once per path: ``reported``);
+    returns the error it passes up (a composite's wrapped in :class:`~actions.BranchFailedError`)."""
+    if ancestor.kind == "composite" and not isinstance(error, RunStoppedError):
+        error = BranchFailedError(ancestor.position, error)
+    if ancestor.path in reported:
+        return error
+    reported.add(ancestor.path)
+    # A failure event needs the class only (its name, its stages), never the context: the
+    # instance is built without one, so a failing context factory cannot hide the failure.
+    instance: Any = registry.get(ancestor.runnable).runnable.create(context=None)
+    scope = RunScope(run_id=run_id, path=ancestor.path)
+    if ancestor.kind == "pipeline":
+        await instance.emit_stage_failure(
+            scope=scope, on_progress=publisher, index=int(ancestor.position), error=error
+        )
+    else:
+        await instance.emit_composite_failure(
+            scope=scope, on_progress=publisher, width=ancestor.width, error=error
+        )
+    return error

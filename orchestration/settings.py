@@ -136,6 +136,15 @@ def _default_result_backend(values: dict[str, Any]) -> str:
     )
 
 
+def _default_cache_url(values: dict[str, Any]) -> str:
+    """The step cache implied when ``AGENTLOOP_CACHE_URL`` is not set: the result backend's Redis,
+    else the broker's, else this process's memory."""
+    for url in (values["result_backend"], values["broker_url"]):
+        if _scheme(str(url)) == "redis":
+            return str(url)
+    return "memory://"
+
+
 def _sqlite_under(values: dict[str, Any]) -> str:
     return f"sqlite:///{(Path(values['home']) / _SQLITE_FILENAME).resolve()}"
 
@@ -149,7 +158,7 @@ class Settings(_Group):
     """
 
     _URL_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"broker_url", "redis_url", "result_backend", "database_url"}
+        {"broker_url", "redis_url", "result_backend", "database_url", "cache_url"}
     )
 
     model: ModelSettings = Field(default_factory=ModelSettings)
@@ -169,6 +178,10 @@ class Settings(_Group):
     result_backend: str = Field(default_factory=_default_result_backend, validation_alias="RESULT_BACKEND")
     """``RESULT_BACKEND``: wins over everything. Default: ``REDIS_URL``; the broker when it is Redis;
     ``cache+memory://`` on ``memory://``; ``rpc://`` on AMQP; any other broker is an error."""
+    cache_url: str = Field(default_factory=_default_cache_url, validation_alias="AGENTLOOP_CACHE_URL")
+    """``AGENTLOOP_CACHE_URL``: where cached steps keep their results (``orchestration/cache.py``):
+    ``redis://...``, ``memory://`` (one process) or ``none``. Default: the result backend when it
+    is Redis, else the broker when it is, else ``memory://``."""
     home: Path = _env("AGENTLOOP_HOME", Path(_DEFAULT_HOME))
     """``AGENTLOOP_HOME``: the folder of the default SQLite store. Default: ``./.agentloop``."""
     database_url: str = Field(default_factory=_sqlite_under, validation_alias="DATABASE_URL")
@@ -231,6 +244,14 @@ class Settings(_Group):
                 f"AGENTLOOP_CHECKPOINT_SECONDS must be a non-negative number of seconds, not {value!r}"
             )
         return number
+
+    @field_validator("cache_url", mode="after")
+    @classmethod
+    def _cache_url(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0].lower() if "://" in value else value.strip().lower()
+        if scheme not in ("redis", "rediss", "memory", "none"):
+            raise ValueError(f"AGENTLOOP_CACHE_URL must be redis://..., memory:// or none, not {scheme!r}")
+        return value
 
     @field_validator("imports", mode="before")
     @classmethod

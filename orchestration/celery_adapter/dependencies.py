@@ -1,4 +1,5 @@
-"""What the tasks of one app share in a worker process: settings, the registry, the run store."""
+"""What the tasks of one app share in a worker process: settings, the registry, the run store,
+the step cache."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import threading
 
 from celery import Celery
 
+from actions.caching import StepCache
+from orchestration.cache import step_cache_for
 from orchestration.human.waits import WaitStore, wait_store_for
 from orchestration.registry import RunnableRegistry
 from orchestration.settings import Settings
@@ -33,6 +36,7 @@ class AppDependencies:
         self._registry, self._store = registry, store
         self._lock = threading.Lock()
         self._waits: WaitStore | None = None
+        self._cache: tuple[StepCache | None] | None = None
 
     @property
     def registry(self) -> RunnableRegistry:
@@ -57,6 +61,15 @@ class AppDependencies:
             if self._waits is None:
                 self._waits = wait_store_for(store)
             return self._waits
+
+    @property
+    def step_cache(self) -> StepCache | None:
+        """Where cached steps keep their results: ``settings.cache_url`` (``orchestration/cache.py``),
+        built on first use, so each prefork child opens its own Redis connections."""
+        with self._lock:
+            if self._cache is None:
+                self._cache = (step_cache_for(self.settings.cache_url),)
+            return self._cache[0]
 
 
 def dependencies_of(app: Celery) -> AppDependencies:

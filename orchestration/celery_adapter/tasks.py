@@ -87,6 +87,7 @@ def engine_for(task: Task) -> WorkflowEngine:
         checkpoint_interval=deps.settings.checkpoint_seconds,
         waits=deps.waits,
         tracer=getattr(task.app, "agentloop_tracer", None),  # orchestration/tracing/otel.py
+        cache=deps.step_cache,  # orchestration/cache.py
     )
 
 

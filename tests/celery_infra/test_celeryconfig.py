@@ -192,6 +192,7 @@ def test_every_variable_of_celerys_settings_is_documented(load_config: LoadConfi
     doc = load_config().__doc__ or ""
     not_celerys = {"DATABASE_URL", "AGENTLOOP_HOME", "AGENTLOOP_CHECKPOINT_SECONDS"}
     not_celerys |= {"AGENTLOOP_STORE_RETRY_SECONDS"}  # the run store's, not Celery's
+    not_celerys |= {"AGENTLOOP_CACHE_URL"}  # the step cache's (orchestration/cache.py), not Celery's
     not_celerys |= {
         "AGENTLOOP_TRACING_EXPORTER",
         "AGENTLOOP_TRACING_CAPTURE_PROMPTS",
