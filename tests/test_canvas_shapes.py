@@ -53,7 +53,9 @@ class Replaced(Exception):
 
 
 class FakeTask:
-    """The two things the compiler uses of a task: its app, and ``replace``."""
+    """What the compiler uses of a task: its app, its name (in errors), and ``replace``."""
+
+    name = "agentloop.run"
 
     def __init__(self, app: Celery) -> None:
         self.app = app

@@ -23,6 +23,7 @@ from typing import Any
 
 from celery import Signature, Task, chain, chord
 
+from orchestration.celery_adapter.outgoing import check_canvas, check_output
 from orchestration.celery_adapter.result_channels import unwatched_results
 from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
 from orchestration.wire import LANE, LANE_COLLECT, MERGE, PIPELINE_DONE, RUN, STAGE, BranchFailure
@@ -35,6 +36,7 @@ def continue_with(task: Task, outcome: Outcome, then: Signature | None = None) -
     value returned here is the caller's to finish.
     """
     if isinstance(outcome, Done):
+        check_output(outcome.value, task.name)  # it travels on in the next task's message
         return outcome.value
     if isinstance(outcome, BranchFailure):
         return outcome.to_wire()  # travels on to the composite that collects it
@@ -43,6 +45,7 @@ def continue_with(task: Task, outcome: Outcome, then: Signature | None = None) -
         canvas = chain(*pipeline_stages(task, outcome), *tail)
     else:
         canvas = chain(fan_out(task, outcome), *tail)
+    check_canvas(canvas)  # a message the workers' edge would refuse fails the run here instead
     with unwatched_results(task.app):  # this process never waits on the canvas's results
         raise task.replace(canvas)
 
@@ -90,6 +93,7 @@ def continue_lane(task: Task, outcome: Outcome, collected: list[Any]) -> Any:
     """A branch run in a lane: the lane's outputs so far with this branch's appended, now or
     (when the branch expands into a canvas) by ``agentloop.lane_collect`` after it."""
     if isinstance(outcome, Done):
+        check_output(outcome.value, task.name)
         return [*collected, outcome.value]
     if isinstance(outcome, BranchFailure):
         return [*collected, outcome.to_wire()]
