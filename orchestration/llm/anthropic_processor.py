@@ -19,13 +19,19 @@ documents are the system prompt; a forced tool is ``tool_choice={"type": "tool",
 "name": ...}``; ``tool_use`` blocks come back as :attr:`AiResponse.function_calls`
 (their ``input`` JSON-encoded), ``usage`` from ``input_tokens``/``output_tokens``.
 ``files`` are not sent yet; tools are never executed here.
+
+With ``stream=True`` the same request is streamed and read back by
+:mod:`orchestration.llm.anthropic_stream` into the same :class:`AiResponse`; while a run
+listens, the partial text and tool input are reported as throttled ``delta`` progress events
+(:mod:`orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
+malformed event, an ``error`` event, a stream cut short) is a failure like any other.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Self
+from typing import Any, Self
 
 try:
     from anthropic import AnthropicError, AsyncAnthropic, omit
@@ -43,8 +49,10 @@ from orchestration.llm.anthropic_mapping import (
     to_anthropic_tool_choice,
     to_anthropic_tools,
 )
+from orchestration.llm.anthropic_stream import read_message_stream
 from orchestration.llm.base import BaseProcessor, UsageHook
 from orchestration.llm.request_guard import model_requests
+from orchestration.llm.stream_deltas import as_stream_interval, delta_reporter
 from orchestration.settings import ModelSettings
 from orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL
 
@@ -79,7 +87,10 @@ class AnthropicProcessor(BaseProcessor):
     selects any server speaking the Messages API (default: Anthropic's); with a
     non-default ``base_url`` the key may be omitted (a placeholder is sent).
     ``on_usage`` is called with the usage of every reply, for accounting; its
-    failures are logged, never raised.
+    failures are logged, never raised. ``stream=True`` streams every reply and
+    reports its partial output as ``delta`` events, at most one per
+    ``stream_interval`` (seconds or a ``timedelta``, default 100 ms) for each
+    piece of the reply; the result is the same as without streaming.
     """
 
     def __init__(
@@ -92,9 +103,12 @@ class AnthropicProcessor(BaseProcessor):
         max_retries: int = DEFAULT_MAX_RETRIES,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         on_usage: UsageHook | None = None,
+        stream: bool = False,
+        stream_interval: float | timedelta | None = None,
     ) -> None:
         if not model:
             raise ValueError("model must be a non-empty model name")
+        self._stream, self._stream_interval = stream, as_stream_interval(stream_interval)
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
         if not seconds > 0:
             raise ValueError(f"timeout must be positive, not {timeout!r}")
@@ -120,8 +134,8 @@ class AnthropicProcessor(BaseProcessor):
     @classmethod
     def from_settings(cls, settings: ModelSettings, *, on_usage: UsageHook | None = None) -> Self:
         """Build from the model settings: ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``,
-        ``AGENTLOOP_MODEL``, ``ANTHROPIC_TIMEOUT_SECONDS``, ``ANTHROPIC_MAX_RETRIES`` and
-        ``ANTHROPIC_MAX_TOKENS``.
+        ``AGENTLOOP_MODEL``, ``ANTHROPIC_TIMEOUT_SECONDS``, ``ANTHROPIC_MAX_RETRIES``,
+        ``ANTHROPIC_MAX_TOKENS``, ``AGENTLOOP_MODEL_STREAM`` and ``AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS``.
 
         Raises ``ValueError`` when there is no key and no ``ANTHROPIC_BASE_URL``.
         """
@@ -135,6 +149,8 @@ class AnthropicProcessor(BaseProcessor):
             max_retries=provider.anthropic_max_retries,
             max_tokens=provider.anthropic_max_tokens,
             on_usage=on_usage,
+            stream=provider.stream,
+            stream_interval=provider.stream_interval_seconds,
         )
 
     # configuration, read-only
@@ -163,6 +179,16 @@ class AnthropicProcessor(BaseProcessor):
     def max_tokens(self) -> int:
         """The most tokens one reply may hold."""
         return self._max_tokens
+
+    @property
+    def stream(self) -> bool:
+        """Whether replies are streamed (and their partial output reported as ``delta`` events)."""
+        return self._stream
+
+    @property
+    def stream_interval(self) -> timedelta:
+        """The least time between two ``delta`` events of one piece of a reply."""
+        return self._stream_interval
 
     @property
     def client(self) -> AsyncAnthropic:
@@ -196,26 +222,44 @@ class AnthropicProcessor(BaseProcessor):
                 tools = [tool for tool in tools if tool["name"] in chosen]
         except (TypeError, ValueError) as error:
             return self._failure(f"invalid request: {error}")
-        try:
-            message = await self._client.messages.create(
-                model=self._model,
-                max_tokens=self._max_tokens,
-                system=system if system else omit,
-                messages=messages,
-                tools=tools if tools else omit,
-                tool_choice=tool_choice if tool_choice is not None else omit,
-            )
-        except Exception as error:  # the contract: a model fault is a value, never an exception
-            if not isinstance(error, AnthropicError):
-                logger.warning("anthropic processor: unexpected error", exc_info=True)
-            return self._failure(ANTHROPIC_ERRORS.describe(error, timeout=self._timeout))
-        try:
-            response = from_message(message, default_model=self._model)
-        except Exception as error:  # a malformed body the SDK let through
-            logger.warning("anthropic processor: could not read the reply", exc_info=True)
-            return self._failure(f"unreadable response: {type(error).__name__}: {error}")
+        create: dict[str, Any] = {
+            "model": self._model,
+            "max_tokens": self._max_tokens,
+            "system": system if system else omit,
+            "messages": messages,
+            "tools": tools if tools else omit,
+            "tool_choice": tool_choice if tool_choice is not None else omit,
+        }
+        response = await (self._streamed(create) if self._stream else self._whole(create))
+        if isinstance(response, str):  # no reply: why
+            return self._failure(response)
         await self._report_usage(response.usage)
         return response
+
+    async def _whole(self, create: dict[str, Any]) -> AiResponse | str:
+        """One message sent whole: the reply, or why there is none."""
+        try:
+            message = await self._client.messages.create(**create)
+        except Exception as error:  # the contract: a model fault is a value, never an exception
+            return self._described(error)
+        try:
+            return from_message(message, default_model=self._model)
+        except Exception as error:  # a malformed body the SDK let through
+            logger.warning("anthropic processor: could not read the reply", exc_info=True)
+            return f"unreadable response: {type(error).__name__}: {error}"
+
+    async def _streamed(self, create: dict[str, Any]) -> AiResponse | str:
+        """One message streamed (``anthropic_stream.py``), its pieces reported as ``delta`` events."""
+        reporter = delta_reporter(self._model, self._stream_interval)
+        try:
+            stream = await self._client.messages.create(**create, stream=True)
+            async with stream:
+                return await read_message_stream(stream, default_model=self._model, reporter=reporter)
+        except ValueError as error:  # an event that is not JSON, or not an event
+            logger.warning("anthropic processor: unreadable stream event", exc_info=True)
+            return f"unreadable stream event: {type(error).__name__}: {error}"
+        except Exception as error:  # the contract: a model fault is a value, never an exception
+            return self._described(error, mid_stream=True)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -228,6 +272,14 @@ class AnthropicProcessor(BaseProcessor):
         await self.aclose()
 
     # helpers
+
+    def _described(self, error: Exception, *, mid_stream: bool = False) -> str:
+        if isinstance(error, AnthropicError):
+            return ANTHROPIC_ERRORS.describe(error, timeout=self._timeout)
+        if mid_stream:  # the SDK passes a transport error met while reading a stream on as is
+            return f"stream broken: {type(error).__name__}: {error}"
+        logger.warning("anthropic processor: unexpected error", exc_info=True)
+        return ANTHROPIC_ERRORS.describe(error, timeout=self._timeout)
 
     def _failure(self, message: str) -> AiResponse:
         text = ANTHROPIC_ERRORS.failure_message(message, api_key=self._api_key)

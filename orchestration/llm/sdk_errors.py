@@ -79,6 +79,8 @@ class SdkErrors:
         failure: Any = error
         if isinstance(error, self.status):
             status = failure.status_code
+            if status < 400:  # an error event in a stream that began well
+                return f"error event in the stream: {self._detail(failure.body) or error}"
             label = self.status_labels.get(status) or ("server error" if status >= 500 else "HTTP error")
             detail = self._detail(failure.body)
             return f"{status} {label}{_attempts(failure.response.request)}" + (

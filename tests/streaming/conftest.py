@@ -1,4 +1,4 @@
-"""Fixtures of the streaming tests: the local OpenAI-protocol server, and processors for it."""
+"""Fixtures of the streaming tests: the local OpenAI- and Anthropic-protocol servers, processors for them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from streaming_support import API_KEY
 
+from orchestration.llm.anthropic_processor import AnthropicProcessor
 from orchestration.llm.openai_processor import OpenAIProcessor
+from orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 from orchestration.testing.servers.openai_server import OpenAICompatibleServer
 
 
@@ -34,6 +36,38 @@ async def make_processor(server: OpenAICompatibleServer) -> AsyncIterator[Callab
             "stream": True,
         }
         processor = OpenAIProcessor(**{**settings, **options})
+        made.append(processor)
+        return processor
+
+    yield make
+    for processor in made:
+        await processor.aclose()
+
+
+@pytest.fixture
+def anthropic_server() -> Iterator[AnthropicCompatibleServer]:
+    """A running :class:`AnthropicCompatibleServer` (pieces of 4 characters, no delay)."""
+    with AnthropicCompatibleServer(api_key=API_KEY) as running:
+        yield running
+
+
+@pytest.fixture
+async def make_anthropic(
+    anthropic_server: AnthropicCompatibleServer,
+) -> AsyncIterator[Callable[..., AnthropicProcessor]]:
+    """Anthropic processors pointed at the server (closed after the test); ``stream=True`` unless told."""
+    made: list[AnthropicProcessor] = []
+
+    def make(**options: Any) -> AnthropicProcessor:
+        settings: dict[str, Any] = {
+            "api_key": API_KEY,
+            "base_url": anthropic_server.base_url,
+            "model": "claude-test",
+            "timeout": 5.0,
+            "max_retries": 0,
+            "stream": True,
+        }
+        processor = AnthropicProcessor(**{**settings, **options})
         made.append(processor)
         return processor
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions import AiResponse, ModelRequest, StepEvent, use_step_events
-from orchestration.llm.openai_processor import OpenAIProcessor
+from actions import AiResponse, ModelProcessor, ModelRequest, StepEvent, use_step_events
 
 API_KEY = "sk-test-streaming-0123456789abcdef"
 
@@ -50,7 +49,7 @@ def request(*, forced: bool = False) -> ModelRequest:
 
 
 async def send(
-    processor: OpenAIProcessor, *, forced: bool = False, sink: KeptEvents | None = None
+    processor: ModelProcessor, *, forced: bool = False, sink: KeptEvents | None = None
 ) -> AiResponse:
     """One turn through ``processor``; its step events go to ``sink`` (none: nobody listens)."""
     if sink is None:

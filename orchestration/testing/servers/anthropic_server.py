@@ -17,7 +17,8 @@ timeouts and error mapping run for real::
 It answers ``POST /v1/messages`` with, in order: the next scripted reply (the
 same reply values as the OpenAI server: :func:`reply_text`,
 :func:`reply_tool_call`, :func:`reply_completion`, :func:`reply_delay`,
-:func:`reply_disconnect`, :func:`reply_json`, and :func:`reply_error` in
+:func:`reply_disconnect`, :func:`reply_broken_stream`, :func:`reply_json`, and
+:func:`reply_error` in
 Anthropic's error shape); else the ``responder``; else a call to the forced
 tool (``tool_choice`` ``tool``, or ``any``: the first tool) with ``{}``, or the
 text ``"ok"``. A reply becomes a ``message`` with ``text`` and ``tool_use``
@@ -32,6 +33,15 @@ newer SDKs send it; or a wrong one, when the server was given ``api_key``) gets
 a 401, one without ``anthropic-version`` or without ``model``/``max_tokens``/
 ``messages`` a 400, an unknown path a 404, all in Anthropic's error shape.
 Responses carry ``Connection: close``.
+
+A request with ``"stream": true`` gets its reply as Server-Sent Events in a
+chunked body (:mod:`~orchestration.testing.servers.anthropic_events`):
+``message_start``, each content block's start, deltas (text and tool input in
+pieces of ``stream_chunk_size`` characters, ``stream_chunk_delay`` seconds
+apart) and stop, ``message_delta`` with the stop reason and output tokens, and
+``message_stop``. :func:`reply_broken_stream` breaks a stream after some events:
+the connection dropped mid-body, the body ended early, an event that is not
+JSON, or an ``error`` event (``overloaded_error``).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from http.server import BaseHTTPRequestHandler
 from types import MappingProxyType
 from typing import Any
 
+from orchestration.testing.servers.anthropic_events import message_events, sse_event
 from orchestration.testing.servers.openai_replies import (
     BrokenStreamReply,
     CompletionReply,
@@ -52,6 +63,7 @@ from orchestration.testing.servers.openai_replies import (
     RecordedRequest,
     Reply,
     estimate_tokens,
+    reply_broken_stream,
     reply_completion,
     reply_delay,
     reply_disconnect,
@@ -59,7 +71,11 @@ from orchestration.testing.servers.openai_replies import (
     reply_text,
     reply_tool_call,
 )
-from orchestration.testing.servers.scripted_server import OwnedHTTPServer, ScriptedReplyServer
+from orchestration.testing.servers.scripted_server import (
+    OwnedHTTPServer,
+    ScriptedReplyServer,
+    send_event_stream,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +83,7 @@ __all__ = [
     "MESSAGES_PATH",
     "AnthropicCompatibleServer",
     "default_reply",
+    "reply_broken_stream",
     "reply_completion",
     "reply_delay",
     "reply_disconnect",
@@ -119,6 +136,15 @@ def default_reply(body: Mapping[str, Any]) -> Reply:
     """The deterministic answer when nothing is scripted: call the forced tool with ``{}``, else ``"ok"``."""
     name = _forced_tool(body)
     return reply_tool_call(name, {}) if name is not None else reply_text("ok")
+
+
+#: What a broken stream sends after its good events (nothing: the connection drops or the body ends).
+_FAULT_EVENTS: dict[str, list[str]] = {
+    "disconnect": [],
+    "truncated": [],
+    "malformed": ['event: content_block_delta\ndata: {"type": "content_block_delta", "index": \n\n'],
+    "error": [sse_event({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})],
+}
 
 
 def _input(arguments: str) -> Any:
@@ -180,12 +206,28 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return  # the server is stopping: abandon the reply
             reply = reply.then
-        if isinstance(reply, DisconnectReply | BrokenStreamReply):  # streams are the OpenAI server's
+        streamed = request.get("stream") is True
+        if isinstance(reply, DisconnectReply) or (isinstance(reply, BrokenStreamReply) and not streamed):
             self.close_connection = True
             return
-        if isinstance(reply, CompletionReply):
-            reply = JsonReply(status=200, body=owner._render_message(reply, request))
-        self._send(reply)
+        if isinstance(reply, JsonReply):
+            self._send(reply)
+        elif streamed:
+            self._send_stream(reply, request)
+        else:
+            self._send(JsonReply(status=200, body=owner._render_message(reply, request)))
+
+    def _send_stream(self, reply: CompletionReply | BrokenStreamReply, request: dict[str, Any]) -> None:
+        """The reply as SSE events in a chunked body; a broken reply ends as its fault says."""
+        owner = self.server.owner
+        broken = reply if isinstance(reply, BrokenStreamReply) else None
+        message = owner._render_message(broken.reply if broken is not None else reply, request)
+        events = message_events(message, chunk_size=owner.stream_chunk_size)
+        if broken is not None:
+            events = events[: broken.after_chunks] + _FAULT_EVENTS[broken.fault]
+        complete = broken is None or broken.fault != "disconnect"
+        headers = [("request-id", f"req_{owner._next_id()}")]
+        send_event_stream(self, owner, events, complete=complete, headers=headers)
 
     def _send(self, reply: JsonReply) -> None:
         data = json.dumps(reply.body).encode()
@@ -209,8 +251,9 @@ class AnthropicCompatibleServer(ScriptedReplyServer):
 
     ``script`` seeds the FIFO of replies; ``responder`` answers when the script
     is empty; ``api_key``, when given, is the only key accepted (else any
-    non-empty ``x-api-key`` is). Use it as a context manager, or call
-    :meth:`start` and :meth:`stop`.
+    non-empty ``x-api-key`` is). A streamed reply comes in pieces of
+    ``stream_chunk_size`` characters, ``stream_chunk_delay`` seconds apart. Use
+    it as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
     handler = _Handler

@@ -81,7 +81,11 @@ from orchestration.testing.servers.openai_replies import (
     reply_text,
     reply_tool_call,
 )
-from orchestration.testing.servers.scripted_server import OwnedHTTPServer, ScriptedReplyServer
+from orchestration.testing.servers.scripted_server import (
+    OwnedHTTPServer,
+    ScriptedReplyServer,
+    send_event_stream,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -189,24 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
         events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
         if broken is not None:
             events = events[: broken.after_chunks] + _FAULT_EVENTS[broken.fault]
-        self.close_connection = True
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            for index, event in enumerate(events):
-                if index and owner.stream_chunk_delay > 0 and owner._closing.wait(owner.stream_chunk_delay):
-                    return  # the server is stopping: abandon the stream
-                data = event.encode()
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-            if broken is None or broken.fault != "disconnect":
-                self.wfile.write(b"0\r\n\r\n")  # else: the body ends without its last chunk
-        except OSError:
-            logger.debug("openai test server: client went away during the stream")
+        send_event_stream(self, owner, events, complete=broken is None or broken.fault != "disconnect")
 
     def _send_json(self, status: int, body: Any, headers: Iterable[tuple[str, str]] = ()) -> None:
         data = json.dumps(body).encode()
@@ -254,25 +241,6 @@ class OpenAICompatibleServer(ScriptedReplyServer):
 
     handler = _Handler
     thread_name = "openai-test-server"
-
-    def __init__(
-        self,
-        *,
-        script: Iterable[Reply] = (),
-        responder: Responder | None = None,
-        api_key: str | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        stream_chunk_size: int = 4,
-        stream_chunk_delay: float = 0.0,
-    ) -> None:
-        super().__init__(script=script, responder=responder, api_key=api_key, host=host, port=port)
-        if stream_chunk_size < 1 or stream_chunk_delay < 0:
-            raise ValueError("stream_chunk_size must be positive and stream_chunk_delay not negative")
-        #: Characters of text or of tool arguments in one streamed chunk.
-        self.stream_chunk_size = stream_chunk_size
-        #: Seconds between two streamed chunks.
-        self.stream_chunk_delay = stream_chunk_delay
 
     def default_reply(self, body: dict[str, Any]) -> Reply:
         return default_reply(body)

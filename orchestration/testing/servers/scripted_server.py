@@ -1,6 +1,7 @@
 """What the local wire-protocol test servers share: a threaded HTTP server on 127.0.0.1 that
 answers from a FIFO script of replies (then a responder, then a default) and records every
-request. ``openai_server.py`` and ``anthropic_server.py`` add their protocol's handler, paths,
+request, and streams a reply as Server-Sent Events when asked to (:func:`send_event_stream`).
+``openai_server.py`` and ``anthropic_server.py`` add their protocol's handler, paths,
 authentication and rendering."""
 
 from __future__ import annotations
@@ -8,14 +9,14 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
 from orchestration.testing.servers.openai_replies import RecordedRequest, Reply, Responder
 
-__all__ = ["OwnedHTTPServer", "ScriptedReplyServer"]
+__all__ = ["OwnedHTTPServer", "ScriptedReplyServer", "send_event_stream"]
 
 
 class OwnedHTTPServer(ThreadingHTTPServer):
@@ -30,7 +31,9 @@ class ScriptedReplyServer:
     """Serve in a background thread; replies come from the script, the responder or the default.
 
     Subclasses set :attr:`handler` and :attr:`thread_name`, and give :meth:`default_reply` and
-    ``base_url``. Use it as a context manager, or call :meth:`start` and :meth:`stop`.
+    ``base_url``. A streamed reply comes in pieces of ``stream_chunk_size`` characters,
+    ``stream_chunk_delay`` seconds apart (attributes a test may change between requests). Use
+    it as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
     handler: ClassVar[type[BaseHTTPRequestHandler]]
@@ -44,7 +47,15 @@ class ScriptedReplyServer:
         api_key: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        stream_chunk_size: int = 4,
+        stream_chunk_delay: float = 0.0,
     ) -> None:
+        if stream_chunk_size < 1 or stream_chunk_delay < 0:
+            raise ValueError("stream_chunk_size must be positive and stream_chunk_delay not negative")
+        #: Characters of text or of tool arguments in one streamed piece.
+        self.stream_chunk_size = stream_chunk_size
+        #: Seconds between two streamed events.
+        self.stream_chunk_delay = stream_chunk_delay
         self.responder: Responder | None = responder
         self.api_key = api_key
         self._host, self._port = host, port
@@ -157,3 +168,36 @@ class ScriptedReplyServer:
         """The next number of the id sequence ``kind`` (each counts from 1)."""
         with self._lock:
             return next(self._counters[kind])
+
+
+def send_event_stream(
+    handler: BaseHTTPRequestHandler,
+    owner: ScriptedReplyServer,
+    events: Sequence[str],
+    *,
+    complete: bool = True,
+    headers: Iterable[tuple[str, str]] = (),
+) -> None:
+    """Answer 200 with ``events`` as ``text/event-stream`` in a chunked body, ``owner.stream_chunk_delay``
+    apart; without ``complete`` the body ends without its last chunk (a connection dropped
+    mid-body). A stopping server abandons the stream; a client that went away ends it."""
+    handler.close_connection = True
+    try:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.send_header("Connection", "close")
+        for name, value in headers:
+            handler.send_header(name, value)
+        handler.end_headers()
+        for index, event in enumerate(events):
+            if index and owner.stream_chunk_delay > 0 and owner._closing.wait(owner.stream_chunk_delay):
+                return  # the server is stopping: abandon the stream
+            data = event.encode()
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            handler.wfile.flush()
+        if complete:
+            handler.wfile.write(b"0\r\n\r\n")
+    except OSError:  # the client went away
+        pass
