@@ -125,6 +125,24 @@ class RunHandle:
         return self._record("error")
 
     @property
+    def usage(self) -> dict[str, int] | None:
+        """The run's usage so far: ``input_tokens``, ``output_tokens``, and its step-cache
+        ``cache_hits``, ``cache_misses`` and ``tokens_saved``; ``None`` before a worker records it."""
+        if self.store is None:
+            usage = self._record("usage")
+            return None if usage is None else {key: int(value) for key, value in usage.items()}
+        record = self.store.get_run(self.run_id)
+        if record is None:
+            return None
+        return {
+            "input_tokens": record.input_tokens,
+            "output_tokens": record.output_tokens,
+            "cache_hits": record.cache_hits,
+            "cache_misses": record.cache_misses,
+            "tokens_saved": record.tokens_saved,
+        }
+
+    @property
     def stopped_by(self) -> str:
         """``"bound"`` when a loop of the run stopped at its ``max_iterations`` before it was
         complete, else ``"complete"`` (read from the run's events, as :attr:`bounded`)."""

@@ -30,7 +30,7 @@ from orchestration.human.pause import pause_task, resume
 from orchestration.launches import LaunchClaim, RunIdTakenError, attached_result, claim_launch
 from orchestration.outcomes import Done, Outcome
 from orchestration.run_end import end_with_failure
-from orchestration.store import RunAlreadyEndedError, RunOwnershipError
+from orchestration.store import RunAlreadyEndedError, RunOwnershipError, RunRecord
 from orchestration.wire import (
     CANCEL,
     FINALIZE,
@@ -233,11 +233,20 @@ def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> di
         "run_id": run_id,
         "status": progress_status(record.status if record is not None else None, launch_state),
         "error": record.error if record is not None else None,
-        "usage": {"input_tokens": record.input_tokens, "output_tokens": record.output_tokens}
-        if record is not None
-        else None,
+        "usage": usage_of(record) if record is not None else None,
         "events": [event for _, event in rows],
         "last_id": rows[-1][0] if rows else int(after_id),
+    }
+
+
+def usage_of(record: RunRecord) -> dict[str, int]:
+    """A run's usage on the progress page: tokens, and its step-cache hits, misses and tokens saved."""
+    return {
+        "input_tokens": record.input_tokens,
+        "output_tokens": record.output_tokens,
+        "cache_hits": record.cache_hits,
+        "cache_misses": record.cache_misses,
+        "tokens_saved": record.tokens_saved,
     }
 
 

@@ -1,8 +1,8 @@
 """``agentloop runs list|show|watch``: the run store, read.
 
 Run ids are printed whole, whatever the terminal's width, so they can be
-copied into ``runs show``: on a narrow terminal the finish time, the tokens and
-the creation time give way first. ``--wide`` prints every column whole,
+copied into ``runs show``: on a narrow terminal the step-cache use, the finish
+time, the tokens and the creation time give way first. ``--wide`` prints every column whole,
 ``--json`` prints JSON for scripts.
 """
 
@@ -34,8 +34,8 @@ runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_arg
 
 
 #: The columns of ``runs list``, and the order in which they give way on a narrow terminal.
-COLUMNS = ("run id", "runnable", "status", "tokens in/out", "created", "finished")
-_GIVE_WAY = ("finished", "tokens in/out", "created")
+COLUMNS = ("run id", "runnable", "status", "tokens in/out", "cache hit/miss", "created", "finished")
+_GIVE_WAY = ("cache hit/miss", "finished", "tokens in/out", "created")
 
 
 def _cells(record: RunRecord) -> dict[str, str]:
@@ -44,6 +44,8 @@ def _cells(record: RunRecord) -> dict[str, str]:
         "runnable": record.runnable,
         "status": record.status,
         "tokens in/out": f"{record.input_tokens}/{record.output_tokens}",
+        "cache hit/miss": f"{record.cache_hits}/{record.cache_misses}"
+        + (f" ({record.tokens_saved} saved)" if record.tokens_saved else ""),
         "created": record.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         "finished": record.finished_at.strftime("%H:%M:%S") if record.finished_at else "",
     }

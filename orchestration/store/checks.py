@@ -163,5 +163,8 @@ def new_run_values(
         "finished_at": None,
         "input_tokens": 0,
         "output_tokens": 0,
+        "cache_hits": 0,
+        "cache_misses": 0,
+        "tokens_saved": 0,
         "cancel_requested": False,
     }

@@ -252,6 +252,19 @@ class InMemoryRunStore:
             self._runs[run_id] = record
             return record.input_tokens, record.output_tokens
 
+    def add_cache_usage(self, run_id: str, *, hits: int = 0, misses: int = 0, tokens_saved: int = 0) -> None:
+        """Atomically add step-cache hits, misses and tokens saved to the run."""
+        for value, what in ((hits, "cache_hits"), (misses, "cache_misses"), (tokens_saved, "tokens_saved")):
+            check_count(value, what)
+        with self._lock:
+            record = self._get(run_id)
+            self._runs[run_id] = replace(
+                record,
+                cache_hits=record.cache_hits + hits,
+                cache_misses=record.cache_misses + misses,
+                tokens_saved=record.tokens_saved + tokens_saved,
+            )
+
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
         """Replace the loop's checkpoint with ``(iteration, state)``."""
         check_text(run_id, "run id")

@@ -83,6 +83,10 @@ class RunRecord:
     finished_at: datetime | None
     celery_task_id: str | None
     cancel_requested: bool
+    #: Step-cache use (``actions/caching.py``): hits, misses, and the tokens the hits saved.
+    cache_hits: int = 0
+    cache_misses: int = 0
+    tokens_saved: int = 0
 
     @property
     def is_root(self) -> bool:
@@ -120,6 +124,9 @@ class RunRecord:
             path=values["path"] or "",
             input_tokens=int(values["input_tokens"] or 0),
             output_tokens=int(values["output_tokens"] or 0),
+            cache_hits=int(values["cache_hits"] or 0),
+            cache_misses=int(values["cache_misses"] or 0),
+            tokens_saved=int(values["tokens_saved"] or 0),
             cancel_requested=bool(values["cancel_requested"]),
         )
         return cls(**values)
@@ -253,6 +260,10 @@ class RunStore(Protocol):
 
     def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
         """Atomically add token usage to the run; returns its new ``(input, output)`` totals."""
+        ...
+
+    def add_cache_usage(self, run_id: str, *, hits: int = 0, misses: int = 0, tokens_saved: int = 0) -> None:
+        """Atomically add step-cache hits, misses and tokens saved to the run."""
         ...
 
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:

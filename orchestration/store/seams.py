@@ -51,7 +51,8 @@ class StoreCancelSignal:
 
 
 class StoreUsageMeter:
-    """Token usage of a whole run, summed in the run store by every task on every worker.
+    """Token usage of a whole run, summed in the run store by every task on every worker (and its
+    step-cache hits, misses and tokens saved).
 
     The run's ``token_budget`` (if any) is shared: the step whose call passes it
     ends with :class:`~actions.TokenBudgetExceededError`, and no step starts a
@@ -87,6 +88,11 @@ class StoreUsageMeter:
         self.used = total_in + total_out
         if self.budget is not None and self.used > self.budget:
             raise TokenBudgetExceededError(used=self.used, budget=self.budget)
+
+    def record_cache(self, *, hit: bool, tokens_saved: int = 0) -> None:
+        """Count one step-cache hit (with the tokens it saved) or miss on the run (``actions/caching.py``)."""
+        saved = tokens_saved if hit else 0
+        self.store.add_cache_usage(self.run_id, hits=int(hit), misses=int(not hit), tokens_saved=saved)
 
 
 class StoreCheckpointer:

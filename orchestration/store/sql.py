@@ -321,6 +321,22 @@ class SqlRunStore:
         return int(row[0]), int(row[1])
 
     @retried
+    def add_cache_usage(self, run_id: str, *, hits: int = 0, misses: int = 0, tokens_saved: int = 0) -> None:
+        """Atomically add step-cache use (``SET x = x + :n``)."""
+        statement = (
+            update(runs)
+            .where(runs.c.id == run_id)
+            .values(
+                cache_hits=runs.c.cache_hits + check_count(hits, "cache_hits"),
+                cache_misses=runs.c.cache_misses + check_count(misses, "cache_misses"),
+                tokens_saved=runs.c.tokens_saved + check_count(tokens_saved, "tokens_saved"),
+            )
+        )
+        with self.engine.begin() as connection:
+            if connection.execute(statement).rowcount == 0:
+                raise RunNotFoundError(run_id)
+
+    @retried
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
         """Replace the loop's checkpoint with ``(iteration, state)``: one row per (run, path)."""
         row = {

@@ -110,6 +110,10 @@ runs = Table(
     Column("error", json_type()),
     Column("input_tokens", BigInteger, nullable=False, default=0, server_default="0"),
     Column("output_tokens", BigInteger, nullable=False, default=0, server_default="0"),
+    # Step-cache use (``orchestration/cache.py``), summed like the tokens (migration 0005).
+    Column("cache_hits", BigInteger, nullable=False, default=0, server_default="0"),
+    Column("cache_misses", BigInteger, nullable=False, default=0, server_default="0"),
+    Column("tokens_saved", BigInteger, nullable=False, default=0, server_default="0"),
     Column("token_budget", BigInteger),
     Column("created_at", UtcDateTime(), nullable=False, default=utcnow, index=True),
     Column("started_at", UtcDateTime()),

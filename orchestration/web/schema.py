@@ -65,6 +65,10 @@ class Usage:
     input_tokens: Long
     output_tokens: Long
     total_tokens: Long
+    #: Step-cache use: hits, misses, and the tokens the hits saved.
+    cache_hits: Long
+    cache_misses: Long
+    tokens_saved: Long
 
 
 @strawberry.type

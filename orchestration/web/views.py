@@ -1,10 +1,11 @@
 """What a caller is shown of a run and of its events: Flower's privacy rules, over HTTP.
 
 Every caller with a valid token sees a run's id, runnable, status, times,
-token usage and where its events are (path, runnable, iteration, phase,
-status). Inputs, results, error messages and event texts (``message``,
-``data``) go only to holders of the ``read`` scope; the others see the size
-hint :func:`~orchestration.redaction.describe_hidden` gives (``<hidden dict 123
+token usage (with its step-cache hits, misses and tokens saved) and where its
+events are (path, runnable, iteration, phase, status). Inputs, results, error
+messages and event texts (``message``, ``data``) go only to holders of the
+``read`` scope; the others see the size hint
+:func:`~orchestration.redaction.describe_hidden` gives (``<hidden dict 123
 chars>``), as Flower shows a task's arguments.
 """
 
@@ -45,6 +46,9 @@ def run_view(record: RunRecord, *, can_read: bool) -> dict[str, Any]:
             "input_tokens": record.input_tokens,
             "output_tokens": record.output_tokens,
             "total_tokens": record.total_tokens,
+            "cache_hits": record.cache_hits,
+            "cache_misses": record.cache_misses,
+            "tokens_saved": record.tokens_saved,
         },
         "token_budget": record.token_budget,
         "cancel_requested": record.cancel_requested,
@@ -64,7 +68,14 @@ def pending_view(run_id: str, runnable: str) -> dict[str, Any]:
         "created_at": None,
         "started_at": None,
         "finished_at": None,
-        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+        "usage": {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "total_tokens": 0,
+            "cache_hits": 0,
+            "cache_misses": 0,
+            "tokens_saved": 0,
+        },
         "token_budget": None,
         "cancel_requested": False,
         "input": None,

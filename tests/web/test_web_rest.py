@@ -30,7 +30,14 @@ def test_a_run_started_over_http_runs_on_the_worker_and_reads_back(rig: WebRig) 
     assert view["status"] == "succeeded"
     assert view["input"] == {"hello": "world"}
     assert view["result"] == {"echo": {"hello": "world"}}
-    assert view["usage"] == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    assert view["usage"] == {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "total_tokens": 0,
+        "cache_hits": 0,
+        "cache_misses": 0,
+        "tokens_saved": 0,
+    }
 
 
 def test_the_run_id_is_an_idempotency_key(rig: WebRig) -> None:

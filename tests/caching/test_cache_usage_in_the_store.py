@@ -1,0 +1,117 @@
+"""A run's step-cache use in the run store: hits, misses and tokens saved, summed like token usage
+(in memory, on SQLite and on PostgreSQL), and shown wherever the run's usage is shown."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from caching_workflows import LabelStage, LabelTicket
+
+from actions import InMemoryStepCache, Usage
+from loops import InlineAgentRunner
+from orchestration.celery_adapter.tasks import usage_of
+from orchestration.cli.runs import _cells
+from orchestration.context import StandardContext
+from orchestration.store import (
+    InMemoryRunStore,
+    InMemoryToolStore,
+    RunNotFoundError,
+    RunRecord,
+    RunStore,
+    open_store,
+)
+from orchestration.store.seams import StoreUsageMeter
+from orchestration.testing import ScriptedModel, tool_call
+from orchestration.testing.servers.postgres import (
+    PostgresUnavailableError,
+    postgres_server,
+    private_database,
+    skip_or_fail,
+)
+from orchestration.web.views import pending_view, run_view
+
+BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
+    if request.param == "memory":
+        yield InMemoryRunStore()
+        return
+    with ExitStack() as stack:
+        if request.param == "postgresql":
+            try:
+                admin = stack.enter_context(postgres_server())
+            except PostgresUnavailableError as error:
+                skip_or_fail(str(error))
+            url = stack.enter_context(private_database(admin))
+        else:
+            url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
+        sql_store, _ = open_store(url)
+        stack.callback(sql_store.engine.dispose)
+        yield sql_store
+
+
+def cache_use(record: RunRecord | None) -> tuple[int, int, int]:
+    assert record is not None
+    return record.cache_hits, record.cache_misses, record.tokens_saved
+
+
+def test_cache_use_adds_up_and_a_bad_count_or_an_unknown_run_is_refused(store: RunStore) -> None:
+    store.create_run(run_id="r1", runnable="label", input={})
+    assert cache_use(store.get_run("r1")) == (0, 0, 0)
+
+    store.add_cache_usage("r1", misses=1)
+    store.add_cache_usage("r1", hits=1, tokens_saved=30)
+    store.add_cache_usage("r1", hits=2, tokens_saved=60)
+
+    record = store.get_run("r1")
+    assert cache_use(record) == (3, 1, 90)
+    assert record is not None and RunRecord.from_dict(record.to_dict()) == record
+    with pytest.raises(ValueError, match="tokens_saved"):
+        store.add_cache_usage("r1", tokens_saved=-1)
+    with pytest.raises(RunNotFoundError):
+        store.add_cache_usage("ghost", hits=1)
+
+
+async def test_the_store_meter_sums_a_runs_hits_misses_and_tokens_saved(store: RunStore) -> None:
+    reply = tool_call(
+        "label_ticket", {"label": "bug", "confidence": 0.9}, usage=Usage(input_tokens=20, output_tokens=4)
+    )
+    model = ScriptedModel([reply])
+    context = StandardContext(
+        processor=model, tool_store=InMemoryToolStore({"label_ticket": LabelTicket.tool_payload()})
+    )
+    runner = InlineAgentRunner.create(runnable=LabelStage, context=context, cache=InMemoryStepCache())
+    store.create_run(run_id="run", runnable="caching.label", input={})
+
+    for _ in range(3):
+        await runner.request(input={"text": "It crashes."}, meter=StoreUsageMeter(store, "run"))
+
+    record = store.get_run("run")
+    assert cache_use(record) == (2, 1, 48)
+    assert record is not None and (record.input_tokens, record.output_tokens) == (20, 4)
+    assert len(model.requests) == 1
+
+
+def test_the_web_views_the_progress_page_and_the_cli_show_the_cache_use() -> None:
+    store = InMemoryRunStore()
+    record = store.create_run(run_id="r1", runnable="label", input={})
+    store.add_cache_usage("r1", hits=2, misses=1, tokens_saved=48)
+    record = store.get_run("r1") or record
+
+    for can_read in (True, False):
+        usage = run_view(record, can_read=can_read)["usage"]
+        assert (usage["cache_hits"], usage["cache_misses"], usage["tokens_saved"]) == (2, 1, 48)
+    assert pending_view("r2", "label")["usage"]["cache_hits"] == 0
+    assert usage_of(record) == {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cache_hits": 2,
+        "cache_misses": 1,
+        "tokens_saved": 48,
+    }
+    assert _cells(record)["cache hit/miss"] == "2/1 (48 saved)"
