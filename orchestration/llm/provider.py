@@ -201,11 +201,12 @@ def describe_processor(processor: object) -> str:
     if isinstance(processor, OfflineModel):
         return OFFLINE_DESCRIPTION
     openai = _loaded_class("orchestration.llm.openai_processor", "OpenAIProcessor")
+    streamed = "; streamed" if getattr(processor, "stream", False) is True else ""
     if openai is not None and isinstance(processor, openai):
-        return f"OpenAI-compatible model {processor.model} at {redact_url(processor.base_url)}"
+        return f"OpenAI-compatible model {processor.model} at {redact_url(processor.base_url)}{streamed}"
     anthropic = _loaded_class("orchestration.llm.anthropic_processor", "AnthropicProcessor")
     if anthropic is not None and isinstance(processor, anthropic):
-        return f"Anthropic model {processor.model} at {redact_url(processor.base_url)}"
+        return f"Anthropic model {processor.model} at {redact_url(processor.base_url)}{streamed}"
     kind = type(processor).__name__
     model = getattr(processor, "model", None) or getattr(processor, "model_name", None)
     return f"{kind} ({model})" if isinstance(model, str) and model else kind

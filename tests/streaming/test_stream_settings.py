@@ -9,7 +9,7 @@ import pytest
 from streaming_support import API_KEY, KeptEvents, send
 
 from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.llm.provider import ModelProvider
+from orchestration.llm.provider import ModelProvider, describe_processor
 from orchestration.settings import SettingsError, load_settings
 from orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text
 
@@ -20,6 +20,7 @@ def test_streaming_is_off_by_default_with_a_100_ms_interval() -> None:
     )
 
     assert (processor.stream, processor.stream_interval) == (False, timedelta(milliseconds=100))
+    assert "streamed" not in describe_processor(processor)
 
 
 def test_the_settings_turn_streaming_on_with_their_interval() -> None:
@@ -34,6 +35,10 @@ def test_the_settings_turn_streaming_on_with_their_interval() -> None:
     processor = OpenAIProcessor.from_settings(settings.model)
 
     assert (processor.stream, processor.stream_interval) == (True, timedelta(milliseconds=50))
+    assert (
+        describe_processor(processor)
+        == "OpenAI-compatible model gpt-4o-mini at http://127.0.0.1:9/v1/; streamed"
+    )
 
 
 @pytest.mark.parametrize(
