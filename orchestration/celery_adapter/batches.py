@@ -81,6 +81,18 @@ def summarize(store: RunStore, batch_id: str) -> dict[str, Any]:
     }
 
 
+def _open_batch(store: RunStore, key: str) -> str | None:
+    """The id of a batch of ``key`` that has not ended, if any."""
+    for status in ("running", "pending"):
+        for run in store.list_runs(limit=1, status=status, runnable=batch_runnable_name(key)):
+            return run.id
+    return None
+
+
+def _skipped(running: str) -> dict[str, Any]:
+    return {"skipped": True, "reason": "the previous batch is still running", "running": running}
+
+
 def batch(
     self: Task,
     runnable: str,
@@ -99,18 +111,9 @@ def batch(
     deps = dependencies_of(self.app)
     deps.registry.get(runnable)
     store = deps.store
-    # A batch is open from its record's creation (pending) until its summary ends it.
-    running = [
-        run
-        for status in ("running", "pending")
-        for run in store.list_runs(limit=1, status=status, runnable=batch_runnable_name(key))
-    ]
-    if running:
-        return {
-            "skipped": True,
-            "reason": "the previous batch is still running",
-            "running": running[0].id,
-        }
+    earlier = _open_batch(store, key)  # the inputs are not read for a tick that is skipped anyway
+    if earlier is not None:
+        return _skipped(earlier)
     items = (
         list(inputs)
         if inputs is not None
@@ -118,13 +121,16 @@ def batch(
     )
     size = max(1, int(chunk_size))
     batch_id = str(self.request.id)
-    with suppress(RunExistsError):  # when this task is redelivered, its first delivery recorded the run
-        store.create_run(
-            run_id=batch_id,
-            runnable=batch_runnable_name(key),
-            input={"runnable": runnable, "count": len(items), "provider": provider, "chunk_size": size},
-            celery_task_id=batch_id,
-        )
+    # One atomic step: a batch is open from its record's creation (pending) until its summary ends
+    # it, and two ticks at the same instant never both create one. A redelivery finds its own run.
+    opened = store.create_run_unless_open(
+        run_id=batch_id,
+        runnable=batch_runnable_name(key),
+        input={"runnable": runnable, "count": len(items), "provider": provider, "chunk_size": size},
+        celery_task_id=batch_id,
+    )
+    if opened.id != batch_id:  # another tick's batch opened meanwhile
+        return _skipped(opened.id)
     store.mark_running(batch_id)
     store.append_events(
         batch_id,

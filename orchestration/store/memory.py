@@ -29,6 +29,7 @@ from orchestration.store.checks import (
 )
 from orchestration.store.errors import RunExistsError, RunNotFoundError
 from orchestration.store.json_values import JsonValue, to_json_value
+from orchestration.store.open_runs import root_run_values
 from orchestration.store.protocol import TERMINAL_STATUSES, LoopRecord, RunOwner, RunRecord, RunStatus
 from orchestration.store.tables import utcnow
 
@@ -94,6 +95,18 @@ class InMemoryRunStore:
             if owner is not None:
                 self._owners[run_id] = owner
             return _copied(record)
+
+    def create_run_unless_open(
+        self, *, run_id: str, runnable: str, input: JsonValue, celery_task_id: str | None = None
+    ) -> RunRecord:
+        """Record pending run ``run_id`` unless a run of ``runnable`` is open; see the protocol."""
+        values = root_run_values(run_id, runnable, input, celery_task_id)
+        with self._lock:
+            open_runs = [r for r in self._runs.values() if r.runnable == runnable and not r.is_finished]
+            if run_id not in self._runs and not open_runs:
+                self._runs[run_id] = RunRecord(**values)
+            chosen = self._runs.get(run_id) or min(open_runs, key=lambda r: r.created_at)
+            return _copied(chosen)
 
     def run_owner(self, run_id: str) -> RunOwner | None:
         """The owner the run was created with (``None``: anyone may end it)."""

@@ -193,6 +193,18 @@ class RunStore(Protocol):
         """
         ...
 
+    def create_run_unless_open(
+        self, *, run_id: str, runnable: str, input: JsonValue, celery_task_id: str | None = None
+    ) -> RunRecord:
+        """Record pending root run ``run_id`` unless a run of ``runnable`` has not ended, as one atomic
+        step (two callers at the same instant never both create one).
+
+        Returns the run ``run_id`` when it exists now (created here, or before: a redelivery), else
+        the earliest run of ``runnable`` that has not ended, which kept this one from being created.
+        ``ValueError`` for a value its column cannot hold.
+        """
+        ...
+
     def run_owner(self, run_id: str) -> RunOwner | None:
         """The owner the run was created with (``None``: anyone may end it)."""
         ...

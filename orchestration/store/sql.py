@@ -32,6 +32,7 @@ from orchestration.store.checks import (
 from orchestration.store.dialects import advisory_lock, dialect_of, upserts
 from orchestration.store.errors import RunExistsError, RunNotFoundError
 from orchestration.store.json_values import JsonValue, to_json_value
+from orchestration.store.open_runs import insert_unless_open, root_run_values
 from orchestration.store.protocol import TERMINAL_STATUSES, LoopRecord, RunOwner, RunRecord, RunStatus
 from orchestration.store.retry import StoreRetry, retried
 from orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
@@ -122,6 +123,15 @@ class SqlRunStore:
         if not created:
             raise RunExistsError(record)
         return record
+
+    @retried
+    def create_run_unless_open(
+        self, *, run_id: str, runnable: str, input: JsonValue, celery_task_id: str | None = None
+    ) -> RunRecord:
+        """Record pending run ``run_id`` unless a run of ``runnable`` is open; see the protocol."""
+        values = root_run_values(run_id, runnable, input, celery_task_id)
+        with self.engine.begin() as connection:
+            return _record(insert_unless_open(connection, self.dialect, values))
 
     @retried
     def run_owner(self, run_id: str) -> RunOwner | None:
