@@ -5,7 +5,8 @@
 first choice, each tool call's arguments by its ``index`` (its ``id`` and ``name`` from the first
 chunk that carries them), the usage from the last chunk, the model from any. The result is what
 :func:`~orchestration.llm.openai_mapping.from_chat_completion` makes of the same reply sent whole:
-the same text, calls with their raw arguments, usage and model. Each piece is also handed to a
+the same text, calls with their raw arguments, usage and model (a compatible server that
+ignores ``stream_options`` and sends no usage chunk leaves the usage at zero). Each piece is also handed to a
 :class:`~orchestration.llm.stream_deltas.DeltaReporter`, when a run listens.
 
 A stream that ends before any choice said why it finished (``finish_reason``) was cut short; it
