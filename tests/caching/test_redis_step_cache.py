@@ -1,0 +1,76 @@
+"""``RedisStepCache`` on a private Redis: JSON text under ``agentloop:cache:<key>`` with a Redis
+expiry; a Redis that cannot be reached is a miss, and is left alone for a while. And which cache
+``AGENTLOOP_CACHE_URL`` names."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+from redis import Redis
+
+from actions import InMemoryStepCache
+from orchestration.cache import CACHE_KEY_PREFIX, RedisStepCache, step_cache_for
+from orchestration.settings import SettingsError, load_settings
+from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    with ExitStack() as stack:
+        try:
+            yield stack.enter_context(private_redis_server())
+        except ServiceUnavailable as unavailable:
+            pytest.skip(unavailable.reason)
+
+
+async def test_a_value_is_kept_under_the_prefix_with_a_redis_expiry(redis_server: RedisServer) -> None:
+    cache = RedisStepCache(redis_server.url)
+    client = Redis.from_url(redis_server.url)
+    try:
+        await cache.set("k1", '{"v": 1}', ttl=0.3)
+        assert await cache.get("k1") == '{"v": 1}'
+        assert client.get(CACHE_KEY_PREFIX + "k1") == b'{"v": 1}'
+        assert 0 < client.pttl(CACHE_KEY_PREFIX + "k1") <= 300
+        await asyncio.sleep(0.4)
+        assert await cache.get("k1") is None
+        assert await cache.get("never-set") is None
+    finally:
+        cache.close()
+        client.close()
+
+
+async def test_a_redis_that_cannot_be_reached_is_a_miss_and_is_not_asked_again_for_a_while(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache = RedisStepCache("redis://127.0.0.1:1/0", timeout=0.5, retry_interval=60)
+    await cache.set("k", "v", ttl=10)
+    started = time.monotonic()
+    assert await cache.get("k") is None
+    assert time.monotonic() - started < 0.1  # not asked: the set just failed
+    assert [r.levelname for r in caplog.records if "step cache" in r.getMessage()] == ["WARNING"]
+    assert "steps run uncached" in caplog.text
+
+
+def test_the_cache_url_names_redis_memory_or_none(redis_server: RedisServer) -> None:
+    assert isinstance(step_cache_for(redis_server.url), RedisStepCache)
+    assert isinstance(step_cache_for("memory://"), InMemoryStepCache)
+    assert step_cache_for("none") is None
+    with pytest.raises(ValueError, match="no step cache"):
+        step_cache_for("http://example.com")
+
+
+def test_the_cache_url_defaults_to_the_redis_result_backend_or_broker_else_memory() -> None:
+    assert load_settings({}).cache_url == "memory://"
+    assert load_settings({"REDIS_URL": "redis://r:6379/0"}).cache_url == "redis://r:6379/0"
+    amqp_with_redis_results = {"BROKER_URL": "amqp://guest@mq//", "RESULT_BACKEND": "redis://r:6379/3"}
+    assert load_settings(amqp_with_redis_results).cache_url == "redis://r:6379/3"
+    assert load_settings({"BROKER_URL": "amqp://guest@mq//"}).cache_url == "memory://"
+    assert load_settings({"AGENTLOOP_CACHE_URL": "none"}).cache_url == "none"
+    with pytest.raises(SettingsError, match="AGENTLOOP_CACHE_URL"):
+        load_settings({"AGENTLOOP_CACHE_URL": "http://cache"})

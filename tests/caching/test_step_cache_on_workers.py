@@ -1,0 +1,187 @@
+"""Step caching on real workers: two worker processes share cached results through a private Redis.
+
+Each worker consumes a queue of its own (``AGENTLOOP_TASK_DEFAULT_QUEUE``), and each run is sent to
+one of them, so a run's tasks all run in that worker's processes. The model is the local
+OpenAI-protocol server behind the real SDK; its request log says which runs called it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from caching_workflows import LabelTicket
+
+from orchestration.celery_adapter.app import create_app
+from orchestration.client import CeleryAgentRunner, RunHandle
+from orchestration.store import SqlRunStore, SqlToolStore, open_store
+from orchestration.testing.servers.openai_server import (
+    OpenAICompatibleServer,
+    Reply,
+    reply_error,
+    reply_tool_call,
+)
+from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+from orchestration.testing.servers.worker import run_worker_process
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY = "sk-test-caching-0123456789"
+#: What one model answer costs (prompt, completion tokens): what a hit saves.
+ANSWER_USAGE = (25, 5)
+
+
+def label(body: dict[str, Any]) -> Reply:
+    return reply_tool_call("label_ticket", {"label": "bug", "confidence": 0.9}, usage=ANSWER_USAGE)
+
+
+class Rig:
+    def __init__(self, apps: dict[str, Any], store: SqlRunStore, tools: SqlToolStore, server: Any) -> None:
+        self.apps, self.store, self.tools, self.server = apps, store, tools, server
+
+    def run(self, queue: str, ticket: str, runnable: str = "caching.label") -> RunHandle:
+        runner = CeleryAgentRunner.create(runnable=runnable, app=self.apps[queue], store=self.store)
+        handle = runner.request_sync(input={"text": ticket})
+        handle.wait_sync(timeout=60)
+        return handle
+
+    def model_calls(self, ticket: str) -> int:
+        return sum(ticket in json.dumps(body["messages"]) for body in self.server.completion_requests)
+
+    def cache_events(self, handle: RunHandle) -> list[dict[str, Any]]:
+        events = [event for _, event in self.store.events(handle.run_id)]
+        return [event for event in events if event["phase"] in ("cache_hit", "cache_miss")]
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    with ExitStack() as stack:
+        try:
+            redis = stack.enter_context(private_redis_server())
+        except ServiceUnavailable as unavailable:
+            pytest.skip(unavailable.reason)
+        database_url = f"sqlite:///{tmp_path_factory.mktemp('caching') / 'agent.sqlite3'}"
+        store, tools = open_store(database_url)
+        stack.callback(store.engine.dispose)
+        tools.put("label_ticket", LabelTicket.tool_payload())
+        server = stack.enter_context(OpenAICompatibleServer(api_key=API_KEY, responder=label))
+        env = {
+            "DATABASE_URL": database_url,
+            "OPENAI_API_KEY": API_KEY,
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_MAX_RETRIES": "0",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests")]),
+        }
+        queues = {"a": {}, "b": {}, "down": {"AGENTLOOP_CACHE_URL": "redis://127.0.0.1:1/0"}}
+        apps = {}
+        for queue, extra in queues.items():
+            stack.enter_context(
+                run_worker_process(
+                    broker_url=redis.url,
+                    result_backend=redis.url,
+                    imports=["caching_workflows"],
+                    env={**env, "AGENTLOOP_TASK_DEFAULT_QUEUE": queue, **extra},
+                    concurrency=1,
+                )
+            )
+            overrides = {"broker_url": redis.url, "result_backend": redis.url, "task_default_queue": queue}
+            apps[queue] = create_app(overrides=overrides)
+            stack.callback(apps[queue].close)
+        yield Rig(apps, store, tools, server)
+
+
+def ticket() -> str:
+    return f"The app crashes on start ({uuid.uuid4().hex[:8]})."
+
+
+def test_a_result_cached_by_one_worker_is_a_hit_on_the_other_which_calls_no_model(rig: Rig) -> None:
+    text = ticket()
+    first = rig.run("a", text)
+    second = rig.run("b", text)
+
+    assert first.wait_sync(timeout=10) == second.wait_sync(timeout=10) == {"label": "bug", "confidence": 0.9}
+    assert rig.model_calls(text) == 1
+    (miss,), (hit,) = rig.cache_events(first), rig.cache_events(second)
+    assert (miss["phase"], hit["phase"]) == ("cache_miss", "cache_hit")
+    assert hit["runnable"] == "label_ticket" and hit["data"]["key"] == miss["data"]["key"]
+    assert hit["data"]["tokens_saved"] == sum(ANSWER_USAGE)
+    assert first.usage == {
+        "input_tokens": 25,
+        "output_tokens": 5,
+        "cache_hits": 0,
+        "cache_misses": 1,
+        "tokens_saved": 0,
+    }
+    assert second.usage == {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cache_hits": 1,
+        "cache_misses": 0,
+        "tokens_saved": 30,
+    }
+
+
+def test_a_degraded_model_call_is_never_cached(rig: Rig) -> None:
+    text = ticket()
+    rig.server.enqueue(reply_error(500, "upstream exploded"))
+    failed = rig.run("a", text)
+    assert failed.status == "degraded"
+
+    good = rig.run("b", text)
+    again = rig.run("a", text)
+
+    assert good.status == again.status == "succeeded"
+    assert rig.model_calls(text) == 2  # the degraded run's, and the next one's: not its fallback
+    assert [e["phase"] for e in rig.cache_events(good) + rig.cache_events(again)] == [
+        "cache_miss",
+        "cache_hit",
+    ]
+
+
+def test_a_changed_tool_schema_in_the_tool_table_is_a_new_key(rig: Rig) -> None:
+    text = ticket()
+    before = rig.run("a", text)
+    rig.tools.put("label_ticket", {**LabelTicket.tool_payload(), "description": "Label a ticket (v2)."})
+    try:
+        after = rig.run("b", text)
+        repeated = rig.run("a", text)
+    finally:
+        rig.tools.put("label_ticket", LabelTicket.tool_payload())
+
+    assert rig.model_calls(text) == 2
+    (old,), (new,), (hit,) = (rig.cache_events(h) for h in (before, after, repeated))
+    assert (old["phase"], new["phase"], hit["phase"]) == ("cache_miss", "cache_miss", "cache_hit")
+    assert old["data"]["key"] != new["data"]["key"] == hit["data"]["key"]
+
+
+def test_a_redis_that_cannot_be_reached_is_a_miss_not_a_failure(rig: Rig) -> None:
+    text = ticket()
+    runs = [rig.run("down", text) for _ in range(2)]
+
+    assert [handle.status for handle in runs] == ["succeeded", "succeeded"]
+    assert rig.model_calls(text) == 2
+    assert [e["phase"] for h in runs for e in rig.cache_events(h)] == ["cache_miss", "cache_miss"]
+    assert [h.usage["cache_misses"] for h in runs if h.usage] == [1, 1]
+
+
+def test_a_result_expires_in_redis_after_its_ttl(rig: Rig) -> None:
+    text = ticket()
+    first = rig.run("a", text, runnable="caching.short")  # LabelTicketBriefly: cache_ttl = 1 s
+    hit = rig.run("b", text, runnable="caching.short")
+    time.sleep(1.2)
+    expired = rig.run("b", text, runnable="caching.short")
+
+    assert [e["phase"] for h in (first, hit, expired) for e in rig.cache_events(h)] == [
+        "cache_miss",
+        "cache_hit",
+        "cache_miss",
+    ]
+    assert rig.model_calls(text) == 2
