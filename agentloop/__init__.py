@@ -50,6 +50,7 @@ clauses written without agentloop in mind also catch it::
     ├── SettingsError              [ValueError] a malformed setting; the message names the variable
     ├── ScheduleError              [ValueError] a beat schedule entry that cannot be used
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
+    ├── UnsendableMessageError     [ValueError] a message a run needs would be refused at the workers' edge
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
@@ -171,6 +172,7 @@ if TYPE_CHECKING:
     from orchestration.cache import RedisStepCache
     from orchestration.celery_adapter.app import create_app
     from orchestration.celery_adapter.embedded import WorkerStartError
+    from orchestration.celery_adapter.outgoing import UnsendableMessageError
     from orchestration.celery_adapter.schedule import ScheduleError
     from orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
     from orchestration.launches import RunIdTakenError
@@ -269,6 +271,7 @@ __all__ = [
     "UnknownActionError",
     "UnknownInputProviderError",
     "UnknownRunnableError",
+    "UnsendableMessageError",
     "Usage",
     "UsageMeter",
     "WorkerStartError",
@@ -323,6 +326,7 @@ _LAZY = {
     "Settings": "orchestration.settings",
     "SettingsError": "orchestration.settings",
     "WorkerStartError": "orchestration.celery_adapter.embedded",
+    "UnsendableMessageError": "orchestration.celery_adapter.outgoing",
     "WorkflowFailedError": "orchestration.client",
     "create_app": "orchestration.celery_adapter.app",
     "load_settings": "orchestration.settings",
