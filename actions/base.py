@@ -36,7 +36,8 @@ class BaseAgentAction(ABC):
             cls.run = caching(cls.__dict__["run"])  # type: ignore[method-assign,assignment]
 
     async def cache_key(self, *, arguments: dict[str, Any], context: Any) -> str | None:
-        """The key of this call's result in the step cache; ``None``: not cached this time.
+        """The key of this call's result in the step cache; ``None``: not cached this time
+        (an override may be ``def`` or ``async def``; one that raises is not cached, logged).
 
         By default a hash of the action's name, ``arguments`` (canonical JSON) and
         :attr:`cache_version`; arguments that are not JSON are not cached.

@@ -230,8 +230,12 @@ async def cached_run(action: Any, run: RunMethod, *, arguments: dict[str, Any], 
     if cache is None or ttl is None:
         return await run(action, arguments=arguments, context=context)
     name = str(action.name or type(action).__name__)
-    key = await action.cache_key(arguments=arguments, context=context)
-    if key is None:
+    try:
+        key = await maybe_await(action.cache_key(arguments=arguments, context=context))
+    except Exception:  # a key that cannot be made: the step runs uncached
+        logger.warning("step %s not cached: its cache_key raised", name, exc_info=True)
+        key = None
+    if not isinstance(key, str) or not key:
         return await run(action, arguments=arguments, context=context)
     entry = _entry(await _cache_call(name, lambda: cache.get(key)))
     if entry is not None:

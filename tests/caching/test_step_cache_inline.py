@@ -242,3 +242,28 @@ def test_the_in_memory_cache_keeps_at_most_max_entries() -> None:
     for key in "abc":
         cache.set(key, key, ttl=10)
     assert (cache.get("a"), cache.get("b"), cache.get("c"), len(cache)) == (None, "b", "c", 2)
+
+
+class KeyedByText(BaseAgentAction):
+    name = "keyed_by_text"
+    cache_ttl = 60
+    calls: ClassVar[int] = 0
+
+    def cache_key(self, *, arguments: dict[str, Any], context: Any) -> str | None:  # type: ignore[override]
+        if arguments.get("text") == "explode":
+            raise RuntimeError("no key")
+        return None if arguments.get("text") == "skip" else f"text:{arguments.get('text', '').lower()}"
+
+    async def run(self, *, arguments: dict[str, Any], context: Any) -> Any:
+        type(self).calls += 1
+        return type(self).calls
+
+
+async def test_an_overridden_cache_key_decides_and_one_that_fails_runs_uncached() -> None:
+    stage = type("KeyedStage", (BaseActionStage,), {"action": KeyedByText})
+    runner = InlineAgentRunner.create(runnable=stage)
+    answers = [
+        await runner.request(input={"text": text})
+        for text in ("Hi", "HI", "skip", "skip", "explode", "explode")
+    ]
+    assert answers == [1, 1, 2, 3, 4, 5]
