@@ -31,6 +31,7 @@ from orchestration.testing.servers.postgres import (
     private_database,
     skip_or_fail,
 )
+from orchestration.web.schema import Run
 from orchestration.web.views import pending_view, run_view
 
 BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
@@ -107,6 +108,8 @@ def test_the_web_views_the_progress_page_and_the_cli_show_the_cache_use() -> Non
         usage = run_view(record, can_read=can_read)["usage"]
         assert (usage["cache_hits"], usage["cache_misses"], usage["tokens_saved"]) == (2, 1, 48)
     assert pending_view("r2", "label")["usage"]["cache_hits"] == 0
+    graphql_usage = Run.of(run_view(record, can_read=False)).usage
+    assert (graphql_usage.cache_hits, graphql_usage.cache_misses, graphql_usage.tokens_saved) == (2, 1, 48)
     assert usage_of(record) == {
         "input_tokens": 0,
         "output_tokens": 0,
