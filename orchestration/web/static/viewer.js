@@ -133,11 +133,22 @@ function stopFollowing() {
   follow = null;
 }
 
+// A run's step-cache use, e.g. "2 hits, 1 miss, 48 tokens saved" ("" when nothing was cached).
+function cacheUse(usage) {
+  const hits = Number(usage.cache_hits) || 0;
+  const misses = Number(usage.cache_misses) || 0;
+  if (!hits && !misses) return "";
+  const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+  const saved = Number(usage.tokens_saved) || 0;
+  return `${plural(hits, "hit", "hits")}, ${plural(misses, "miss", "misses")}, ${saved} tokens saved`;
+}
+
 function showSummary(run) {
   $("run-runnable").textContent = run.runnable;
   $("run-status").textContent = run.status;
   $("run-status").className = `status-${run.status}`;
   $("run-tokens").textContent = String(run.usage.total_tokens);
+  $("run-cache").textContent = cacheUse(run.usage);
   $("run-cancel").disabled = run.finished;
   $("run-result").textContent = JSON.stringify(run.error || run.result, null, 2);
 }
