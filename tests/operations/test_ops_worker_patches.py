@@ -18,7 +18,11 @@ from typing import Any
 
 import pytest
 
-from orchestration.celery_adapter.patches import KOMBU_RESTORE_DEFECT, mend_restore_unacked
+from orchestration.celery_adapter.patches import (
+    KOMBU_CLIENT_PER_CALL,
+    KOMBU_RESTORE_DEFECT,
+    mend_restore_unacked,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +30,7 @@ _PRELUDE = """
 import json
 from orchestration.celery_adapter.app import create_app
 from orchestration.celery_adapter.patches import (
-    apply_worker_patches, install_worker_patches, kombu_restore_is_patched,
+    apply_worker_patches, install_worker_patches, kombu_client_is_shared, kombu_restore_is_patched,
 )
 app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
 install_worker_patches(app)
@@ -52,31 +56,34 @@ def _run(script: str) -> Any:
 def test_a_client_process_that_builds_the_app_and_sends_tasks_patches_no_library() -> None:
     patched = _run("""
         app.send_task("agentloop.ping")
-        print(json.dumps(kombu_restore_is_patched()))
+        print(json.dumps([kombu_restore_is_patched(), kombu_client_is_shared()]))
     """)
-    assert patched is False
+    assert patched == [False, False]
 
 
 def test_a_worker_of_the_app_applies_the_patches_when_it_starts() -> None:
     patched = _run("""
-        before = kombu_restore_is_patched()
+        before = [kombu_restore_is_patched(), kombu_client_is_shared()]
         worker = app.WorkController(pool_cls="solo", concurrency=1, without_heartbeat=True)
-        print(json.dumps([before, kombu_restore_is_patched()]))
+        print(json.dumps([before, [kombu_restore_is_patched(), kombu_client_is_shared()]]))
     """)
-    assert patched == [False, True]
+    assert patched == [[False, False], [True, True]]
 
 
 def test_only_kombu_versions_known_to_have_the_defect_are_patched_and_only_once() -> None:
+    assert KOMBU_CLIENT_PER_CALL == KOMBU_RESTORE_DEFECT  # both checked on kombu 5.4 to 5.7
     first, beyond = KOMBU_RESTORE_DEFECT
     outcome = _run(f"""
-        from kombu.transport.redis import QoS
-        original = QoS.restore_unacked
+        from kombu.transport.redis import Channel, QoS
+        original, acquire = QoS.restore_unacked, Channel.conn_or_acquire
         fixed = apply_worker_patches(kombu_version={beyond!r}), kombu_restore_is_patched()
         old = apply_worker_patches(kombu_version={first!r}), kombu_restore_is_patched()
         apply_worker_patches(kombu_version={first!r})
-        print(json.dumps([fixed, old, QoS.restore_unacked.__wrapped__ is original]))
+        once = QoS.restore_unacked.__wrapped__ is original, Channel.conn_or_acquire.__wrapped__ is acquire
+        print(json.dumps([fixed, old, once, kombu_client_is_shared()]))
     """)
-    assert outcome == [[[], False], [["kombu-redis-restore-unacked"], True], True]
+    patched = ["kombu-redis-restore-unacked", "kombu-redis-shared-client"]
+    assert outcome == [[[], False], [patched, True], [True, True], True]
 
 
 class _Connection:
