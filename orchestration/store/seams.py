@@ -23,7 +23,10 @@ class StoreCancelSignal:
     """Cancellation requested through the run store.
 
     The store is asked at most every ``interval`` seconds per run and process:
-    the many tasks of one run that a worker process runs share one answer.
+    the many tasks of one run that a worker process runs share one answer. One
+    thread asks; the others that check meanwhile keep the answer they had (a
+    composite's hundreds of branches starting at once in a threads worker ask
+    once, not each).
     """
 
     _seen: ClassVar[dict[str, tuple[float, bool]]] = {}
@@ -36,16 +39,17 @@ class StoreCancelSignal:
         now = time.monotonic()
         with self._seen_lock:
             checked_at, cancelled = self._seen.get(self.run_id, (-1e9, False))
-        if cancelled or now - checked_at < self.interval:
-            return cancelled
+            if cancelled or now - checked_at < self.interval:
+                return cancelled
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            self._seen[self.run_id] = (now, False)  # this thread asks: the others answer meanwhile
         try:
             cancelled = self.store.is_cancel_requested(self.run_id)
         except Exception:
             logger.warning("could not read the cancel flag of run %s", self.run_id, exc_info=True)
             return False
         with self._seen_lock:
-            if len(self._seen) > 10_000:
-                self._seen.clear()
             self._seen[self.run_id] = (now, cancelled)
         return cancelled
 

@@ -1,0 +1,52 @@
+"""The store seams under a threads worker: the hundreds of branch tasks of one composite that start
+at once in one process ask the run store for the cancel flag once, not once each."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from agentloop import new_run_id
+from orchestration.store import InMemoryRunStore
+from orchestration.store.seams import StoreCancelSignal
+
+
+class SlowStore(InMemoryRunStore):
+    """Answers the cancel question only once the test lets it; counts the questions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.questions = 0
+        self.asked = threading.Event()
+        self.answer = threading.Event()
+
+    def is_cancel_requested(self, run_id: str) -> bool:
+        self.questions += 1
+        self.asked.set()
+        assert self.answer.wait(10)
+        return super().is_cancel_requested(run_id)
+
+
+def test_threads_checking_while_one_asks_keep_their_answer_and_the_store_is_asked_once() -> None:
+    store, run_id = SlowStore(), new_run_id()
+    store.create_run(run_id=run_id, runnable="x", input=None)
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        asking = pool.submit(StoreCancelSignal(store, run_id).is_cancelled)
+        assert store.asked.wait(10)
+        others = [pool.submit(StoreCancelSignal(store, run_id).is_cancelled) for _ in range(200)]
+        assert [other.result(10) for other in others] == [False] * 200  # not held up by the question
+        store.answer.set()
+        assert asking.result(10) is False
+    assert store.questions == 1
+
+
+def test_a_cancel_is_seen_by_every_thread_once_the_one_question_is_answered() -> None:
+    store, run_id = SlowStore(), new_run_id()
+    store.create_run(run_id=run_id, runnable="x", input=None)
+    store.request_cancel(run_id)
+    store.answer.set()
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        assert pool.submit(StoreCancelSignal(store, run_id).is_cancelled).result(10) is True
+        answers = [pool.submit(StoreCancelSignal(store, run_id).is_cancelled) for _ in range(200)]
+        assert [answer.result(10) for answer in answers] == [True] * 200
+    assert store.questions == 1
