@@ -15,12 +15,14 @@ TARGET_IDEAL = 1.5
 def _report(figures: list[Figures], title: str) -> bool:
     print(title)
     print(f"{'runs':>6} {'framework s':>12} {'bare chord s':>13} {'fw/bare':>8} {'fw/ideal':>9}", end="")
-    print(f" {'bare/ideal':>11}")
+    print(f" {'bare/ideal':>11} {'worker CPU ms/run fw, bare':>27}")
     ok = True
     for f in figures:
         to_bare, to_ideal = f.fw / f.chord, f.fw / IDEAL
         print(f"{f.runs:>6} {f.fw:>12.2f} {f.chord:>13.2f} {to_bare:>7.2f}x {to_ideal:>8.2f}x", end="")
-        print(f" {f.chord / IDEAL:>10.2f}x")
+        fw_cpu, bare_cpu = f.cpu_ms_per_run()
+        cpu_ratio = fw_cpu / max(bare_cpu, 1e-9)
+        print(f" {f.chord / IDEAL:>10.2f}x {fw_cpu:>12.1f}, {bare_cpu:.1f} ({cpu_ratio:.2f}x)")
         ok = ok and to_bare <= TARGET_BARE and (f.runs > 200 or to_ideal <= TARGET_IDEAL)
     print(f"targets: framework/bare <= {TARGET_BARE}x; 200 runs framework/ideal <= {TARGET_IDEAL}x:",
           "PASS" if ok else "FAIL")  # fmt: skip

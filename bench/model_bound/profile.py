@@ -47,6 +47,35 @@ def install(folder: str) -> None:
     signals.worker_shutdown.connect(dump, weak=False)
 
 
+def install_task_cpu(path: str) -> None:
+    """Sum each task name's CPU (``time.thread_time`` from prerun to postrun) and write the sums,
+    with the process's whole CPU, as JSON into ``path`` at shutdown: cheaper than a profiler and
+    not skewed by it. What the tasks do not account for is the consumer's and the pool's."""
+    import json
+
+    spent: dict[str, list[float]] = {}
+    started = threading.local()
+    from celery import signals
+
+    def prerun(**_kwargs: Any) -> None:
+        started.at = time.thread_time()
+
+    def postrun(task: Any = None, **_kwargs: Any) -> None:
+        seconds = time.thread_time() - getattr(started, "at", time.thread_time())
+        with _lock:
+            entry = spent.setdefault(getattr(task, "name", "?"), [0, 0.0])
+            entry[0] += 1
+            entry[1] += seconds
+
+    def dump(**_kwargs: Any) -> None:
+        with open(path, "w") as out:
+            json.dump({"process_cpu": time.process_time(), "tasks": spent}, out)
+
+    signals.task_prerun.connect(prerun, weak=False)
+    signals.task_postrun.connect(postrun, weak=False)
+    signals.worker_shutdown.connect(dump, weak=False)
+
+
 def main(folder: str, lines: int = 45) -> None:
     """Print the merged profiles of ``folder``, by own time and by cumulative time."""
     stats: pstats.Stats | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -34,12 +35,24 @@ class Rig:
             return 0.0
         return int(line.split()[1]) / 1024
 
+    def worker_cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the worker process has used so far, all its threads."""
+        try:
+            with open(f"/proc/{self.worker_pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 @dataclass
 class Figures:
     runs: int
     framework: list[float] = field(default_factory=list)
     bare: list[float] = field(default_factory=list)
+    #: The worker's CPU seconds per round, each side: less sensitive to a busy machine than the wall clock.
+    framework_cpu: list[float] = field(default_factory=list)
+    bare_cpu: list[float] = field(default_factory=list)
 
     @property
     def fw(self) -> float:
@@ -48,6 +61,11 @@ class Figures:
     @property
     def chord(self) -> float:
         return statistics.median(self.bare)
+
+    def cpu_ms_per_run(self) -> tuple[float, float]:
+        """The worker's median CPU milliseconds per run: framework, bare chord."""
+        per_run = 1000 / self.runs
+        return statistics.median(self.framework_cpu) * per_run, statistics.median(self.bare_cpu) * per_run
 
 
 @contextmanager
@@ -137,6 +155,9 @@ def measure(r: Rig, sizes: list[int], rounds: int) -> list[Figures]:
         for index in range(rounds):
             sides = [("fw", framework_once), ("bare", bare_once)]
             for name, once in sides if index % 2 == 0 else reversed(sides):
+                cpu = r.worker_cpu_seconds()
                 (entry.framework if name == "fw" else entry.bare).append(once(r, runs))
+                cpu = r.worker_cpu_seconds() - cpu
+                (entry.framework_cpu if name == "fw" else entry.bare_cpu).append(cpu)
         figures.append(entry)
     return figures

@@ -119,7 +119,31 @@ if os.environ.get("AGENTLOOP_BENCH_POOL_SIZE") and _deployed_app is not None:
     _size_store_pool(int(os.environ["AGENTLOOP_BENCH_POOL_SIZE"]))
 
 
+def _unshare_kombu_client() -> None:
+    """Ablation: once the worker is ready, kombu's Redis channels build a client per command
+    again (undoes the worker patch ``kombu-redis-shared-client``), to measure what it saves."""
+    from celery import signals
+
+    def undo(**_kwargs: Any) -> None:
+        from kombu.transport.redis import Channel
+
+        unpatched = getattr(Channel.conn_or_acquire, "__wrapped__", Channel.conn_or_acquire)
+        Channel.conn_or_acquire = unpatched  # type: ignore[method-assign]
+
+    signals.worker_ready.connect(undo, weak=False)
+
+
+if os.environ.get("AGENTLOOP_BENCH_CLIENT_PER_CALL") and _deployed_app is not None:
+    _unshare_kombu_client()
+
+
 if os.environ.get("AGENTLOOP_BENCH_THREAD_PROFILE") and _deployed_app is not None:
     from bench.model_bound.profile import install
 
     install(os.environ["AGENTLOOP_BENCH_THREAD_PROFILE"])
+
+
+if os.environ.get("AGENTLOOP_BENCH_TASK_CPU") and _deployed_app is not None:
+    from bench.model_bound.profile import install_task_cpu
+
+    install_task_cpu(os.environ["AGENTLOOP_BENCH_TASK_CPU"])
