@@ -14,9 +14,15 @@ import orchestration.store as store_package
 from actions import StateNotSerializableError
 from orchestration.store import RunRecord, RunStatus, to_json_value
 
+#: Text every database stores: a NUL character is refused by design (test_nul_characters_are_refused).
+storable_text = st.text(alphabet=st.characters(exclude_characters="\x00"))
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | storable_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(storable_text, children, max_size=4),
     max_leaves=12,
 )
 ids = st.text(min_size=1, max_size=20)
@@ -100,3 +106,9 @@ def test_the_public_surface_is_sorted_and_importable() -> None:
     assert list(exported) == sorted(exported)  # plainly sorted, as tests/test_exports.py asks
     for name in exported:
         assert getattr(store_package, name) is not None, name
+
+
+@pytest.mark.parametrize("value", ["a\x00b", {"k\x00": 1}, ["ok", {"deep": "\x00"}]])
+def test_nul_characters_are_refused(value: Any) -> None:
+    with pytest.raises(StateNotSerializableError, match="NUL character"):
+        to_json_value(value, what="value")
