@@ -122,7 +122,7 @@ class InlineAgentRunner:
             cancel=cancel,
             checkpointer=checkpointer,
             degradation=recorder,
-            events=recorder,
+            events=None if on_progress is None else recorder,  # nobody listens: no step events built
             human=None if on_question is None else CallbackChannel(on_question),
             cache=self.cache if cache is None else cache,
         )

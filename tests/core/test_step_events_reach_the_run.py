@@ -96,3 +96,9 @@ async def test_the_sink_hears_the_blocks_path() -> None:
     with use_step_events(keep, path="branch/x"):
         await report_step_event(action="summarise", phase="delta", message="", data={"text": "He"})
     assert keep.events == [StepEvent(action="summarise", phase="delta", data={"text": "He"}, path="branch/x")]
+
+
+async def test_a_run_nobody_listens_to_builds_no_step_events() -> None:
+    result = await InlineAgentRunner.create(runnable=Observe, context={}).request(input="k1")
+
+    assert result is False  # step_events_wanted() was false inside the step
