@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, ClassVar, overload
 
 from actions.base import BaseAgentAction
@@ -123,15 +124,29 @@ def step(function: Callable[..., Any], /) -> type[FunctionStage]: ...
 
 
 @overload
-def step(*, name: str | None = None) -> Callable[[Callable[..., Any]], type[FunctionStage]]: ...
+def step(
+    *,
+    name: str | None = None,
+    cache_ttl: timedelta | float | None = None,
+    cache_version: str = "",
+) -> Callable[[Callable[..., Any]], type[FunctionStage]]: ...
 
 
 def step(
-    function: Callable[..., Any] | None = None, /, *, name: str | None = None
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    cache_ttl: timedelta | float | None = None,
+    cache_version: str = "",
 ) -> type[FunctionStage] | Callable[[Callable[..., Any]], type[FunctionStage]]:
     """The stage class that runs ``function`` (see the module doc): ``@step``, ``@step(name=...)``
     or ``Stage = step(function)``. ``name`` (default the function's name) names the step in
-    progress events. The same function always gives the same class."""
+    progress events. The same function always gives the same class.
+
+    ``cache_ttl`` opts the step into the run's step cache (:mod:`actions.caching`): its result is
+    kept under a hash of its name, its input and ``cache_version`` (change that when the
+    function's meaning changes) and reused for ``cache_ttl`` seconds."""
 
     def make(function: Callable[..., Any]) -> type[FunctionStage]:
         existing = getattr(function, _STAGE_ATTRIBUTE, None)
@@ -150,6 +165,8 @@ def step(
                 "description": inspect.getdoc(function) or f"the step {step_name}",
                 "function": staticmethod(function),
                 "takes_context": _takes_context(function),
+                "cache_ttl": cache_ttl,
+                "cache_version": cache_version,
                 "__module__": module,
                 "__qualname__": f"{qualname}.action",
             },
