@@ -54,10 +54,13 @@ class WorkflowEngine:
         waits: WaitStore | None = None,
         tracer: Tracer | None = None,
         cache: StepCache | None = None,
+        events_interval: float | None = None,
     ) -> None:
         self.registry, self.store, self.waits, self.tracer = registry, store, waits, tracer
         self.cache = cache  # where cached steps keep their results (``orchestration/cache.py``)
         self.update_state, self.progress_interval = update_state, progress_interval
+        # how long a task's events wait to be written together (default: ``progress_interval``)
+        self.events_interval = progress_interval if events_interval is None else events_interval
         self.checkpoint_interval = checkpoint_interval
 
     def publisher(self, node: WorkflowNode) -> ProgressPublisher:
@@ -65,7 +68,8 @@ class WorkflowEngine:
             store=self.store,
             run_id=node.run_id,
             update_state=self.update_state,
-            interval=self.progress_interval,
+            interval=self.events_interval,
+            state_interval=self.progress_interval,
             secrets=context_secrets(node.context),
         )
 

@@ -55,11 +55,15 @@ logger = logging.getLogger(__name__)
 
 _loops = threading.local()
 
-#: How long a task's progress events wait to be written together (and its ``PROGRESS`` state to be
-#: published): a task of a few quick iterations writes them once, with its result; a longer one
-#: shows its progress at least every half second (in the store and in Flower). A model-paced loop
-#: (seconds per call) still shows each iteration; checkpoints keep their own interval.
+#: How long a task's latest progress event waits to become its ``PROGRESS`` state (and a
+#: ``task-progress`` event): at most two a second, so faster iterations are throttled; a task that
+#: ends sooner publishes none (its end follows). A model-paced loop (seconds per call) still shows
+#: each iteration in Flower; checkpoints keep their own interval.
 PROGRESS_INTERVAL = 0.5
+#: How long a task's progress events wait in its buffer to be written to the run store together:
+#: a branch of a few model calls writes its events once, with its result, in the same transaction;
+#: a longer task writes them at least every second. (Its ``PROGRESS`` state keeps the pace above.)
+EVENTS_INTERVAL = 1.0
 
 
 def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -84,6 +88,7 @@ def engine_for(task: Task) -> WorkflowEngine:
         store=deps.store,
         update_state=publish,
         progress_interval=PROGRESS_INTERVAL,
+        events_interval=EVENTS_INTERVAL,
         checkpoint_interval=deps.settings.checkpoint_seconds,
         waits=deps.waits,
         tracer=getattr(task.app, "agentloop_tracer", None),  # orchestration/tracing/otel.py

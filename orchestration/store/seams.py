@@ -143,9 +143,13 @@ class ProgressPublisher:
     Events are buffered and written together, at most ``interval`` seconds after
     the first of them (a timer on the running event loop, or the next event),
     and at the end of the task (:meth:`flush` with ``final``, which publishes no
-    ``PROGRESS`` state: the task's own end follows). A step that takes seconds
-    shows its progress within ``interval``; a fast task costs one write. A
-    failing write is logged and dropped: progress never fails a run.
+    ``PROGRESS`` state: the task's own end follows). The state has its own pace,
+    ``state_interval`` (default: ``interval``): the latest event is published at
+    most that long after the first one not shown yet, so a task shows its
+    progress more often than it writes events, or less. A step that takes
+    seconds shows its progress within ``state_interval``; a fast task costs one
+    write and no state. A failing write is logged and dropped: progress never
+    fails a run.
     """
 
     def __init__(
@@ -155,48 +159,66 @@ class ProgressPublisher:
         run_id: str,
         update_state: Callable[[dict[str, Any]], None] | None = None,
         interval: float = 0.2,
+        state_interval: float | None = None,
         secrets: Sequence[str] = (),
     ) -> None:
         self.store, self.run_id, self.update_state, self.interval = store, run_id, update_state, interval
+        self.state_interval = interval if state_interval is None else state_interval
         self.secrets = tuple(secrets)  # texts never written: the node's context spec, as errors quote it
         self._pending: list[dict[str, Any]] = []
         self._first_pending_at = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        self._unshown: dict[str, Any] | None = None  # the latest event not published as the state yet
+        self._first_unshown_at = 0.0
+        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def __call__(self, event: ProgressEvent) -> None:
         now = time.monotonic()
-        if not self._pending:
-            self._first_pending_at = now
-            self._arm_timer()
         payload = event.to_dict()
         if self.secrets:
             payload["message"] = scrub(payload["message"], self.secrets)
+        if not self._pending:
+            self._first_pending_at = now
+            self._arm("events", self.interval, self._write)
         self._pending.append(payload)
+        if self.update_state is not None:
+            if self._unshown is None:
+                self._first_unshown_at = now
+                self._arm("state", self.state_interval, self._show)
+            self._unshown = payload
         if now - self._first_pending_at >= self.interval:
-            self.flush()
+            self._write()
+        if self._unshown is not None and now - self._first_unshown_at >= self.state_interval:
+            self._show()
 
-    def _arm_timer(self) -> None:
+    def _arm(self, name: str, delay: float, then: Callable[[], None]) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no event loop: the next event or the final flush writes it
-        if self._timer is None:
-            self._timer = loop.call_later(self.interval, self._on_timer)
+        if name not in self._timers:
+            self._timers[name] = loop.call_later(delay, self._on_timer, name, then)
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self.flush()
+    def _on_timer(self, name: str, then: Callable[[], None]) -> None:
+        self._timers.pop(name, None)
+        then()
+
+    def _disarm(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
 
     def take(self) -> list[dict[str, Any]]:
-        """The events not written yet (the caller writes them); they leave the buffer."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        """The events not written yet (the caller writes them, with the task's end: no state
+        follows); they leave the buffer."""
+        for name in list(self._timers):
+            self._disarm(name)
+        self._unshown = None
         pending, self._pending = self._pending, []
         return pending
 
-    def flush(self, *, final: bool = False) -> None:
-        pending = self.take()
+    def _write(self) -> None:
+        self._disarm("events")
+        pending, self._pending = self._pending, []
         if not pending:
             return
         try:
@@ -205,8 +227,22 @@ class ProgressPublisher:
             logger.warning(
                 "could not record %d progress event(s) of run %s", len(pending), self.run_id, exc_info=True
             )
-        if self.update_state is not None and not final:
-            try:
-                self.update_state(pending[-1])
-            except Exception:
-                logger.warning("could not publish progress of run %s", self.run_id, exc_info=True)
+
+    def _show(self) -> None:
+        self._disarm("state")
+        latest, self._unshown = self._unshown, None
+        if latest is None or self.update_state is None:
+            return
+        try:
+            self.update_state(latest)
+        except Exception:
+            logger.warning("could not publish progress of run %s", self.run_id, exc_info=True)
+
+    def flush(self, *, final: bool = False) -> None:
+        """Write the buffered events now, and publish the latest as the state (not when ``final``:
+        the task's own end follows)."""
+        self._write()
+        if final:
+            self.take()
+        else:
+            self._show()
