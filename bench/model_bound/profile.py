@@ -94,3 +94,67 @@ def main(folder: str, lines: int = 45) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+
+
+#: What ``AGENTLOOP_BENCH_CPU_WRAP`` times (inclusive CPU of each call, summed per name).
+WRAPPED = (
+    "orchestration.store.sql:SqlRunStore.loop_record",
+    "orchestration.store.sql:SqlRunStore.save_checkpoint",
+    "orchestration.store.sql:SqlRunStore.finish_loop",
+    "orchestration.store.sql:SqlRunStore.append_events",
+    "orchestration.store.sql:SqlRunStore.is_cancel_requested",
+    "orchestration.store.seams:ProgressPublisher.flush",
+    "orchestration.store.seams:ProgressPublisher.__call__",
+    "celery.app.task:Task.update_state",
+    "celery.app.task:Task.send_event",
+    "celery.backends.base:BaseKeyValueStoreBackend._store_result",
+    "celery.backends.redis:RedisBackend.on_chord_part_return",
+    "orchestration.engine:WorkflowEngine.instance",
+    "orchestration.engine:WorkflowEngine.scope",
+    "orchestration.celery_adapter.tasks:engine_for",
+    "orchestration.celery_adapter.tasks:run_coroutine",
+    "orchestration.celery_adapter.canvas:check_output",
+    "orchestration.wire:WorkflowNode.from_dict",
+    "orchestration.celery_adapter.edge:check_message",
+)
+
+
+def install_cpu_wraps(path: str) -> None:
+    """Time each callable of :data:`WRAPPED` (thread CPU, inclusive); the sums go into ``path``
+    (JSON) at shutdown."""
+    import functools
+    import importlib
+    import json
+
+    from celery import signals
+
+    spent: dict[str, list[float]] = {}
+
+    def wrap(name: str, original: Any) -> Any:
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                seconds = time.thread_time() - began
+                with _lock:
+                    entry = spent.setdefault(name, [0, 0.0])
+                    entry[0] += 1
+                    entry[1] += seconds
+
+        return timed
+
+    for name in WRAPPED:
+        module_name, _, attribute = name.partition(":")
+        owner: Any = importlib.import_module(module_name)
+        *parents, leaf = attribute.split(".")
+        for parent in parents:
+            owner = getattr(owner, parent)
+        setattr(owner, leaf, wrap(name.rpartition(":")[2], getattr(owner, leaf)))
+
+    def dump(**_kwargs: Any) -> None:
+        with open(path, "w") as out:
+            json.dump(spent, out)
+
+    signals.worker_shutdown.connect(dump, weak=False)

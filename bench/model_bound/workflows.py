@@ -104,19 +104,27 @@ if "worker" in sys.argv[1:] or os.environ.get("AGENTLOOP_BENCH_WORKER") == "1":
     _deployed_app.task(name=BODY, shared=False)(_body)
 
 
-def _size_store_pool(size: int) -> None:
-    """Experiment: the worker's store engine with a pool of ``size`` (+ ``size`` overflow)."""
+def _tune_store_pool(size: int | None, pre_ping: bool) -> None:
+    """Experiment: the worker's store engine with a pool of ``size`` (+ ``size`` overflow), and
+    without the ping each connection's checkout sends first when ``pre_ping`` is false."""
     import functools
 
     import orchestration.store.open as store_open
     from orchestration.store.engine import create_engine_for
 
-    sized = functools.partial(create_engine_for, pool_size=size, max_overflow=size)
-    setattr(store_open, "create_engine_for", sized)  # noqa: B010 (an experiment's patch)
+    options: dict[str, Any] = {} if pre_ping else {"pool_pre_ping": False}
+    if size is not None:
+        options.update(pool_size=size, max_overflow=size)
+    tuned = functools.partial(create_engine_for, **options)
+    setattr(store_open, "create_engine_for", tuned)  # noqa: B010 (an experiment's patch)
 
 
-if os.environ.get("AGENTLOOP_BENCH_POOL_SIZE") and _deployed_app is not None:
-    _size_store_pool(int(os.environ["AGENTLOOP_BENCH_POOL_SIZE"]))
+_POOL_SIZE, _NO_PING = (
+    os.environ.get("AGENTLOOP_BENCH_POOL_SIZE"),
+    os.environ.get("AGENTLOOP_BENCH_NO_PRE_PING"),
+)
+if (_POOL_SIZE or _NO_PING) and _deployed_app is not None:
+    _tune_store_pool(int(_POOL_SIZE) if _POOL_SIZE else None, pre_ping=not _NO_PING)
 
 
 def _unshare_kombu_client() -> None:
@@ -147,3 +155,9 @@ if os.environ.get("AGENTLOOP_BENCH_TASK_CPU") and _deployed_app is not None:
     from bench.model_bound.profile import install_task_cpu
 
     install_task_cpu(os.environ["AGENTLOOP_BENCH_TASK_CPU"])
+
+
+if os.environ.get("AGENTLOOP_BENCH_CPU_WRAP") and _deployed_app is not None:
+    from bench.model_bound.profile import install_cpu_wraps
+
+    install_cpu_wraps(os.environ["AGENTLOOP_BENCH_CPU_WRAP"])
