@@ -28,6 +28,10 @@ class CountingChannel(kombu_redis.Channel):
     client, built once with the channel, is not counted)."""
 
     built = 0
+    # kombu's own conn_or_acquire, even when an in-process worker of an earlier test patched kombu
+    conn_or_acquire = getattr(
+        kombu_redis.Channel.conn_or_acquire, "__wrapped__", kombu_redis.Channel.conn_or_acquire
+    )
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if not asynchronous:
