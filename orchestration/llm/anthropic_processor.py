@@ -49,10 +49,10 @@ from orchestration.llm.anthropic_mapping import (
     to_anthropic_tool_choice,
     to_anthropic_tools,
 )
-from orchestration.llm.anthropic_stream import read_message_stream
+from orchestration.llm.anthropic_stream import MessageStreamReader
 from orchestration.llm.base import BaseProcessor, UsageHook
 from orchestration.llm.request_guard import model_requests
-from orchestration.llm.stream_deltas import as_stream_interval, delta_reporter
+from orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
 from orchestration.settings import ModelSettings
 from orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL
 
@@ -77,7 +77,7 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 PLACEHOLDER_API_KEY = "not-needed"
 
 
-class AnthropicProcessor(BaseProcessor):
+class AnthropicProcessor(StreamedReplies, BaseProcessor):
     """A :class:`~actions.model.ModelProcessor` backed by ``anthropic.AsyncAnthropic`` (Messages API).
 
     ``timeout`` (seconds or a ``timedelta``, default 60 s) bounds each attempt;
@@ -108,7 +108,7 @@ class AnthropicProcessor(BaseProcessor):
     ) -> None:
         if not model:
             raise ValueError("model must be a non-empty model name")
-        self._stream, self._stream_interval = stream, as_stream_interval(stream_interval)
+        self.streams_replies(stream, stream_interval)
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
         if not seconds > 0:
             raise ValueError(f"timeout must be positive, not {timeout!r}")
@@ -181,16 +181,6 @@ class AnthropicProcessor(BaseProcessor):
         return self._max_tokens
 
     @property
-    def stream(self) -> bool:
-        """Whether replies are streamed (and their partial output reported as ``delta`` events)."""
-        return self._stream
-
-    @property
-    def stream_interval(self) -> timedelta:
-        """The least time between two ``delta`` events of one piece of a reply."""
-        return self._stream_interval
-
-    @property
     def client(self) -> AsyncAnthropic:
         """The underlying SDK client."""
         return self._client
@@ -254,7 +244,9 @@ class AnthropicProcessor(BaseProcessor):
         try:
             stream = await self._client.messages.create(**create, stream=True)
             async with stream:
-                return await read_message_stream(stream, default_model=self._model, reporter=reporter)
+                return await read_stream(
+                    stream, MessageStreamReader(default_model=self._model, reporter=reporter), reporter
+                )
         except ValueError as error:  # an event that is not JSON, or not an event
             logger.warning("anthropic processor: unreadable stream event", exc_info=True)
             return f"unreadable stream event: {type(error).__name__}: {error}"

@@ -1,6 +1,6 @@
 """A streamed Messages API reply read into the :class:`AiResponse` the whole message would give.
 
-:func:`read_message_stream` takes the raw events of one streamed request (``stream=True``):
+:class:`MessageStreamReader` takes the raw events of one streamed request (``stream=True``):
 ``message_start`` (the model, the input tokens), ``content_block_start`` (a ``text`` block, or a
 ``tool_use`` block with its ``id`` and ``name``), ``content_block_delta`` (``text_delta`` text,
 ``input_json_delta`` pieces of a tool's input), ``message_delta`` (the ``stop_reason``, the
@@ -19,14 +19,13 @@ read as a failure. Errors raised while iterating are the caller's to turn into a
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from actions.model import AiResponse, FunctionCall, Usage
 from orchestration.llm.stream_deltas import DeltaReporter
 
-__all__ = ["MessageStreamReader", "read_message_stream"]
+__all__ = ["MessageStreamReader"]
 
 
 @dataclass
@@ -120,20 +119,3 @@ def _arguments(raw: str) -> str:
     except ValueError:
         return raw  # not JSON: kept as sent, as a string ``input`` is
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-async def read_message_stream(
-    stream: AsyncIterable[Any], *, default_model: str, reporter: DeltaReporter | None
-) -> AiResponse:
-    """Every event of ``stream`` read into one :class:`AiResponse`; the reporter flushed at the end.
-
-    Raises whatever iterating ``stream`` raises (after flushing what was received).
-    """
-    reader = MessageStreamReader(default_model=default_model, reporter=reporter)
-    try:
-        async for event in stream:
-            await reader.add(event)
-    finally:
-        if reporter is not None:
-            await reporter.flush()
-    return reader.response()

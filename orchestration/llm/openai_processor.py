@@ -62,9 +62,9 @@ from orchestration.llm.openai_mapping import (
     to_openai_tool_choice,
     to_openai_tools,
 )
-from orchestration.llm.openai_stream import read_chat_stream
+from orchestration.llm.openai_stream import ChatStreamReader
 from orchestration.llm.request_guard import model_requests
-from orchestration.llm.stream_deltas import as_stream_interval, delta_reporter
+from orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
 from orchestration.settings import ModelSettings, load_settings
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PLACEHOLDER_API_KEY = "not-needed"
 
 
-class OpenAIProcessor(BaseProcessor):
+class OpenAIProcessor(StreamedReplies, BaseProcessor):
     """A :class:`~actions.model.ModelProcessor` backed by ``openai.AsyncOpenAI`` (Chat Completions).
 
     ``timeout`` (seconds or a ``timedelta``, default 60 s) bounds each attempt;
@@ -121,8 +121,7 @@ class OpenAIProcessor(BaseProcessor):
     ) -> None:
         if not model:
             raise ValueError("model must be a non-empty model name")
-        self._stream = stream
-        self._stream_interval = as_stream_interval(stream_interval)
+        self.streams_replies(stream, stream_interval)
         timeout_seconds = _seconds(timeout) if timeout is not None else None
         if max_retries is not None and (isinstance(max_retries, bool) or max_retries < 0):
             raise ValueError(f"max_retries must be a non-negative integer, not {max_retries!r}")
@@ -225,16 +224,6 @@ class OpenAIProcessor(BaseProcessor):
         return self._temperature
 
     @property
-    def stream(self) -> bool:
-        """Whether replies are streamed (and their partial output reported as ``delta`` events)."""
-        return self._stream
-
-    @property
-    def stream_interval(self) -> timedelta:
-        """The least time between two ``delta`` events of one piece of a reply."""
-        return self._stream_interval
-
-    @property
     def client(self) -> AsyncOpenAI:
         """The underlying SDK client."""
         return self._client
@@ -309,7 +298,9 @@ class OpenAIProcessor(BaseProcessor):
                 **create, stream=True, stream_options={"include_usage": True}
             )
             async with stream:
-                return await read_chat_stream(stream, default_model=self._model, reporter=reporter)
+                return await read_stream(
+                    stream, ChatStreamReader(default_model=self._model, reporter=reporter), reporter
+                )
         except ValueError as error:  # a chunk that is not JSON, or not a chunk
             logger.warning("openai processor: unreadable stream chunk", exc_info=True)
             return f"unreadable stream chunk: {type(error).__name__}: {error}"

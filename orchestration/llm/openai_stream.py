@@ -1,6 +1,6 @@
 """A streamed Chat Completion read into the :class:`AiResponse` the whole completion would give.
 
-:func:`read_chat_stream` takes the ``chat.completion.chunk`` values of one streamed request
+:class:`ChatStreamReader` takes the ``chat.completion.chunk`` values of one streamed request
 (``stream=True``, ``stream_options={"include_usage": True}``) and joins them: the text of the
 first choice, each tool call's arguments by its ``index`` (its ``id`` and ``name`` from the first
 chunk that carries them), the usage from the last chunk, the model from any. The result is what
@@ -17,7 +17,6 @@ connection, a malformed chunk, an error event) are the caller's to turn into a f
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,7 @@ from openai.types.chat import ChatCompletionChunk
 from actions.model import AiResponse, FunctionCall, Usage
 from orchestration.llm.stream_deltas import DeltaReporter
 
-__all__ = ["ChatStreamReader", "read_chat_stream"]
+__all__ = ["ChatStreamReader"]
 
 
 @dataclass
@@ -109,20 +108,3 @@ class ChatStreamReader:
         if legacy is not None and not calls:
             calls.append(FunctionCall(name=legacy.name, arguments=legacy.arguments))
         return AiResponse(text=self.text, function_calls=tuple(calls), usage=self.usage, model=model)
-
-
-async def read_chat_stream(
-    stream: AsyncIterable[ChatCompletionChunk], *, default_model: str, reporter: DeltaReporter | None
-) -> AiResponse:
-    """Every chunk of ``stream`` read into one :class:`AiResponse`; the reporter flushed at the end.
-
-    Raises whatever iterating ``stream`` raises (after flushing what was received).
-    """
-    reader = ChatStreamReader(default_model=default_model, reporter=reporter)
-    try:
-        async for chunk in stream:
-            await reader.add(chunk)
-    finally:
-        if reporter is not None:
-            await reporter.flush()
-    return reader.response()

@@ -19,14 +19,26 @@ is false, e.g. outside a run), the reporter is :data:`None` and nothing is built
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from actions.model import AiResponse
 from actions.step_events import report_step_event, step_events_wanted
 
-__all__ = ["DEFAULT_STREAM_INTERVAL", "DELTA_PHASE", "DeltaReporter", "delta_reporter", "as_stream_interval"]
+__all__ = [
+    "DEFAULT_STREAM_INTERVAL",
+    "DELTA_PHASE",
+    "DeltaReporter",
+    "StreamReader",
+    "StreamedReplies",
+    "as_stream_interval",
+    "delta_reporter",
+    "read_stream",
+]
+
+Piece = TypeVar("Piece", contravariant=True)
 
 #: The least time between two ``delta`` events of one reply, unless a processor is told otherwise.
 DEFAULT_STREAM_INTERVAL = timedelta(milliseconds=100)
@@ -109,3 +121,46 @@ class DeltaReporter:
 def delta_reporter(action: str, interval: timedelta) -> DeltaReporter | None:
     """A reporter for one streamed reply, or ``None`` when no run listens to step events here."""
     return DeltaReporter(action=action, interval=interval) if step_events_wanted() else None
+
+
+class StreamReader(Protocol[Piece]):
+    """What reads one provider's stream back into a reply: each piece in order, then the reply."""
+
+    async def add(self, piece: Piece) -> None: ...
+
+    def response(self) -> AiResponse: ...
+
+
+async def read_stream(
+    stream: AsyncIterable[Any], reader: StreamReader[Any], reporter: DeltaReporter | None
+) -> AiResponse:
+    """Every piece of ``stream`` read by ``reader`` into one :class:`AiResponse`; the reporter
+    flushed at the end. Raises whatever iterating ``stream`` raises (after flushing what was received)."""
+    try:
+        async for piece in stream:
+            await reader.add(piece)
+    finally:
+        if reporter is not None:
+            await reporter.flush()
+    return reader.response()
+
+
+class StreamedReplies:
+    """The stream settings a processor keeps (:meth:`streams_replies` sets them in its ``__init__``)."""
+
+    _stream: bool = False
+    _stream_interval: timedelta = DEFAULT_STREAM_INTERVAL
+
+    def streams_replies(self, stream: bool, interval: float | timedelta | None) -> None:
+        """Stream replies (or not), reporting their pieces at most once per ``interval``."""
+        self._stream, self._stream_interval = stream, as_stream_interval(interval)
+
+    @property
+    def stream(self) -> bool:
+        """Whether replies are streamed (and their partial output reported as ``delta`` events)."""
+        return self._stream
+
+    @property
+    def stream_interval(self) -> timedelta:
+        """The least time between two ``delta`` events of one piece of a reply."""
+        return self._stream_interval
