@@ -24,7 +24,7 @@ from celery import Celery, Task
 from loops.progress import ProgressEvent, ProgressStatus
 from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.launches import launch_digest
-from orchestration.store import TERMINAL_STATUSES, RunExistsError, RunOwner, RunStore
+from orchestration.store import CHILD_SUMS, TERMINAL_STATUSES, RunExistsError, RunOwner, RunStore
 from orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
 
 #: The priority of a batch's chunks and launches. On Redis a worker takes messages of priority 0
@@ -55,7 +55,8 @@ def _event(
 
 
 def summarize(store: RunStore, batch_id: str) -> dict[str, Any]:
-    """Where the batch stands: counts per status of its runs, tokens, how many are still open.
+    """Where the batch stands: counts per status of its runs, tokens and step-cache use, how many
+    are still open.
 
     ``degraded`` runs (they returned, but model calls failed) count apart from ``succeeded``
     and ``failed`` (every other end)."""
@@ -76,8 +77,7 @@ def summarize(store: RunStore, batch_id: str) -> dict[str, Any]:
         "failed": ended - succeeded - degraded,
         "open": expected - ended,
         "by_status": by_status,
-        "input_tokens": children["input_tokens"],
-        "output_tokens": children["output_tokens"],
+        **{name: children[name] for name in CHILD_SUMS},
     }
 
 

@@ -32,6 +32,7 @@ from orchestration.store.memory import InMemoryRunStore
 from orchestration.store.migrate import current_revision, downgrade_database, upgrade_database
 from orchestration.store.open import open_store
 from orchestration.store.protocol import (
+    CHILD_SUMS,
     TERMINAL_STATUSES,
     LoopRecord,
     RunOwner,
@@ -66,6 +67,7 @@ __all__ = [
     "SqlToolStore",
     "StoreRetry",
     "StoreUnavailableError",
+    "CHILD_SUMS",
     "TERMINAL_STATUSES",
     "ToolRecord",
     "ToolStore",

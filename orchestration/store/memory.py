@@ -30,7 +30,14 @@ from orchestration.store.checks import (
 from orchestration.store.errors import RunExistsError, RunNotFoundError
 from orchestration.store.json_values import JsonValue, to_json_value
 from orchestration.store.open_runs import root_run_values
-from orchestration.store.protocol import TERMINAL_STATUSES, LoopRecord, RunOwner, RunRecord, RunStatus
+from orchestration.store.protocol import (
+    CHILD_SUMS,
+    TERMINAL_STATUSES,
+    LoopRecord,
+    RunOwner,
+    RunRecord,
+    RunStatus,
+)
 from orchestration.store.tables import utcnow
 
 
@@ -195,21 +202,17 @@ class InMemoryRunStore:
         return [_copied(record) for record in records[:limit]]
 
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
-        """Counts per status and summed token usage of the runs whose parent is ``parent_run_id``."""
+        """Counts per status, and summed token and step-cache use, of the runs whose parent is
+        ``parent_run_id``."""
         by_status: dict[str, int] = {}
-        tokens_in = tokens_out = 0
+        totals = dict.fromkeys(CHILD_SUMS, 0)
         with self._lock:
             for record in self._runs.values():
                 if record.parent_run_id == parent_run_id:
                     by_status[record.status] = by_status.get(record.status, 0) + 1
-                    tokens_in += record.input_tokens
-                    tokens_out += record.output_tokens
-        return {
-            "total": sum(by_status.values()),
-            "by_status": by_status,
-            "input_tokens": tokens_in,
-            "output_tokens": tokens_out,
-        }
+                    for name in CHILD_SUMS:
+                        totals[name] += getattr(record, name)
+        return {"total": sum(by_status.values()), "by_status": by_status, **totals}
 
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
         """Store progress events under ``root_run_id``, in order."""

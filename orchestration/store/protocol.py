@@ -51,6 +51,9 @@ TERMINAL_STATUSES: frozenset[str] = frozenset(
 )
 """The statuses :meth:`RunStore.finish_run` accepts; a run in one of them has ended."""
 
+#: The usage columns a run's children are summed on (:meth:`RunStore.summarize_children`).
+CHILD_SUMS = ("input_tokens", "output_tokens", "cache_hits", "cache_misses", "tokens_saved")
+
 
 def _datetime_to_json(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
@@ -246,7 +249,7 @@ class RunStore(Protocol):
         ...
 
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
-        """``{"total", "by_status", "input_tokens", "output_tokens"}`` of a run's child runs."""
+        """``{"total", "by_status"}`` of a run's child runs, with each of :data:`CHILD_SUMS` summed."""
         ...
 
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:

@@ -33,7 +33,14 @@ from orchestration.store.dialects import advisory_lock, dialect_of, upserts
 from orchestration.store.errors import RunExistsError, RunNotFoundError
 from orchestration.store.json_values import JsonValue, to_json_value
 from orchestration.store.open_runs import insert_unless_open, root_run_values
-from orchestration.store.protocol import TERMINAL_STATUSES, LoopRecord, RunOwner, RunRecord, RunStatus
+from orchestration.store.protocol import (
+    CHILD_SUMS,
+    TERMINAL_STATUSES,
+    LoopRecord,
+    RunOwner,
+    RunRecord,
+    RunStatus,
+)
 from orchestration.store.retry import StoreRetry, retried
 from orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
 
@@ -236,25 +243,22 @@ class SqlRunStore:
 
     @retried
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
-        """Counts per status and summed token usage of the runs whose parent is ``parent_run_id``."""
+        """Counts per status, and summed token and step-cache use, of the runs whose parent is
+        ``parent_run_id``."""
+        sums = [func.sum(runs.c[name]) for name in CHILD_SUMS]
         statement = (
-            select(runs.c.status, func.count(), func.sum(runs.c.input_tokens), func.sum(runs.c.output_tokens))
+            select(runs.c.status, func.count(), *sums)
             .where(runs.c.parent_run_id == str(parent_run_id))
             .group_by(runs.c.status)
         )
         by_status: dict[str, int] = {}
-        tokens_in = tokens_out = 0
+        totals = dict.fromkeys(CHILD_SUMS, 0)
         with self.engine.connect() as connection:
-            for status, count, total_in, total_out in connection.execute(statement):
+            for status, count, *values in connection.execute(statement):
                 by_status[str(status)] = int(count)
-                tokens_in += int(total_in or 0)
-                tokens_out += int(total_out or 0)
-        return {
-            "total": sum(by_status.values()),
-            "by_status": by_status,
-            "input_tokens": tokens_in,
-            "output_tokens": tokens_out,
-        }
+                for name, value in zip(CHILD_SUMS, values, strict=True):
+                    totals[name] += int(value or 0)
+        return {"total": sum(by_status.values()), "by_status": by_status, **totals}
 
     def _write_events(self, connection: Connection, root_run_id: str, rows: list[dict[str, Any]]) -> None:
         """Insert event rows; on PostgreSQL under a per-root-run lock, so ids commit in order

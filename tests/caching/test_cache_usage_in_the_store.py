@@ -61,6 +61,21 @@ def cache_use(record: RunRecord | None) -> tuple[int, int, int]:
     return record.cache_hits, record.cache_misses, record.tokens_saved
 
 
+def test_a_batchs_summary_sums_its_childrens_cache_use_with_their_tokens(store: RunStore) -> None:
+    store.create_run(run_id="batch", runnable="batch", input={})
+    for child, (hits, misses, saved) in {"c1": (2, 1, 60), "c2": (0, 3, 0), "c3": (1, 0, 30)}.items():
+        store.create_run(run_id=child, runnable="label", input={}, root_run_id=child, parent_run_id="batch")
+        store.add_usage(child, 10, 5)
+        store.add_cache_usage(child, hits=hits, misses=misses, tokens_saved=saved)
+    store.finish_run("c1", status="succeeded", output=None)
+
+    summary = store.summarize_children("batch")
+
+    assert summary["total"] == 3 and summary["by_status"] == {"succeeded": 1, "pending": 2}
+    assert (summary["input_tokens"], summary["output_tokens"]) == (30, 15)
+    assert (summary["cache_hits"], summary["cache_misses"], summary["tokens_saved"]) == (3, 4, 90)
+
+
 def test_cache_use_adds_up_and_a_bad_count_or_an_unknown_run_is_refused(store: RunStore) -> None:
     store.create_run(run_id="r1", runnable="label", input={})
     assert cache_use(store.get_run("r1")) == (0, 0, 0)
