@@ -161,3 +161,15 @@ if os.environ.get("AGENTLOOP_BENCH_CPU_WRAP") and _deployed_app is not None:
     from bench.model_bound.profile import install_cpu_wraps
 
     install_cpu_wraps(os.environ["AGENTLOOP_BENCH_CPU_WRAP"])
+
+
+if os.environ.get("AGENTLOOP_BENCH_CELERY_CONF") and _deployed_app is not None:
+    import json
+
+    # Experiment: Celery settings of the worker's app overridden, e.g. '{"task_track_started": false}'.
+    _deployed_app.conf.update(json.loads(os.environ["AGENTLOOP_BENCH_CELERY_CONF"]))
+
+
+if os.environ.get("AGENTLOOP_BENCH_SWITCH_INTERVAL") and _deployed_app is not None:
+    # Experiment: how long a thread of the worker holds the GIL before another may take it (5 ms by default).
+    sys.setswitchinterval(float(os.environ["AGENTLOOP_BENCH_SWITCH_INTERVAL"]))
