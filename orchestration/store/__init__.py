@@ -51,6 +51,7 @@ from orchestration.store.tool_store import (
 )
 
 __all__ = [
+    "CHILD_SUMS",
     "InMemoryRunStore",
     "InMemoryToolStore",
     "JsonValue",
@@ -67,7 +68,6 @@ __all__ = [
     "SqlToolStore",
     "StoreRetry",
     "StoreUnavailableError",
-    "CHILD_SUMS",
     "TERMINAL_STATUSES",
     "ToolRecord",
     "ToolStore",

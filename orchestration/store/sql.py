@@ -243,8 +243,7 @@ class SqlRunStore:
 
     @retried
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
-        """Counts per status, and summed token and step-cache use, of the runs whose parent is
-        ``parent_run_id``."""
+        """Counts per status, and the :data:`CHILD_SUMS`, of the runs whose parent is ``parent_run_id``."""
         sums = [func.sum(runs.c[name]) for name in CHILD_SUMS]
         statement = (
             select(runs.c.status, func.count(), *sums)
