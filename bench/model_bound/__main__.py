@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.model_bound", description=__doc__)
     parser.add_argument("--runs", default="200,1000", help="comma-separated composite widths")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=200, help="threads of the worker")
+    parser.add_argument("--concurrency", type=int, default=200, help="threads of the worker(s), in all")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes sharing those threads")
     parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
     parser.add_argument("--openai", action="store_true", help="via OpenAIProcessor, local server")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the worker")
@@ -42,7 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(part) for part in args.runs.split(",") if part.strip()]
     env = dict(item.split("=", 1) for item in args.env)
     try:
-        with rig(store=args.store, concurrency=args.concurrency, openai=args.openai, env=env) as r:
+        options = {
+            "concurrency": args.concurrency,
+            "openai": args.openai,
+            "env": env,
+            "workers": args.workers,
+        }
+        with rig(store=args.store, **options) as r:
             started_rss = r.worker_rss_mib()
             figures = measure(r, sizes, args.rounds)
             rss = f"worker RSS {started_rss:.0f} MiB idle, {r.worker_rss_mib():.0f} MiB after the runs"
@@ -51,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     wait = "OpenAIProcessor -> local server" if args.openai else "asyncio.sleep"
     title = (
-        f"model-bound runs ({wait}, 3 calls x 200 ms, ideal {IDEAL:.1f} s), --pool threads "
-        f"-c {args.concurrency}, {args.store} store, median of {args.rounds}"
+        f"model-bound runs ({wait}, 3 calls x 200 ms, ideal {IDEAL:.1f} s), {args.workers} worker(s) "
+        f"--pool threads, {args.concurrency} threads in all, {args.store} store, median of {args.rounds}"
     )
     ok = _report(figures, title)
     print(rss)

@@ -24,25 +24,31 @@ WORKFLOWS_MODULE = "bench.model_bound.workflows"
 class Rig:
     app: Any
     redis: Any
-    worker_pid: int = 0
+    worker_pids: tuple[int, ...] = ()
 
     def worker_rss_mib(self) -> float:
-        """The worker process's resident memory (the threads pool runs every task in it)."""
-        try:
-            with open(f"/proc/{self.worker_pid}/status") as status:
-                line = next(line for line in status if line.startswith("VmRSS:"))
-        except (OSError, StopIteration):
-            return 0.0
-        return int(line.split()[1]) / 1024
+        """The worker processes' resident memory (the threads pool runs every task in them)."""
+        total = 0.0
+        for pid in self.worker_pids:
+            try:
+                with open(f"/proc/{pid}/status") as status:
+                    line = next(line for line in status if line.startswith("VmRSS:"))
+            except (OSError, StopIteration):
+                continue
+            total += int(line.split()[1]) / 1024
+        return total
 
     def worker_cpu_seconds(self) -> float:
-        """CPU seconds (user + system) the worker process has used so far, all its threads."""
-        try:
-            with open(f"/proc/{self.worker_pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds (user + system) the worker processes have used so far, all their threads."""
+        total = 0.0
+        for pid in self.worker_pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
 
 
 @dataclass
@@ -78,8 +84,11 @@ def _model_server(latency: float) -> Iterator[str]:
 
 
 @contextmanager
-def rig(*, store: str, concurrency: int, openai: bool, env: dict[str, str]) -> Iterator[Rig]:
-    """A private Redis, a run store, a ``--pool threads`` worker, a client app (and a model server)."""
+def rig(
+    *, store: str, concurrency: int, openai: bool, env: dict[str, str], workers: int = 1
+) -> Iterator[Rig]:
+    """A private Redis, a run store, ``workers`` ``--pool threads`` workers sharing ``concurrency``
+    threads, a client app (and a model server)."""
     import redis
 
     from agentloop import create_app, load_settings
@@ -97,25 +106,28 @@ def rig(*, store: str, concurrency: int, openai: bool, env: dict[str, str]) -> I
             worker_env["OPENAI_BASE_URL"] = stack.enter_context(_model_server(LATENCY))
             worker_env["OPENAI_MAX_RETRIES"] = "0"
         worker_env.update(env)
-        worker = stack.enter_context(
-            run_worker_process(
-                broker_url=server.url,
-                result_backend=server.url,
-                imports=[WORKFLOWS_MODULE, *(["bench.workflows_celery"] if ABLATE_ENV in env else [])],
-                env=worker_env,
-                pool="threads",
-                concurrency=concurrency,
-                loglevel="WARNING",
-                start_timeout=60.0,
+        pids = []
+        for _ in range(workers):
+            worker = stack.enter_context(
+                run_worker_process(
+                    broker_url=server.url,
+                    result_backend=server.url,
+                    imports=[WORKFLOWS_MODULE, *(["bench.workflows_celery"] if ABLATE_ENV in env else [])],
+                    env=worker_env,
+                    pool="threads",
+                    concurrency=max(1, concurrency // workers),
+                    loglevel="WARNING",
+                    start_timeout=60.0,
+                )
             )
-        )
+            pids.append(worker.pid)
         client_env = {"BROKER_URL": server.url, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
         app = create_app(settings=load_settings(client_env))
         stack.callback(app.close)
         stack.callback(_detach_result_consumer, app)
         client = redis.Redis.from_url(server.url)
         stack.callback(client.close)
-        yield Rig(app=app, redis=client, worker_pid=worker.pid)
+        yield Rig(app=app, redis=client, worker_pids=tuple(pids))
 
 
 def framework_once(r: Rig, runs: int) -> float:
