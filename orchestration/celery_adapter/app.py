@@ -22,6 +22,7 @@ from orchestration.celery_adapter.config import celery_config
 from orchestration.celery_adapter.dependencies import AppDependencies
 from orchestration.celery_adapter.edge_consumer import install_edge
 from orchestration.celery_adapter.patches import install_worker_patches
+from orchestration.celery_adapter.progress_events import ProgressEvents
 from orchestration.celery_adapter.tasks import install_tasks
 from orchestration.redaction import redact_url
 from orchestration.registry import RunnableRegistry
@@ -67,6 +68,7 @@ def create_app(
     if overrides:
         app.conf.update(dict(overrides))
     app.agentloop_dependencies = AppDependencies(settings=settings, registry=registry, store=store)
+    app.agentloop_progress_events = ProgressEvents(app)  # built here: no two threads race to make it
     install_tasks(app)  # privacy first: before anything builds the app's AMQP
     install_worker_patches(app)
     install_edge(app, store=store)  # workers refuse poison messages before Celery touches them

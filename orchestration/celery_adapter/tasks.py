@@ -24,6 +24,7 @@ from actions.human import RunPaused
 from orchestration.celery_adapter.batches import install_batch_tasks
 from orchestration.celery_adapter.canvas import continue_lane, continue_with, from_lanes
 from orchestration.celery_adapter.dependencies import dependencies_of
+from orchestration.celery_adapter.progress_events import progress_events_of
 from orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
 from orchestration.engine import WorkflowEngine
 from orchestration.human.pause import pause_task, resume
@@ -80,7 +81,7 @@ def engine_for(task: Task) -> WorkflowEngine:
     def publish(event: dict[str, Any]) -> None:
         if task.request.id and not task.request.called_directly:
             task.update_state(state="PROGRESS", meta=event)
-            task.send_event("task-progress", progress=event)
+            progress_events_of(task.app).send(task, event)  # one dispatcher per process
 
     deps = dependencies_of(task.app)
     return WorkflowEngine(
