@@ -20,6 +20,7 @@ alone.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,7 +58,16 @@ def unwatched_results(app: Celery) -> Iterator[None]:
 
 def _forget(backend: Any, consumer: Any, keys: set[Any]) -> None:
     """Stop waiting on the results of ``keys`` (the result objects are let go, the channels
-    unsubscribed), and read the confirmations."""
+    unsubscribed), and read the confirmations.
+
+    One thread at a time per consumer: the threads of a threads worker share its pub/sub
+    connection, which redis-py does not let two threads read at once."""
+    lock = consumer.__dict__.setdefault("_agentloop_forget_lock", threading.Lock())  # atomic in CPython
+    with lock:
+        _forget_locked(backend, consumer, keys)
+
+
+def _forget_locked(backend: Any, consumer: Any, keys: set[Any]) -> None:
     prefix = _as_text(backend.get_key_for_task("-"))[:-1]
     for key in keys:
         task_id = _as_text(key).removeprefix(prefix)
