@@ -18,7 +18,8 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from actions.human import Question
-from orchestration.store import InMemoryRunStore, RunStatus, RunStore, SqlRunStore
+from orchestration.store import InMemoryRunStore, RunStatus, RunStore, SqlRunStore, StoreRetry
+from orchestration.store.retry import retried
 from orchestration.store.tables import human_waits, runs, utcnow
 
 PENDING, ANSWERED, EXPIRED = "pending", "answered", "expired"
@@ -73,9 +74,11 @@ class WaitStore(Protocol):
 class SqlWaitStore:
     """Waits in the ``human_waits`` table of the run store's database."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, retry: StoreRetry | None = None) -> None:
         self.engine = engine
+        self.retry = retry or StoreRetry()  # tried again while the database is away, as the run store
 
+    @retried
     def get(self, run_id: str, path: str, key: str) -> Wait | None:
         statement = select(human_waits).where(
             human_waits.c.run_id == run_id, human_waits.c.path == path, human_waits.c.key == key
@@ -84,6 +87,7 @@ class SqlWaitStore:
             row = connection.execute(statement).mappings().first()
         return None if row is None else _wait(row)
 
+    @retried
     def record(self, wait: Wait) -> bool:
         values = {
             "run_id": wait.run_id,
@@ -102,6 +106,7 @@ class SqlWaitStore:
             return False
         return True
 
+    @retried
     def waits(self, run_id: str, *, status: str | None = None) -> list[Wait]:
         statement = select(human_waits).where(human_waits.c.run_id == run_id)
         if status is not None:
@@ -110,6 +115,7 @@ class SqlWaitStore:
             rows = connection.execute(statement.order_by(human_waits.c.created_at)).mappings().all()
         return [_wait(row) for row in rows]
 
+    @retried
     def settle(self, run_id: str, path: str, key: str, *, status: str, answer: Any) -> bool:
         statement = (
             update(human_waits)
@@ -124,6 +130,7 @@ class SqlWaitStore:
         with self.engine.begin() as connection:
             return connection.execute(statement).rowcount == 1
 
+    @retried
     def mark_run_waiting(self, run_id: str) -> bool:
         statement = (
             update(runs)
@@ -186,7 +193,7 @@ def wait_store_for(store: RunStore) -> WaitStore | None:
     """The wait store beside ``store``: the same database, or memory beside the memory twin
     (``None`` beside any other store: its runs cannot pause)."""
     if isinstance(store, SqlRunStore):
-        return SqlWaitStore(store.engine)
+        return SqlWaitStore(store.engine, retry=store.retry)
     if isinstance(store, InMemoryRunStore):
         return InMemoryWaitStore(store)
     return None

@@ -29,6 +29,7 @@ from sqlalchemy import Engine, Row, delete, select
 
 from orchestration.store.dialects import dialect_of, insert
 from orchestration.store.json_values import find_non_json, to_json_value
+from orchestration.store.retry import StoreRetry, retried
 from orchestration.store.tables import ai_tools, utcnow
 
 logger = logging.getLogger(__name__)
@@ -150,18 +151,22 @@ def _tool_record(row: Row[Any]) -> ToolRecord:
 class SqlToolStore:
     """The ``ai_tools`` table behind the :class:`ToolStore` protocol."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, retry: StoreRetry | None = None) -> None:
         self.engine = engine
         """The engine the store uses (``dispose()`` it when done with the store)."""
         self.dialect = dialect_of(engine)
         """``"sqlite"`` or ``"postgresql"``."""
+        self.retry = retry or StoreRetry()
+        """Every call is tried again while the database is unreachable, as a run store call is."""
 
+    @retried
     def get_payload(self, tool_id: str) -> dict[str, Any] | None:
         """The tool's payload; ``None`` when missing or unparsable."""
         with self.engine.connect() as connection:
             row = connection.execute(select(ai_tools.c.payload).where(ai_tools.c.id == tool_id)).first()
         return None if row is None else _parsed_or_none(tool_id, row.payload)
 
+    @retried
     def put(self, tool_id: str, payload: Mapping[str, Any] | str | bytes) -> None:
         """Store (or replace) a validated payload under ``tool_id``."""
         valid = validate_tool_payload(payload)
@@ -176,11 +181,13 @@ class SqlToolStore:
         with self.engine.begin() as connection:
             connection.execute(statement)
 
+    @retried
     def list(self) -> builtins.list[ToolRecord]:
         """Every stored tool, by id (unparsable payloads included as stored)."""
         with self.engine.connect() as connection:
             return [_tool_record(row) for row in connection.execute(select(ai_tools).order_by(ai_tools.c.id))]
 
+    @retried
     def delete(self, tool_id: str) -> bool:
         """Remove the tool; ``False`` when there was none."""
         statement = delete(ai_tools).where(ai_tools.c.id == tool_id).returning(ai_tools.c.id)
