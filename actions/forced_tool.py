@@ -105,16 +105,14 @@ class ForcedToolAction(BaseAgentAction):
         return tool_id if tool_id is not None else (self.tool_id or None)
 
     async def load_tool_payload(self, *, context: Any) -> dict[str, Any] | None:
-        """The tool schema from the tool store; ``None`` when missing or unparsable."""
+        """The tool schema from the tool store; ``None`` when missing or unparsable. Raises what
+        the store raises (a store that cannot answer is not a missing tool: :meth:`run` reports it
+        as a failed model call)."""
         store = context_value(context, "tool_store")
         tool_id = self.stored_tool_id(context=context)
         if store is None or tool_id is None:
             return None
-        try:
-            payload = await maybe_await(store.get_payload(tool_id))
-        except Exception:  # a broken store is a missing tool, not a crash
-            logger.warning("tool store failed for tool id %r", tool_id, exc_info=True)
-            return None
+        payload = await maybe_await(store.get_payload(tool_id))
         if isinstance(payload, str | bytes):
             try:
                 payload = json.loads(payload)
@@ -240,7 +238,11 @@ class ForcedToolAction(BaseAgentAction):
         async def unavailable(reason: str) -> Any:
             return await self.model_failed(arguments=arguments, context=context, reason=reason)
 
-        tool_payload = await self.load_tool_payload(context=context)
+        try:
+            tool_payload = await self.load_tool_payload(context=context)
+        except Exception as error:  # the store is down: the step cannot ask the model
+            logger.warning("tool store failed for action %s", self.name, exc_info=True)
+            return await unavailable(f"tool store failed: {type(error).__name__}: {error}")
         if tool_payload is None:
             logger.warning(
                 "action %s fell back: no usable tool schema under id %r in context.tool_store "

@@ -199,7 +199,12 @@ FAILURES: list[tuple[str, dict[str, Any], list[AiResponse], str]] = [
     ("no tool store", {"tool_store": None}, [], SCHEMA_MISSING),
     ("no tool id in the context", {"classify_tool_id": None}, [], SCHEMA_MISSING),
     ("tool id unknown to the store", {"classify_tool_id": "t-404"}, [], SCHEMA_MISSING),
-    ("store raises", {"tool_store": BrokenToolStore()}, [], SCHEMA_MISSING),
+    (
+        "store raises",
+        {"tool_store": BrokenToolStore()},
+        [],
+        "tool store failed: ConnectionError: database is down",
+    ),
     ("payload is not JSON", {"tool_store": MemoryToolStore({"t-1": "{not json"})}, [], SCHEMA_MISSING),
     (
         "payload bytes are not UTF-8",

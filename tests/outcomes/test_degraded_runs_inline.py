@@ -183,6 +183,27 @@ async def test_the_fail_policy_fails_the_run_with_the_error() -> None:
     assert phases(recorder) == [("start", "started"), ("error", "failed")]
 
 
+class DownTools:
+    def get_payload(self, tool_id: str) -> Any:
+        raise ConnectionError("run store unreachable for 60s")
+
+
+async def test_a_tool_store_that_cannot_answer_degrades_the_run_or_fails_it_by_policy() -> None:
+    """The schema could not be read, so the model was never asked: not a success with a fallback."""
+    runner = InlineAgentRunner.create(runnable=Ask, context={**context(), "tool_store": DownTools()})
+
+    outcome = await runner.request_outcome(input="why?")
+
+    assert outcome.status == "degraded" and outcome.result == {"text": "no answer"}
+    reason = "tool store failed: ConnectionError: run store unreachable for 60s"
+    assert outcome.failures == (ModelFailure(action="answer", reason=reason),)
+    strict = InlineAgentRunner.create(
+        runnable=Ask, context={**context(action=StrictAnswer), "tool_store": DownTools()}
+    )
+    with pytest.raises(ModelUnavailableError, match="tool store failed"):
+        await strict.request(input="why?")
+
+
 async def test_each_failure_is_reported_at_its_branch_path() -> None:
     recorder = ProgressRecorder()
     model = ScriptedModel([tool_call("answer", {"text": "fine"}), error_reply("overloaded")])
