@@ -17,7 +17,7 @@ import pytest
 from kombu import Connection, Exchange, Producer, Queue
 from kombu.transport import redis as kombu_redis
 
-from orchestration.celery_adapter.patches import share_channel_client
+from orchestration.celery_adapter.patches import kombu_client_is_shared, share_channel_client
 from orchestration.testing.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -29,8 +29,11 @@ class CountingChannel(kombu_redis.Channel):
 
     built = 0
     # kombu's own conn_or_acquire, even when an in-process worker of an earlier test patched kombu
-    conn_or_acquire = getattr(
-        kombu_redis.Channel.conn_or_acquire, "__wrapped__", kombu_redis.Channel.conn_or_acquire
+    # (the patch keeps kombu's method as its __wrapped__; kombu's own __wrapped__ is the bare generator)
+    conn_or_acquire = (
+        kombu_redis.Channel.conn_or_acquire.__wrapped__  # type: ignore[attr-defined]
+        if kombu_client_is_shared()
+        else kombu_redis.Channel.conn_or_acquire
     )
 
     def _create_client(self, asynchronous: bool = False) -> Any:
