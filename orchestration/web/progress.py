@@ -1,7 +1,7 @@
 """Run progress for every client of this process, read once from where it is written: the run store.
 
 Workers write a run's events to the run store (``store/seams.py``:
-``ProgressPublisher`` flushes at most every 0.2 s). The :class:`ProgressHub`
+``ProgressPublisher`` writes them at most every second, or with the task's result). The :class:`ProgressHub`
 keeps one *feed* per followed run: one task that reads the run's status and
 its new events every ``AGENTLOOP_HTTP_POLL_SECONDS`` and hands them to every
 follower's queue. 500 clients following one run cost the store two reads per
