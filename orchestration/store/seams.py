@@ -139,10 +139,7 @@ class StoreCheckpointer:
             return
         pending = self.events.take_events() if self.events is not None else []
         try:
-            if pending:
-                self.store.save_checkpoint(self.run_id, path, iteration, state, events=pending)
-            else:  # a store written before checkpoints carried events still takes this call
-                self.store.save_checkpoint(self.run_id, path, iteration, state)
+            self.store.save_checkpoint(self.run_id, path, iteration, state, events=pending)
         except BaseException:
             if self.events is not None:
                 self.events.put_back(pending)  # written later, with the next save or the task's end
