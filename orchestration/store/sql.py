@@ -371,9 +371,8 @@ class SqlRunStore:
     def _write_loop(
         self, run_id: str, row: dict[str, Any], upsert: Any, events: Sequence[Mapping[str, Any]]
     ) -> None:
-        """Upsert the loop's ``row`` and append ``events`` under ``run_id``, in one transaction
-        (the events last: the run's event lock is held from their insert to the commit only)."""
+        """Upsert the loop's ``row`` and append ``events`` under ``run_id``, in one transaction."""
         rows = event_rows(run_id, events)
         with self.engine.begin() as connection:
-            connection.execute(upsert, row)
             self._write_events(connection, run_id, rows)
+            connection.execute(upsert, row)
