@@ -79,7 +79,6 @@ class WorkflowEngine:
         *,
         checkpoint: tuple[int, Any] | None = None,
         degradation: DegradationRecorder | None = None,
-        publisher: ProgressPublisher | None = None,
     ) -> RunScope:
         return RunScope(
             run_id=node.run_id,
@@ -91,12 +90,8 @@ class WorkflowEngine:
             tracer=self.tracer,
             cache=self.cache,
             cancel=StoreCancelSignal(self.store, node.run_id),
-            checkpointer=StoreCheckpointer(  # the task's buffered events ride with each save
-                self.store,
-                node.run_id,
-                interval=self.checkpoint_interval,
-                loaded={node.path: checkpoint},
-                events=publisher,
+            checkpointer=StoreCheckpointer(
+                self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}
             ),
         )
 
@@ -138,7 +133,7 @@ class WorkflowEngine:
             return Done(value=result)
         # Model failures the loop survives become events of this task (loops/outcome.py).
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
-        scope = self.scope(node, checkpoint=checkpoint, degradation=degradations, publisher=publisher)
+        scope = self.scope(node, checkpoint=checkpoint, degradation=degradations)
         try:
             with use_scope(scope), use_meter(StoreUsageMeter(self.store, node.run_id)):
                 result = await within_deadline(scope, instance.run(input=input, on_progress=publisher))

@@ -281,24 +281,13 @@ class InMemoryRunStore:
                 tokens_saved=record.tokens_saved + tokens_saved,
             )
 
-    def save_checkpoint(
-        self,
-        run_id: str,
-        path: str,
-        iteration: int,
-        state: JsonValue,
-        *,
-        events: Sequence[Mapping[str, Any]] = (),
-    ) -> None:
-        """Replace the loop's checkpoint with ``(iteration, state)`` and append ``events`` under
-        ``run_id``, at once."""
+    def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
+        """Replace the loop's checkpoint with ``(iteration, state)``."""
         check_text(run_id, "run id")
         check_text(path, "loop path", max_chars=MAX_PATH_CHARS)
         check_count(iteration, "iteration", maximum=MAX_ITERATION)
         state = to_json_value(state, what=f"checkpoint state of loop {path!r} in run {run_id!r}")
-        payloads = event_payloads(run_id, events)
         with self._lock:
-            self._keep_events(run_id, payloads)
             checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
             checkpoint.iteration, checkpoint.state = iteration, state
 

@@ -281,17 +281,8 @@ class RunStore(Protocol):
         """Atomically add step-cache hits, misses and tokens saved to the run."""
         ...
 
-    def save_checkpoint(
-        self,
-        run_id: str,
-        path: str,
-        iteration: int,
-        state: JsonValue,
-        *,
-        events: Sequence[Mapping[str, Any]] = (),
-    ) -> None:
-        """Keep ``state`` as the latest checkpoint of the loop at ``path`` (replacing the previous one)
-        and append ``events`` under ``run_id``, in one transaction."""
+    def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
+        """Keep ``state`` as the latest checkpoint of the loop at ``path`` (replacing the previous one)."""
         ...
 
     def loop_record(self, run_id: str, path: str) -> LoopRecord:

@@ -107,9 +107,7 @@ class StoreCheckpointer:
     iterations take longer than that, so each is saved; a fast loop is not
     slowed by a write per iteration, and a redelivery repeats at most
     ``interval`` seconds of its work. A loop that finishes records its result
-    instead (:meth:`RunStore.finish_loop`). With ``events`` (the task's
-    :class:`ProgressPublisher`), the progress events buffered so far are written in the
-    save's transaction, so a checkpointed loop makes no separate event writes.
+    instead (:meth:`RunStore.finish_loop`).
     """
 
     def __init__(
@@ -119,13 +117,10 @@ class StoreCheckpointer:
         *,
         interval: float = 0.0,
         loaded: dict[str, tuple[int, Any] | None] | None = None,
-        events: ProgressPublisher | None = None,
     ) -> None:
         self.store, self.run_id, self.interval = store, run_id, interval
         self._saved_at: dict[str, float] = {}
         self._loaded = dict(loaded or {})
-        #: Whose buffered progress events ride along with each save (one transaction, no extra write).
-        self.events = events
 
     def load(self, *, path: str) -> tuple[int, Any] | None:
         self._saved_at[path] = time.monotonic()
@@ -137,13 +132,7 @@ class StoreCheckpointer:
         now = time.monotonic()
         if self.interval > 0 and now - self._saved_at.get(path, -1e9) < self.interval:
             return
-        pending = self.events.take_events() if self.events is not None else []
-        try:
-            self.store.save_checkpoint(self.run_id, path, iteration, state, events=pending)
-        except BaseException:
-            if self.events is not None:
-                self.events.put_back(pending)  # written later, with the next save or the task's end
-            raise
+        self.store.save_checkpoint(self.run_id, path, iteration, state)
         self._saved_at[path] = now
 
 
@@ -226,21 +215,6 @@ class ProgressPublisher:
         self._unshown = None
         pending, self._pending = self._pending, []
         return pending
-
-    def take_events(self) -> list[dict[str, Any]]:
-        """The events not written yet, for a caller that writes them in its own transaction (a
-        checkpoint); the ``PROGRESS`` state keeps its pace."""
-        self._disarm("events")
-        pending, self._pending = self._pending, []
-        return pending
-
-    def put_back(self, events: list[dict[str, Any]]) -> None:
-        """Events :meth:`take_events` gave out and that could not be written: first in the buffer."""
-        if events:
-            if not self._pending:
-                self._first_pending_at = time.monotonic()
-                self._arm("events", self.interval, self._write)
-            self._pending[:0] = events
 
     def _write(self) -> None:
         self._disarm("events")

@@ -18,10 +18,13 @@ from sqlalchemy import ColumnElement, Connection, Engine, Row, RowMapping, func,
 
 from orchestration.store.checks import (
     MAX_ITERATION,
+    MAX_PATH_CHARS,
     check_count,
     check_finish,
     check_terminal_status,
+    check_text,
     error_value,
+    event_payloads,
     is_storable_id,
     new_run_values,
     run_key,
@@ -39,13 +42,33 @@ from orchestration.store.protocol import (
     RunStatus,
 )
 from orchestration.store.retry import StoreRetry, retried
-from orchestration.store.rows import event_rows, loop_row
 from orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
 
 _RUN_COLUMNS = tuple(runs.c[field.name] for field in fields(RunRecord))
 _LOOP_RECORD = select(
     checkpoints.c.finished, checkpoints.c.result, checkpoints.c.iteration, checkpoints.c.state
 )
+
+
+def event_columns(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The indexed columns of a progress event: ``path``, ``status``, ``phase``, ``iteration``
+    (a status cut to its column's 32 characters, an iteration past 32 bits left out)."""
+    iteration = event.get("iteration")
+    counted = type(iteration) is int and 0 <= iteration <= MAX_ITERATION
+    return {
+        "path": str(event.get("path") or ""),
+        "status": str(event.get("status") or "")[:32],
+        "phase": str(event.get("phase") or ""),
+        "iteration": iteration if counted else None,
+    }
+
+
+def _event_rows(root_run_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    now = utcnow()
+    return [
+        {"run_id": root_run_id, "payload": payload, "created_at": now, **event_columns(payload)}
+        for payload in event_payloads(root_run_id, events)
+    ]
 
 
 def _record(row: Row[Any]) -> RunRecord:
@@ -248,7 +271,7 @@ class SqlRunStore:
     @retried
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
         """Store progress events under ``root_run_id`` in one transaction, in order."""
-        rows = event_rows(root_run_id, events)
+        rows = _event_rows(root_run_id, events)
         if rows:
             with self.engine.begin() as connection:
                 self._write_events(connection, root_run_id, rows)
@@ -327,21 +350,19 @@ class SqlRunStore:
                 raise RunNotFoundError(run_id)
 
     @retried
-    def save_checkpoint(
-        self,
-        run_id: str,
-        path: str,
-        iteration: int,
-        state: JsonValue,
-        *,
-        events: Sequence[Mapping[str, Any]] = (),
-    ) -> None:
-        """Replace the loop's checkpoint with ``(iteration, state)`` (one row per (run, path)) and
-        append ``events`` under ``run_id``, in one transaction."""
-        state = to_json_value(state, what=f"checkpoint state of loop {path!r} in run {run_id!r}")
-        count = check_count(iteration, "iteration", maximum=MAX_ITERATION)
-        row = loop_row(run_id, path, iteration=count, state=state, finished=False, result=None)
-        self._write_loop(run_id, row, self._upserts.save_checkpoint, events)
+    def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
+        """Replace the loop's checkpoint with ``(iteration, state)``: one row per (run, path)."""
+        row = {
+            "run_id": check_text(run_id, "run id"),
+            "path": check_text(path, "loop path", max_chars=MAX_PATH_CHARS),
+            "iteration": check_count(iteration, "iteration", maximum=MAX_ITERATION),
+            "state": to_json_value(state, what=f"checkpoint state of loop {path!r} in run {run_id!r}"),
+            "finished": False,
+            "result": None,
+            "updated_at": utcnow(),
+        }
+        with self.engine.begin() as connection:
+            connection.execute(self._upserts.save_checkpoint, row)
 
     @retried
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
@@ -364,15 +385,16 @@ class SqlRunStore:
     ) -> None:
         """Record the loop's result (its checkpoint is kept) and append ``events`` under ``run_id``,
         in one transaction."""
-        result = to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}")
-        row = loop_row(run_id, path, iteration=None, state=None, finished=True, result=result)
-        self._write_loop(run_id, row, self._upserts.finish_loop, events)
-
-    def _write_loop(
-        self, run_id: str, row: dict[str, Any], upsert: Any, events: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """Upsert the loop's ``row`` and append ``events`` under ``run_id``, in one transaction."""
-        rows = event_rows(run_id, events)
+        row = {
+            "run_id": check_text(run_id, "run id"),
+            "path": check_text(path, "loop path", max_chars=MAX_PATH_CHARS),
+            "iteration": None,
+            "state": None,
+            "finished": True,
+            "result": to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}"),
+            "updated_at": utcnow(),
+        }
+        rows = _event_rows(run_id, events)
         with self.engine.begin() as connection:
             self._write_events(connection, run_id, rows)
-            connection.execute(upsert, row)
+            connection.execute(self._upserts.finish_loop, row)
