@@ -86,6 +86,9 @@ POSTGRES_CONNECT_ARGS: dict[str, Any] = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
     "tcp_user_timeout": 30_000,
+    # The server ends a session left idle inside a transaction (its client gone mid-transaction in an
+    # outage) after 10 s, so its row locks cannot hold the next attempt of the same write for ever.
+    "options": "-c idle_in_transaction_session_timeout=10000",
 }
 
 
