@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import ExitStack, closing
+from contextlib import ExitStack, closing, suppress
 
 import pytest
 
@@ -85,6 +86,37 @@ def test_a_stopped_proxy_refuses_connections_and_resets_open_ones(echo_port: int
         open_one.close()
         assert proxy.port == port  # back on the same port
         assert _round_trip(port, b"again") == b"again"
+
+
+def test_a_client_waiting_for_a_reply_is_reset_when_the_proxy_stops() -> None:
+    # the request reached the server, the server answers after the proxy stopped: a client
+    # waiting for that answer must see its connection end, as when a server dies, never wait on
+    # (the proxy used to close sockets its copy threads were blocked reading, which sends
+    # nothing: a PostgreSQL client waited for ever in a query after an outage)
+    received = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def answer_late() -> None:
+            conn, _ = server.accept()
+            with closing(conn):
+                conn.recv(1)
+                received.set()
+                time.sleep(0.5)
+                with suppress(OSError):
+                    conn.sendall(b"late")
+                    conn.recv(1)
+
+        threading.Thread(target=answer_late, daemon=True).start()
+        with TcpProxy("127.0.0.1", server.getsockname()[1]) as proxy:
+            client = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+            with closing(client):
+                client.sendall(b"?")
+                assert received.wait(5)
+                proxy.stop()
+                started = time.monotonic()
+                with suppress(ConnectionResetError):
+                    assert client.recv(4) == b""  # the end of the stream, or a reset
+                assert time.monotonic() - started < 3
 
 
 def test_a_proxy_whose_target_is_down_resets_its_clients() -> None:

@@ -39,9 +39,17 @@ _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST,
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close ``sock`` with a reset, as a dying server's kernel would."""
+    """Close ``sock`` with a reset, as a dying server's kernel would.
+
+    A copy thread may be blocked reading ``sock``. Closing it alone would not wake that thread,
+    and the kernel keeps a socket a read is blocked on: nothing would reach the peer, which
+    would wait for ever for an answer the proxy already dropped. Shutting the reading side
+    first wakes the thread; the socket is released when it returns, and the peer gets ``RST``.
+    """
     with suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    with suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     with suppress(OSError):
         sock.close()
 
