@@ -4,8 +4,11 @@
 jitter, while it fails on a *connection-level* error (:func:`is_connection_error`):
 the server refused or dropped the connection, is shutting down or starting, ran
 out of connection slots, or a transaction lost a deadlock or serialization
-conflict. It stops before ``seconds`` have passed since the first attempt and
-raises :class:`~orchestration.store.StoreUnavailableError` from the last error.
+conflict; also when the pool's pre-ping met a connection an outage left in the
+middle of a transaction (psycopg's ``can't change 'autocommit' now``: the pool
+discards that connection, so another try gets a new one). It stops before
+``seconds`` have passed since the first attempt and raises
+:class:`~orchestration.store.StoreUnavailableError` from the last error.
 Anything else (an integrity or data error, a missing table, a bug) is raised at
 once: trying it again could not help.
 
@@ -26,7 +29,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_before_delay, wait_exponential_jitter
 
 from orchestration.settings_store import DEFAULT_STORE_RETRY_SECONDS
@@ -46,6 +49,10 @@ _TRANSIENT_CLASSES = ("08", "40", "53")
 _TRANSIENT_STATES = ("57P01", "57P02", "57P03")
 #: What SQLite says when another process holds the file's lock past the busy timeout.
 _SQLITE_BUSY = ("database is locked", "database table is locked", "database is busy")
+#: What psycopg raises when SQLAlchemy's pre-ping turns autocommit on for a pooled connection that is
+#: not idle: an outage left it mid-transaction or mid-command. Our code never sets autocommit, and
+#: SQLAlchemy invalidates a connection whose ping raised, so this one is a connection's fault.
+_LEFT_MID_TRANSACTION = "can't change 'autocommit' now: connection in transaction status"
 
 
 def _transient(error: BaseException) -> bool:
@@ -58,22 +65,33 @@ def _transient(error: BaseException) -> bool:
     return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
 
 
+def _is_psycopg(error: BaseException, name: str) -> bool:
+    return any(cls.__name__ == name and cls.__module__.startswith("psycopg") for cls in type(error).__mro__)
+
+
+def _left_mid_transaction(error: BaseException) -> bool:
+    """Whether ``error`` is psycopg refusing the pre-ping's autocommit on a connection left busy."""
+    return _is_psycopg(error, "ProgrammingError") and str(error).startswith(_LEFT_MID_TRANSACTION)
+
+
 def is_connection_error(error: BaseException) -> bool:
     """Whether ``error`` says the database could not be reached, rather than that the data is wrong.
 
-    True for a connection SQLAlchemy found dead (``connection_invalidated``) and
-    for an ``OperationalError`` whose cause passes (see the module doc); never
-    for an integrity, data or programming error.
+    True for a connection SQLAlchemy found dead (``connection_invalidated``), for
+    an ``OperationalError`` whose cause passes and for a pooled connection that
+    an outage left mid-transaction (see the module doc); never for an integrity
+    or data error, nor for any other programming error.
     """
     if isinstance(error, DBAPIError) and error.connection_invalidated:
         return True
     if isinstance(error, OperationalError):
         return error.orig is None or _transient(error.orig)
-    raw = any(  # a driver error that reached us unwrapped
-        cls.__name__ == "OperationalError" and cls.__module__.startswith("psycopg")
-        for cls in type(error).__mro__
-    )
-    return raw and _transient(error)
+    if isinstance(error, ProgrammingError):
+        return error.orig is not None and _left_mid_transaction(error.orig)
+    # a driver error that reached us unwrapped
+    if _is_psycopg(error, "OperationalError"):
+        return _transient(error)
+    return _left_mid_transaction(error)
 
 
 def _log_retry(state: RetryCallState) -> None:
