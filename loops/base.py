@@ -16,7 +16,10 @@ each iteration it checks the run scope for cancellation and the deadline; a
 loop whose task is cancelled from outside (the deadline, a fail-fast sibling)
 still ends its progress with a ``failed`` event saying why.
 When the scope carries a checkpointer, every finished iteration's state is
-saved and a redelivered loop resumes from the last one.
+saved before the next iteration starts, and a redelivered loop resumes from the
+last one. A loop that completes (or stops at its bound) right after an
+iteration writes no checkpoint for it: its result, recorded next, supersedes
+it; a loop that fails or is stopped still saves it on the way out.
 
 A loop that stops at its bound says so: its last event (phase ``done``) carries
 ``data["stopped_by"] == "bound"`` (``"complete"`` otherwise), a warning is
@@ -127,6 +130,26 @@ class BaseAgentLoop(RunnableBase, ABC):
         )
         await self.emit_progress(event=event, on_progress=on_progress)
 
+    @staticmethod
+    def _checkpoint(scope: RunScope, finished: tuple[int, Any]) -> None:
+        assert scope.checkpointer is not None
+        iteration, state = finished
+        scope.checkpointer.save(path=scope.path, iteration=iteration, state=state)
+
+    @classmethod
+    def _checkpoint_on_the_way_out(cls, scope: RunScope, finished: tuple[int, Any] | None) -> None:
+        """Save the last finished iteration of a loop that is failing or stopped, so that a task
+        tried again resumes after it; a checkpoint that cannot be written then (the store is
+        what failed, say) must not hide the loop's own error."""
+        if finished is None:
+            return
+        try:
+            cls._checkpoint(scope, finished)
+        except Exception:
+            logger.warning(
+                "loop at %r: could not checkpoint iteration %d", scope.path, finished[0], exc_info=True
+            )
+
     async def run(self, *, input: Any, on_progress: ProgressCallback | None = None) -> Any:
         with ensure_scope() as scope:
             self._run_scope = scope
@@ -149,6 +172,7 @@ class BaseAgentLoop(RunnableBase, ABC):
                 message=f"resumed after iteration {iteration}",
                 data={"resumed_from": iteration},
             )
+        pending: tuple[int, Any] | None = None  # the finished iteration not checkpointed yet
         try:
             while True:
                 scope.check()
@@ -160,6 +184,9 @@ class BaseAgentLoop(RunnableBase, ABC):
                     self.stopped_by = STOPPED_BY_BOUND
                     result = await maybe_await(self.build_bounded_result(state=state))
                     break
+                if pending is not None:  # before any more work, as durable as saving right away
+                    self._checkpoint(scope, pending)
+                    pending = None
                 if await maybe_await(self.should_compress(state=state, iteration=iteration)):
                     state = await maybe_await(self.compress_state(state=state, iteration=iteration))
                     await self._emit(
@@ -173,10 +200,11 @@ class BaseAgentLoop(RunnableBase, ABC):
                 state = await traced(*span, self.advance_state, state=state, iteration=iteration)
                 iteration += 1
                 if scope.checkpointer is not None:
-                    scope.checkpointer.save(path=scope.path, iteration=iteration, state=state)
+                    pending = (iteration, state)
                 event = await maybe_await(self.build_progress_event(state=state, iteration=iteration))
                 await self.emit_progress(event=event, on_progress=on_progress)
         except RunStoppedError as stop:
+            self._checkpoint_on_the_way_out(scope, pending)
             await self._emit(
                 on_progress,
                 iteration=iteration,
@@ -186,6 +214,7 @@ class BaseAgentLoop(RunnableBase, ABC):
             )
             raise
         except Exception as error:
+            self._checkpoint_on_the_way_out(scope, pending)
             await self._emit(
                 on_progress,
                 iteration=iteration,
@@ -195,6 +224,7 @@ class BaseAgentLoop(RunnableBase, ABC):
             )
             raise
         except asyncio.CancelledError as error:  # cancelled from outside: the deadline, or a sibling failed
+            self._checkpoint_on_the_way_out(scope, pending)
             phase = failure_phase(error, scope)
             deadline_passed = phase == "deadline_exceeded"
             await self._emit(

@@ -61,7 +61,10 @@ class Checkpointer(Protocol):
     """Durable loops: where each finished iteration's state is kept.
 
     ``load`` returns ``(iteration, state)`` of the last finished iteration for
-    the loop at ``path``, or ``None``; ``save`` records one.
+    the loop at ``path``, or ``None``; ``save`` records one. The loop saves an
+    iteration before the next one starts, or on its way out when it fails or is
+    stopped; the iteration after which it completes is not saved (its result is
+    what a store records next).
     """
 
     def load(self, *, path: str) -> tuple[int, Any] | None: ...

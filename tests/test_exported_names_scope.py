@@ -189,10 +189,11 @@ def test_a_checkpointer_given_to_the_runner_is_asked_per_loop_path_and_resumes_e
 
     result = InlineAgentRunner.create(runnable=TwoCounts).request_sync(input=3, checkpointer=saver)
 
-    # stage 0 counted to 3 from scratch; stage 1 resumed at 2 of 3 and ran one iteration
+    # stage 0 counted to 3 from scratch; stage 1 resumed at 2 of 3 and ran one iteration. An
+    # iteration is saved before the next one starts: the last, which completes its loop, is not
     assert result == 3
     assert saver.loads == ["pipeline/0", "pipeline/1"]
-    assert saver.saved == {"pipeline/0": (3, {"goal": 3, "n": 3}), "pipeline/1": (3, {"goal": 3, "n": 3})}
+    assert saver.saved == {"pipeline/0": (2, {"goal": 3, "n": 2}), "pipeline/1": (2, {"goal": 3, "n": 2})}
 
 
 # ----- new_run_id, Runnable, ProgressCallback -------------------------------------------------------------

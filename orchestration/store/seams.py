@@ -102,7 +102,8 @@ class StoreUsageMeter:
 class StoreCheckpointer:
     """Per-iteration checkpoints of the loops of one run, in the run store.
 
-    A loop's state is saved after a finished iteration when ``interval``
+    A loop's state is saved after a finished iteration (before the next one
+    starts, see :class:`~loops.scope.Checkpointer`) when ``interval``
     seconds have passed since its last save (0: after every iteration). LLM
     iterations take longer than that, so each is saved; a fast loop is not
     slowed by a write per iteration, and a redelivery repeats at most
