@@ -18,8 +18,14 @@ def open_store(
     is false (retried, like every run store call, while the database is
     unreachable: ``retry``, default 60 s). Both stores share one engine
     (``run_store.engine``), which the caller may ``dispose()`` when done.
+
+    The engine does not ping a pooled connection before each use (SQLAlchemy's
+    ``pool_pre_ping``): every call of both stores, and of the wait store beside them,
+    is retried on a connection-level error, so a connection that died while it sat in
+    the pool fails its first statement, is replaced, and the call runs again. That
+    keeps one database round trip per store call instead of two.
     """
-    engine = create_engine_for(url)
+    engine = create_engine_for(url, pool_pre_ping=False)
     retry = retry or StoreRetry()
     if migrate:
         retry.call(upgrade_database, engine)

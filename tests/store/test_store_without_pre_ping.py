@@ -1,14 +1,15 @@
-"""Every store on open_store's engine rides out a pooled connection PostgreSQL killed: the run store,
-the tool store and the wait store each retry a connection-level error (the tool store and the wait
-store did not retry at all before)."""
+"""open_store's engine pings no pooled connection before use (one round trip per store call, not
+two): a pooled connection PostgreSQL killed fails its first statement, is replaced, and the call of
+the run store, the tool store or the wait store runs again and succeeds."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 
 from actions.human import Question, QuestionKind
@@ -44,6 +45,28 @@ def kill_pooled_connections(admin_url: str, engine: Engine) -> int:
     finally:
         admin.dispose()
     return int(killed)
+
+
+def statements(engine: Engine) -> tuple[list[str], Callable[[], None]]:
+    seen: list[str] = []
+
+    def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement.split()[0].upper())
+
+    event.listen(engine, "before_cursor_execute", note)
+    return seen, lambda: event.remove(engine, "before_cursor_execute", note)
+
+
+def test_a_store_call_is_one_statement_no_ping(stores: tuple[SqlRunStore, SqlToolStore, str]) -> None:
+    run_store, _, _ = stores
+    run_store.create_run(run_id="r1", runnable="x", input={})
+    seen, stop = statements(run_store.engine)
+    try:
+        run_store.get_run("r1")
+    finally:
+        stop()
+    assert seen == ["SELECT"]
+    assert run_store.engine.pool._pre_ping is False  # type: ignore[attr-defined]
 
 
 def test_every_store_rides_out_a_pooled_connection_the_server_killed(
