@@ -208,7 +208,7 @@ def _store_alternatives(store: Any, samples: int) -> list[str]:
     from sqlalchemy import insert, select
     from sqlalchemy.dialects import postgresql, sqlite
 
-    from orchestration.store.sql import event_columns
+    from orchestration.store.checks import event_columns
     from orchestration.store.tables import checkpoints, run_events, runs, utcnow
 
     run_id = uuid.uuid4().hex

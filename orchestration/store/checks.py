@@ -67,6 +67,28 @@ def event_payloads(root_run_id: str, events: Sequence[Mapping[str, Any]]) -> lis
     return payloads
 
 
+def event_columns(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The indexed columns of a progress event: ``path``, ``status``, ``phase``, ``iteration``
+    (a status cut to its column's 32 characters, an iteration past 32 bits left out)."""
+    iteration = event.get("iteration")
+    counted = type(iteration) is int and 0 <= iteration <= MAX_ITERATION
+    return {
+        "path": str(event.get("path") or ""),
+        "status": str(event.get("status") or "")[:32],
+        "phase": str(event.get("phase") or ""),
+        "iteration": iteration if counted else None,
+    }
+
+
+def event_rows(root_run_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``run_events`` that store ``events`` under ``root_run_id``."""
+    now = utcnow()
+    return [
+        {"run_id": root_run_id, "payload": payload, "created_at": now, **event_columns(payload)}
+        for payload in event_payloads(root_run_id, events)
+    ]
+
+
 def error_value(error: JsonValue | BaseException) -> JsonValue:
     """An exception as ``{"type", "message"}``; any other value unchanged, but for its texts.
 

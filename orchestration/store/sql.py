@@ -24,7 +24,7 @@ from orchestration.store.checks import (
     check_terminal_status,
     check_text,
     error_value,
-    event_payloads,
+    event_rows,
     is_storable_id,
     new_run_values,
     run_key,
@@ -48,27 +48,6 @@ _RUN_COLUMNS = tuple(runs.c[field.name] for field in fields(RunRecord))
 _LOOP_RECORD = select(
     checkpoints.c.finished, checkpoints.c.result, checkpoints.c.iteration, checkpoints.c.state
 )
-
-
-def event_columns(event: Mapping[str, Any]) -> dict[str, Any]:
-    """The indexed columns of a progress event: ``path``, ``status``, ``phase``, ``iteration``
-    (a status cut to its column's 32 characters, an iteration past 32 bits left out)."""
-    iteration = event.get("iteration")
-    counted = type(iteration) is int and 0 <= iteration <= MAX_ITERATION
-    return {
-        "path": str(event.get("path") or ""),
-        "status": str(event.get("status") or "")[:32],
-        "phase": str(event.get("phase") or ""),
-        "iteration": iteration if counted else None,
-    }
-
-
-def _event_rows(root_run_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    now = utcnow()
-    return [
-        {"run_id": root_run_id, "payload": payload, "created_at": now, **event_columns(payload)}
-        for payload in event_payloads(root_run_id, events)
-    ]
 
 
 def _record(row: Row[Any]) -> RunRecord:
@@ -97,6 +76,21 @@ class SqlRunStore:
         self.retry = retry or StoreRetry()
         """How a call rides out an unreachable database (default: 60 s of retries)."""
         self._upserts = upserts(self.dialect)
+
+    def _one_statement(self) -> Connection:
+        """A connection for one statement: a read, or a write that is atomic by itself. On
+        PostgreSQL it runs in autocommit, one round trip instead of three (no ``BEGIN`` before it,
+        no ``COMMIT`` or ``ROLLBACK`` after it). SQLite's connections are left as they are (an
+        in-memory database shares one between threads)."""
+        connection = self.engine.connect()
+        if self.dialect != "postgresql":
+            return connection
+        try:
+            return connection.execution_options(isolation_level="AUTOCOMMIT")
+        except Exception:  # a pooled connection an outage left mid-transaction: never reuse it
+            connection.invalidate()
+            connection.close()
+            raise
 
     @retried
     def create_run(
@@ -144,7 +138,7 @@ class SqlRunStore:
     def run_owner(self, run_id: str) -> RunOwner | None:
         """The owner the run was created with (``None``: anyone may end it)."""
         statement = select(runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
-        with self.engine.connect() as connection:
+        with self._one_statement() as connection:
             row = connection.execute(statement).first()
         if row is None:
             raise RunNotFoundError(run_id)
@@ -213,7 +207,7 @@ class SqlRunStore:
         """The run, or ``None``."""
         if not is_storable_id(run_id):
             return None
-        with self.engine.connect() as connection:
+        with self._one_statement() as connection:
             row = connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == run_id)).first()
         return None if row is None else _record(row)
 
@@ -238,7 +232,7 @@ class SqlRunStore:
             statement = statement.where(runs.c.runnable == str(runnable))
         if parent_run_id is not None:
             statement = statement.where(runs.c.parent_run_id == str(parent_run_id))
-        with self.engine.connect() as connection:
+        with self._one_statement() as connection:
             return [_record(row) for row in connection.execute(statement)]
 
     @retried
@@ -252,7 +246,7 @@ class SqlRunStore:
         )
         by_status: dict[str, int] = {}
         totals = dict.fromkeys(CHILD_SUMS, 0)
-        with self.engine.connect() as connection:
+        with self._one_statement() as connection:
             for status, count, *values in connection.execute(statement):
                 by_status[str(status)] = int(count)
                 for name, value in zip(CHILD_SUMS, values, strict=True):
@@ -271,7 +265,7 @@ class SqlRunStore:
     @retried
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
         """Store progress events under ``root_run_id`` in one transaction, in order."""
-        rows = _event_rows(root_run_id, events)
+        rows = event_rows(root_run_id, events)
         if rows:
             with self.engine.begin() as connection:
                 self._write_events(connection, root_run_id, rows)
@@ -290,7 +284,7 @@ class SqlRunStore:
         )
         if limit is not None:
             statement = statement.limit(check_count(limit, "limit"))
-        with self.engine.connect() as connection:
+        with self._one_statement() as connection:
             return [(int(event_id), payload) for event_id, payload in connection.execute(statement)]
 
     @staticmethod
@@ -312,7 +306,7 @@ class SqlRunStore:
         if not is_storable_id(run_id):
             return False
         statement = select(runs.c.id).where(self._run_and_root(run_id), runs.c.cancel_requested).limit(1)
-        with self.engine.connect() as connection:
+        with self._one_statement() as connection:
             return connection.execute(statement).first() is not None
 
     @retried
@@ -327,7 +321,7 @@ class SqlRunStore:
             )
             .returning(runs.c.input_tokens, runs.c.output_tokens)
         )
-        with self.engine.begin() as connection:
+        with self._one_statement() as connection, connection.begin():
             row = connection.execute(statement).first()
         if row is None:
             raise RunNotFoundError(run_id)
@@ -345,7 +339,7 @@ class SqlRunStore:
                 tokens_saved=runs.c.tokens_saved + check_count(tokens_saved, "tokens_saved"),
             )
         )
-        with self.engine.begin() as connection:
+        with self._one_statement() as connection, connection.begin():
             if connection.execute(statement).rowcount == 0:
                 raise RunNotFoundError(run_id)
 
@@ -361,14 +355,14 @@ class SqlRunStore:
             "result": None,
             "updated_at": utcnow(),
         }
-        with self.engine.begin() as connection:
+        with self._one_statement() as connection, connection.begin():
             connection.execute(self._upserts.save_checkpoint, row)
 
     @retried
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result, and its latest checkpoint, in one read."""
         statement = _LOOP_RECORD.where(checkpoints.c.run_id == run_id, checkpoints.c.path == path)
-        with self.engine.connect() as connection:
+        with self._one_statement() as connection:
             row = connection.execute(statement).first()
         if row is None:
             return LoopRecord(finished=False, result=None, checkpoint=None)
@@ -394,7 +388,7 @@ class SqlRunStore:
             "result": to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}"),
             "updated_at": utcnow(),
         }
-        rows = _event_rows(run_id, events)
+        rows = event_rows(run_id, events)
         with self.engine.begin() as connection:
             self._write_events(connection, run_id, rows)
             connection.execute(self._upserts.finish_loop, row)

@@ -154,3 +154,19 @@ def test_on_sqlite_only_a_busy_file_is_tried_again(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailableError):
         StoreRetry(0.3, initial=0.01).call(fail)
     assert len(calls) > 1
+
+
+def test_a_connection_that_died_in_the_pool_is_replaced_at_once() -> None:
+    # without a pre-ping, a pooled connection the server dropped fails its first statement: the
+    # call runs again at once, without a backoff wait, on a new connection
+    died = OperationalError("SELECT 1", {}, sqlite3.OperationalError("database is locked"))
+    calls: list[float] = []
+
+    def once_dead() -> str:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise died
+        return "answered"
+
+    assert StoreRetry(30, initial=1.0).call(once_dead) == "answered"
+    assert len(calls) == 2 and calls[1] - calls[0] < 0.5  # the first backoff wait would be >= 1 s
