@@ -29,7 +29,7 @@ from orchestration.store.checks import (
     new_run_values,
     run_key,
 )
-from orchestration.store.dialects import advisory_lock, dialect_of, upserts
+from orchestration.store.dialects import PG_APPEND_EVENTS, PG_FINISH_LOOP, dialect_of, pg_event_batch, upserts
 from orchestration.store.errors import RunExistsError, RunNotFoundError
 from orchestration.store.json_values import JsonValue, to_json_value
 from orchestration.store.open_runs import insert_unless_open, root_run_values
@@ -253,22 +253,18 @@ class SqlRunStore:
                     totals[name] += int(value or 0)
         return {"total": sum(by_status.values()), "by_status": by_status, **totals}
 
-    def _write_events(self, connection: Connection, root_run_id: str, rows: list[dict[str, Any]]) -> None:
-        """Insert event rows; on PostgreSQL under a per-root-run lock, so ids commit in order
-        and a reader polling with ``after_id`` never skips one."""
-        if not rows:
-            return
-        if self.dialect == "postgresql":
-            connection.execute(advisory_lock(root_run_id))
-        connection.execute(run_events.insert(), rows)
-
     @retried
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
         """Store progress events under ``root_run_id`` in one transaction, in order."""
         rows = event_rows(root_run_id, events)
-        if rows:
-            with self.engine.begin() as connection:
-                self._write_events(connection, root_run_id, rows)
+        if not rows:
+            return
+        if self.dialect == "postgresql":  # one statement under the root run's lock (dialects.py)
+            with self._one_statement() as connection, connection.begin():
+                connection.execute(PG_APPEND_EVENTS, pg_event_batch(root_run_id, rows))
+            return
+        with self.engine.begin() as connection:
+            connection.execute(run_events.insert(), rows)
 
     @retried
     def events(
@@ -389,6 +385,15 @@ class SqlRunStore:
             "updated_at": utcnow(),
         }
         rows = event_rows(run_id, events)
+        if self.dialect == "postgresql" or not rows:  # one statement (dialects.py)
+            statement, params = (
+                (PG_FINISH_LOOP, {**row, **pg_event_batch(run_id, rows)})
+                if rows
+                else (self._upserts.finish_loop, row)
+            )
+            with self._one_statement() as connection, connection.begin():
+                connection.execute(statement, params)
+            return
         with self.engine.begin() as connection:
-            self._write_events(connection, run_id, rows)
+            connection.execute(run_events.insert(), rows)
             connection.execute(self._upserts.finish_loop, row)

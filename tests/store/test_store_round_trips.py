@@ -1,6 +1,7 @@
 """How many round trips a run-store call costs on PostgreSQL, read off libpq's protocol trace of
-the pooled connection: a read is one query (autocommit: no ``BEGIN`` before it, no ``ROLLBACK``
-after it). A pooled connection an outage left inside a transaction cannot be switched to
+the pooled connection: a read, a checkpoint, a usage update, a batch of events and a loop's end
+with its events are one statement each (autocommit: no ``BEGIN`` before, no ``COMMIT`` or
+``ROLLBACK`` after). A pooled connection an outage left inside a transaction cannot be switched to
 autocommit: it is thrown away and the read runs again on a new one."""
 
 from __future__ import annotations
@@ -60,9 +61,14 @@ def test_a_read_or_a_one_statement_write_is_one_round_trip(store_url: str, tmp_p
             assert not store.loop_record(run_id, "p").finished
             store.save_checkpoint(run_id, "p", 1, {"n": 1})
             assert store.add_usage(run_id, 3, 4) == (3, 4)
+            store.append_events(run_id, [{"phase": "start"}, {"phase": "iteration"}])
+            store.finish_loop(run_id, "p", {"r": 1}, events=[{"phase": "done"}])
             pgconn.untrace()
         trips = _round_trips(trace)
-        assert [trip.split()[0].upper() for trip in trips] == ["SELECT", "SELECT", "INSERT", "UPDATE"], trips
+        kinds = [trip.split()[0].upper() for trip in trips]
+        assert kinds == ["SELECT", "SELECT", "INSERT", "UPDATE", "WITH", "WITH"], trips
+        assert [event["phase"] for _, event in store.events(run_id)] == ["start", "iteration", "done"]
+        assert store.loop_record(run_id, "p").result == {"r": 1}
     finally:
         engine.dispose()
 
