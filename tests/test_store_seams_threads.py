@@ -50,3 +50,16 @@ def test_a_cancel_is_seen_by_every_thread_once_the_one_question_is_answered() ->
         answers = [pool.submit(StoreCancelSignal(store, run_id).is_cancelled) for _ in range(200)]
         assert [answer.result(10) for answer in answers] == [True] * 200
     assert store.questions == 1
+
+
+def test_two_stores_in_one_process_never_answer_for_each_other() -> None:
+    # the same run id in two stores (two apps, or two tests, in one process): a cancel in one
+    # must not read as a cancel in the other
+    cancelled, other = InMemoryRunStore(), InMemoryRunStore()
+    run_id = new_run_id()
+    for store in (cancelled, other):
+        store.create_run(run_id=run_id, runnable="x", input=None)
+    cancelled.request_cancel(run_id)
+
+    assert StoreCancelSignal(cancelled, run_id).is_cancelled() is True
+    assert StoreCancelSignal(other, run_id).is_cancelled() is False

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
+from weakref import WeakKeyDictionary
 
 from actions.model import Usage
 from actions.usage import TokenBudgetExceededError
@@ -26,10 +27,11 @@ class StoreCancelSignal:
     the many tasks of one run that a worker process runs share one answer. One
     thread asks; the others that check meanwhile keep the answer they had (a
     composite's hundreds of branches starting at once in a threads worker ask
-    once, not each).
+    once, not each). Answers are kept per store object, so two stores in one
+    process (two apps, or a test's) never answer for each other's runs.
     """
 
-    _seen: ClassVar[dict[str, tuple[float, bool]]] = {}
+    _seen: ClassVar[WeakKeyDictionary[RunStore, dict[str, tuple[float, bool]]]] = WeakKeyDictionary()
     _seen_lock = threading.Lock()
 
     def __init__(self, store: RunStore, run_id: str, *, interval: float = 0.5) -> None:
@@ -38,19 +40,20 @@ class StoreCancelSignal:
     def is_cancelled(self) -> bool:
         now = time.monotonic()
         with self._seen_lock:
-            checked_at, cancelled = self._seen.get(self.run_id, (-1e9, False))
+            seen = self._seen.setdefault(self.store, {})
+            checked_at, cancelled = seen.get(self.run_id, (-1e9, False))
             if cancelled or now - checked_at < self.interval:
                 return cancelled
-            if len(self._seen) > 10_000:
-                self._seen.clear()
-            self._seen[self.run_id] = (now, False)  # this thread asks: the others answer meanwhile
+            if len(seen) > 10_000:
+                seen.clear()
+            seen[self.run_id] = (now, False)  # this thread asks: the others answer meanwhile
         try:
             cancelled = self.store.is_cancel_requested(self.run_id)
         except Exception:
             logger.warning("could not read the cancel flag of run %s", self.run_id, exc_info=True)
             return False
         with self._seen_lock:
-            self._seen[self.run_id] = (now, cancelled)
+            seen[self.run_id] = (now, cancelled)
         return cancelled
 
 
