@@ -50,36 +50,27 @@ def test_a_loop_stopped_at_its_bound_writes_no_last_checkpoint() -> None:
     assert [entry[1] for entry in checkpointer.log] == [1]
 
 
-def test_a_failing_loop_saves_its_last_finished_iteration_on_the_way_out() -> None:
-    checkpointer = MemoryCheckpointer()
+def failing_at_second_check(error: Exception) -> type[CountingLoop]:
+    """A loop whose ``is_complete`` raises ``error`` after two finished iterations."""
 
     class Failing(CountingLoop):
         target = 99
 
         def is_complete(self, *, state: Any, iteration: int) -> bool:
             if iteration == 2:
-                raise ValueError("judged badly")
+                raise error
             return False
 
-    with pytest.raises(ValueError, match="judged badly"):
-        run(Failing, checkpointer=checkpointer)
-    assert checkpointer.log == [("", 1, {"count": 1}), ("", 2, {"count": 2})]
+    return Failing
 
 
-def test_a_cancelled_loop_saves_its_last_finished_iteration_on_the_way_out() -> None:
+@pytest.mark.parametrize("error", [ValueError("judged badly"), RunCancelledError("cancelled")])
+def test_a_failing_or_stopped_loop_saves_its_last_finished_iteration_on_the_way_out(error: Exception) -> None:
     checkpointer = MemoryCheckpointer()
 
-    class Cancelled(CountingLoop):
-        target = 99
-
-        def is_complete(self, *, state: Any, iteration: int) -> bool:
-            if iteration == 2:
-                raise RunCancelledError("cancelled")
-            return False
-
-    with pytest.raises(RunCancelledError):
-        run(Cancelled, checkpointer=checkpointer)
-    assert [entry[1] for entry in checkpointer.log] == [1, 2]
+    with pytest.raises(type(error)):
+        run(failing_at_second_check(error), checkpointer=checkpointer)
+    assert checkpointer.log == [("", 1, {"count": 1}), ("", 2, {"count": 2})]
 
 
 def test_a_checkpoint_that_cannot_be_written_on_the_way_out_does_not_hide_the_error() -> None:
@@ -89,17 +80,9 @@ def test_a_checkpoint_that_cannot_be_written_on_the_way_out_does_not_hide_the_er
                 raise ConnectionError("store away")
             super().save(path=path, iteration=iteration, state=state)
 
-    class Failing(CountingLoop):
-        target = 99
-
-        def is_complete(self, *, state: Any, iteration: int) -> bool:
-            if iteration == 2:
-                raise ValueError("judged badly")
-            return False
-
     checkpointer = Broken()
     with pytest.raises(ValueError, match="judged badly"):
-        run(Failing, checkpointer=checkpointer)
+        run(failing_at_second_check(ValueError("judged badly")), checkpointer=checkpointer)
     assert [entry[1] for entry in checkpointer.log] == [1]
 
 

@@ -12,10 +12,11 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from retry_support import counting
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 
@@ -106,16 +107,6 @@ def test_a_budget_of_zero_tries_once(pg_engine: Engine, proxy: TcpProxy) -> None
     store.engine.dispose()
 
 
-def _counting(error: Exception) -> tuple[Callable[[], None], list[int]]:
-    calls: list[int] = []
-
-    def fail() -> None:
-        calls.append(1)
-        raise error
-
-    return fail, calls
-
-
 def _raised_by(engine: Engine, statement: str) -> Exception:
     with pytest.raises(Exception) as raised, engine.begin() as connection:
         connection.execute(text(statement))
@@ -129,7 +120,7 @@ def test_integrity_and_data_errors_are_raised_at_once(pg_engine: Engine) -> None
     assert isinstance(integrity, IntegrityError) and isinstance(data, DataError)
     for error in (integrity, data, missing):
         assert not is_connection_error(error)
-        fail, calls = _counting(error)
+        fail, calls = counting(error)
         with pytest.raises(type(error)):
             StoreRetry(30).call(fail)
         assert calls == [1]
@@ -150,7 +141,7 @@ def test_on_sqlite_only_a_busy_file_is_tried_again(tmp_path: Path) -> None:
     assert isinstance(missing, OperationalError) and not is_connection_error(missing)
     locked = OperationalError("INSERT ...", {}, sqlite3.OperationalError("database is locked"))
     assert is_connection_error(locked)
-    fail, calls = _counting(locked)
+    fail, calls = counting(locked)
     with pytest.raises(StoreUnavailableError):
         StoreRetry(0.3, initial=0.01).call(fail)
     assert len(calls) > 1

@@ -9,10 +9,10 @@ INTRANS``), which reaches the store as a ``ProgrammingError``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 
 import psycopg
 import pytest
+from retry_support import counting
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import ProgrammingError
 
@@ -22,16 +22,6 @@ from orchestration.store.retry import is_connection_error
 LEFT_BUSY = "can't change 'autocommit' now: connection in transaction status INTRANS"
 
 
-def _counting(error: Exception) -> tuple[Callable[[], None], list[int]]:
-    calls: list[int] = []
-
-    def fail() -> None:
-        calls.append(1)
-        raise error
-
-    return fail, calls
-
-
 def _wrapped(driver_error: Exception) -> ProgrammingError:
     return ProgrammingError("SELECT 1", {}, driver_error)
 
@@ -39,7 +29,7 @@ def _wrapped(driver_error: Exception) -> ProgrammingError:
 def test_the_pre_pings_autocommit_refusal_is_tried_again_until_the_budget() -> None:
     for error in (_wrapped(psycopg.ProgrammingError(LEFT_BUSY)), psycopg.ProgrammingError(LEFT_BUSY)):
         assert is_connection_error(error)
-        fail, calls = _counting(error)
+        fail, calls = counting(error)
         with pytest.raises(StoreUnavailableError):
             StoreRetry(0.3, initial=0.01).call(fail)
         assert len(calls) > 1
@@ -55,7 +45,7 @@ def test_other_programming_errors_are_raised_at_once() -> None:
     ]
     for error in others:
         assert not is_connection_error(error), error
-        fail, calls = _counting(error)
+        fail, calls = counting(error)
         with pytest.raises(type(error)):
             StoreRetry(30).call(fail)
         assert calls == [1]
