@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import pytest
 
@@ -193,7 +194,7 @@ def test_the_per_process_answers_are_forgotten_past_ten_thousand_runs(
 ) -> None:
     store = CountingStore()
     seen = {f"old-{n}": (clock.now, False) for n in range(10_000)}
-    monkeypatch.setattr(StoreCancelSignal, "_seen", seen)
+    monkeypatch.setattr(StoreCancelSignal, "_seen", WeakKeyDictionary({store: seen}))  # per store
 
     StoreCancelSignal(store, "one-more").is_cancelled()  # 10 000 kept: room for one more
     assert len(seen) == 10_001
