@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from actions.human import Question
 from orchestration.store import InMemoryRunStore, RunStatus, RunStore, SqlRunStore, StoreRetry
+from orchestration.store.dialects import one_statement
 from orchestration.store.retry import retried
 from orchestration.store.tables import human_waits, runs, utcnow
 
@@ -83,7 +84,7 @@ class SqlWaitStore:
         statement = select(human_waits).where(
             human_waits.c.run_id == run_id, human_waits.c.path == path, human_waits.c.key == key
         )
-        with self.engine.connect() as connection:
+        with one_statement(self.engine) as connection:
             row = connection.execute(statement).mappings().first()
         return None if row is None else _wait(row)
 
@@ -111,7 +112,7 @@ class SqlWaitStore:
         statement = select(human_waits).where(human_waits.c.run_id == run_id)
         if status is not None:
             statement = statement.where(human_waits.c.status == status)
-        with self.engine.connect() as connection:
+        with one_statement(self.engine) as connection:
             rows = connection.execute(statement.order_by(human_waits.c.created_at)).mappings().all()
         return [_wait(row) for row in rows]
 

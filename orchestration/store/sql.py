@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, Row, RowMapping, func, literal, or_, select, update
+from sqlalchemy import ColumnElement, Engine, Row, RowMapping, func, literal, or_, select, update
 
 from orchestration.store.checks import (
     MAX_ITERATION,
@@ -29,7 +29,14 @@ from orchestration.store.checks import (
     new_run_values,
     run_key,
 )
-from orchestration.store.dialects import PG_APPEND_EVENTS, PG_FINISH_LOOP, dialect_of, pg_event_batch, upserts
+from orchestration.store.dialects import (
+    PG_APPEND_EVENTS,
+    PG_FINISH_LOOP,
+    dialect_of,
+    one_statement,
+    pg_event_batch,
+    upserts,
+)
 from orchestration.store.errors import RunExistsError, RunNotFoundError
 from orchestration.store.json_values import JsonValue, to_json_value
 from orchestration.store.open_runs import insert_unless_open, root_run_values
@@ -77,21 +84,6 @@ class SqlRunStore:
         """How a call rides out an unreachable database (default: 60 s of retries)."""
         self._upserts = upserts(self.dialect)
 
-    def _one_statement(self) -> Connection:
-        """A connection for one statement: a read, or a write that is atomic by itself. On
-        PostgreSQL it runs in autocommit, one round trip instead of three (no ``BEGIN`` before it,
-        no ``COMMIT`` or ``ROLLBACK`` after it). SQLite's connections are left as they are (an
-        in-memory database shares one between threads)."""
-        connection = self.engine.connect()
-        if self.dialect != "postgresql":
-            return connection
-        try:
-            return connection.execution_options(isolation_level="AUTOCOMMIT")
-        except Exception:  # a pooled connection an outage left mid-transaction: never reuse it
-            connection.invalidate()
-            connection.close()
-            raise
-
     @retried
     def create_run(
         self,
@@ -138,7 +130,7 @@ class SqlRunStore:
     def run_owner(self, run_id: str) -> RunOwner | None:
         """The owner the run was created with (``None``: anyone may end it)."""
         statement = select(runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
-        with self._one_statement() as connection:
+        with one_statement(self.engine) as connection:
             row = connection.execute(statement).first()
         if row is None:
             raise RunNotFoundError(run_id)
@@ -207,7 +199,7 @@ class SqlRunStore:
         """The run, or ``None``."""
         if not is_storable_id(run_id):
             return None
-        with self._one_statement() as connection:
+        with one_statement(self.engine) as connection:
             row = connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == run_id)).first()
         return None if row is None else _record(row)
 
@@ -232,7 +224,7 @@ class SqlRunStore:
             statement = statement.where(runs.c.runnable == str(runnable))
         if parent_run_id is not None:
             statement = statement.where(runs.c.parent_run_id == str(parent_run_id))
-        with self._one_statement() as connection:
+        with one_statement(self.engine) as connection:
             return [_record(row) for row in connection.execute(statement)]
 
     @retried
@@ -246,7 +238,7 @@ class SqlRunStore:
         )
         by_status: dict[str, int] = {}
         totals = dict.fromkeys(CHILD_SUMS, 0)
-        with self._one_statement() as connection:
+        with one_statement(self.engine) as connection:
             for status, count, *values in connection.execute(statement):
                 by_status[str(status)] = int(count)
                 for name, value in zip(CHILD_SUMS, values, strict=True):
@@ -260,7 +252,7 @@ class SqlRunStore:
         if not rows:
             return
         if self.dialect == "postgresql":  # one statement under the root run's lock (dialects.py)
-            with self._one_statement() as connection, connection.begin():
+            with one_statement(self.engine) as connection, connection.begin():
                 connection.execute(PG_APPEND_EVENTS, pg_event_batch(root_run_id, rows))
             return
         with self.engine.begin() as connection:
@@ -280,7 +272,7 @@ class SqlRunStore:
         )
         if limit is not None:
             statement = statement.limit(check_count(limit, "limit"))
-        with self._one_statement() as connection:
+        with one_statement(self.engine) as connection:
             return [(int(event_id), payload) for event_id, payload in connection.execute(statement)]
 
     @staticmethod
@@ -302,7 +294,7 @@ class SqlRunStore:
         if not is_storable_id(run_id):
             return False
         statement = select(runs.c.id).where(self._run_and_root(run_id), runs.c.cancel_requested).limit(1)
-        with self._one_statement() as connection:
+        with one_statement(self.engine) as connection:
             return connection.execute(statement).first() is not None
 
     @retried
@@ -317,7 +309,7 @@ class SqlRunStore:
             )
             .returning(runs.c.input_tokens, runs.c.output_tokens)
         )
-        with self._one_statement() as connection, connection.begin():
+        with one_statement(self.engine) as connection, connection.begin():
             row = connection.execute(statement).first()
         if row is None:
             raise RunNotFoundError(run_id)
@@ -335,7 +327,7 @@ class SqlRunStore:
                 tokens_saved=runs.c.tokens_saved + check_count(tokens_saved, "tokens_saved"),
             )
         )
-        with self._one_statement() as connection, connection.begin():
+        with one_statement(self.engine) as connection, connection.begin():
             if connection.execute(statement).rowcount == 0:
                 raise RunNotFoundError(run_id)
 
@@ -351,14 +343,14 @@ class SqlRunStore:
             "result": None,
             "updated_at": utcnow(),
         }
-        with self._one_statement() as connection, connection.begin():
+        with one_statement(self.engine) as connection, connection.begin():
             connection.execute(self._upserts.save_checkpoint, row)
 
     @retried
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result, and its latest checkpoint, in one read."""
         statement = _LOOP_RECORD.where(checkpoints.c.run_id == run_id, checkpoints.c.path == path)
-        with self._one_statement() as connection:
+        with one_statement(self.engine) as connection:
             row = connection.execute(statement).first()
         if row is None:
             return LoopRecord(finished=False, result=None, checkpoint=None)
@@ -385,15 +377,13 @@ class SqlRunStore:
             "updated_at": utcnow(),
         }
         rows = event_rows(run_id, events)
-        if self.dialect == "postgresql" or not rows:  # one statement (dialects.py)
-            statement, params = (
-                (PG_FINISH_LOOP, {**row, **pg_event_batch(run_id, rows)})
-                if rows
-                else (self._upserts.finish_loop, row)
-            )
-            with self._one_statement() as connection, connection.begin():
-                connection.execute(statement, params)
+        if rows and self.dialect != "postgresql":  # SQLite: the events and the result, one transaction
+            with self.engine.begin() as connection:
+                connection.execute(run_events.insert(), rows)
+                connection.execute(self._upserts.finish_loop, row)
             return
-        with self.engine.begin() as connection:
-            connection.execute(run_events.insert(), rows)
-            connection.execute(self._upserts.finish_loop, row)
+        with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
+            if rows:
+                connection.execute(PG_FINISH_LOOP, {**row, **pg_event_batch(run_id, rows)})
+            else:
+                connection.execute(self._upserts.finish_loop, row)

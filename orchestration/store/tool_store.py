@@ -27,7 +27,7 @@ from jsonschema import Draft202012Validator, SchemaError, ValidationError, valid
 from jsonschema.exceptions import best_match
 from sqlalchemy import Engine, Row, delete, select
 
-from orchestration.store.dialects import dialect_of, insert
+from orchestration.store.dialects import dialect_of, insert, one_statement
 from orchestration.store.json_values import find_non_json, to_json_value
 from orchestration.store.retry import StoreRetry, retried
 from orchestration.store.tables import ai_tools, utcnow
@@ -162,7 +162,7 @@ class SqlToolStore:
     @retried
     def get_payload(self, tool_id: str) -> dict[str, Any] | None:
         """The tool's payload; ``None`` when missing or unparsable."""
-        with self.engine.connect() as connection:
+        with one_statement(self.engine) as connection:
             row = connection.execute(select(ai_tools.c.payload).where(ai_tools.c.id == tool_id)).first()
         return None if row is None else _parsed_or_none(tool_id, row.payload)
 
@@ -184,7 +184,7 @@ class SqlToolStore:
     @retried
     def list(self) -> builtins.list[ToolRecord]:
         """Every stored tool, by id (unparsable payloads included as stored)."""
-        with self.engine.connect() as connection:
+        with one_statement(self.engine) as connection:
             return [_tool_record(row) for row in connection.execute(select(ai_tools).order_by(ai_tools.c.id))]
 
     @retried
