@@ -33,11 +33,14 @@ from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
 from orchestration.redaction import context_secrets, scrub_error
 from orchestration.registry import RunnableRegistry
 from orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
-from orchestration.store import RunStore, StoreUnavailableError
+from orchestration.store import LoopRecord, RunStore, StoreUnavailableError
 from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
 from orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
 from pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from pipelines.pipeline import BaseAgentPipeline
+
+#: The loop record of a node no task has run before.
+_NOTHING_YET = LoopRecord(finished=False, result=None, checkpoint=None)
 
 
 class WorkflowEngine:
@@ -128,7 +131,10 @@ class WorkflowEngine:
             return await self._start_pipeline(node, instance, scope, input, publisher)
         if isinstance(instance, BaseCompositeAgent):
             return await self._start_composite(node, instance, scope, input, publisher)
-        finished, result, checkpoint = self.store.loop_record(node.run_id, node.path)
+        # A fresh node (wire.py) has had no earlier try to leave a result or a checkpoint.
+        finished, result, checkpoint = (
+            _NOTHING_YET if node.fresh else self.store.loop_record(node.run_id, node.path)
+        )
         if finished:  # a redelivered task whose work is already done
             return Done(value=result)
         # Model failures the loop survives become events of this task (loops/outcome.py).
@@ -140,9 +146,8 @@ class WorkflowEngine:
         except Exception as error:
             publisher.flush(final=True)
             return await self.fail(node, error)
-        # The result and the task's progress, written together.
-        self.store.finish_loop(node.run_id, node.path, result, events=publisher.take())
-        return Done(value=result)
+        # The result and the task's progress, written together; a twin's earlier result stands.
+        return Done(value=self.store.finish_loop(node.run_id, node.path, result, events=publisher.take()))
 
     async def _start_pipeline(
         self,

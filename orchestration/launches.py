@@ -80,6 +80,8 @@ class LaunchClaim:
     problem: LaunchRequestError | None
     record: RunRecord
     owner_token: str | None
+    #: This launch created the run (it did not find one with its id).
+    created: bool = False
 
 
 def launch_digest(kwargs: Mapping[str, Any]) -> str:
@@ -130,7 +132,7 @@ def claim_launch(store: RunStore, kwargs: Mapping[str, Any], *, task_id: str) ->
     except RunExistsError as exists:
         return _claim_existing(store, exists.record, owner, task_id, request, problem)
     return LaunchClaim(
-        run_id=run_id, request=request, problem=problem, record=record, owner_token=owner.token
+        run_id=run_id, request=request, problem=problem, record=record, owner_token=owner.token, created=True
     )
 
 

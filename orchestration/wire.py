@@ -24,7 +24,8 @@ A :class:`WorkflowNode` is the piece of a workflow one task runs: a
 *registered* runnable, the run it belongs to, its path in the workflow, the
 JSON context spec the worker rebuilds the context from, and the chain of
 :class:`Ancestor` values that lets the task that fails report the failure the
-way the in-process engine does, at every enclosing level.
+way the in-process engine does, at every enclosing level (and whether it is
+``fresh``: see ``celery_adapter/deliveries.py``).
 
 Inside a branch of a composite whose policy is ``collect``, a failure is a
 value, not an exception: the failing task returns a :class:`BranchFailure`
@@ -272,6 +273,8 @@ class WorkflowNode:
     #: The secret of the launch that owns the run (:class:`~orchestration.store.RunOwner`): a task
     #: ends the run only with it. Never shown: not by ``repr``, Flower nor the worker's logs.
     owner_token: str | None = field(default=None, repr=False)
+    #: No task ran this node before, so its start reads no store (``celery_adapter/deliveries.py``).
+    fresh: bool = False
 
     def child(self, *, runnable: str, segment: str, parent: Ancestor) -> WorkflowNode:
         path = f"{self.path}/{segment}" if self.path else segment
@@ -294,6 +297,8 @@ class WorkflowNode:
         }
         if self.owner_token is not None:
             data["owner_token"] = self.owner_token
+        if self.fresh:
+            data["fresh"] = True
         return data
 
     @classmethod
@@ -312,7 +317,14 @@ class WorkflowNode:
             capture=data.get("capture"),
             deadline=_epoch_or_none(data.get("deadline")),
             owner_token=_token_or_none(data.get("owner_token")),
+            fresh=_flag(data.get("fresh", False)),
         )
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"a workflow node's 'fresh' must be true or false, not {value!r}")
 
 
 def _token_or_none(value: Any) -> str | None:

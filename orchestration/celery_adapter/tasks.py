@@ -23,6 +23,7 @@ from celery.exceptions import Ignore
 from actions.human import RunPaused
 from orchestration.celery_adapter.batches import install_batch_tasks
 from orchestration.celery_adapter.canvas import continue_lane, continue_with, from_lanes
+from orchestration.celery_adapter.deliveries import first_delivery, node_of, unmark_chain
 from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.celery_adapter.progress_events import progress_events_of
 from orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
@@ -146,6 +147,7 @@ def launch(
         context=request.context,
         deadline=deadline,
         owner_token=claim.owner_token,
+        fresh=claim.created and first_delivery(self),  # no task of this run can have run yet
     )
     outcome = run_node(self, claim.run_id, engine_for(self).start(node, request.input))
     if isinstance(outcome, Done):
@@ -171,22 +173,20 @@ def _runnable_request(task: Task, claim: LaunchClaim) -> LaunchRequest:
 
 def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
     """Run one loop or action stage, or expand one pipeline or composite."""
-    work = WorkflowNode.from_dict(node)
+    work = node_of(self, node)
     return continue_with(self, run_node(self, work.run_id, engine_for(self).start(work, input)))
 
 
 def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
     """Stage ``index`` of a pipeline, fed the previous stage's output."""
-    work = WorkflowNode.from_dict(node)
+    work = node_of(self, node)
     outcome = run_node(self, work.run_id, engine_for(self).stage(previous, work, int(index), input))
     return continue_with(self, outcome)
 
 
 def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
     """Close a pipeline: its result is the last stage's output."""
-    return continue_with(
-        self, run_coroutine(engine_for(self).pipeline_done(previous, WorkflowNode.from_dict(node)))
-    )
+    return continue_with(self, run_coroutine(engine_for(self).pipeline_done(previous, node_of(self, node))))
 
 
 def merge(
@@ -197,18 +197,20 @@ def merge(
     if lanes:
         outputs = from_lanes(outputs)
     engine = engine_for(self)
-    return continue_with(self, run_coroutine(engine.merge(WorkflowNode.from_dict(node), outputs, input)))
+    return continue_with(self, run_coroutine(engine.merge(node_of(self, node), outputs, input)))
 
 
 def lane(self: Task, collected: list[Any], node: dict[str, Any], input: Any = None) -> Any:
     """One branch of a composite run in a lane, after the lane's branches before it."""
-    work = WorkflowNode.from_dict(node)
+    work = node_of(self, node)
     outcome = run_node(self, work.run_id, engine_for(self).start(work, input))
     return continue_lane(self, outcome, list(collected))
 
 
 def lane_collect(self: Task, output: Any, collected: list[Any]) -> list[Any]:
     """Add the output of a lane's branch that expanded into a canvas to the lane's outputs."""
+    if not first_delivery(self):
+        unmark_chain(self)  # the lane's next branch may be sent twice: it must read the store
     return [*collected, output]
 
 

@@ -21,6 +21,7 @@ from celery.exceptions import Ignore
 
 from actions.human import InvalidAnswerError, RunPaused, check_answer
 from loops.progress import ProgressEvent, ProgressStatus
+from orchestration.celery_adapter.deliveries import unmarked_signature
 from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.human.waits import ANSWERED, EXPIRED, PENDING, Wait
 from orchestration.wire import RESUME
@@ -33,6 +34,7 @@ def pause_task(task: Task, pause: RunPaused, run_id: str) -> None:
     if waits is None:
         raise RuntimeError(f"run {run_id} cannot pause: its run store keeps no questions")
     message = json.loads(json.dumps(dict(task.signature_from_request()), default=str))
+    unmarked_signature(message)  # it ran: sent again, it reads its checkpoint (deliveries.py)
     expires_at = None
     if question.expires_in is not None:
         expires_at = datetime.now(UTC) + timedelta(seconds=question.expires_in)

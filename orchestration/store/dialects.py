@@ -35,7 +35,10 @@ from sqlalchemy import (
     String,
     Table,
     TextClause,
+    TextualSelect,
     bindparam,
+    case,
+    column,
     func,
     select,
     text,
@@ -125,8 +128,8 @@ class Upserts:
 
 @functools.cache
 def upserts(dialect: str) -> Upserts:
-    """Insert a run unless its id exists (``RETURNING`` tells which); replace a loop's checkpoint;
-    record a loop's result."""
+    """Insert a run unless its id exists (``RETURNING`` tells which); replace a loop's checkpoint
+    unless it finished; record a loop's result unless it has one (``RETURNING`` the one that stands)."""
     run = insert(runs, dialect).on_conflict_do_nothing(index_elements=["id"]).returning(runs.c.id)
     saved = insert(checkpoints, dialect)
     saved = saved.on_conflict_do_update(
@@ -136,16 +139,18 @@ def upserts(dialect: str) -> Upserts:
             "state": saved.excluded.state,
             "updated_at": saved.excluded.updated_at,
         },
+        where=checkpoints.c.finished.is_(False),  # a finished loop's record stays as it ended
     )
-    finished = insert(checkpoints, dialect)
-    finished = finished.on_conflict_do_update(
+    result = insert(checkpoints, dialect)
+    before = checkpoints.c.finished.is_(True)  # a twin's result stands
+    finished = result.on_conflict_do_update(
         index_elements=["run_id", "path"],
         set_={
             "finished": True,
-            "result": finished.excluded.result,
-            "updated_at": finished.excluded.updated_at,
+            "result": case((before, checkpoints.c.result), else_=result.excluded.result),
+            "updated_at": case((before, checkpoints.c.updated_at), else_=result.excluded.updated_at),
         },
-    )
+    ).returning(checkpoints.c.result)
     return Upserts(create_run=run, save_checkpoint=saved, finish_loop=finished)
 
 
@@ -168,21 +173,29 @@ _EVENT_PARAMS = (
 PG_APPEND_EVENTS: TextClause = text(f"WITH {_EVENT_LOCK} {_EVENT_INSERT}").bindparams(*_EVENT_PARAMS)
 """Append a batch of events under a root run (params: :func:`pg_event_batch`)."""
 
-PG_FINISH_LOOP: TextClause = text(
-    f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT})
+PG_FINISH_LOOP: TextualSelect = (
+    text(
+        f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT})
 INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
 VALUES (:run_id, :path, NULL, NULL, true, :result, :updated_at)
 ON CONFLICT (run_id, path) DO UPDATE
-SET finished = true, result = EXCLUDED.result, updated_at = EXCLUDED.updated_at"""
-).bindparams(
-    *_EVENT_PARAMS,
-    bindparam("run_id", type_=String()),
-    bindparam("path", type_=String()),
-    bindparam("result", type_=postgresql.JSONB(none_as_null=True)),
-    bindparam("updated_at", type_=UtcDateTime()),
+SET finished = true,
+    result = CASE WHEN checkpoints.finished THEN checkpoints.result ELSE EXCLUDED.result END,
+    updated_at = CASE WHEN checkpoints.finished THEN checkpoints.updated_at ELSE EXCLUDED.updated_at END
+RETURNING checkpoints.result"""
+    )
+    .bindparams(
+        *_EVENT_PARAMS,
+        bindparam("run_id", type_=String()),
+        bindparam("path", type_=String()),
+        bindparam("result", type_=postgresql.JSONB(none_as_null=True)),
+        bindparam("updated_at", type_=UtcDateTime()),
+    )
+    .columns(column("result", postgresql.JSONB(none_as_null=True)))
 )
-"""A loop's result (its checkpoint kept) and a batch of events under its root run, as one
-statement (params: the finished row and :func:`pg_event_batch`)."""
+"""A loop's result (its checkpoint kept; a result recorded before stands, and is the one
+returned) and a batch of events under its root run, as one statement (params: the finished
+row and :func:`pg_event_batch`)."""
 
 
 def pg_event_batch(root_run_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:

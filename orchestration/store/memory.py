@@ -282,14 +282,15 @@ class InMemoryRunStore:
             )
 
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
-        """Replace the loop's checkpoint with ``(iteration, state)``."""
+        """Replace the loop's checkpoint with ``(iteration, state)`` (a finished loop's record stays)."""
         check_text(run_id, "run id")
         check_text(path, "loop path", max_chars=MAX_PATH_CHARS)
         check_count(iteration, "iteration", maximum=MAX_ITERATION)
         state = to_json_value(state, what=f"checkpoint state of loop {path!r} in run {run_id!r}")
         with self._lock:
             checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
-            checkpoint.iteration, checkpoint.state = iteration, state
+            if not checkpoint.finished:
+                checkpoint.iteration, checkpoint.state = iteration, state
 
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
@@ -305,9 +306,9 @@ class InMemoryRunStore:
 
     def finish_loop(
         self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
+    ) -> JsonValue:
         """Record the loop's result (its checkpoint is kept) and append ``events`` under ``run_id``,
-        at once."""
+        at once; the first result recorded stands and is returned."""
         check_text(run_id, "run id")
         check_text(path, "loop path", max_chars=MAX_PATH_CHARS)
         result = to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}")
@@ -315,4 +316,6 @@ class InMemoryRunStore:
         with self._lock:
             self._keep_events(run_id, payloads)
             kept = self._checkpoints.setdefault((run_id, path), _Checkpoint())
-            kept.finished, kept.result = True, result
+            if not kept.finished:
+                kept.finished, kept.result = True, result
+            return copy.deepcopy(kept.result)

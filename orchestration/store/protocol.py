@@ -282,7 +282,8 @@ class RunStore(Protocol):
         ...
 
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
-        """Keep ``state`` as the latest checkpoint of the loop at ``path`` (replacing the previous one)."""
+        """Keep ``state`` as the latest checkpoint of the loop at ``path`` (replacing the previous one);
+        a finished loop's record is left as it is (a duplicate task of it may still be running)."""
         ...
 
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
@@ -291,7 +292,12 @@ class RunStore(Protocol):
 
     def finish_loop(
         self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
+    ) -> JsonValue:
         """Record the loop's ``result`` (its checkpoint is kept) and append ``events`` under
-        ``run_id``, in one transaction."""
+        ``run_id``, in one transaction; return the loop's result as recorded.
+
+        A loop's first recorded result is never replaced: a duplicate task of the same loop
+        that finishes later appends its events (work that happened) and gets the first result
+        back, which it returns in place of its own, so every task after it sees one result.
+        """
         ...

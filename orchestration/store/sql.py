@@ -364,9 +364,9 @@ class SqlRunStore:
     @retried
     def finish_loop(
         self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
+    ) -> JsonValue:
         """Record the loop's result (its checkpoint is kept) and append ``events`` under ``run_id``,
-        in one transaction."""
+        in one transaction; the first result recorded stands and is returned."""
         row = {
             "run_id": check_text(run_id, "run id"),
             "path": check_text(path, "loop path", max_chars=MAX_PATH_CHARS),
@@ -380,10 +380,8 @@ class SqlRunStore:
         if rows and self.dialect != "postgresql":  # SQLite: the events and the result, one transaction
             with self.engine.begin() as connection:
                 connection.execute(run_events.insert(), rows)
-                connection.execute(self._upserts.finish_loop, row)
-            return
+                return connection.execute(self._upserts.finish_loop, row).scalar_one()
         with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
             if rows:
-                connection.execute(PG_FINISH_LOOP, {**row, **pg_event_batch(run_id, rows)})
-            else:
-                connection.execute(self._upserts.finish_loop, row)
+                row = {**row, **pg_event_batch(run_id, rows)}
+            return connection.execute(PG_FINISH_LOOP if rows else self._upserts.finish_loop, row).scalar_one()

@@ -303,6 +303,27 @@ def test_a_finished_loop_reports_its_result_and_keeps_its_checkpoint(run_store: 
     assert run_store.loop_record("r1", "other") == (True, None, None)
 
 
+@pytest.mark.parametrize("with_events", [False, True], ids=["result alone", "with events"])
+def test_a_loop_s_first_result_stands_and_a_later_twin_gets_it_back(
+    run_store: RunStore, with_events: bool
+) -> None:
+    run_store.create_run(run_id="r1", runnable="x", input=None)
+    run_store.save_checkpoint("r1", "loop", 2, {"i": 2})
+
+    def events(tag: str) -> list[dict[str, object]]:
+        return [{"run_id": "r1", "path": "loop", "phase": "done", "tag": tag}] if with_events else []
+
+    assert run_store.finish_loop("r1", "loop", {"answer": 1}, events=events("first")) == {"answer": 1}
+    # a duplicate task of the same loop (one whose start did not read the store) finishes later
+    assert run_store.finish_loop("r1", "loop", {"answer": 2}, events=events("twin")) == {"answer": 1}
+
+    run_store.save_checkpoint("r1", "loop", 7, {"i": 7})  # the twin's checkpoints are not kept either
+    assert run_store.loop_record("r1", "loop") == (True, {"answer": 1}, (2, {"i": 2}))
+    assert [event["tag"] for _, event in run_store.events("r1")] == (["first", "twin"] if with_events else [])
+    assert run_store.finish_loop("r1", "nothing", None) is None  # a result of None stands too
+    assert run_store.finish_loop("r1", "nothing", {"later": True}) is None
+
+
 def test_values_read_back_cannot_change_what_is_stored(run_store: RunStore) -> None:
     given = {"items": [1, 2]}
     run_store.create_run(run_id="r1", runnable="search", input=given)
