@@ -71,9 +71,12 @@ fields of ``orchestration.settings.Settings``):
 
 Fixed settings: JSON is the only serializer for tasks and results and the only
 content accepted (a pickle message is refused by the worker); late acks, and
-a task whose worker process is lost is requeued; started state, task events
-and sent events are on, so Flower sees every task; UTC; extended results
-(task name, args and worker are stored with the result); no beat schedule yet.
+a task whose worker process is lost is requeued; task events and sent events
+are on, so Flower sees every task; the ``STARTED`` state is written for the
+tasks clients send (the framework's internal tasks skip it:
+``INTERNAL_TASKS`` in ``orchestration/celery_adapter/tasks.py``); UTC; no
+extended results (a task's args are not copied into the result backend); no
+beat schedule yet.
 On ``memory://`` the transport polls every 10 ms instead of kombu's 1 s.
 
 Passwords in URLs are never printed by the project: use

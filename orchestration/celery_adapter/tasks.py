@@ -269,6 +269,12 @@ def ping() -> str:
     return "pong"
 
 
+#: The tasks whose ids only the framework's own canvases hold (never a client's): each writes no
+#: ``STARTED`` state to the result backend, which nothing reads (Flower shows a task started from
+#: its ``task-started`` event, and a run's state is in the run store), saving two Redis round trips
+#: a task. The tasks a client sends (launch, progress, cancel, resume) keep ``STARTED``.
+INTERNAL_TASKS = frozenset({RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, FINALIZE})
+
 #: Each task of the contract and the function that runs it.
 TASKS = {
     LAUNCH: launch,
@@ -292,6 +298,8 @@ def install_tasks(app: Celery) -> None:
     install_privacy(app)  # agentloop.* arguments and results hidden from Flower and worker logs
     for name, function in TASKS.items():
         options = RUN_TASK_OPTIONS if name in RUN_TASKS else {}  # retried, and the run ended on failure
+        if name in INTERNAL_TASKS:
+            options = {**options, "track_started": False}
         app.task(name=name, bind=True, shared=False, **options)(function)
     install_batch_tasks(app)
     app.task(name=PING, shared=False)(ping)
