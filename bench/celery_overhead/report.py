@@ -95,7 +95,7 @@ def render(report: Report) -> str:
         )
         lines.append(f"  {workload}: {cells}")
     verdict = "PASS" if report.passed else "FAIL"
-    lines += ["", f"target (issue 3): framework/bare <= {TARGET_RATIO}x wall time for both: {verdict}"]
+    lines += ["", f"target (issue 11): framework/bare <= {TARGET_RATIO}x wall time for both: {verdict}"]
     return "\n".join(lines)
 
 
