@@ -23,6 +23,7 @@ class OwnedHTTPServer(ThreadingHTTPServer):
     """The HTTP server of a :class:`ScriptedReplyServer`; handlers reach it as ``server.owner``."""
 
     daemon_threads = False  # handler threads are joined on close (each serves one request)
+    request_queue_size = 1024  # hundreds of clients connect at once (socketserver's default is 5)
     block_on_close = True
     owner: Any
 
