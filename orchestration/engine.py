@@ -140,12 +140,15 @@ class WorkflowEngine:
         # Model failures the loop survives become events of this task (loops/outcome.py).
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
         scope = self.scope(node, checkpoint=checkpoint, degradation=degradations)
+        meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
         try:
-            with use_scope(scope), use_meter(StoreUsageMeter(self.store, node.run_id)):
+            with use_scope(scope), use_meter(meter):
                 result = await within_deadline(scope, instance.run(input=input, on_progress=publisher))
         except Exception as error:
             publisher.flush(final=True)
+            meter.flush(after_failure=True)
             return await self.fail(node, error)
+        meter.flush()  # before the result: a task retried after it would not run its calls again
         # The result and the task's progress, written together; a twin's earlier result stands.
         return Done(value=self.store.finish_loop(node.run_id, node.path, result, events=publisher.take()))
 

@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+from actions import Usage, check_budget, report_usage
 from loops import BaseAgentLoop
 from orchestration.registry import register
 
@@ -34,6 +35,18 @@ class SlowCount(BaseAgentLoop):
         return {"counted": state["n"]}
 
 
+class Metered(SlowCount):
+    """Reports 10 input and 2 output tokens per iteration, as a model step would; iteration
+    ``fail_at`` (context) fails after its call."""
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        check_budget()
+        report_usage(Usage(input_tokens=10, output_tokens=2))
+        if iteration == self.context.get("fail_at"):
+            raise RuntimeError(f"iteration {iteration} failed after its model call")
+        return {**state, "n": state["n"] + 1}
+
+
 class NotJsonState(SlowCount):
     def advance_state(self, *, state: Any, iteration: int) -> Any:
         return {**state, "n": state["n"] + 1, "seen": {1, 2}}
@@ -41,3 +54,4 @@ class NotJsonState(SlowCount):
 
 register("durable.slow_count", SlowCount)
 register("durable.not_json_state", NotJsonState)
+register("durable.metered", Metered)

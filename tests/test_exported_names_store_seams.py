@@ -18,7 +18,7 @@ import pytest
 from actions import TokenBudgetExceededError, Usage
 from agentloop import CancelSignal, Checkpointer, new_run_id
 from loops import ProgressEvent, ProgressStatus
-from orchestration.store import InMemoryRunStore
+from orchestration.store import InMemoryRunStore, StoreUnavailableError
 from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
 
 
@@ -266,6 +266,72 @@ def test_a_call_recorded_before_any_check_still_meets_the_budget() -> None:
     store.create_run(run_id="r", runnable="x", input=None, token_budget=10)
     with pytest.raises(TokenBudgetExceededError):
         StoreUsageMeter(store, "r").record(Usage(input_tokens=8, output_tokens=3))
+
+
+def test_without_a_budget_calls_are_summed_and_written_once_and_the_budget_is_read_once_per_run() -> None:
+    store = ReadCountingStore()
+    store.create_run(run_id="r", runnable="x", input=None)
+    meter = StoreUsageMeter(store, "r", interval=60)
+
+    for _ in range(3):
+        meter.check()
+        meter.record(Usage(input_tokens=10, output_tokens=2))
+    assert (store.reads, store.additions) == (1, 0)  # nothing written per call
+    meter.flush()
+    assert store.additions == 1 and store.get_run("r").input_tokens == 30  # type: ignore[union-attr]
+
+    reads = store.reads
+    other_task = StoreUsageMeter(store, "r", interval=60)  # another task of the run, same process
+    other_task.check()
+    other_task.record(Usage(output_tokens=1))
+    other_task.flush()
+    assert store.reads == reads  # the run's budget (none) was known already
+    assert (store.get_run("r").input_tokens, store.get_run("r").output_tokens) == (30, 7)  # type: ignore[union-attr]
+
+
+def test_usage_is_written_once_the_interval_has_passed(clock: FakeClock) -> None:
+    store = ReadCountingStore()
+    store.create_run(run_id="r", runnable="x", input=None)
+    meter = StoreUsageMeter(store, "r", interval=1.0)
+    meter.record(Usage(input_tokens=1))
+    clock.now += 0.5
+    meter.record(Usage(input_tokens=1))
+    assert store.additions == 0
+    clock.now += 0.6
+    meter.record(Usage(input_tokens=1))
+    assert store.additions == 1 and store.get_run("r").input_tokens == 3  # type: ignore[union-attr]
+
+
+def test_usage_that_could_not_be_written_is_kept_and_a_failed_task_s_write_never_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = ReadCountingStore()
+    store.create_run(run_id="r", runnable="x", input=None)
+    meter = StoreUsageMeter(store, "r", interval=60)
+    meter.record(Usage(input_tokens=5))
+    down = StoreUnavailableError("the database is away", seconds=1)
+
+    def failing(run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
+        raise down
+
+    store.add_usage = failing  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailableError):
+        meter.flush()
+    meter.flush(after_failure=True)  # logged, not raised over the loop's own error
+    assert "could not record the token usage of run r" in caplog.text
+    del store.add_usage
+    meter.flush()
+    assert store.get_run("r").input_tokens == 5  # type: ignore[union-attr]
+
+
+def test_a_budgeted_run_is_still_read_and_written_at_every_call() -> None:
+    store = ReadCountingStore()
+    store.create_run(run_id="r", runnable="x", input=None, token_budget=1000)
+    meter = StoreUsageMeter(store, "r", interval=60)
+    for _ in range(3):
+        meter.check()
+        meter.record(Usage(input_tokens=10))
+    assert (store.reads, store.additions) == (3, 3)
 
 
 # ----- ProgressPublisher's default interval -------------------------------------------------------------

@@ -63,38 +63,88 @@ class StoreUsageMeter:
 
     The run's ``token_budget`` (if any) is shared: the step whose call passes it
     ends with :class:`~actions.TokenBudgetExceededError`, and no step starts a
-    model call once it is spent. The run record is read at the first model
-    call, so steps that call no model cost nothing.
+    model call once it is spent; so a budgeted run is read before each call and
+    each call's usage written at once, for totals every worker agrees on. A run
+    without a budget (most) costs no read per call and no write per call: its
+    usage is summed here and written at most every ``interval`` seconds and at
+    the task's end (:meth:`flush`), one statement. Whether a run has a budget is
+    read once per run and process (a budget never changes after the launch),
+    at the first model call: steps that call no model cost nothing.
     """
 
-    def __init__(self, store: RunStore, run_id: str) -> None:
-        self.store, self.run_id = store, run_id
+    _budgets: ClassVar[WeakKeyDictionary[RunStore, dict[str, int | None]]] = WeakKeyDictionary()
+    _budgets_lock = threading.Lock()
+
+    def __init__(self, store: RunStore, run_id: str, *, interval: float = 0.0) -> None:
+        self.store, self.run_id, self.interval = store, run_id, interval
         self.budget: int | None = None
         self.used = 0
-        self._loaded = False
+        self._known = False  # whether ``budget`` is the run's
+        self._pending = Usage()  # summed, not written yet (a run without a budget)
+        self._written_at = time.monotonic()
+        self._lock = threading.Lock()
 
-    def _refresh(self) -> None:
+    def _read(self) -> None:
         record = self.store.get_run(self.run_id)
         if record is not None:
             self.budget = record.token_budget
             self.used = record.input_tokens + record.output_tokens
-        self._loaded = True
+        self._known = True
+        with self._budgets_lock:
+            budgets = self._budgets.setdefault(self.store, {})
+            if len(budgets) > 10_000:
+                budgets.clear()
+            budgets[self.run_id] = self.budget
+
+    def _budget_known(self) -> bool:
+        if not self._known:
+            with self._budgets_lock:
+                budgets = self._budgets.get(self.store, {})
+                if self.run_id in budgets:
+                    self.budget, self._known = budgets[self.run_id], True
+        return self._known
 
     def check(self) -> None:
-        if not self._loaded or self.budget is not None:
-            self._refresh()
+        if not self._budget_known() or self.budget is not None:
+            self._read()
         if self.budget is not None and self.used >= self.budget:
             raise TokenBudgetExceededError(used=self.used, budget=self.budget)
 
     def record(self, usage: Usage) -> None:
         if usage.total_tokens == 0:
             return
-        if not self._loaded:
-            self._refresh()
+        if not self._budget_known():
+            self._read()
+        if self.budget is None:
+            with self._lock:
+                self._pending = self._pending + usage
+            if time.monotonic() - self._written_at >= self.interval:
+                self.flush()
+            return
         total_in, total_out = self.store.add_usage(self.run_id, usage.input_tokens, usage.output_tokens)
         self.used = total_in + total_out
-        if self.budget is not None and self.used > self.budget:
+        if self.used > self.budget:
             raise TokenBudgetExceededError(used=self.used, budget=self.budget)
+
+    def flush(self, *, after_failure: bool = False) -> None:
+        """Write the usage summed since the last write (the task ends, or ``interval`` passed).
+
+        ``after_failure``: the task's loop failed; a store error here is logged, never raised over
+        the loop's own error (which fails the run, or retries the task when it is the store's).
+        """
+        with self._lock:
+            pending, self._pending = self._pending, Usage()
+            self._written_at = time.monotonic()
+        if pending.total_tokens == 0:
+            return
+        try:
+            self.used = sum(self.store.add_usage(self.run_id, pending.input_tokens, pending.output_tokens))
+        except Exception:
+            with self._lock:  # kept: this task's next flush writes it
+                self._pending = pending + self._pending
+            if not after_failure:
+                raise
+            logger.warning("could not record the token usage of run %s", self.run_id, exc_info=True)
 
     def record_cache(self, *, hit: bool, tokens_saved: int = 0) -> None:
         """Count one step-cache hit (with the tokens it saved) or miss on the run (``actions/caching.py``)."""
