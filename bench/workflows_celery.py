@@ -276,9 +276,16 @@ def _ablate_store_progress() -> None:
     finish_loop = SqlRunStore.finish_loop
 
     def finish_loop_without_events(
-        self: Any, run_id: str, path: str, result: Any, *, events: Any = ()
-    ) -> None:
-        finish_loop(self, run_id, path, result)
+        self: Any,
+        run_id: str,
+        path: str,
+        result: Any,
+        *,
+        events: Any = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> Any:
+        return finish_loop(self, run_id, path, result, input_tokens=input_tokens, output_tokens=output_tokens)
 
     _replace(SqlRunStore, "append_events", lambda self, root_run_id, events: None)
     _replace(SqlRunStore, "finish_loop", finish_loop_without_events)
@@ -289,8 +296,9 @@ def _ablate_checkpoints() -> None:
     from orchestration.store import LoopRecord, SqlRunStore
     from orchestration.store.seams import StoreCheckpointer
 
-    def events_only(self: Any, run_id: str, path: str, result: Any, *, events: Any = ()) -> None:
+    def events_only(self: Any, run_id: str, path: str, result: Any, *, events: Any = (), **usage: int) -> Any:
         self.append_events(run_id, events)
+        return result
 
     _replace(StoreCheckpointer, "load", lambda self, *, path: None)
     _replace(StoreCheckpointer, "save", lambda self, *, path, iteration, state: None)

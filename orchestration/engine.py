@@ -148,9 +148,10 @@ class WorkflowEngine:
             publisher.flush(final=True)
             meter.flush(after_failure=True)
             return await self.fail(node, error)
-        meter.flush()  # before the result: a task retried after it would not run its calls again
-        # The result and the task's progress, written together; a twin's earlier result stands.
-        return Done(value=self.store.finish_loop(node.run_id, node.path, result, events=publisher.take()))
+        # The result, the task's progress and its usage, written together; a twin's result stands.
+        used, events = meter.take(), publisher.take()
+        tokens = {"input_tokens": used.input_tokens, "output_tokens": used.output_tokens}
+        return Done(value=self.store.finish_loop(node.run_id, node.path, result, events=events, **tokens))
 
     async def _start_pipeline(
         self,

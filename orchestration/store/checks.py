@@ -190,3 +190,26 @@ def new_run_values(
         "tokens_saved": 0,
         "cancel_requested": False,
     }
+
+
+def loop_row(
+    run_id: str, path: str, *, checkpoint: tuple[int, JsonValue] | None = None, result: JsonValue = None
+) -> dict[str, Any]:
+    """A checked ``checkpoints`` row: a loop's ``checkpoint`` (iteration, state), or, without one,
+    its end with ``result``."""
+    where = f"loop {path!r} in run {run_id!r}"
+    row: dict[str, Any] = {
+        "run_id": check_text(run_id, "run id"),
+        "path": check_text(path, "loop path", max_chars=MAX_PATH_CHARS),
+        "iteration": None,
+        "state": None,
+        "finished": checkpoint is None,
+        "result": None,
+        "updated_at": utcnow(),
+    }
+    if checkpoint is None:
+        row["result"] = to_json_value(result, what=f"result of {where}")
+    else:
+        row["iteration"] = check_count(checkpoint[0], "iteration", maximum=MAX_ITERATION)
+        row["state"] = to_json_value(checkpoint[1], what=f"checkpoint state of {where}")
+    return row

@@ -45,7 +45,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from orchestration.store.tables import UtcDateTime, checkpoints, runs
+from orchestration.store.tables import UtcDateTime, checkpoints, runs, utcnow
 
 SUPPORTED_DIALECTS = ("postgresql", "sqlite")
 
@@ -175,7 +175,11 @@ PG_APPEND_EVENTS: TextClause = text(f"WITH {_EVENT_LOCK} {_EVENT_INSERT}").bindp
 
 PG_FINISH_LOOP: TextualSelect = (
     text(
-        f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT})
+        f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT}), used AS (
+    UPDATE runs SET input_tokens = runs.input_tokens + :input_tokens,
+                    output_tokens = runs.output_tokens + :output_tokens
+    WHERE runs.id = :run_id AND :input_tokens + :output_tokens > 0
+)
 INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
 VALUES (:run_id, :path, NULL, NULL, true, :result, :updated_at)
 ON CONFLICT (run_id, path) DO UPDATE
@@ -190,12 +194,14 @@ RETURNING checkpoints.result"""
         bindparam("path", type_=String()),
         bindparam("result", type_=postgresql.JSONB(none_as_null=True)),
         bindparam("updated_at", type_=UtcDateTime()),
+        bindparam("input_tokens", type_=BigInteger()),
+        bindparam("output_tokens", type_=BigInteger()),
     )
     .columns(column("result", postgresql.JSONB(none_as_null=True)))
 )
 """A loop's result (its checkpoint kept; a result recorded before stands, and is the one
-returned) and a batch of events under its root run, as one statement (params: the finished
-row and :func:`pg_event_batch`)."""
+returned), a batch of events under its root run and the task's token usage, as one statement
+(params: the finished row, :func:`pg_event_batch` and the two token counts)."""
 
 
 def pg_event_batch(root_run_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -204,6 +210,6 @@ def pg_event_batch(root_run_id: str, rows: list[dict[str, Any]]) -> dict[str, An
     return {
         "lock_key": _lock_key(root_run_id),
         "root_run_id": root_run_id,
-        "created_at": rows[0]["created_at"],
+        "created_at": rows[0]["created_at"] if rows else utcnow(),
         "events": [{name: row[name] for name in columns} for row in rows],
     }

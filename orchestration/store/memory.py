@@ -305,16 +305,33 @@ class InMemoryRunStore:
             )
 
     def finish_loop(
-        self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
+        self,
+        run_id: str,
+        path: str,
+        result: JsonValue,
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
     ) -> JsonValue:
-        """Record the loop's result (its checkpoint is kept) and append ``events`` under ``run_id``,
-        at once; the first result recorded stands and is returned."""
+        """Record the loop's result (its checkpoint is kept), append ``events`` under ``run_id``
+        and add the tokens to the run's usage, at once; the first result recorded stands and is
+        returned."""
         check_text(run_id, "run id")
         check_text(path, "loop path", max_chars=MAX_PATH_CHARS)
+        check_count(input_tokens, "input_tokens")
+        check_count(output_tokens, "output_tokens")
         result = to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}")
         payloads = event_payloads(run_id, events)
         with self._lock:
             self._keep_events(run_id, payloads)
+            run = self._runs.get(run_id)
+            if run is not None and input_tokens + output_tokens:
+                self._runs[run_id] = replace(
+                    run,
+                    input_tokens=run.input_tokens + input_tokens,
+                    output_tokens=run.output_tokens + output_tokens,
+                )
             kept = self._checkpoints.setdefault((run_id, path), _Checkpoint())
             if not kept.finished:
                 kept.finished, kept.result = True, result

@@ -291,10 +291,18 @@ class RunStore(Protocol):
         ...
 
     def finish_loop(
-        self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
+        self,
+        run_id: str,
+        path: str,
+        result: JsonValue,
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
     ) -> JsonValue:
-        """Record the loop's ``result`` (its checkpoint is kept) and append ``events`` under
-        ``run_id``, in one transaction; return the loop's result as recorded.
+        """Record the loop's ``result`` (its checkpoint is kept), append ``events`` under
+        ``run_id`` and add the tokens to the run's usage, in one transaction; return the loop's
+        result as recorded.
 
         A loop's first recorded result is never replaced: a duplicate task of the same loop
         that finishes later appends its events (work that happened) and gets the first result

@@ -66,10 +66,11 @@ class StoreUsageMeter:
     model call once it is spent; so a budgeted run is read before each call and
     each call's usage written at once, for totals every worker agrees on. A run
     without a budget (most) costs no read per call and no write per call: its
-    usage is summed here and written at most every ``interval`` seconds and at
-    the task's end (:meth:`flush`), one statement. Whether a run has a budget is
-    read once per run and process (a budget never changes after the launch),
-    at the first model call: steps that call no model cost nothing.
+    usage is summed here and written at most every ``interval`` seconds
+    (:meth:`flush`) and at the task's end, with the loop's result (:meth:`take`).
+    Whether a run has a budget is read once per run and process (a budget never
+    changes after the launch), at the first model call: steps that call no model
+    cost nothing.
     """
 
     _budgets: ClassVar[WeakKeyDictionary[RunStore, dict[str, int | None]]] = WeakKeyDictionary()
@@ -126,15 +127,20 @@ class StoreUsageMeter:
         if self.used > self.budget:
             raise TokenBudgetExceededError(used=self.used, budget=self.budget)
 
+    def take(self) -> Usage:
+        """The usage summed since the last write, for the caller to write (with the task's end)."""
+        with self._lock:
+            pending, self._pending = self._pending, Usage()
+            self._written_at = time.monotonic()
+        return pending
+
     def flush(self, *, after_failure: bool = False) -> None:
         """Write the usage summed since the last write (the task ends, or ``interval`` passed).
 
         ``after_failure``: the task's loop failed; a store error here is logged, never raised over
         the loop's own error (which fails the run, or retries the task when it is the store's).
         """
-        with self._lock:
-            pending, self._pending = self._pending, Usage()
-            self._written_at = time.monotonic()
+        pending = self.take()
         if pending.total_tokens == 0:
             return
         try:

@@ -14,18 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Row, RowMapping, func, literal, or_, select, update
+from sqlalchemy import ColumnElement, Engine, Row, RowMapping, Update, func, literal, or_, select, update
 
 from orchestration.store.checks import (
-    MAX_ITERATION,
-    MAX_PATH_CHARS,
     check_count,
     check_finish,
     check_terminal_status,
-    check_text,
     error_value,
     event_rows,
     is_storable_id,
+    loop_row,
     new_run_values,
     run_key,
 )
@@ -300,14 +298,8 @@ class SqlRunStore:
     @retried
     def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
         """Atomically add token usage (``SET x = x + :n``); returns the new ``(input, output)`` totals."""
-        statement = (
-            update(runs)
-            .where(runs.c.id == run_id)
-            .values(
-                input_tokens=runs.c.input_tokens + check_count(input_tokens, "input_tokens"),
-                output_tokens=runs.c.output_tokens + check_count(output_tokens, "output_tokens"),
-            )
-            .returning(runs.c.input_tokens, runs.c.output_tokens)
+        statement = _added_usage(run_id, input_tokens, output_tokens).returning(
+            runs.c.input_tokens, runs.c.output_tokens
         )
         with one_statement(self.engine) as connection, connection.begin():
             row = connection.execute(statement).first()
@@ -334,15 +326,7 @@ class SqlRunStore:
     @retried
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
         """Replace the loop's checkpoint with ``(iteration, state)``: one row per (run, path)."""
-        row = {
-            "run_id": check_text(run_id, "run id"),
-            "path": check_text(path, "loop path", max_chars=MAX_PATH_CHARS),
-            "iteration": check_count(iteration, "iteration", maximum=MAX_ITERATION),
-            "state": to_json_value(state, what=f"checkpoint state of loop {path!r} in run {run_id!r}"),
-            "finished": False,
-            "result": None,
-            "updated_at": utcnow(),
-        }
+        row = loop_row(run_id, path, checkpoint=(iteration, state))
         with one_statement(self.engine) as connection, connection.begin():
             connection.execute(self._upserts.save_checkpoint, row)
 
@@ -363,25 +347,43 @@ class SqlRunStore:
 
     @retried
     def finish_loop(
-        self, run_id: str, path: str, result: JsonValue, *, events: Sequence[Mapping[str, Any]] = ()
+        self,
+        run_id: str,
+        path: str,
+        result: JsonValue,
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
     ) -> JsonValue:
-        """Record the loop's result (its checkpoint is kept) and append ``events`` under ``run_id``,
-        in one transaction; the first result recorded stands and is returned."""
-        row = {
-            "run_id": check_text(run_id, "run id"),
-            "path": check_text(path, "loop path", max_chars=MAX_PATH_CHARS),
-            "iteration": None,
-            "state": None,
-            "finished": True,
-            "result": to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}"),
-            "updated_at": utcnow(),
-        }
+        """Record the loop's result (its checkpoint is kept), append ``events`` under ``run_id``
+        and add the tokens to the run's usage, in one transaction; the first result recorded
+        stands and is returned."""
+        row = loop_row(run_id, path, result=result)
         rows = event_rows(run_id, events)
-        if rows and self.dialect != "postgresql":  # SQLite: the events and the result, one transaction
+        tokens = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+        used = _added_usage(run_id, **tokens)  # checks the counts, too
+        if self.dialect != "postgresql":  # SQLite: the events, the usage and the result, one transaction
             with self.engine.begin() as connection:
-                connection.execute(run_events.insert(), rows)
+                if rows:
+                    connection.execute(run_events.insert(), rows)
+                if input_tokens or output_tokens:
+                    connection.execute(used)
                 return connection.execute(self._upserts.finish_loop, row).scalar_one()
         with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
-            if rows:
-                row = {**row, **pg_event_batch(run_id, rows)}
-            return connection.execute(PG_FINISH_LOOP if rows else self._upserts.finish_loop, row).scalar_one()
+            if not rows and not (input_tokens or output_tokens):
+                return connection.execute(self._upserts.finish_loop, row).scalar_one()
+            batch = pg_event_batch(run_id, rows)
+            return connection.execute(PG_FINISH_LOOP, {**row, **batch, **tokens}).scalar_one()
+
+
+def _added_usage(run_id: str, input_tokens: int, output_tokens: int) -> Update:
+    """``UPDATE runs`` adding token usage to run ``run_id`` (``SET x = x + :n``)."""
+    return (
+        update(runs)
+        .where(runs.c.id == run_id)
+        .values(
+            input_tokens=runs.c.input_tokens + check_count(input_tokens, "input_tokens"),
+            output_tokens=runs.c.output_tokens + check_count(output_tokens, "output_tokens"),
+        )
+    )

@@ -1,6 +1,7 @@
-"""A loop task's token usage, as the engine writes it: a run without a budget costs one usage
-write at the task's end whatever the number of model calls (and no read per call); a budgeted run
-is still read and written at every call; a failing loop's usage is written before the failure."""
+"""A loop task's token usage, as the engine writes it: a run without a budget writes its usage
+with the loop's result, in the statement that ends the task, whatever the number of model calls
+(and reads nothing per call); a budgeted run is still read and written at every call; a failing
+loop's usage is written before the failure is reported."""
 
 from __future__ import annotations
 
@@ -52,10 +53,10 @@ def test_a_run_without_a_budget_writes_a_task_s_usage_once_at_its_end() -> None:
     outcome = _run(store, "free", 5)
 
     assert isinstance(outcome, Done) and outcome.value == {"counted": 5}
-    assert (store.reads, store.usage_writes) == (1, 1)  # one read of the budget, one write of 5 calls
-    assert _tokens(store, "free") == (50, 10)
+    assert (store.reads, store.usage_writes) == (1, 0)  # one read of the budget; no write per call
+    assert _tokens(store, "free") == (50, 10)  # ... but with the loop's result
     _run(store, "free", 2)  # another task of the run in this process: its budget is known
-    assert (store.reads, store.usage_writes) == (1, 2)
+    assert (store.reads, store.usage_writes) == (1, 0)
     assert _tokens(store, "free") == (70, 14)
 
 

@@ -324,6 +324,23 @@ def test_a_loop_s_first_result_stands_and_a_later_twin_gets_it_back(
     assert run_store.finish_loop("r1", "nothing", {"later": True}) is None
 
 
+@pytest.mark.parametrize("with_events", [False, True], ids=["result alone", "with events"])
+def test_a_loop_s_end_adds_its_task_s_token_usage_to_the_run(run_store: RunStore, with_events: bool) -> None:
+    run_store.create_run(run_id="r1", runnable="x", input=None)
+    run_store.add_usage("r1", 1, 1)
+    events = [{"run_id": "r1", "path": "loop", "phase": "done"}] if with_events else []
+
+    run_store.finish_loop("r1", "loop", 1, events=events, input_tokens=30, output_tokens=6)
+    run_store.finish_loop("r1", "loop", 2, events=events, input_tokens=4)  # a twin's usage counts too
+
+    record = run_store.get_run("r1")
+    assert record is not None and (record.input_tokens, record.output_tokens) == (35, 7)
+    assert run_store.loop_record("r1", "loop").result == 1
+    with pytest.raises(ValueError, match="input_tokens"):
+        run_store.finish_loop("r1", "other", 1, input_tokens=-1)
+    assert run_store.loop_record("r1", "other").finished is False  # refused before anything was written
+
+
 def test_values_read_back_cannot_change_what_is_stored(run_store: RunStore) -> None:
     given = {"items": [1, 2]}
     run_store.create_run(run_id="r1", runnable="search", input=given)

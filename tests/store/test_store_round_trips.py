@@ -62,13 +62,18 @@ def test_a_read_or_a_one_statement_write_is_one_round_trip(store_url: str, tmp_p
             store.save_checkpoint(run_id, "p", 1, {"n": 1})
             assert store.add_usage(run_id, 3, 4) == (3, 4)
             store.append_events(run_id, [{"phase": "start"}, {"phase": "iteration"}])
-            store.finish_loop(run_id, "p", {"r": 1}, events=[{"phase": "done"}])
+            store.finish_loop(
+                run_id, "p", {"r": 1}, events=[{"phase": "done"}], input_tokens=5, output_tokens=1
+            )
+            store.finish_loop(run_id, "q", {"r": 2}, output_tokens=2)  # usage without events
             pgconn.untrace()
         trips = _round_trips(trace)
         kinds = [trip.split()[0].upper() for trip in trips]
-        assert kinds == ["SELECT", "SELECT", "INSERT", "UPDATE", "WITH", "WITH"], trips
+        assert kinds == ["SELECT", "SELECT", "INSERT", "UPDATE", "WITH", "WITH", "WITH"], trips
         assert [event["phase"] for _, event in store.events(run_id)] == ["start", "iteration", "done"]
         assert store.loop_record(run_id, "p").result == {"r": 1}
+        record = store.get_run(run_id)
+        assert record is not None and (record.input_tokens, record.output_tokens) == (8, 7)
     finally:
         engine.dispose()
 
