@@ -7,6 +7,7 @@ module; :func:`insert` picks it, and :func:`upserts` builds the run store's once
 per dialect. Locks: :func:`advisory_lock` for one transaction,
 :func:`held_lock` around a block of work that uses other connections.
 :func:`one_statement` is the connection for a call that is one statement.
+:func:`insert_events_failing_once` records each level's failure once.
 
 On PostgreSQL a batch of progress events is written by one statement
 (:data:`PG_APPEND_EVENTS`, and :data:`PG_FINISH_LOOP` with a loop's result): it
@@ -39,13 +40,15 @@ from sqlalchemy import (
     bindparam,
     case,
     column,
+    exists,
     func,
+    literal,
     select,
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from orchestration.store.tables import UtcDateTime, checkpoints, runs, utcnow
+from orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
 
 SUPPORTED_DIALECTS = ("postgresql", "sqlite")
 
@@ -213,3 +216,31 @@ def pg_event_batch(root_run_id: str, rows: list[dict[str, Any]]) -> dict[str, An
         "created_at": rows[0]["created_at"] if rows else utcnow(),
         "events": [{name: row[name] for name in columns} for row in rows],
     }
+
+
+def insert_events_failing_once(connection: Connection, root_run_id: str, rows: list[dict[str, Any]]) -> None:
+    """Insert event ``rows`` in their order, in the caller's transaction, leaving out a ``failed``
+    event for a path that has one already: two tasks of a run that fail at once both report the
+    levels that enclose them, and each level fails once.
+
+    On PostgreSQL the root run's event lock is taken first, by a statement of its own (a statement's
+    snapshot predates a lock it takes itself), so each insert after it sees every failure committed
+    before. On SQLite (WAL) an insert whose read went stale before it could write fails with
+    "database is locked", and the store's retry runs it again.
+    """
+    if connection.dialect.name == "postgresql":
+        connection.execute(select(func.pg_advisory_xact_lock(_lock_key(root_run_id))))
+    for row in rows:
+        if row["status"] != "failed":
+            connection.execute(run_events.insert(), row)
+            continue
+        names = list(row)
+        failed_before = exists().where(
+            run_events.c.run_id == row["run_id"],
+            run_events.c.path == row["path"],
+            run_events.c.status == "failed",
+        )
+        values = select(*(literal(row[name], run_events.c[name].type) for name in names)).where(
+            ~failed_before
+        )
+        connection.execute(run_events.insert().from_select(names, values))

@@ -215,10 +215,21 @@ class InMemoryRunStore:
         return {"total": sum(by_status.values()), "by_status": by_status, **totals}
 
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
-        """Store progress events under ``root_run_id``, in order."""
+        """Store progress events under ``root_run_id``, in order (a path's second ``failed`` event is
+        left out)."""
         payloads = event_payloads(root_run_id, events)
         with self._lock:
-            self._keep_events(root_run_id, payloads)
+            failed = {
+                e.get("path") for _, e in self._events.get(root_run_id, []) if e.get("status") == "failed"
+            }
+            kept = []
+            for payload in payloads:
+                if payload.get("status") == "failed":
+                    if payload.get("path") in failed:
+                        continue
+                    failed.add(payload.get("path"))
+                kept.append(payload)
+            self._keep_events(root_run_id, kept)
 
     def _keep_events(self, root_run_id: str, payloads: list[dict[str, Any]]) -> None:
         stored = self._events.setdefault(root_run_id, [])

@@ -255,7 +255,10 @@ class RunStore(Protocol):
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
         """Store progress events under the root run ``root_run_id`` in one transaction, in order.
 
-        Each event's id (its place in the order) is what :meth:`events` returns with it.
+        Each event's id (its place in the order) is what :meth:`events` returns with it. A
+        ``failed`` event for a path that has one already is left out, even when two writers
+        append at once: each level of a run fails once (two of its tasks failing together both
+        report the levels that enclose them).
         """
         ...
 

@@ -31,6 +31,7 @@ from orchestration.store.dialects import (
     PG_APPEND_EVENTS,
     PG_FINISH_LOOP,
     dialect_of,
+    insert_events_failing_once,
     one_statement,
     pg_event_batch,
     upserts,
@@ -245,16 +246,18 @@ class SqlRunStore:
 
     @retried
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
-        """Store progress events under ``root_run_id`` in one transaction, in order."""
+        """Store progress events under ``root_run_id`` in one transaction, in order (a path's second
+        ``failed`` event is left out: ``dialects.insert_events_failing_once``)."""
         rows = event_rows(root_run_id, events)
-        if not rows:
-            return
-        if self.dialect == "postgresql":  # one statement under the root run's lock (dialects.py)
+        if any(row["status"] == "failed" for row in rows):
+            with self.engine.begin() as connection:
+                insert_events_failing_once(connection, root_run_id, rows)
+        elif rows and self.dialect == "postgresql":  # one statement under the root run's lock (dialects.py)
             with one_statement(self.engine) as connection, connection.begin():
                 connection.execute(PG_APPEND_EVENTS, pg_event_batch(root_run_id, rows))
-            return
-        with self.engine.begin() as connection:
-            connection.execute(run_events.insert(), rows)
+        elif rows:
+            with self.engine.begin() as connection:
+                connection.execute(run_events.insert(), rows)
 
     @retried
     def events(

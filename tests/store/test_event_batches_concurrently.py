@@ -67,3 +67,39 @@ def test_a_polling_reader_sees_every_event_of_concurrent_writers_in_order(run_st
     if isinstance(run_store, SqlRunStore):
         record = run_store.loop_record("root", "branch/0/0")
         assert record.finished and record.result == {"n": 0}
+
+
+def test_each_level_of_a_run_fails_once_when_its_tasks_fail_together(run_store: RunStore) -> None:
+    # Every branch of a composite that fails reports the levels enclosing it; two reports of the
+    # same level, written at once, must leave one ``failed`` event for it.
+    run_store.create_run(run_id="root", runnable="fan", input=None)
+    start = threading.Barrier(WRITERS)
+    errors: list[BaseException] = []
+
+    def fail(writer: int) -> None:
+        try:
+            start.wait(timeout=10)
+            run_store.append_events(
+                "root",
+                [
+                    {"path": f"branch/{writer}", "phase": "iteration", "status": "progress"},
+                    {"path": f"branch/{writer}", "phase": "cancelled", "status": "failed"},
+                    {"path": "", "phase": "cancelled", "status": "failed", "writer": writer},
+                ],
+            )
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=fail, args=(writer,)) for writer in range(WRITERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    events = [event for _, event in run_store.events("root")]
+    failed = [event["path"] for event in events if event["status"] == "failed"]
+    assert sorted(failed) == sorted(["", *(f"branch/{writer}" for writer in range(WRITERS))])
+    assert len([event for event in events if event["status"] == "progress"]) == WRITERS  # the rest is kept
+    run_store.append_events("root", [{"path": "", "phase": "cancelled", "status": "failed"}])
+    assert len(run_store.events("root")) == len(events)  # later, too
