@@ -16,14 +16,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestration.store.checks import (
-    MAX_ITERATION,
-    MAX_PATH_CHARS,
     check_count,
     check_finish,
     check_terminal_status,
-    check_text,
     error_value,
     event_payloads,
+    loop_row,
     new_run_values,
     run_key,
 )
@@ -219,17 +217,22 @@ class InMemoryRunStore:
         left out)."""
         payloads = event_payloads(root_run_id, events)
         with self._lock:
-            failed = {
-                e.get("path") for _, e in self._events.get(root_run_id, []) if e.get("status") == "failed"
-            }
-            kept = []
-            for payload in payloads:
-                if payload.get("status") == "failed":
-                    if payload.get("path") in failed:
-                        continue
-                    failed.add(payload.get("path"))
-                kept.append(payload)
-            self._keep_events(root_run_id, kept)
+            if any(payload.get("status") == "failed" for payload in payloads):
+                payloads = self._first_failures(root_run_id, payloads)
+            self._keep_events(root_run_id, payloads)
+
+    def _first_failures(self, root_run_id: str, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``payloads`` without a ``failed`` event for a path that has one (the caller holds the lock)."""
+        stored = self._events.get(root_run_id, [])
+        failed = {event.get("path") for _, event in stored if event.get("status") == "failed"}
+        kept = []
+        for payload in payloads:
+            if payload.get("status") == "failed":
+                if payload.get("path") in failed:
+                    continue
+                failed.add(payload.get("path"))
+            kept.append(payload)
+        return kept
 
     def _keep_events(self, root_run_id: str, payloads: list[dict[str, Any]]) -> None:
         stored = self._events.setdefault(root_run_id, [])
@@ -270,14 +273,18 @@ class InMemoryRunStore:
         check_count(input_tokens, "input_tokens")
         check_count(output_tokens, "output_tokens")
         with self._lock:
-            record = self._get(run_id)
-            record = replace(
-                record,
-                input_tokens=record.input_tokens + input_tokens,
-                output_tokens=record.output_tokens + output_tokens,
-            )
-            self._runs[run_id] = record
+            record = self._with_usage(self._get(run_id), input_tokens, output_tokens)
             return record.input_tokens, record.output_tokens
+
+    def _with_usage(self, record: RunRecord, input_tokens: int, output_tokens: int) -> RunRecord:
+        """Keep ``record`` with the tokens added to its usage (the caller holds the lock)."""
+        record = replace(
+            record,
+            input_tokens=record.input_tokens + input_tokens,
+            output_tokens=record.output_tokens + output_tokens,
+        )
+        self._runs[record.id] = record
+        return record
 
     def add_cache_usage(self, run_id: str, *, hits: int = 0, misses: int = 0, tokens_saved: int = 0) -> None:
         """Atomically add step-cache hits, misses and tokens saved to the run."""
@@ -294,14 +301,11 @@ class InMemoryRunStore:
 
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
         """Replace the loop's checkpoint with ``(iteration, state)`` (a finished loop's record stays)."""
-        check_text(run_id, "run id")
-        check_text(path, "loop path", max_chars=MAX_PATH_CHARS)
-        check_count(iteration, "iteration", maximum=MAX_ITERATION)
-        state = to_json_value(state, what=f"checkpoint state of loop {path!r} in run {run_id!r}")
+        row = loop_row(run_id, path, checkpoint=(iteration, state))
         with self._lock:
             checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
             if not checkpoint.finished:
-                checkpoint.iteration, checkpoint.state = iteration, state
+                checkpoint.iteration, checkpoint.state = row["iteration"], row["state"]
 
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
@@ -328,22 +332,16 @@ class InMemoryRunStore:
         """Record the loop's result (its checkpoint is kept), append ``events`` under ``run_id``
         and add the tokens to the run's usage, at once; the first result recorded stands and is
         returned."""
-        check_text(run_id, "run id")
-        check_text(path, "loop path", max_chars=MAX_PATH_CHARS)
+        row = loop_row(run_id, path, result=result)
         check_count(input_tokens, "input_tokens")
         check_count(output_tokens, "output_tokens")
-        result = to_json_value(result, what=f"result of loop {path!r} in run {run_id!r}")
         payloads = event_payloads(run_id, events)
         with self._lock:
             self._keep_events(run_id, payloads)
             run = self._runs.get(run_id)
-            if run is not None and input_tokens + output_tokens:
-                self._runs[run_id] = replace(
-                    run,
-                    input_tokens=run.input_tokens + input_tokens,
-                    output_tokens=run.output_tokens + output_tokens,
-                )
+            if run is not None and (input_tokens or output_tokens):
+                self._with_usage(run, input_tokens, output_tokens)
             kept = self._checkpoints.setdefault((run_id, path), _Checkpoint())
             if not kept.finished:
-                kept.finished, kept.result = True, result
+                kept.finished, kept.result = True, row["result"]
             return copy.deepcopy(kept.result)

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 from weakref import WeakKeyDictionary
 
 from actions.model import Usage
@@ -18,6 +18,21 @@ from orchestration.redaction import scrub
 from orchestration.store.protocol import RunStore
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+#: How many runs' answers a per-store cache below keeps before it starts afresh.
+MAX_KEPT_RUNS = 10_000
+
+
+def _answers_of(cache: WeakKeyDictionary[RunStore, dict[str, T]], store: RunStore) -> dict[str, T]:
+    """The per-run answers ``cache`` keeps for ``store`` (the caller holds the cache's lock); past
+    :data:`MAX_KEPT_RUNS` runs they are forgotten, and asked again."""
+    answers = cache.setdefault(store, {})
+    if len(answers) > MAX_KEPT_RUNS:
+        answers.clear()
+    return answers
 
 
 class StoreCancelSignal:
@@ -40,12 +55,10 @@ class StoreCancelSignal:
     def is_cancelled(self) -> bool:
         now = time.monotonic()
         with self._seen_lock:
-            seen = self._seen.setdefault(self.store, {})
+            seen = _answers_of(self._seen, self.store)
             checked_at, cancelled = seen.get(self.run_id, (-1e9, False))
             if cancelled or now - checked_at < self.interval:
                 return cancelled
-            if len(seen) > 10_000:
-                seen.clear()
             seen[self.run_id] = (now, False)  # this thread asks: the others answer meanwhile
         try:
             cancelled = self.store.is_cancel_requested(self.run_id)
@@ -92,15 +105,12 @@ class StoreUsageMeter:
             self.used = record.input_tokens + record.output_tokens
         self._known = True
         with self._budgets_lock:
-            budgets = self._budgets.setdefault(self.store, {})
-            if len(budgets) > 10_000:
-                budgets.clear()
-            budgets[self.run_id] = self.budget
+            _answers_of(self._budgets, self.store)[self.run_id] = self.budget
 
     def _budget_known(self) -> bool:
         if not self._known:
             with self._budgets_lock:
-                budgets = self._budgets.get(self.store, {})
+                budgets = _answers_of(self._budgets, self.store)
                 if self.run_id in budgets:
                     self.budget, self._known = budgets[self.run_id], True
         return self._known

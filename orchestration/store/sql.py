@@ -364,14 +364,16 @@ class SqlRunStore:
         stands and is returned."""
         row = loop_row(run_id, path, result=result)
         rows = event_rows(run_id, events)
-        tokens = {"input_tokens": input_tokens, "output_tokens": output_tokens}
-        used = _added_usage(run_id, **tokens)  # checks the counts, too
+        tokens = {
+            "input_tokens": check_count(input_tokens, "input_tokens"),
+            "output_tokens": check_count(output_tokens, "output_tokens"),
+        }
         if self.dialect != "postgresql":  # SQLite: the events, the usage and the result, one transaction
             with self.engine.begin() as connection:
                 if rows:
                     connection.execute(run_events.insert(), rows)
                 if input_tokens or output_tokens:
-                    connection.execute(used)
+                    connection.execute(_added_usage(run_id, **tokens))
                 return connection.execute(self._upserts.finish_loop, row).scalar_one()
         with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
             if not rows and not (input_tokens or output_tokens):
