@@ -1,4 +1,4 @@
-"""Celery settings for agentloop: a projection of :func:`orchestration.settings.load_settings`.
+"""Celery settings for agentloop: a projection of :func:`agentloop.orchestration.settings.load_settings`.
 
 The environment is read once, at import, by ``orchestration/settings.py`` (the
 only module that reads it); this module turns those settings into the
@@ -8,13 +8,13 @@ stops the import with an error that names it.
 With nothing set, the embedded defaults need no server: Celery's in-memory
 transport (``memory://``) and in-memory results (``cache+memory://``). Those
 only work inside one process, so whoever needs a worker starts it in-process
-as a thread (``orchestration.celery_adapter.embedded.embedded_worker``, as
-``celery.contrib.testing`` does); ``celery -A orchestration worker`` on them
+as a thread (``agentloop.orchestration.celery_adapter.embedded.embedded_worker``, as
+``celery.contrib.testing`` does); ``celery -A agentloop worker`` on them
 runs, but nothing outside that process can reach it.
 
 Environment variables Celery's settings come from (all optional; the store's,
 the model's and ``AGENTLOOP_CHECKPOINT_SECONDS`` are documented with the
-fields of ``orchestration.settings.Settings``):
+fields of ``agentloop.orchestration.settings.Settings``):
 
 ``BROKER_URL``
     Broker URL, e.g. ``amqp://guest:guest@127.0.0.1:5672//`` or
@@ -80,13 +80,13 @@ beat schedule yet.
 On ``memory://`` the transport polls every 10 ms instead of kombu's 1 s.
 
 Passwords in URLs are never printed by the project: use
-``orchestration.redaction.redact_url`` (or ``describe_app``) to show a URL.
+``agentloop.orchestration.redaction.redact_url`` (or ``describe_app``) to show a URL.
 """
 
-from orchestration.celery_adapter.config import celery_config as _celery_config
-from orchestration.settings import load_settings as _load_settings
+from agentloop.orchestration.celery_adapter.config import celery_config as _celery_config
+from agentloop.orchestration.settings import load_settings as _load_settings
 
 # Every Celery setting, from the environment's settings (see orchestration/celery_adapter/config.py).
 # A deployment may add its own below, e.g. ``beat_schedule`` entries written with
-# ``orchestration.celery_adapter.schedule.batch_entry(...)``.
+# ``agentloop.orchestration.celery_adapter.schedule.batch_entry(...)``.
 globals().update(_celery_config(_load_settings()))

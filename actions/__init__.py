@@ -1,9 +1,10 @@
 """Actions: one step of an agent, and the registry a loop performs them from."""
 
-from actions.base import BaseAgentAction
-from actions.caching import InMemoryStepCache, StepCache, step_cache_key, use_step_cache
-from actions.context import context_value, maybe_await
-from actions.degradation import (
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.base import BaseAgentAction
+from agentloop.actions.caching import InMemoryStepCache, StepCache, step_cache_key, use_step_cache
+from agentloop.actions.context_values import context_value
+from agentloop.actions.degradation import (
     DegradationSink,
     ModelFailure,
     ModelFailurePolicy,
@@ -11,7 +12,7 @@ from actions.degradation import (
     report_model_failure,
     use_degradation_sink,
 )
-from actions.errors import (
+from agentloop.actions.errors import (
     AgentLoopError,
     BranchFailedError,
     RunCancelledError,
@@ -20,8 +21,8 @@ from actions.errors import (
     StateNotSerializableError,
     UnknownActionError,
 )
-from actions.forced_tool import ForcedToolAction, OutputRejection
-from actions.human import (
+from agentloop.actions.forced_tool import ForcedToolAction, OutputRejection
+from agentloop.actions.human import (
     CallbackChannel,
     HumanChannel,
     InvalidAnswerError,
@@ -33,19 +34,19 @@ from actions.human import (
     check_answer,
     use_human_channel,
 )
-from actions.model import AiResponse, FunctionCall, ModelProcessor, ModelRequest, Usage
-from actions.prompt import embed_user_fields, embed_user_text
-from actions.registry import AgentActionRegistry
-from actions.schema import tool_schema
-from actions.step_events import (
+from agentloop.actions.model import AiResponse, FunctionCall, ModelProcessor, ModelRequest, Usage
+from agentloop.actions.prompt import embed_user_fields, embed_user_text
+from agentloop.actions.registry import AgentActionRegistry
+from agentloop.actions.schema import tool_schema
+from agentloop.actions.step_events import (
     StepEvent,
     StepEventSink,
     report_step_event,
     step_events_wanted,
     use_step_events,
 )
-from actions.typed import TypedAction, TypedToolAction
-from actions.usage import (
+from agentloop.actions.typed import TypedAction, TypedToolAction
+from agentloop.actions.usage import (
     CacheUsage,
     InMemoryUsageMeter,
     TokenBudgetExceededError,

@@ -7,8 +7,8 @@ from abc import ABC, abstractmethod
 from datetime import timedelta
 from typing import Any, ClassVar, Self
 
-from actions.arguments import argument_problem
-from actions.caching import caching, step_cache_key
+from agentloop.actions.arguments import argument_problem
+from agentloop.actions.caching import caching, step_cache_key
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -19,7 +19,7 @@ class BaseAgentAction(ABC):
     ``parameters`` (a JSON Schema) is what an AI-driven loop shows the model
     when it offers this action as a tool; the default takes no arguments.
 
-    A step may cache its result (opt-in, :mod:`actions.caching`): set ``cache_ttl``.
+    A step may cache its result (opt-in, :mod:`agentloop.actions.caching`): set ``cache_ttl``.
     """
 
     name: str = ""
@@ -61,7 +61,7 @@ class BaseAgentAction(ABC):
         """What is wrong with ``arguments`` a model sent, in one line; ``None`` when they fit.
 
         By default they are checked against :attr:`parameters` (JSON Schema, see
-        :func:`actions.arguments.argument_problem`); a typed action checks them
+        :func:`agentloop.actions.arguments.argument_problem`); a typed action checks them
         against its arguments type.
         """
         return argument_problem(schema=self.parameters, arguments=arguments)

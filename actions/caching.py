@@ -19,16 +19,16 @@ cache, or for an action without a ``cache_ttl``, ``run`` runs as it is.
 
 What is stored: the value as JSON (pydantic models and dataclasses dumped as a
 step output is) and the tokens its computation used, measured by a meter nested
-in the run's (:mod:`actions.usage`). A value that is not JSON is not cached
+in the run's (:mod:`agentloop.actions.usage`). A value that is not JSON is not cached
 (logged). A failure is never cached: an exception, and a step that reported a
-model failure (:func:`~actions.report_model_failure`), fell back or had its
+model failure (:func:`~agentloop.actions.report_model_failure`), fell back or had its
 answer rejected (:func:`spoil_step_cache`, which the forced tool action calls).
 A cache that fails (Redis away) is a miss, logged, never a failed step.
 
 Each cached call reports a ``cache_hit`` or ``cache_miss`` step event
-(:mod:`actions.step_events`; ``data``: ``action``, ``key`` (its first 12
+(:mod:`agentloop.actions.step_events`; ``data``: ``action``, ``key`` (its first 12
 characters), and ``tokens_saved`` on a hit) and counts itself on the run's meter
-(:func:`~actions.usage.report_cache_use`).
+(:func:`~agentloop.actions.usage.report_cache_use`).
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from actions.context import maybe_await
-from actions.model import Usage
-from actions.schema import json_output
-from actions.step_events import report_step_event
-from actions.usage import UsageMeter, current_meter, report_cache_use, use_meter
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.model import Usage
+from agentloop.actions.schema import json_output
+from agentloop.actions.step_events import report_step_event
+from agentloop.actions.usage import UsageMeter, current_meter, report_cache_use, use_meter
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +119,6 @@ def use_step_cache(cache: StepCache | None) -> Iterator[None]:
         _cache.reset(token)
 
 
-def current_step_cache() -> StepCache | None:
-    """The step cache of the enclosing :func:`use_step_cache` block, or ``None``."""
-    return _cache.get()
-
-
 def canonical_json(value: Any) -> str:
     """``value`` as JSON text with sorted keys and no spaces (``TypeError``/``ValueError`` when it
     is not JSON): equal values, equal text."""
@@ -163,7 +158,8 @@ _watch: ContextVar[_StepWatch | None] = ContextVar("agentloop_step_watch", defau
 
 def spoil_step_cache(reason: str) -> None:
     """The running step (and any cached step around it) must not be cached: it fell back, or a
-    model call failed. Called by :func:`~actions.report_model_failure` and the forced tool action."""
+    model call failed. Called by :func:`~agentloop.actions.report_model_failure` and the forced tool
+    action."""
     watch = _watch.get()
     while watch is not None:
         watch.reason = watch.reason or reason

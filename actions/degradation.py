@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from actions.caching import spoil_step_cache
-from actions.context import maybe_await
-from actions.errors import AgentLoopError
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.caching import spoil_step_cache
+from agentloop.actions.errors import AgentLoopError
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def use_degradation_sink(sink: DegradationSink | None, *, path: str = "") -> Ite
 
 async def report_model_failure(*, action: str, reason: str) -> ModelFailure:
     """Report that ``action``'s model call failed (logged, and told to the run's sink if any);
-    the step's result is not cached (:mod:`actions.caching`)."""
+    the step's result is not cached (:mod:`agentloop.actions.caching`)."""
     spoil_step_cache(reason)
     bound = _sink.get()
     failure = ModelFailure(action=action, reason=reason, path="" if bound is None else bound[1])

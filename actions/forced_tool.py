@@ -10,7 +10,7 @@ A failed model call (an error after the processor's retries, a reply without
 the forced call, arguments that are not a JSON object) is more than a rejected
 answer: it follows :attr:`ForcedToolAction.on_model_failure`. ``"degrade"``
 (the default) returns :meth:`ForcedToolAction.fallback_when_unavailable` and
-reports the failure to the run (:mod:`actions.degradation`), which then ends
+reports the failure to the run (:mod:`agentloop.actions.degradation`), which then ends
 ``degraded``; ``"fail"`` raises :class:`~actions.ModelUnavailableError`. A reply
 that :meth:`ForcedToolAction.normalize` rejects is the model's answer, not a
 failure: it falls back without degrading the run.
@@ -33,7 +33,7 @@ a JSON string or object, or ``None``), under the id found in
 ``context.<tool_id_key>``, else under :attr:`ForcedToolAction.tool_id`.
 
 A cached forced tool call (:attr:`~actions.BaseAgentAction.cache_ttl`, see
-:mod:`actions.caching`) is keyed by its arguments, a hash of the tool payload it
+:mod:`agentloop.actions.caching`) is keyed by its arguments, a hash of the tool payload it
 loads (a changed schema is a new key) and the model inputs of its context
 (``history_messages``, ``documents``, ``files``); a fallback is never cached.
 """
@@ -47,17 +47,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from actions.base import BaseAgentAction
-from actions.caching import schema_version, spoil_step_cache, step_cache_key
-from actions.context import context_value, maybe_await
-from actions.degradation import (
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.base import BaseAgentAction
+from agentloop.actions.caching import schema_version, spoil_step_cache, step_cache_key
+from agentloop.actions.context_values import context_value
+from agentloop.actions.degradation import (
     ModelFailure,
     ModelFailurePolicy,
     ModelUnavailableError,
     report_model_failure,
 )
-from actions.model import AiResponse, FunctionCall
-from actions.usage import check_budget, report_usage
+from agentloop.actions.model import AiResponse, FunctionCall
+from agentloop.actions.usage import check_budget, report_usage
 
 logger = logging.getLogger(__name__)
 

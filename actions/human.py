@@ -34,8 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
 
-from actions.context import maybe_await
-from actions.errors import AgentLoopError
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.errors import AgentLoopError
 
 
 class QuestionKind(StrEnum):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Self
 
-from actions.base import BaseAgentAction
-from actions.errors import UnknownActionError
+from agentloop.actions.base import BaseAgentAction
+from agentloop.actions.errors import UnknownActionError
 
 
 class AgentActionRegistry:

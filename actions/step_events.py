@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-from actions.context import maybe_await
+from agentloop.actions.awaiting import maybe_await
 
 logger = logging.getLogger(__name__)
 

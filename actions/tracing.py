@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from actions.context import maybe_await
+from agentloop.actions.awaiting import maybe_await
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ output type (``class PlanTrip(TypedToolAction[TripPlan])``, or ``output_type =
 TripPlan``):
 
 - its tool schema is generated from the type (:meth:`TypedToolAction.tool_payload`,
-  :func:`actions.schema.tool_schema`) and written to the tool store by
+  :func:`agentloop.actions.schema.tool_schema`) and written to the tool store by
   ``agentloop tools sync``; at run time the schema is read from the store as for
   any forced tool (a row edited by hand wins);
 - the model's arguments come back validated, as an instance of the type
@@ -31,10 +31,10 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from actions.base import BaseAgentAction
-from actions.context import maybe_await
-from actions.forced_tool import ForcedToolAction, OutputRejection
-from actions.schema import schema_description, tool_schema, type_adapter, validation_problems
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.base import BaseAgentAction
+from agentloop.actions.forced_tool import ForcedToolAction, OutputRejection
+from agentloop.actions.schema import schema_description, tool_schema, type_adapter, validation_problems
 
 OutputT = TypeVar("OutputT")
 ArgumentsT = TypeVar("ArgumentsT")

@@ -22,8 +22,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from actions.errors import AgentLoopError
-from actions.model import Usage
+from agentloop.actions.errors import AgentLoopError
+from agentloop.actions.model import Usage
 
 logger = logging.getLogger(__name__)
 

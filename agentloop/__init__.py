@@ -55,7 +55,8 @@ clauses written without agentloop in mind also catch it::
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
-never exceptions: a misbehaving model cannot crash a loop. :class:`~actions.human.RunPaused`, outside the
+never exceptions: a misbehaving model cannot crash a loop. :class:`~agentloop.actions.human.RunPaused`,
+outside the
 tree, is no error: like ``asyncio.CancelledError`` it is a ``BaseException``, the signal a
 paused run's step raises on Celery so that no ``except Exception`` takes it for a failure.
 A model call that
@@ -69,7 +70,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from actions import (
+from agentloop.actions import (
     AgentActionRegistry,
     AgentLoopError,
     AiResponse,
@@ -127,7 +128,7 @@ from actions import (
     use_step_cache,
     use_step_events,
 )
-from loops import (
+from agentloop.loops import (
     AiDrivenAgentLoop,
     BaseAgentLoop,
     CancellationToken,
@@ -147,9 +148,9 @@ from loops import (
     new_run_id,
     use_scope,
 )
-from orchestration.context import StandardContext, StandardContextFactory, standard_context
-from orchestration.llm import OfflineModel, RateLimitTimeoutError
-from orchestration.registry import (
+from agentloop.orchestration.context import StandardContext, StandardContextFactory, standard_context
+from agentloop.orchestration.llm import OfflineModel, RateLimitTimeoutError
+from agentloop.orchestration.registry import (
     ContextSpecError,
     RunnableRegistry,
     UnknownInputProviderError,
@@ -157,8 +158,8 @@ from orchestration.registry import (
     input_provider,
     register,
 )
-from orchestration.wire import LaunchRequestError
-from pipelines import (
+from agentloop.orchestration.wire import LaunchRequestError
+from agentloop.pipelines import (
     BaseActionStage,
     BaseAgentPipeline,
     BaseCompositeAgent,
@@ -169,17 +170,16 @@ from pipelines import (
 )
 
 if TYPE_CHECKING:
-    from orchestration.cache import RedisStepCache
-    from orchestration.celery_adapter.app import create_app
-    from orchestration.celery_adapter.embedded import WorkerStartError
-    from orchestration.celery_adapter.outgoing import UnsendableMessageError
-    from orchestration.celery_adapter.schedule import ScheduleError
-    from orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
-    from orchestration.launches import RunIdTakenError
-    from orchestration.llm import AnthropicProcessor, OpenAIProcessor, processor_from_env
-    from orchestration.llm.request_guard import ModelRequestsBlockedError
-    from orchestration.settings import Settings, SettingsError, load_settings
-    from orchestration.store import (
+    from agentloop.orchestration.cache import RedisStepCache
+    from agentloop.orchestration.celery_adapter.app import create_app
+    from agentloop.orchestration.celery_adapter.embedded import WorkerStartError
+    from agentloop.orchestration.celery_adapter.outgoing import UnsendableMessageError
+    from agentloop.orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
+    from agentloop.orchestration.launches import RunIdTakenError
+    from agentloop.orchestration.llm import AnthropicProcessor, OpenAIProcessor, processor_from_env
+    from agentloop.orchestration.llm.request_guard import ModelRequestsBlockedError
+    from agentloop.orchestration.settings import ScheduleError, Settings, SettingsError, load_settings
+    from agentloop.orchestration.store import (
         InMemoryToolStore,
         RunAlreadyEndedError,
         RunExistsError,
@@ -187,7 +187,7 @@ if TYPE_CHECKING:
         RunOwnershipError,
         StoreUnavailableError,
     )
-    from orchestration.tool_sync import sync_tools
+    from agentloop.orchestration.tool_sync import sync_tools
 
 __all__ = [
     "AgentActionRegistry",
@@ -310,29 +310,29 @@ __all__ = [
 
 #: Names whose modules import Celery, SQLAlchemy or the OpenAI SDK: loaded on first access.
 _LAZY = {
-    "AnthropicProcessor": "orchestration.llm",
-    "InMemoryToolStore": "orchestration.store",
-    "ModelRequestsBlockedError": "orchestration.llm.request_guard",
-    "CeleryAgentRunner": "orchestration.client",
-    "OpenAIProcessor": "orchestration.llm",
-    "RunHandle": "orchestration.client",
-    "RunAlreadyEndedError": "orchestration.store",
-    "RunExistsError": "orchestration.store",
-    "RunIdTakenError": "orchestration.launches",
-    "RunNotFoundError": "orchestration.store",
-    "RunOwnershipError": "orchestration.store",
-    "StoreUnavailableError": "orchestration.store",
-    "ScheduleError": "orchestration.celery_adapter.schedule",
-    "Settings": "orchestration.settings",
-    "SettingsError": "orchestration.settings",
-    "WorkerStartError": "orchestration.celery_adapter.embedded",
-    "UnsendableMessageError": "orchestration.celery_adapter.outgoing",
-    "WorkflowFailedError": "orchestration.client",
-    "create_app": "orchestration.celery_adapter.app",
-    "load_settings": "orchestration.settings",
-    "processor_from_env": "orchestration.llm",
-    "RedisStepCache": "orchestration.cache",
-    "sync_tools": "orchestration.tool_sync",
+    "AnthropicProcessor": "agentloop.orchestration.llm",
+    "InMemoryToolStore": "agentloop.orchestration.store",
+    "ModelRequestsBlockedError": "agentloop.orchestration.llm.request_guard",
+    "CeleryAgentRunner": "agentloop.orchestration.client",
+    "OpenAIProcessor": "agentloop.orchestration.llm",
+    "RunHandle": "agentloop.orchestration.client",
+    "RunAlreadyEndedError": "agentloop.orchestration.store",
+    "RunExistsError": "agentloop.orchestration.store",
+    "RunIdTakenError": "agentloop.orchestration.launches",
+    "RunNotFoundError": "agentloop.orchestration.store",
+    "RunOwnershipError": "agentloop.orchestration.store",
+    "StoreUnavailableError": "agentloop.orchestration.store",
+    "ScheduleError": "agentloop.orchestration.celery_adapter.schedule",
+    "Settings": "agentloop.orchestration.settings",
+    "SettingsError": "agentloop.orchestration.settings",
+    "WorkerStartError": "agentloop.orchestration.celery_adapter.embedded",
+    "UnsendableMessageError": "agentloop.orchestration.celery_adapter.outgoing",
+    "WorkflowFailedError": "agentloop.orchestration.client",
+    "create_app": "agentloop.orchestration.celery_adapter.app",
+    "load_settings": "agentloop.orchestration.settings",
+    "processor_from_env": "agentloop.orchestration.llm",
+    "RedisStepCache": "agentloop.orchestration.cache",
+    "sync_tools": "agentloop.orchestration.tool_sync",
 }
 
 

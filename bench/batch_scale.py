@@ -39,7 +39,7 @@ def _wait_for_batch(
     store: Any, batch_id: str, worker_pid: int, timeout: float
 ) -> tuple[dict[str, Any], list[float]]:
     """Poll the batch's runs until all have ended; sample the worker's RSS per thousand ended."""
-    from orchestration.celery_adapter.batches import summarize
+    from agentloop.orchestration.celery_adapter.batches import summarize
 
     deadline, samples, next_mark = time.monotonic() + timeout, [], 1000
     while time.monotonic() < deadline:
@@ -68,10 +68,10 @@ def run(args: argparse.Namespace) -> bool:
     import redis
 
     from agentloop import create_app, load_settings
-    from orchestration.store import open_store
-    from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-    from orchestration.testing.servers.worker import run_worker_process
-    from orchestration.wire import BATCH
+    from agentloop.orchestration.store import open_store
+    from agentloop.orchestration.wire import BATCH
+    from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+    from tests.servers.worker import run_worker_process
 
     with ExitStack() as stack:
         try:

@@ -35,11 +35,11 @@ def _until(check: Any, timeout: float, what: str) -> float:
 def run(args: argparse.Namespace) -> bool:
     """One batch and one interactive run beside it; prints the figures, returns the verdict."""
     from agentloop import create_app, load_settings
-    from orchestration.celery_adapter.batches import summarize
-    from orchestration.store import open_store
-    from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-    from orchestration.testing.servers.worker import run_worker_process
-    from orchestration.wire import BATCH, LAUNCH
+    from agentloop.orchestration.celery_adapter.batches import summarize
+    from agentloop.orchestration.store import open_store
+    from agentloop.orchestration.wire import BATCH, LAUNCH
+    from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+    from tests.servers.worker import run_worker_process
 
     with ExitStack() as stack:
         try:

@@ -10,7 +10,7 @@ imports its runnables). On import it
   N in ``AGENTLOOP_BENCH_PIPELINES`` (comma-separated, default ``10,50``);
 * registers the bare Celery tasks the framework is compared with,
   ``bench.noop`` and ``bench.noop_body``, on the deployed app
-  ``orchestration.celery:app`` (the app the worker process runs), so nothing
+  ``agentloop.celery:app`` (the app the worker process runs), so nothing
   in ``orchestration/`` has to know about the benchmark;
 * when ``AGENTLOOP_BENCH_PROFILE_DIR`` is set, profiles every pool process
   of the worker from its start to its end with ``cProfile`` and counts the SQL
@@ -137,7 +137,7 @@ def _in_worker() -> bool:
 
 
 if _in_worker():
-    from orchestration.celery import app as _deployed_app
+    from agentloop.celery import app as _deployed_app
 
     install_bare_tasks(_deployed_app)
 
@@ -257,7 +257,7 @@ def _replace(owner: Any, name: str, function: Any) -> None:
 
 def _ablate_celery_progress() -> None:
     """No ``update_state(PROGRESS)`` / ``task-progress`` event (the run store still gets the events)."""
-    import orchestration.celery_adapter.tasks as tasks
+    import agentloop.orchestration.celery_adapter.tasks as tasks
 
     original = tasks.engine_for
 
@@ -271,7 +271,7 @@ def _ablate_celery_progress() -> None:
 
 def _ablate_store_progress() -> None:
     """Progress events are not written to the run store (the Celery state update stays)."""
-    from orchestration.store import SqlRunStore
+    from agentloop.orchestration.store import SqlRunStore
 
     finish_loop = SqlRunStore.finish_loop
 
@@ -293,8 +293,8 @@ def _ablate_store_progress() -> None:
 
 def _ablate_checkpoints() -> None:
     """No checkpoint or loop-finished rows are read or written (the progress events still are)."""
-    from orchestration.store import LoopRecord, SqlRunStore
-    from orchestration.store.seams import StoreCheckpointer
+    from agentloop.orchestration.store import LoopRecord, SqlRunStore
+    from agentloop.orchestration.store.seams import StoreCheckpointer
 
     def events_only(self: Any, run_id: str, path: str, result: Any, *, events: Any = (), **usage: int) -> Any:
         self.append_events(run_id, events)
@@ -308,7 +308,7 @@ def _ablate_checkpoints() -> None:
 
 def _ablate_cancel() -> None:
     """The cancel flag is never read from the run store."""
-    from orchestration.store.seams import StoreCancelSignal
+    from agentloop.orchestration.store.seams import StoreCancelSignal
 
     _replace(StoreCancelSignal, "is_cancelled", lambda self: False)
 

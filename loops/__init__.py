@@ -1,13 +1,13 @@
 """Loops: the runnable contract, progress events and the iteration engine."""
 
-from loops.ai_driven import AiDrivenAgentLoop
-from loops.base import BaseAgentLoop
-from loops.contract import ProgressCallback, Runnable, RunnableBase
-from loops.outcome import DegradationRecorder, RunOutcome
-from loops.procedural import ProceduralAgentLoop
-from loops.progress import ProgressEvent, ProgressStatus
-from loops.runner import InlineAgentRunner
-from loops.scope import (
+from agentloop.loops.ai_driven import AiDrivenAgentLoop
+from agentloop.loops.base import BaseAgentLoop
+from agentloop.loops.contract import ProgressCallback, Runnable, RunnableBase
+from agentloop.loops.procedural import ProceduralAgentLoop
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.loops.run_outcome import DegradationRecorder, RunOutcome
+from agentloop.loops.runner import InlineAgentRunner
+from agentloop.loops.scope import (
     CancellationToken,
     CancelSignal,
     Checkpointer,

@@ -24,15 +24,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actions.arguments import argument_problem
-from actions.base import BaseAgentAction
-from actions.context import context_value, maybe_await
-from actions.errors import UnknownActionError
-from actions.model import AiResponse, FunctionCall, Usage
-from actions.prompt import embed_user_text
-from actions.usage import check_budget, report_usage
-from loops.base import BaseAgentLoop
-from loops.progress import ProgressEvent, ProgressStatus
+from agentloop.actions.arguments import argument_problem
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.base import BaseAgentAction
+from agentloop.actions.context_values import context_value
+from agentloop.actions.errors import UnknownActionError
+from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.actions.prompt import embed_user_text
+from agentloop.actions.usage import check_budget, report_usage
+from agentloop.loops.base import BaseAgentLoop
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
 
 
 class AiDrivenAgentLoop(BaseAgentLoop):
@@ -188,7 +189,7 @@ class AiDrivenAgentLoop(BaseAgentLoop):
         """Check ``arguments`` against the tool's JSON Schema; the problem in one line, or ``None``.
 
         The whole schema counts (nested objects, arrays, bounds); see
-        :func:`actions.arguments.argument_problem` for the messages.
+        :func:`agentloop.actions.arguments.argument_problem` for the messages.
         """
         return argument_problem(schema=schema, arguments=arguments)
 

@@ -23,7 +23,7 @@ it; a loop that fails or is stopped still saves it on the way out.
 
 A loop that stops at its bound says so: its last event (phase ``done``) carries
 ``data["stopped_by"] == "bound"`` (``"complete"`` otherwise), a warning is
-logged, and the runner's :class:`~loops.outcome.BoundRecorder` hears its path
+logged, and the runner's :class:`~agentloop.loops.run_outcome.BoundRecorder` hears its path
 (:attr:`~loops.RunOutcome.stopped_by`; on Celery ``RunHandle.stopped_by``).
 """
 
@@ -34,14 +34,14 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Any
 
-from actions.context import maybe_await
-from actions.errors import RunStoppedError
-from actions.registry import AgentActionRegistry
-from actions.tracing import iteration_span, traced
-from loops.contract import ProgressCallback, RunnableBase
-from loops.outcome import STOPPED_BY_BOUND, STOPPED_COMPLETE, report_bound
-from loops.progress import ProgressEvent, ProgressStatus
-from loops.scope import RunScope, ensure_scope, failure_phase
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.errors import RunStoppedError
+from agentloop.actions.registry import AgentActionRegistry
+from agentloop.actions.tracing import iteration_span, traced
+from agentloop.loops.contract import ProgressCallback, RunnableBase
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.loops.run_outcome import STOPPED_BY_BOUND, STOPPED_COMPLETE, report_bound
+from agentloop.loops.scope import RunScope, ensure_scope, failure_phase
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
-from actions.context import maybe_await
-from loops.progress import ProgressEvent, ProgressStatus
-from loops.scope import RunScope
+from agentloop.actions.awaiting import maybe_await
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.loops.scope import RunScope
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions.context import context_value, maybe_await
-from loops.base import BaseAgentLoop
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.context_values import context_value
+from agentloop.loops.base import BaseAgentLoop
 
 
 class ProceduralAgentLoop(BaseAgentLoop):

@@ -5,14 +5,14 @@ every nested runnable sees, so cancellation and the deadline reach each stage
 and branch. A deadline also bounds a step that hangs inside a model call: the
 run ends with :class:`~actions.RunDeadlineExceededError`, never a hang.
 
-A run whose steps survived model failures (:mod:`actions.degradation`) still
+A run whose steps survived model failures (:mod:`agentloop.actions.degradation`) still
 returns its result, but ends ``degraded``: :meth:`InlineAgentRunner.request`
 returns the result and ``on_progress`` hears each failure and, last, a
-``degraded`` event (:mod:`loops.outcome`); :meth:`InlineAgentRunner.request_outcome`
-returns a :class:`~loops.outcome.RunOutcome` with the status and the failures.
+``degraded`` event (:mod:`agentloop.loops.run_outcome`); :meth:`InlineAgentRunner.request_outcome`
+returns a :class:`~agentloop.loops.run_outcome.RunOutcome` with the status and the failures.
 
-Cached steps (:mod:`actions.caching`) keep their results in the runner's ``cache``:
-one :class:`~actions.caching.InMemoryStepCache` per runner unless one is given, so the
+Cached steps (:mod:`agentloop.actions.caching`) keep their results in the runner's ``cache``:
+one :class:`~agentloop.actions.caching.InMemoryStepCache` per runner unless one is given, so the
 runs of one runner share it; ``RunOutcome.cache`` counts the run's hits and misses.
 """
 
@@ -23,19 +23,19 @@ import time
 from datetime import timedelta
 from typing import Any, Self
 
-from actions.caching import InMemoryStepCache, StepCache
-from actions.human import CallbackChannel, QuestionCallback
-from actions.usage import CacheUsage, InMemoryUsageMeter, UsageMeter, use_meter
-from loops.contract import ProgressCallback, Runnable
-from loops.outcome import BoundRecorder, DegradationRecorder, RunOutcome, degraded_event
-from loops.scope import CancelSignal, Checkpointer, RunScope, new_run_id, use_scope, within_deadline
+from agentloop.actions.caching import InMemoryStepCache, StepCache
+from agentloop.actions.human import CallbackChannel, QuestionCallback
+from agentloop.actions.usage import CacheUsage, InMemoryUsageMeter, UsageMeter, use_meter
+from agentloop.loops.contract import ProgressCallback, Runnable
+from agentloop.loops.run_outcome import BoundRecorder, DegradationRecorder, RunOutcome, degraded_event
+from agentloop.loops.scope import CancelSignal, Checkpointer, RunScope, new_run_id, use_scope, within_deadline
 
 
 class InlineAgentRunner:
     """``InlineAgentRunner.create(runnable=Cls, context=ctx)``, then ``await request(input=...)``.
 
     ``cache`` is where cached steps keep their results (default: an
-    :class:`~actions.caching.InMemoryStepCache` of this runner's own).
+    :class:`~agentloop.actions.caching.InMemoryStepCache` of this runner's own).
     """
 
     def __init__(
@@ -71,7 +71,7 @@ class InlineAgentRunner:
         usage is summed in ``meter`` (an :class:`~actions.InMemoryUsageMeter` with
         ``token_budget`` when none is given); a step that passes the budget ends
         with :class:`~actions.TokenBudgetExceededError`. A step's question
-        (:func:`~actions.human.ask_human`) goes to ``on_question``, which returns the answer
+        (:func:`~agentloop.actions.human.ask_human`) goes to ``on_question``, which returns the answer
         or an awaitable of it; the step waits for it. Cached steps use ``cache`` (default: the
         runner's).
         """

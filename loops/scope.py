@@ -7,7 +7,7 @@ every nested runnable sees the run's cancellation token and deadline without
 anything being threaded through ``context``.
 
 The scope's ``degradation`` sink hears the model failures the run's steps
-survived (:mod:`actions.degradation`): :func:`use_scope` installs it, with the
+survived (:mod:`agentloop.actions.degradation`): :func:`use_scope` installs it, with the
 scope's path, for every step inside, so an action reports a failure without
 knowing the scope (actions sit below loops).
 """
@@ -23,12 +23,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from actions.caching import StepCache, use_step_cache
-from actions.degradation import DegradationSink, use_degradation_sink
-from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceededError, RunStoppedError
-from actions.human import HumanChannel, use_human_channel
-from actions.step_events import StepEventSink, use_step_events
-from actions.tracing import Tracer, use_tracer
+from agentloop.actions.caching import StepCache, use_step_cache
+from agentloop.actions.degradation import DegradationSink, use_degradation_sink
+from agentloop.actions.errors import (
+    AgentLoopError,
+    RunCancelledError,
+    RunDeadlineExceededError,
+    RunStoppedError,
+)
+from agentloop.actions.human import HumanChannel, use_human_channel
+from agentloop.actions.step_events import StepEventSink, use_step_events
+from agentloop.actions.tracing import Tracer, use_tracer
 
 
 @runtime_checkable

@@ -27,8 +27,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from actions.caching import InMemoryStepCache, StepCache
-from orchestration.redaction import redact_url
+from agentloop.actions.caching import InMemoryStepCache, StepCache
+from agentloop.orchestration.redaction import redact_url
 
 if TYPE_CHECKING:
     from redis import Redis

@@ -28,14 +28,19 @@ from celery import Celery, states
 from celery.backends.base import BaseKeyValueStoreBackend
 from celery.result import AsyncResult
 
-from actions.context import maybe_await
-from actions.errors import AgentLoopError, RunCancelledError, RunDeadlineExceededError, RunStoppedError
-from loops.contract import ProgressCallback, Runnable
-from loops.outcome import STOPPED_BY_BOUND, STOPPED_COMPLETE, bounded_paths
-from loops.progress import ProgressEvent
-from loops.scope import new_run_id
-from orchestration.registry import declared_name
-from orchestration.wire import (
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.errors import (
+    AgentLoopError,
+    RunCancelledError,
+    RunDeadlineExceededError,
+    RunStoppedError,
+)
+from agentloop.loops.contract import ProgressCallback, Runnable
+from agentloop.loops.progress import ProgressEvent
+from agentloop.loops.run_outcome import STOPPED_BY_BOUND, STOPPED_COMPLETE, bounded_paths
+from agentloop.loops.scope import new_run_id
+from agentloop.orchestration.registry import declared_name
+from agentloop.orchestration.wire import (
     CANCEL,
     LAUNCH,
     LAUNCH_SENT_STATE,
@@ -46,7 +51,7 @@ from orchestration.wire import (
 )
 
 if TYPE_CHECKING:
-    from orchestration.store import RunStore
+    from agentloop.orchestration.store import RunStore
 
 
 class WorkflowFailedError(AgentLoopError):
@@ -247,7 +252,8 @@ class RunHandle:
 class CeleryAgentRunner:
     """``CeleryAgentRunner.create(runnable="name" or Cls, context=spec, app=app)``.
 
-    A class is launched under the name it was declared with (:func:`~orchestration.registry.register`).
+    A class is launched under the name it was declared with
+    (:func:`~agentloop.orchestration.registry.register`).
     With ``store``, handles read the run's events from the run store; without, from the workers.
     """
 

@@ -7,10 +7,10 @@
     register("trips.plan", PlanTripLoop, context_factory=standard_context)
 
 A :class:`StandardContext` holds what the framework's steps read from
-``context`` (:func:`actions.context_value`):
+``context`` (:func:`agentloop.actions.context_value`):
 
 - ``processor``: a new processor from the process's
-  :class:`~orchestration.llm.ModelProvider` (OpenAI or a compatible server,
+  :class:`~agentloop.orchestration.llm.ModelProvider` (OpenAI or a compatible server,
   Anthropic, or the offline model without a key; rate-limited when
   configured; every processor of the process shares one limiter);
 - ``tool_store``: the ``AiTool`` table on ``DATABASE_URL``, where forced-tool
@@ -48,13 +48,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from actions.model import ModelProcessor
-from actions.usage import UsageMeter, current_meter
+from agentloop.actions.model import ModelProcessor
+from agentloop.actions.usage import UsageMeter, current_meter
 
 if TYPE_CHECKING:
-    from orchestration.llm.provider import ModelProvider
-    from orchestration.settings import Settings
-    from orchestration.store import RunStore, SqlRunStore, SqlToolStore, ToolStore
+    from agentloop.orchestration.llm.provider import ModelProvider
+    from agentloop.orchestration.settings import Settings
+    from agentloop.orchestration.store import RunStore, SqlRunStore, SqlToolStore, ToolStore
 
 #: The keys a context spec may give a :class:`StandardContext`.
 SPEC_KEYS = ("history_messages", "documents", "files")
@@ -110,9 +110,9 @@ def spec_values(spec: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
 class StandardContextFactory:
     """Builds :class:`StandardContext` values for one process: one model provider, one database.
 
-    ``settings`` default to :func:`~orchestration.settings.load_settings` (read on first
+    ``settings`` default to :func:`~agentloop.orchestration.settings.load_settings` (read on first
     use); ``offline`` builds the model used without a key (default a plain
-    :class:`~orchestration.llm.OfflineModel`). The stores are opened, and the database
+    :class:`~agentloop.orchestration.llm.OfflineModel`). The stores are opened, and the database
     migrated, on the first call; :meth:`close` lets them go.
     """
 
@@ -128,7 +128,7 @@ class StandardContextFactory:
     @property
     def settings(self) -> Settings:
         if self._settings is None:
-            from orchestration.settings import load_settings
+            from agentloop.orchestration.settings import load_settings
 
             self._settings = load_settings()
         return self._settings
@@ -138,7 +138,7 @@ class StandardContextFactory:
         """The process's model provider (its processors share one rate limiter)."""
         with self._lock:
             if self._provider is None:
-                from orchestration.llm.provider import ModelProvider
+                from agentloop.orchestration.llm.provider import ModelProvider
 
                 self._provider = ModelProvider(self.settings.model, offline=self._offline)
             return self._provider
@@ -148,7 +148,7 @@ class StandardContextFactory:
         """The run store and the tool store on the settings' database (opened on first use)."""
         with self._lock:
             if self._stores is None:
-                from orchestration.store import database_url, open_store
+                from agentloop.orchestration.store import database_url, open_store
 
                 self._stores = open_store(database_url(self.settings))
             return self._stores

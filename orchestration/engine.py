@@ -1,8 +1,10 @@
 """What each node of a workflow becomes, decided without Celery.
 
-A task hands a :class:`~orchestration.wire.WorkflowNode` and its input to the :class:`WorkflowEngine`,
-which answers with an :data:`~orchestration.outcomes.Outcome`: a value, a pipeline's stages to chain,
-branches to fan out, or a :class:`~orchestration.wire.BranchFailure` that travels to the composite
+A task hands a :class:`~agentloop.orchestration.wire.WorkflowNode` and its input to the
+:class:`WorkflowEngine`,
+which answers with an :data:`~agentloop.orchestration.task_outcome.Outcome`: a value, a pipeline's stages to
+chain,
+branches to fan out, or a :class:`~agentloop.orchestration.wire.BranchFailure` that travels to the composite
 collecting it. The Celery adapter turns an outcome into a return value or a canvas (``canvas.py``).
 Errors leave the engine without the node's context spec in their text (``redaction.scrub_error``).
 
@@ -19,25 +21,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from actions.caching import StepCache
-from actions.context import maybe_await
-from actions.errors import RunStoppedError
-from actions.tracing import Tracer
-from actions.usage import use_meter
-from loops.outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
-from loops.progress import ProgressStatus
-from loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
-from orchestration.human.channel import StoreHumanChannel
-from orchestration.human.waits import WaitStore
-from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
-from orchestration.redaction import context_secrets, scrub_error
-from orchestration.registry import RunnableRegistry
-from orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
-from orchestration.store import LoopRecord, RunStore, StoreUnavailableError
-from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
-from orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
-from pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
-from pipelines.pipeline import BaseAgentPipeline
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.caching import StepCache
+from agentloop.actions.errors import RunStoppedError
+from agentloop.actions.tracing import Tracer
+from agentloop.actions.usage import use_meter
+from agentloop.loops.progress import ProgressStatus
+from agentloop.loops.run_outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
+from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
+from agentloop.orchestration.redaction import context_secrets, scrub_error
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
+from agentloop.orchestration.store import LoopRecord, RunStore, StoreUnavailableError
+from agentloop.orchestration.store.human_channel import StoreHumanChannel
+from agentloop.orchestration.store.seams import (
+    ProgressPublisher,
+    StoreCancelSignal,
+    StoreCheckpointer,
+    StoreUsageMeter,
+)
+from agentloop.orchestration.store.waits import WaitStore
+from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
+from agentloop.orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
+from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
+from agentloop.pipelines.pipeline import BaseAgentPipeline
 
 #: The loop record of a node no task has run before.
 _NOTHING_YET = LoopRecord(finished=False, result=None, checkpoint=None)
@@ -137,7 +144,7 @@ class WorkflowEngine:
         )
         if finished:  # a redelivered task whose work is already done
             return Done(value=result)
-        # Model failures the loop survives become events of this task (loops/outcome.py).
+        # Model failures the loop survives become events of this task (loops/run_outcome.py).
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
         scope = self.scope(node, checkpoint=checkpoint, degradation=degradations)
         meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
@@ -347,7 +354,7 @@ class WorkflowEngine:
     async def finish(self, run_id: str, result: Any, *, owner_token: str | None = None) -> Any:
         """Record the run's end with its ``result`` and return what its task returns: ``succeeded``
         and the result, or ``degraded`` (model failures among its events) and a
-        :class:`~orchestration.wire.DegradedResult` on the wire, after a last ``degraded`` event."""
+        :class:`~agentloop.orchestration.wire.DegradedResult` on the wire, after a last ``degraded`` event."""
         failures = failures_in(event for _, event in self.store.events(run_id))
         if not failures:
             self.store.finish_run(run_id, status="succeeded", output=result, owner_token=owner_token)

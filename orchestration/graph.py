@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Literal
 
-from loops.base import BaseAgentLoop
-from orchestration.registry import RunnableRegistry
-from pipelines.action_stage import BaseActionStage
-from pipelines.composite import BaseCompositeAgent
-from pipelines.pipeline import BaseAgentPipeline
+from agentloop.loops.base import BaseAgentLoop
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.pipelines.action_stage import BaseActionStage
+from agentloop.pipelines.composite import BaseCompositeAgent
+from agentloop.pipelines.pipeline import BaseAgentPipeline
 
 __all__ = ["GraphNode", "graph_of", "to_mermaid"]
 
@@ -124,7 +124,8 @@ def _node(registry: RunnableRegistry, cls: type, name: str, above: tuple[type, .
 
 
 def graph_of(registry: RunnableRegistry, name: str) -> GraphNode:
-    """The tree of the runnable registered as ``name`` (:class:`~orchestration.registry.UnknownRunnableError`
+    """The tree of the runnable registered as ``name``
+    (:class:`~agentloop.orchestration.registry.UnknownRunnableError`
     when there is none)."""
     return _node(registry, registry.get(name).runnable, name, ())
 

@@ -1,9 +1,9 @@
 """Run ids as idempotency keys: what an ``agentloop.launch`` message may do with the id it names.
 
 A launch *claims* its run id: it creates the run owned by the launch
-(:class:`~orchestration.store.RunOwner`: the digest of the message's arguments,
+(:class:`~agentloop.orchestration.store.RunOwner`: the digest of the message's arguments,
 and a secret token that only the tasks of the canvas this launch builds carry,
-in their :class:`~orchestration.wire.WorkflowNode` and in ``agentloop.finalize``'s
+in their :class:`~agentloop.orchestration.wire.WorkflowNode` and in ``agentloop.finalize``'s
 arguments). A task ends the run only with that token, so a hand-sent
 ``agentloop.finalize`` or a forged node cannot set or flip the run's outcome.
 
@@ -22,7 +22,7 @@ A message for an id that exists is, by what it carries:
   result, which is then this message's result too.
 
 A run id that the store cannot hold (a NUL character, more than 255
-characters) is refused with :class:`~orchestration.wire.LaunchRequestError`
+characters) is refused with :class:`~agentloop.orchestration.wire.LaunchRequestError`
 and nothing is recorded: there is no id to record it under. Any other invalid
 argument is recorded as the run's failure.
 """
@@ -35,8 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actions.errors import AgentLoopError
-from orchestration.store import (
+from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.store import (
     RunAlreadyEndedError,
     RunExistsError,
     RunOwner,
@@ -44,7 +44,7 @@ from orchestration.store import (
     RunStatus,
     RunStore,
 )
-from orchestration.wire import DegradedResult, LaunchRequest, LaunchRequestError, check_name
+from agentloop.orchestration.wire import DegradedResult, LaunchRequest, LaunchRequestError, check_name
 
 __all__ = [
     "LaunchClaim",
@@ -105,7 +105,7 @@ def _shown(value: Any) -> str:
 def claim_launch(store: RunStore, kwargs: Mapping[str, Any], *, task_id: str) -> LaunchClaim:
     """Claim the run id of a launch message (see the module doc).
 
-    Raises :class:`~orchestration.wire.LaunchRequestError` for a run id the store
+    Raises :class:`~agentloop.orchestration.wire.LaunchRequestError` for a run id the store
     cannot hold, :class:`RunIdTakenError` for an id another launch owns.
     """
     given = kwargs.get("run_id")

@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from orchestration.wire import CANCEL, DEGRADED_KEY, PING
+from agentloop.orchestration.wire import CANCEL, DEGRADED_KEY, PING
 
 __all__ = [
     "MAX_EXCEPTION_CHARS",

@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from actions.errors import AgentLoopError
-from loops.contract import Runnable
-from pipelines.composite import BaseCompositeAgent
-from pipelines.pipeline import BaseAgentPipeline
+from agentloop.actions.errors import AgentLoopError
+from agentloop.loops.contract import Runnable
+from agentloop.pipelines.composite import BaseCompositeAgent
+from agentloop.pipelines.pipeline import BaseAgentPipeline
 
 #: Rebuilds the real context inside a worker from the JSON context spec.
 ContextFactory = Callable[[Mapping[str, Any]], Any]

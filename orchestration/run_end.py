@@ -3,7 +3,7 @@
 The task whose step failed records the end (:meth:`WorkflowEngine.fail
 <orchestration.engine.WorkflowEngine.fail>`). When the database stays away past
 the store's retries, :func:`end_with_failure` raises
-:class:`~orchestration.store.StoreUnavailableError`, and the task is tried
+:class:`~agentloop.orchestration.store.StoreUnavailableError`, and the task is tried
 again later (``celery_adapter/run_failures.py``): a step's failure is recorded
 once the store is back, never lost. A task that fails without reaching the
 engine's recording is ended by its Celery ``on_failure``. Neither rewrites a
@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from actions.errors import BranchFailedError, RunStoppedError
-from loops.contract import ProgressCallback
-from loops.scope import RunScope
-from orchestration.registry import RunnableRegistry
-from orchestration.store import (
+from agentloop.actions.errors import BranchFailedError, RunStoppedError
+from agentloop.loops.contract import ProgressCallback
+from agentloop.loops.scope import RunScope
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import (
     TERMINAL_STATUSES,
     RunAlreadyEndedError,
     RunOwnershipError,
@@ -27,7 +27,7 @@ from orchestration.store import (
     RunStore,
     StoreUnavailableError,
 )
-from orchestration.wire import Ancestor
+from agentloop.orchestration.wire import Ancestor
 
 __all__ = ["end_with_failure", "failed_paths", "failure_status", "report_ancestor_failure"]
 
@@ -46,7 +46,7 @@ def end_with_failure(store: RunStore, run_id: str, error: BaseException, *, owne
     A run that ended meanwhile is left as it is; a caller that does not own the
     run is refused (``False``, logged), and so is any other failure to record
     but one: a store that stayed unreachable raises
-    :class:`~orchestration.store.StoreUnavailableError`, for the task to be tried again.
+    :class:`~agentloop.orchestration.store.StoreUnavailableError`, for the task to be tried again.
     """
     try:
         store.finish_run(

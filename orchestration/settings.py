@@ -15,6 +15,7 @@ about the Celery ones, :func:`env_names` lists them all.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -25,16 +26,15 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode
 
-from actions.errors import AgentLoopError
-from orchestration.celery_adapter.schedule import schedule_from_json
-from orchestration.settings_group import SettingsGroup as _Group
-from orchestration.settings_group import as_float as _as_float
-from orchestration.settings_group import as_int as _as_int
-from orchestration.settings_group import env_field as _env
-from orchestration.settings_http import HttpSettings
-from orchestration.settings_provider import ProviderSettings
-from orchestration.settings_store import StoreSettings
-from orchestration.settings_tracing import TracingSettings
+from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.settings_group import SettingsGroup as _Group
+from agentloop.orchestration.settings_group import as_float as _as_float
+from agentloop.orchestration.settings_group import as_int as _as_int
+from agentloop.orchestration.settings_group import env_field as _env
+from agentloop.orchestration.settings_http import HttpSettings
+from agentloop.orchestration.settings_provider import ProviderSettings
+from agentloop.orchestration.settings_store import StoreSettings
+from agentloop.orchestration.settings_tracing import TracingSettings
 
 __all__ = ["ModelSettings", "Settings", "SettingsError", "env_names", "load_settings"]
 
@@ -45,6 +45,46 @@ _SQLITE_FILENAME = "agentloop.sqlite3"
 
 class SettingsError(AgentLoopError, ValueError):
     """A malformed setting; the message names the environment variable and the value."""
+
+
+class ScheduleError(AgentLoopError, ValueError):
+    """A beat schedule entry that cannot be used, with the reason."""
+
+
+#: The keys a schedule entry may have (``celery_adapter/schedule.py`` says what each does).
+SCHEDULE_KEYS = frozenset(
+    {
+        "name", "runnable", "crontab", "every", "inputs", "provider", "provider_args", "context",
+        "expires", "chunk_size", "token_budget",
+    }
+)  # fmt: skip
+
+
+def schedule_entries(text: str) -> list[dict[str, Any]]:
+    """``AGENTLOOP_BEAT_SCHEDULE``'s JSON list, each entry an object with a unique ``name``, a
+    ``runnable`` and only known keys (``[]`` when blank). The Celery adapter turns the entries into
+    Celery's ``beat_schedule`` (``schedule_from_json``); this check needs no Celery."""
+    if not text.strip():
+        return []
+    try:
+        entries = json.loads(text)
+    except ValueError as error:
+        raise ScheduleError(f"AGENTLOOP_BEAT_SCHEDULE is not valid JSON: {error}") from None
+    if not isinstance(entries, list):
+        raise ScheduleError("AGENTLOOP_BEAT_SCHEDULE must be a JSON list of entries")
+    names: set[str] = set()
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ScheduleError(f"each schedule entry must be an object with a 'name': {entry!r}")
+        unknown = set(entry) - SCHEDULE_KEYS
+        if unknown:
+            raise ScheduleError(f"schedule entry {entry['name']!r}: unknown keys {sorted(unknown)}")
+        if not isinstance(entry.get("runnable"), str):
+            raise ScheduleError(f"schedule entry {entry['name']!r} needs a 'runnable'")
+        if entry["name"] in names:
+            raise ScheduleError(f"two schedule entries are named {entry['name']!r}")
+        names.add(entry["name"])
+    return entries
 
 
 class ModelSettings(_Group):
@@ -76,7 +116,8 @@ class ModelSettings(_Group):
     redis_url: str | None = _env("REDIS_URL")
     """``REDIS_URL``: when set, every worker shares the rate limits through this Redis."""
     provider: ProviderSettings = Field(default_factory=ProviderSettings)
-    """Which provider, which model, Anthropic's connection (:mod:`orchestration.settings_provider`)."""
+    """Which provider, which model, Anthropic's connection
+    (:mod:`agentloop.orchestration.settings_provider`)."""
 
     @field_validator("openai_timeout_seconds", mode="before")
     @classmethod
@@ -164,11 +205,12 @@ class Settings(_Group):
     model: ModelSettings = Field(default_factory=ModelSettings)
     """The model processor's settings (their own variables)."""
     http: HttpSettings = Field(default_factory=HttpSettings)
-    """``agentloop serve``'s settings: tokens, scopes, limits (:mod:`orchestration.settings_http`)."""
+    """``agentloop serve``'s settings: tokens, scopes, limits
+    (:mod:`agentloop.orchestration.settings_http`)."""
     store: StoreSettings = Field(default_factory=StoreSettings)
-    """The run store's retries (:mod:`orchestration.settings_store`)."""
+    """The run store's retries (:mod:`agentloop.orchestration.settings_store`)."""
     tracing: TracingSettings = Field(default_factory=TracingSettings)
-    """Where a run's spans go (:mod:`orchestration.settings_tracing`; off by default)."""
+    """Where a run's spans go (:mod:`agentloop.orchestration.settings_tracing`; off by default)."""
     redis_url: str | None = _env("REDIS_URL")
     """``REDIS_URL``: alone, both broker and result backend; with ``BROKER_URL``, the result backend."""
     broker_url: str = Field(
@@ -189,7 +231,7 @@ class Settings(_Group):
     imports: Annotated[tuple[str, ...], NoDecode] = _env("AGENTLOOP_IMPORTS", ())
     """``AGENTLOOP_IMPORTS``: comma-separated modules that register the runnables. Default: none."""
     beat_schedule_json: str = _env("AGENTLOOP_BEAT_SCHEDULE", "")
-    """``AGENTLOOP_BEAT_SCHEDULE``: the batches beat starts, a JSON list (parsed: :attr:`beat_schedule`)."""
+    """``AGENTLOOP_BEAT_SCHEDULE``: the batches beat starts, a JSON list (checked by :func:`schedule_entries`)."""
     task_default_queue: str = _env("AGENTLOOP_TASK_DEFAULT_QUEUE", "agentloop")
     """``AGENTLOOP_TASK_DEFAULT_QUEUE``: where tasks go by default. Default: ``agentloop``."""
     task_soft_time_limit: int = _env("AGENTLOOP_TASK_SOFT_TIME_LIMIT", 900)
@@ -269,7 +311,7 @@ class Settings(_Group):
     @field_validator("beat_schedule_json", mode="after")
     @classmethod
     def _valid_schedule(cls, value: str) -> str:
-        schedule_from_json(value)
+        schedule_entries(value)
         return value
 
     @model_validator(mode="after")
@@ -285,11 +327,6 @@ class Settings(_Group):
                 f"({hard}): a task still running would be delivered twice"
             )
         return self
-
-    @property
-    def beat_schedule(self) -> dict[str, dict[str, Any]]:
-        """``AGENTLOOP_BEAT_SCHEDULE`` as Celery's ``beat_schedule`` (a new mapping on every call)."""
-        return schedule_from_json(self.beat_schedule_json)
 
 
 class _MappingSource(EnvSettingsSource):

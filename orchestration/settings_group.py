@@ -1,9 +1,9 @@
 """The frozen settings group: how a group of settings takes the values it is given.
 
-:class:`SettingsGroup` is the base of every group in :mod:`orchestration.settings`
+:class:`SettingsGroup` is the base of every group in :mod:`agentloop.orchestration.settings`
 (``Settings``, ``ModelSettings``) and of the groups kept in modules of their
-own (:mod:`orchestration.settings_http`). A group reads nothing by itself:
-:func:`orchestration.settings.load_settings` is what reads the environment and
+own (:mod:`agentloop.orchestration.settings_http`). A group reads nothing by itself:
+:func:`agentloop.orchestration.settings.load_settings` is what reads the environment and
 hands each group its variables. Blank values count as unset; ``repr`` masks the
 password of every URL field.
 """
@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from orchestration.redaction import redact_url
+from agentloop.orchestration.redaction import redact_url
 
 __all__ = ["SettingsGroup", "as_float", "as_int", "env_field"]
 

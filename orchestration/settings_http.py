@@ -26,7 +26,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import NoDecode
 
-from orchestration.settings_group import SettingsGroup, as_float, as_int, env_field
+from agentloop.orchestration.settings_group import SettingsGroup, as_float, as_int, env_field
 
 __all__ = ["MIN_TOKEN_CHARS", "SCOPES", "HttpSettings", "TokenGrant", "parse_scopes", "parse_tokens"]
 

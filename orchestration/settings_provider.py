@@ -1,9 +1,9 @@
 """Which model provider a deployment uses, the second provider's connection, and the test switch.
 
-A group of :mod:`orchestration.settings` (``settings.model.provider``), read by
-:func:`~orchestration.settings.load_settings` like every other group.
+A group of :mod:`agentloop.orchestration.settings` (``settings.model.provider``), read by
+:func:`~agentloop.orchestration.settings.load_settings` like every other group.
 
-Which processor :class:`~orchestration.llm.provider.ModelProvider` builds:
+Which processor :class:`~agentloop.orchestration.llm.provider.ModelProvider` builds:
 
 1. ``AGENTLOOP_MODEL_PROVIDER`` (``openai``, ``anthropic`` or ``offline``) when set;
 2. else OpenAI when ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` is set (first, as before
@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import SecretStr, ValidationInfo, field_validator
 
-from orchestration.settings_group import SettingsGroup, as_float, as_int, env_field
+from agentloop.orchestration.settings_group import SettingsGroup, as_float, as_int, env_field
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "PROVIDERS", "ProviderName", "ProviderSettings"]
 

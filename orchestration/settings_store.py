@@ -3,7 +3,7 @@
 A call to the SQL run store that fails on a connection-level error (the server
 refused or dropped the connection, a lock timed out) is tried again with
 exponential backoff for up to ``AGENTLOOP_STORE_RETRY_SECONDS``; then it raises
-:class:`~orchestration.store.StoreUnavailableError`, and the task that made the
+:class:`~agentloop.orchestration.store.StoreUnavailableError`, and the task that made the
 call is retried by Celery (see ``docs/deployment.md``). Errors in the data
 (an integrity or data error) are never tried again.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import field_validator
 
-from orchestration.settings_group import SettingsGroup, as_float, env_field
+from agentloop.orchestration.settings_group import SettingsGroup, as_float, env_field
 
 __all__ = ["DEFAULT_STORE_RETRY_SECONDS", "StoreSettings"]
 

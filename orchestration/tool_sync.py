@@ -35,11 +35,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actions.typed import TypedToolAction
-from loops.base import BaseAgentLoop
-from orchestration.registry import RunnableRegistry
-from orchestration.store import ToolStore, validate_tool_payload
-from pipelines.action_stage import BaseActionStage
+from agentloop.actions.typed import TypedToolAction
+from agentloop.loops.base import BaseAgentLoop
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import ToolStore, validate_tool_payload
+from agentloop.pipelines.action_stage import BaseActionStage
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ Task names are public and stable. Other services, importing only Celery::
 
 The launch's task id is the run id (pass ``task_id=run_id`` when you choose the
 run id). ``agentloop.progress`` answers a ``status``: the run's
-(:class:`~orchestration.store.RunStatus`), ``"pending"`` while the launch is
+(:class:`~agentloop.orchestration.store.RunStatus`), ``"pending"`` while the launch is
 on its way (a producer marked the id :data:`LAUNCH_SENT_STATE` in the result
-backend before sending it, as :class:`~orchestration.client.CeleryAgentRunner`
+backend before sending it, as :class:`~agentloop.orchestration.client.CeleryAgentRunner`
 does, and no worker has recorded the run yet), or :data:`RUN_NOT_FOUND` when
 nothing is known of the id. A message the worker refuses (see
 ``celery_adapter/edge.py``) fails its result at once with
@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from actions.errors import AgentLoopError
+from agentloop.actions.errors import AgentLoopError
 
 LAUNCH = "agentloop.launch"
 RUN = "agentloop.run"
@@ -270,7 +270,7 @@ class WorkflowNode:
     #: The run's deadline as an epoch time (``time.time()``), the same for every task of the run:
     #: monotonic clocks differ between processes, so each task converts it to its own.
     deadline: float | None = None
-    #: The secret of the launch that owns the run (:class:`~orchestration.store.RunOwner`): a task
+    #: The secret of the launch that owns the run (:class:`~agentloop.orchestration.store.RunOwner`): a task
     #: ends the run only with it. Never shown: not by ``repr``, Flower nor the worker's logs.
     owner_token: str | None = field(default=None, repr=False)
     #: No task ran this node before, so its start reads no store (``celery_adapter/deliveries.py``).
@@ -381,8 +381,8 @@ class DegradedResult:
     status and ``error`` (the model failures), so ``result.get()``, Flower and the worker's log
     show that the run degraded. On the wire ``{"__agentloop_degraded__": {"status": "degraded",
     "output": ..., "error": {"type": "ModelUnavailable", "message", "failures"}}}``;
-    :meth:`~orchestration.client.RunHandle.wait` returns the ``output`` alone, and
-    :attr:`~orchestration.client.RunHandle.status` says ``degraded``."""
+    :meth:`~agentloop.orchestration.client.RunHandle.wait` returns the ``output`` alone, and
+    :attr:`~agentloop.orchestration.client.RunHandle.status` says ``degraded``."""
 
     output: Any
     error: Mapping[str, Any]

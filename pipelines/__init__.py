@@ -1,8 +1,8 @@
 """Pipelines: stages in order, action stages, and composites that fan out and merge."""
 
-from pipelines.action_stage import BaseActionStage, step
-from pipelines.composite import BaseCompositeAgent, Branch, BranchResult, FailurePolicy
-from pipelines.pipeline import BaseAgentPipeline
+from agentloop.pipelines.action_stage import BaseActionStage, step
+from agentloop.pipelines.composite import BaseCompositeAgent, Branch, BranchResult, FailurePolicy
+from agentloop.pipelines.pipeline import BaseAgentPipeline
 
 __all__ = [
     "BaseActionStage",

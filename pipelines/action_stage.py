@@ -23,12 +23,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, ClassVar, overload
 
-from actions.base import BaseAgentAction
-from actions.context import maybe_await
-from actions.schema import json_output
-from loops.contract import ProgressCallback, RunnableBase
-from loops.progress import ProgressStatus
-from loops.scope import ensure_scope, failure_phase
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.base import BaseAgentAction
+from agentloop.actions.schema import json_output
+from agentloop.loops.contract import ProgressCallback, RunnableBase
+from agentloop.loops.progress import ProgressStatus
+from agentloop.loops.scope import ensure_scope, failure_phase
 
 
 class BaseActionStage(RunnableBase):
@@ -144,7 +144,7 @@ def step(
     or ``Stage = step(function)``. ``name`` (default the function's name) names the step in
     progress events. The same function always gives the same class.
 
-    ``cache_ttl`` opts the step into the run's step cache (:mod:`actions.caching`): its result is
+    ``cache_ttl`` opts the step into the run's step cache (:mod:`agentloop.actions.caching`): its result is
     kept under a hash of its name, its input and ``cache_version`` (change that when the
     function's meaning changes) and reused for ``cache_ttl`` seconds."""
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from actions.context import maybe_await
-from actions.errors import BranchFailedError, RunStoppedError
-from loops.contract import ProgressCallback, Runnable, RunnableBase
-from loops.progress import ProgressStatus
-from loops.scope import RunScope, ensure_scope, failure_phase, use_scope
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.errors import BranchFailedError, RunStoppedError
+from agentloop.loops.contract import ProgressCallback, Runnable, RunnableBase
+from agentloop.loops.progress import ProgressStatus
+from agentloop.loops.scope import RunScope, ensure_scope, failure_phase, use_scope
 
 
 class FailurePolicy(StrEnum):

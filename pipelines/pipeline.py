@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actions.context import maybe_await
-from loops.contract import ProgressCallback, Runnable, RunnableBase
-from loops.progress import ProgressStatus
-from loops.scope import RunScope, ensure_scope, failure_phase, use_scope
+from agentloop.actions.awaiting import maybe_await
+from agentloop.loops.contract import ProgressCallback, Runnable, RunnableBase
+from agentloop.loops.progress import ProgressStatus
+from agentloop.loops.scope import RunScope, ensure_scope, failure_phase, use_scope
 
 
 class BaseAgentPipeline(RunnableBase):

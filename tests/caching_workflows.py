@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from actions import TypedToolAction, embed_user_text
-from orchestration.context import standard_context
-from orchestration.registry import register
-from pipelines import BaseActionStage
+from agentloop.actions import TypedToolAction, embed_user_text
+from agentloop.orchestration.context import standard_context
+from agentloop.orchestration.registry import register
+from agentloop.pipelines import BaseActionStage
 
 
 class Label(BaseModel):

@@ -1,6 +1,6 @@
 """Shared fixtures: a private run store, and Celery on the embedded and real workers.
 
-Servers come from ``orchestration.testing``: a private ``redis-server`` and a
+Servers come from ``agentloop.orchestration.testing``: a private ``redis-server`` and a
 private RabbitMQ vhost. Without them a test is skipped with the reason, except
 under ``CI=true``, where a missing server is an error.
 """
@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.embedded import embedded_worker
-from orchestration.registry import RunnableRegistry
-from orchestration.store import RunStore, open_store
-from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import run_worker_process
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.embedded import embedded_worker
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import RunStore, open_store
+from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.servers.worker import run_worker_process
 
 #: pytester for tests of test machinery; ci_policy turns skips into failures under CI=true.
-pytest_plugins = ["pytester", "ci_policy"]
+pytest_plugins = ["pytester", "ci_policy", "agentloop.testing"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent

@@ -6,9 +6,9 @@ import os
 import time
 from typing import Any
 
-from actions import Usage, check_budget, report_usage
-from loops import BaseAgentLoop
-from orchestration.registry import register
+from agentloop.actions import Usage, check_budget, report_usage
+from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.registry import register
 
 
 class SlowCount(BaseAgentLoop):

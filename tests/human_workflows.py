@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions.human import Question, QuestionKind, ask_human
-from loops import BaseAgentLoop
-from orchestration.registry import register
-from pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, BranchResult
+from agentloop.actions.human import Question, QuestionKind, ask_human
+from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.registry import register
+from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, BranchResult
 
 #: The schema the ``human.typed`` question's answer must meet.
 COUNT_SCHEMA = {

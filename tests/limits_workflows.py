@@ -2,7 +2,7 @@
 
 Imported by the test process and, through ``AGENTLOOP_IMPORTS``, by real
 worker processes. Every branch makes a few forced tool calls through the
-processor that :func:`orchestration.llm.processor_from_env` builds from the
+processor that :func:`agentloop.orchestration.llm.processor_from_env` builds from the
 JSON context spec (so the env-driven wiring runs in the workers), wrapped so
 each request carries a stamp the test server reads: the worker's pid and
 parent pid, and the rate-limit window the call's slot was counted in.
@@ -18,11 +18,16 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
-from actions import AgentActionRegistry, AiResponse, ForcedToolAction, ModelProcessor, ModelRequest
-from loops import ProceduralAgentLoop
-from orchestration.llm import BaseProcessor, RateLimitedProcessor, current_permit, processor_from_env
-from orchestration.registry import register
-from pipelines import BaseCompositeAgent, Branch, FailurePolicy
+from agentloop.actions import AgentActionRegistry, AiResponse, ForcedToolAction, ModelProcessor, ModelRequest
+from agentloop.loops import ProceduralAgentLoop
+from agentloop.orchestration.llm import (
+    BaseProcessor,
+    RateLimitedProcessor,
+    current_permit,
+    processor_from_env,
+)
+from agentloop.orchestration.registry import register
+from agentloop.pipelines import BaseCompositeAgent, Branch, FailurePolicy
 
 TOOL_ID = "limits.answer"
 TOOL = {

@@ -12,9 +12,9 @@ import json
 import time
 from typing import Any
 
-from loops import BaseAgentLoop
-from orchestration.registry import register
-from pipelines import BaseAgentPipeline
+from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.registry import register
+from agentloop.pipelines import BaseAgentPipeline
 
 
 class Carry(BaseAgentLoop):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from loops import BaseAgentLoop
-from orchestration.celery_adapter.edge import MAX_BODY_BYTES, MAX_DEPTH
-from orchestration.registry import register
-from pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
+from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.celery_adapter.edge import MAX_BODY_BYTES, MAX_DEPTH
+from agentloop.orchestration.registry import register
+from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
 
 
 def nested(depth: int) -> Any:

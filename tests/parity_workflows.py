@@ -13,10 +13,16 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from actions import AgentActionRegistry, AiResponse, ForcedToolAction, FunctionCall, ModelFailurePolicy
-from loops import BaseAgentLoop
-from orchestration.registry import register
-from pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, BranchResult, FailurePolicy
+from agentloop.actions import (
+    AgentActionRegistry,
+    AiResponse,
+    ForcedToolAction,
+    FunctionCall,
+    ModelFailurePolicy,
+)
+from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.registry import register
+from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, BranchResult, FailurePolicy
 
 
 class CountTo(BaseAgentLoop):

@@ -17,13 +17,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ("actions", "loops", "pipelines")
-FORBIDDEN = frozenset({"celery", "kombu", "redis", "sqlalchemy", "openai", "orchestration"})
+FORBIDDEN = frozenset({"celery", "kombu", "redis", "sqlalchemy", "openai", "anthropic"})
+#: The parts of the installed package the core may import: itself. The front (``agentloop``),
+#: orchestration, the examples, the kit and the deployed app are all above it.
+CORE_MODULES = tuple(f"agentloop.{package}" for package in CORE)
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    """The installed name of a core file: ``actions/base.py`` is ``agentloop.actions.base``."""
+    parts = ["agentloop", *path.relative_to(ROOT).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_forbidden(name: str) -> bool:
+    top = name.split(".")[0]
+    if top == "agentloop":
+        return not any(name == core or name.startswith(f"{core}.") for core in CORE_MODULES)
+    return top in FORBIDDEN or top in CORE or top == "orchestration"
 
 
 def imported_modules(source: str, *, module: str, is_package: bool) -> list[tuple[int, str]]:
@@ -56,7 +67,7 @@ def forbidden_imports(source: str, *, module: str, is_package: bool = False) -> 
     return [
         f"{module}:{line} imports {name}"
         for line, name in imported_modules(source, module=module, is_package=is_package)
-        if name.split(".")[0] in FORBIDDEN
+        if is_forbidden(name)
     ]
 
 
@@ -80,19 +91,23 @@ def test_no_core_module_imports_infrastructure_or_orchestration(path: Path) -> N
 @pytest.mark.parametrize(
     ("source", "module", "is_package"),
     [
-        ("import celery", "loops.base", False),
-        ("import kombu.utils", "loops.base", False),
-        ("import os, redis as r", "loops.base", False),
-        ("from sqlalchemy.orm import Session", "loops.base", False),
-        ("from openai import AsyncOpenAI", "actions.model", False),
-        ("from orchestration.testing import ScriptedModel", "pipelines.pipeline", False),
-        ("from .. import orchestration", "loops.base", False),
-        ("from ..orchestration.celery_adapter.app import create_app", "pipelines.pipeline", False),
-        ("from . import orchestration", "", True),
-        ("def f():\n    import celery", "loops.base", False),
-        ("try:\n    import redis\nexcept ImportError:\n    pass", "loops.base", False),
-        ("import importlib\nimportlib.import_module('celery.canvas')", "loops.base", False),
-        ("__import__('openai')", "loops.base", False),
+        ("import celery", "agentloop.loops.base", False),
+        ("import kombu.utils", "agentloop.loops.base", False),
+        ("import os, redis as r", "agentloop.loops.base", False),
+        ("from sqlalchemy.orm import Session", "agentloop.loops.base", False),
+        ("from openai import AsyncOpenAI", "agentloop.actions.model", False),
+        ("from agentloop.testing import ScriptedModel", "agentloop.pipelines.pipeline", False),
+        ("from agentloop.testing import ScriptedModel", "agentloop.pipelines.pipeline", False),
+        ("from agentloop import BaseAgentLoop", "agentloop.pipelines.pipeline", False),
+        ("import agentloop", "agentloop.loops.base", False),
+        ("from actions.errors import AgentLoopError", "agentloop.loops.base", False),
+        ("from .. import orchestration", "agentloop.loops.base", False),
+        ("from ..orchestration.celery_adapter.app import create_app", "agentloop.pipelines.pipeline", False),
+        ("from . import orchestration", "agentloop", True),
+        ("def f():\n    import celery", "agentloop.loops.base", False),
+        ("try:\n    import redis\nexcept ImportError:\n    pass", "agentloop.loops.base", False),
+        ("import importlib\nimportlib.import_module('celery.canvas')", "agentloop.loops.base", False),
+        ("__import__('openai')", "agentloop.loops.base", False),
     ],
 )
 def test_the_boundary_check_catches_every_form_of_import(source: str, module: str, is_package: bool) -> None:
@@ -103,22 +118,22 @@ def test_the_boundary_check_catches_every_form_of_import(source: str, module: st
     "source",
     [
         "import asyncio",
-        "from actions.errors import AgentLoopError",
+        "from agentloop.actions.errors import AgentLoopError",
         "from .errors import AgentLoopError",
         "from . import errors",
         "import celeryconfig_like_name_is_not_celery",
-        "from loops.redisplay import x",
+        "from agentloop.loops.redisplay import x",
     ],
 )
 def test_the_boundary_check_allows_the_core_and_the_standard_library(source: str) -> None:
-    assert forbidden_imports(source, module="actions.base") == []
+    assert forbidden_imports(source, module="agentloop.actions.base") == []
 
 
 def test_importing_the_core_loads_no_infrastructure_module() -> None:
     script = textwrap.dedent(
         f"""
         import json, sys
-        import actions, loops, pipelines
+        import agentloop.actions, agentloop.loops, agentloop.pipelines
         forbidden = {sorted(FORBIDDEN)!r}
         print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in forbidden)))
         """

@@ -16,16 +16,16 @@ import pytest
 from celery import Celery, Signature, chord, group
 from celery.canvas import _chain
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.canvas import (
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
     continue_with,
     fan_out,
     from_lanes,
     pipeline_stages,
 )
-from orchestration.outcomes import ChainStages, Done, FanOut
-from orchestration.wire import (
+from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut
+from agentloop.orchestration.wire import (
     FINALIZE,
     LANE,
     LANE_COLLECT,

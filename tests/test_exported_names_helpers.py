@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from agentloop import AgentLoopError, LaunchRequestError, ScheduleError, context_value, maybe_await
-from orchestration.celery_adapter.schedule import parse_crontab
-from orchestration.redaction import is_private
-from orchestration.wire import LaunchRequest
+from agentloop.orchestration.celery_adapter.schedule import parse_crontab
+from agentloop.orchestration.redaction import is_private
+from agentloop.orchestration.wire import LaunchRequest
 
 # ----- context_value ----------------------------------------------------------------------------------
 

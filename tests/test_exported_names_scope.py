@@ -1,7 +1,7 @@
 """The run scope's exported names, tested by name: ``RunScope``, ``CancelSignal``, ``Checkpointer``,
 ``new_run_id``, ``Runnable`` and ``ProgressCallback``, as a user reaches them through ``agentloop``.
 
-The scope's clock is replaced by a fake one (``loops.scope.time``), so the deadline's edge is
+The scope's clock is replaced by a fake one (``agentloop.loops.scope.time``), so the deadline's edge is
 checked at exact instants, never by sleeping.
 """
 
@@ -34,7 +34,7 @@ from agentloop import (
 
 
 class FakeClock:
-    """``time.monotonic`` for ``loops.scope``: it reads :attr:`now` and never moves by itself."""
+    """``time.monotonic`` for ``agentloop.loops.scope``: it reads :attr:`now` and never moves by itself."""
 
     def __init__(self, now: float = 1000.0) -> None:
         self.now = now
@@ -46,7 +46,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr("loops.scope.time", SimpleNamespace(monotonic=fake.monotonic))
+    monkeypatch.setattr("agentloop.loops.scope.time", SimpleNamespace(monotonic=fake.monotonic))
     return fake
 
 

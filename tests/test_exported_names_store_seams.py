@@ -3,7 +3,7 @@
 seconds per run and process, ``StoreUsageMeter`` reads the run no more than it must, and the
 ``ProgressPublisher`` writes a task's events together.
 
-Their clock is a fake one (``orchestration.store.seams.time``): every instant is set by the test.
+Their clock is a fake one (``agentloop.orchestration.store.seams.time``): every instant is set by the test.
 """
 
 from __future__ import annotations
@@ -15,11 +15,16 @@ from weakref import WeakKeyDictionary
 
 import pytest
 
-from actions import TokenBudgetExceededError, Usage
 from agentloop import CancelSignal, Checkpointer, new_run_id
-from loops import ProgressEvent, ProgressStatus
-from orchestration.store import InMemoryRunStore, StoreUnavailableError
-from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
+from agentloop.actions import TokenBudgetExceededError, Usage
+from agentloop.loops import ProgressEvent, ProgressStatus
+from agentloop.orchestration.store import InMemoryRunStore, StoreUnavailableError
+from agentloop.orchestration.store.seams import (
+    ProgressPublisher,
+    StoreCancelSignal,
+    StoreCheckpointer,
+    StoreUsageMeter,
+)
 
 
 class FakeClock:
@@ -33,7 +38,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr("orchestration.store.seams.time", SimpleNamespace(monotonic=fake.monotonic))
+    monkeypatch.setattr("agentloop.orchestration.store.seams.time", SimpleNamespace(monotonic=fake.monotonic))
     return fake
 
 
@@ -171,7 +176,7 @@ def test_a_store_that_cannot_answer_means_not_cancelled_and_is_logged(
             raise ConnectionError("database away")
 
     run_id = new_run_id()
-    with caplog.at_level(logging.WARNING, logger="orchestration.store.seams"):
+    with caplog.at_level(logging.WARNING, logger="agentloop.orchestration.store.seams"):
         assert StoreCancelSignal(Down(), run_id).is_cancelled() is False
 
     [record] = caplog.records

@@ -16,6 +16,7 @@ import builtins
 import contextlib
 import importlib
 import inspect
+import os
 import re
 import subprocess
 import sys
@@ -28,10 +29,11 @@ from setuptools.config.pyprojecttoml import apply_configuration
 from setuptools.dist import Distribution
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The top-level folders of the design (the issue keeps them); ``bench/`` is not installed.
-DESIGN_TOP_LEVEL = {"actions", "agentloop", "celeryconfig", "loops", "orchestration", "pipelines"}
+#: What the wheel installs at the top level: one import package (the design's top-level folders are
+#: its subpackages); ``bench/`` and ``tests/`` are not installed.
+INSTALLED_TOP_LEVEL = {"agentloop"}
 #: Packages whose front a user imports: each must declare ``__all__``.
-FRONTS = {"agentloop", "actions", "loops", "pipelines"}
+FRONTS = {"agentloop", "agentloop.actions", "agentloop.loops", "agentloop.pipelines"}
 #: What ``import agentloop`` must not pull in: the infrastructure behind the lazily loaded names.
 HEAVY = ("celery", "kombu", "sqlalchemy", "alembic", "openai", "redis")
 
@@ -46,7 +48,7 @@ def _distribution() -> Distribution:
 
 def _project_roots() -> set[str]:
     dist = _distribution()
-    return {name.split(".")[0] for name in dist.packages} | set(dist.py_modules) | {"bench"}
+    return {name.split(".")[0] for name in dist.packages} | set(dist.py_modules or ()) | {"bench"}
 
 
 def _init_path(package: str) -> Path:
@@ -142,10 +144,8 @@ def test_star_import_gives_exactly_all(package: str) -> None:
 
 
 def test_agentloop_offers_every_name_of_the_core_packages() -> None:
-    import actions
     import agentloop
-    import loops
-    import pipelines
+    from agentloop import actions, loops, pipelines
 
     core = {*actions.__all__, *loops.__all__, *pipelines.__all__}
 
@@ -300,19 +300,46 @@ def test_every_exception_the_framework_defines_has_the_one_root() -> None:
 # --------------------------------------------------------------------------- what gets installed
 
 
-def test_the_distribution_installs_only_the_top_level_folders_of_the_design() -> None:
-    dist = _distribution()
-    top_level = {name.split(".")[0] for name in dist.packages} | set(dist.py_modules)
+def test_the_testing_front_lists_each_name_once_sorted_and_bound() -> None:
+    import agentloop.testing
 
-    assert "examples" not in top_level
-    assert top_level == DESIGN_TOP_LEVEL
+    names = list(agentloop.testing.__all__)
+
+    assert names == sorted(set(names))
+    assert all(getattr(agentloop.testing, name, None) is not None for name in names)
+    assert agentloop.testing.pytest_plugins == ["agentloop.orchestration.testing.plugin"]
+
+
+def test_the_distribution_installs_one_import_package() -> None:
+    dist = _distribution()
+    top_level = {name.split(".")[0] for name in dist.packages} | {
+        m.split(".")[0] for m in dist.py_modules or ()
+    }
+
+    assert top_level == INSTALLED_TOP_LEVEL
+
+
+def test_the_design_folders_are_subpackages_of_agentloop() -> None:
+    packages = set(_distribution().packages)
+
+    assert {
+        "agentloop.actions",
+        "agentloop.loops",
+        "agentloop.pipelines",
+        "agentloop.orchestration",
+    } <= packages
+    assert (ROOT / "agentloop" / "celeryconfig.py").resolve() == ROOT / "celeryconfig.py"
 
 
 def test_every_folder_of_python_code_in_an_installed_package_is_installed() -> None:
     dist = _distribution()
     missing = []
     for top in {name.split(".")[0] for name in dist.packages}:
-        for folder in [ROOT / top, *(path for path in (ROOT / top).rglob("*") if path.is_dir())]:
+        # the design's folders are reached through agentloop's symlinks, which the wheel follows too
+        folders = [Path(where) for where, _, _ in os.walk(ROOT / top, followlinks=True)]
+        for folder in folders:
+            if folder.name == "__pycache__":
+                continue
             dotted = ".".join(folder.relative_to(ROOT).parts)
             if any(folder.glob("*.py")) and dotted not in dist.packages:
                 missing.append(dotted)

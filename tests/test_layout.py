@@ -1,8 +1,10 @@
-"""The limits the layout holds (issue 9): no import cycle, no re-export shim, small modules and
-functions, and no module-global registry or store standing in for an argument.
+"""The architecture the layout holds: no import cycle, no import up a layer (nor from a lower room
+of ``orchestration`` to a higher one), no re-export shim, no module-global registry or store, and a
+document that names every module. Sizes are not checked: a module is split when it holds two
+responsibilities, never to meet a number.
 
-Each check reads the source with ``ast``: nothing is imported, so a failure names the file and
-line to change.
+Modules are named as installed (``actions/base.py`` is ``agentloop.actions.base``). Each check
+reads the source with ``ast``: nothing is imported, so a failure names the file and line to change.
 """
 
 from __future__ import annotations
@@ -14,52 +16,84 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agentloop", "actions", "loops", "pipelines", "orchestration")
-#: Project code whose module size is limited (tests and benchmarks included).
-SIZED = (*PACKAGES, "bench", "tests")
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 60
+#: The design's top-level folders: installed as ``agentloop.<folder>`` (``agentloop/`` links to them).
+DESIGN_FOLDERS = ("actions", "loops", "pipelines", "orchestration")
+
+#: Layers, lowest first: a module may import its own layer and those below, never one above.
+LAYERS = ("agentloop.actions", "agentloop.loops", "agentloop.pipelines", "agentloop.orchestration")
+#: The rooms of ``orchestration``, lowest first, by rank: a room imports rooms of its rank or below.
+ROOMS = {
+    "wire": 0,
+    "redaction": 1,
+    "task_outcome": 1,
+    "settings": 2,
+    "settings_group": 2,
+    "settings_http": 2,
+    "settings_provider": 2,
+    "settings_store": 2,
+    "settings_tracing": 2,
+    "registry": 2,
+    "tracing": 3,
+    "cache": 3,
+    "store": 3,
+    "llm": 4,
+    "launches": 4,
+    "run_end": 4,
+    "graph": 4,
+    "tool_sync": 4,
+    "engine": 5,
+    "context": 5,
+    "client": 5,
+    "celery_adapter": 6,
+    "testing": 7,
+    "web": 7,
+    "cli": 8,
+}
 
 
-def python_files(*folders: str) -> Iterator[Path]:
-    for folder in folders:
+def python_files() -> Iterator[Path]:
+    """Every module of the installed package, once (``agentloop/``'s links to the folders aside)."""
+    for folder in (*DESIGN_FOLDERS, "agentloop"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if "migrations" not in path.parts:
+            if "migrations" not in path.parts and not path.is_symlink():
                 yield path
-    if "orchestration" in folders:
-        yield ROOT / "celeryconfig.py"
+    yield ROOT / "celeryconfig.py"
 
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] != "agentloop":
+        parts.insert(0, "agentloop")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """The project modules ``path`` imports, at any depth of its code."""
+def imports_of(path: Path) -> dict[str, int]:
+    """The modules ``path`` imports, at any depth of its code, with the line of each."""
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
+    found: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.update({alias.name: node.lineno for alias in node.names})
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 stem = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 stem = node.module or ""
-            found.add(stem)
-            found.update(f"{stem}.{alias.name}" for alias in node.names)
+            found.setdefault(stem, node.lineno)
+            found.update({f"{stem}.{alias.name}": node.lineno for alias in node.names})
     return found
 
 
+MODULES = {module_name(path): path for path in python_files()}
+
+
 def import_graph() -> dict[str, set[str]]:
-    modules = {module_name(path): path for path in python_files(*PACKAGES)}
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        graph[name] = {target for target in imports_of(path) if target in modules and target != name}
-    return graph
+    return {
+        name: {target for target in imports_of(path) if target in MODULES and target != name}
+        for name, path in MODULES.items()
+    }
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -120,23 +154,59 @@ def test_no_import_cycle_anywhere() -> None:
     assert cycles(graph) == []
 
 
-@pytest.mark.parametrize("path", list(python_files(*SIZED)), ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_module_is_over_the_line_limit(path: Path) -> None:
-    lines = len(path.read_text().splitlines())
-    assert lines <= MAX_MODULE_LINES, (
-        f"{path.relative_to(ROOT)} has {lines} lines: split it by responsibility"
-    )
+def layer_of(module: str) -> int:
+    """0-3 for the core's layers and orchestration; 4 for the front, the kit's front, the examples,
+    the deployed app and the Celery settings module, which sit on top."""
+    for rank, layer in enumerate(LAYERS):
+        if module == layer or module.startswith(f"{layer}."):
+            return rank
+    return len(LAYERS)
 
 
-def test_no_function_in_orchestration_is_over_the_line_limit() -> None:
-    long = []
-    for path in python_files("orchestration"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                length = (node.end_lineno or node.lineno) - node.lineno + 1
-                if length > MAX_FUNCTION_LINES:
-                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines)")
-    assert long == []
+def room_of(module: str) -> str | None:
+    prefix = "agentloop.orchestration."
+    return module.removeprefix(prefix).split(".")[0] if module.startswith(prefix) else None
+
+
+def upward_imports(graph: dict[str, set[str]], lines: dict[str, dict[str, int]]) -> list[str]:
+    found = []
+    for module, targets in graph.items():
+        for target in sorted(targets):
+            where = f"{module}:{lines[module][target]} imports {target}"
+            if layer_of(target) > layer_of(module):
+                found.append(f"{where} (a layer up)")
+                continue
+            room, other = room_of(module), room_of(target)
+            if room and other and room != other and ROOMS[other] > ROOMS[room]:
+                found.append(f"{where} (room {other} is above {room})")
+    return found
+
+
+def test_the_upward_import_check_finds_one() -> None:
+    graph = {
+        "agentloop.loops.base": {"agentloop.pipelines.pipeline"},
+        "agentloop.orchestration.settings": {"agentloop.orchestration.celery_adapter.schedule"},
+        "agentloop.orchestration.celery_adapter.tasks": {"agentloop.orchestration.store.sql"},
+        "agentloop.actions.base": {"agentloop"},
+    }
+    lines = {name: dict.fromkeys(targets, 1) for name, targets in graph.items()}
+
+    assert upward_imports(graph, lines) == [
+        "agentloop.loops.base:1 imports agentloop.pipelines.pipeline (a layer up)",
+        "agentloop.orchestration.settings:1 imports agentloop.orchestration.celery_adapter.schedule"
+        " (room celery_adapter is above settings)",
+        "agentloop.actions.base:1 imports agentloop (a layer up)",
+    ]
+
+
+def test_every_room_of_orchestration_has_a_rank() -> None:
+    rooms = {room_of(name) for name in MODULES} - {None, ""}
+    assert sorted(rooms - set(ROOMS)) == [] and sorted(set(ROOMS) - rooms) == []
+
+
+def test_no_import_runs_up_a_layer_or_a_room() -> None:
+    lines = {name: imports_of(path) for name, path in MODULES.items()}
+    assert upward_imports(import_graph(), lines) == []
 
 
 def test_no_module_is_a_re_export_shim() -> None:
@@ -144,7 +214,7 @@ def test_no_module_is_a_re_export_shim() -> None:
     public name of ``__all__`` lazily), and no module outside a package front whose whole body is
     imports."""
     shims = []
-    for path in python_files(*PACKAGES):
+    for path in python_files():
         tree = ast.parse(path.read_text())
         body = [
             node
@@ -171,10 +241,8 @@ def test_no_module_global_registry_or_store() -> None:
     """A registry or a run store is an argument (``create_app(registry=..., store=...)``), never
     a module global that a test has to swap out."""
     found = []
-    for path in python_files(*PACKAGES):
+    for path in python_files():
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Global):
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno} global {', '.join(node.names)}")
             value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
             if isinstance(value, ast.Call):
                 func = value.func
@@ -192,7 +260,7 @@ def test_the_architecture_document_names_every_module_once() -> None:
     and the example agent's own modules aside)."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     missing, repeated = [], []
-    for path in python_files(*PACKAGES):
+    for path in python_files():
         relative = path.relative_to(ROOT).as_posix()
         if path.name == "__init__.py" and relative != "agentloop/__init__.py":
             continue
@@ -204,3 +272,16 @@ def test_the_architecture_document_names_every_module_once() -> None:
         elif count > 1:
             repeated.append(relative)
     assert (missing, repeated) == ([], [])
+
+
+@pytest.mark.parametrize("name", ["actions", "loops", "pipelines", "orchestration", "celeryconfig"])
+def test_no_module_imports_a_design_folder_by_its_top_level_name(name: str) -> None:
+    """Installed, ``actions`` is ``agentloop.actions``: a top-level ``import actions`` would find a
+    user's own ``actions.py`` instead, or, from the checkout, load the module a second time."""
+    found = [
+        f"{module}:{line} imports {target}"
+        for module, path in MODULES.items()
+        for target, line in imports_of(path).items()
+        if target.split(".")[0] == name
+    ]
+    assert found == []

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from loops import ProceduralAgentLoop
-from orchestration.registry import (
+from agentloop.loops import ProceduralAgentLoop
+from agentloop.orchestration.registry import (
     ContextSpecError,
     RunnableRegistry,
     UnknownInputProviderError,
@@ -23,7 +23,7 @@ from orchestration.registry import (
     input_provider,
     register,
 )
-from pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
+from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
 
 
 class Echo(ProceduralAgentLoop):

@@ -8,11 +8,19 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from orchestration.settings import ModelSettings, Settings, SettingsError, env_names, load_settings
-from orchestration.settings_http import HttpSettings
-from orchestration.settings_provider import ProviderSettings
-from orchestration.settings_store import StoreSettings
-from orchestration.settings_tracing import TracingSettings
+from agentloop.orchestration.celery_adapter.schedule import schedule_from_json
+from agentloop.orchestration.settings import (
+    ModelSettings,
+    Settings,
+    SettingsError,
+    env_names,
+    load_settings,
+    schedule_entries,
+)
+from agentloop.orchestration.settings_http import HttpSettings
+from agentloop.orchestration.settings_provider import ProviderSettings
+from agentloop.orchestration.settings_store import StoreSettings
+from agentloop.orchestration.settings_tracing import TracingSettings
 
 SCHEDULE = '[{"name": "nightly", "runnable": "record_search.demo", "every": 60, "inputs": [{}]}]'
 
@@ -92,8 +100,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.database_url == "postgresql://agentloop:dbpw@db:5432/agentloop"
     assert settings.home == Path("/var/lib/agentloop")
     assert settings.imports == ("myapp.agents", "myapp.batches")
-    assert list(settings.beat_schedule) == ["nightly"]
-    assert settings.beat_schedule["nightly"]["task"] == "agentloop.batch"
+    assert [entry["name"] for entry in schedule_entries(settings.beat_schedule_json)] == ["nightly"]
     assert settings.task_default_queue == "agents-eu"
     assert (settings.task_soft_time_limit, settings.task_time_limit) == (3000, 3600)
     assert settings.visibility_timeout == 7200
@@ -151,7 +158,7 @@ def test_nothing_set_gives_defaults_that_need_no_server(
     assert settings.redis_url is None
     assert settings.database_url == f"sqlite:///{tmp_path.resolve() / '.agentloop' / 'agentloop.sqlite3'}"
     assert not (tmp_path / ".agentloop").exists()  # reading settings creates nothing
-    assert settings.imports == () and settings.beat_schedule == {}
+    assert settings.imports == () and schedule_entries(settings.beat_schedule_json) == []
     assert settings.task_default_queue == "agentloop"
     assert (settings.task_soft_time_limit, settings.task_time_limit, settings.visibility_timeout) == (
         900,
@@ -277,9 +284,10 @@ def test_a_changed_copy_leaves_the_original_alone() -> None:
 
 def test_the_beat_schedule_is_a_new_mapping_each_time() -> None:
     settings = load_settings({"AGENTLOOP_BEAT_SCHEDULE": SCHEDULE})
-    settings.beat_schedule["nightly"]["kwargs"]["runnable"] = "changed"
-    assert settings.beat_schedule["nightly"]["kwargs"]["runnable"] == "record_search.demo"
-    assert settings.beat_schedule["nightly"]["schedule"].run_every == timedelta(seconds=60)
+    schedule_from_json(settings.beat_schedule_json)["nightly"]["kwargs"]["runnable"] = "changed"
+    beat_schedule = schedule_from_json(settings.beat_schedule_json)
+    assert beat_schedule["nightly"]["kwargs"]["runnable"] == "record_search.demo"
+    assert beat_schedule["nightly"]["schedule"].run_every == timedelta(seconds=60)
 
 
 def test_no_secret_and_no_url_password_is_shown() -> None:

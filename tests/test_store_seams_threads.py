@@ -7,8 +7,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from agentloop import new_run_id
-from orchestration.store import InMemoryRunStore
-from orchestration.store.seams import StoreCancelSignal
+from agentloop.orchestration.store import InMemoryRunStore
+from agentloop.orchestration.store.seams import StoreCancelSignal
 
 
 class SlowStore(InMemoryRunStore):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from actions import (
+from agentloop.actions import (
     InMemoryUsageMeter,
     TokenBudgetExceededError,
     Usage,
@@ -21,8 +21,8 @@ from actions import (
     report_usage,
     use_meter,
 )
-from orchestration.store import InMemoryRunStore
-from orchestration.store.seams import StoreUsageMeter
+from agentloop.orchestration.store import InMemoryRunStore
+from agentloop.orchestration.store.seams import StoreUsageMeter
 
 
 def in_memory(budget: int | None) -> UsageMeter:

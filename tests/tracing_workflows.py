@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from loops import BaseAgentLoop
-from orchestration.llm.offline import OfflineModel
-from orchestration.registry import register
-from pipelines import BaseCompositeAgent, Branch, BranchResult
+from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.llm.offline import OfflineModel
+from agentloop.orchestration.registry import register
+from agentloop.pipelines import BaseCompositeAgent, Branch, BranchResult
 
 #: Text that must never reach a span (prompts stay out of traces).
 SECRET_PROMPT = "the prompt text stays out of every span"

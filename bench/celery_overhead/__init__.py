@@ -16,7 +16,7 @@ W = 1000 and S = 50 by default (``--quick``: 100 and 10; ``--size N``: W = N,
 S = max(1, N // 20)). Everything runs against one private ``redis-server``
 (broker and results), one real prefork worker process (``celery -A
 orchestration worker``, concurrency 2, log level WARNING, settings from
-``celeryconfig`` as deployed), and one run store shared by client and worker:
+``agentloop.celeryconfig`` as deployed), and one run store shared by client and worker:
 a SQLite file (default) or a private PostgreSQL database
 (``AGENTLOOP_BENCH_STORE=postgres``). The worker imports
 :mod:`bench.workflows_celery` through ``AGENTLOOP_IMPORTS``: it registers the

@@ -93,8 +93,8 @@ def _per_task_lines(
 
 def _task_like_engine(registry: Any, store: Any, update_state: Any) -> Any:
     """A ``WorkflowEngine`` as a task builds one (``engine_for``), on the deployment's default settings."""
-    from orchestration.engine import WorkflowEngine
-    from orchestration.settings import load_settings
+    from agentloop.orchestration.engine import WorkflowEngine
+    from agentloop.orchestration.settings import load_settings
 
     return WorkflowEngine(
         registry=registry,
@@ -107,12 +107,12 @@ def _task_like_engine(registry: Any, store: Any, update_state: Any) -> Any:
 def profile_engine(*, store_kind: str, width: int, stages: int) -> str:
     """Run the engine's per-task work in-process against a fresh store: store calls and SQL per task."""
     from agentloop import RunnableRegistry
+    from agentloop.orchestration.celery_adapter.tasks import run_coroutine
+    from agentloop.orchestration.store import open_store
+    from agentloop.orchestration.task_outcome import Done, FanOut
+    from agentloop.orchestration.wire import WorkflowNode
     from bench.celery_overhead.rig import WORKFLOWS_MODULE
     from bench.workflows_celery import FAN, pipeline_name
-    from orchestration.celery_adapter.tasks import run_coroutine
-    from orchestration.outcomes import Done, FanOut
-    from orchestration.store import open_store
-    from orchestration.wire import WorkflowNode
 
     out: list[str] = [
         f"In-process engine (no Celery; update_state is a list.append) on a fresh {store_kind} store:"
@@ -208,8 +208,8 @@ def _store_alternatives(store: Any, samples: int) -> list[str]:
     from sqlalchemy import insert, select
     from sqlalchemy.dialects import postgresql, sqlite
 
-    from orchestration.store.checks import event_columns
-    from orchestration.store.tables import checkpoints, run_events, runs, utcnow
+    from agentloop.orchestration.store.checks import event_columns
+    from agentloop.orchestration.store.tables import checkpoints, run_events, runs, utcnow
 
     run_id = uuid.uuid4().hex
     store.create_run(run_id=run_id, runnable="bench", input=None)

@@ -38,10 +38,10 @@ class Rig:
 @contextmanager
 def run_store_url(kind: str) -> Iterator[str]:
     """A fresh, migrated run store of ``kind`` (``sqlite`` or ``postgres``) for the block."""
-    from orchestration.store import open_store
+    from agentloop.orchestration.store import open_store
 
     if kind == "postgres":
-        from orchestration.testing.servers.postgres import PostgresUnavailableError, private_postgres_database
+        from tests.servers.postgres import PostgresUnavailableError, private_postgres_database
 
         try:
             manager = private_postgres_database()
@@ -81,8 +81,8 @@ def rig(*, store_kind: str, stages: int, worker_env: dict[str, str] | None = Non
     import redis
 
     from agentloop import create_app, load_settings
-    from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-    from orchestration.testing.servers.worker import run_worker_process
+    from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+    from tests.servers.worker import run_worker_process
 
     with ExitStack() as stack:
         try:

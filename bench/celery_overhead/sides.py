@@ -31,8 +31,8 @@ class Side:
 def build_sides(width: int, stages: int) -> list[Side]:
     from celery import chain, chord
 
+    from agentloop.orchestration.wire import LAUNCH
     from bench.workflows_celery import FAN, NOOP, NOOP_BODY, pipeline_name
-    from orchestration.wire import LAUNCH
 
     def launch(runnable: str, input: Any) -> Callable[[Rig], Any]:
         def send(r: Rig) -> Any:

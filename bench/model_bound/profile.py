@@ -102,24 +102,24 @@ if __name__ == "__main__":
 
 #: What ``AGENTLOOP_BENCH_CPU_WRAP`` times (inclusive CPU of each call, summed per name).
 WRAPPED = (
-    "orchestration.store.sql:SqlRunStore.loop_record",
-    "orchestration.store.sql:SqlRunStore.save_checkpoint",
-    "orchestration.store.sql:SqlRunStore.finish_loop",
-    "orchestration.store.sql:SqlRunStore.append_events",
-    "orchestration.store.sql:SqlRunStore.is_cancel_requested",
-    "orchestration.store.seams:ProgressPublisher.flush",
-    "orchestration.store.seams:ProgressPublisher.__call__",
+    "agentloop.orchestration.store.sql:SqlRunStore.loop_record",
+    "agentloop.orchestration.store.sql:SqlRunStore.save_checkpoint",
+    "agentloop.orchestration.store.sql:SqlRunStore.finish_loop",
+    "agentloop.orchestration.store.sql:SqlRunStore.append_events",
+    "agentloop.orchestration.store.sql:SqlRunStore.is_cancel_requested",
+    "agentloop.orchestration.store.seams:ProgressPublisher.flush",
+    "agentloop.orchestration.store.seams:ProgressPublisher.__call__",
     "celery.app.task:Task.update_state",
     "celery.app.task:Task.send_event",
     "celery.backends.base:BaseKeyValueStoreBackend._store_result",
     "celery.backends.redis:RedisBackend.on_chord_part_return",
-    "orchestration.engine:WorkflowEngine.instance",
-    "orchestration.engine:WorkflowEngine.scope",
-    "orchestration.celery_adapter.tasks:engine_for",
-    "orchestration.celery_adapter.tasks:run_coroutine",
-    "orchestration.celery_adapter.canvas:check_output",
-    "orchestration.wire:WorkflowNode.from_dict",
-    "orchestration.celery_adapter.edge:check_message",
+    "agentloop.orchestration.engine:WorkflowEngine.instance",
+    "agentloop.orchestration.engine:WorkflowEngine.scope",
+    "agentloop.orchestration.celery_adapter.tasks:engine_for",
+    "agentloop.orchestration.celery_adapter.tasks:run_coroutine",
+    "agentloop.orchestration.celery_adapter.canvas:check_output",
+    "agentloop.orchestration.wire:WorkflowNode.from_dict",
+    "agentloop.orchestration.celery_adapter.edge:check_message",
 )
 
 

@@ -76,8 +76,8 @@ class Figures:
 
 @contextmanager
 def _model_server(latency: float) -> Iterator[str]:
-    from orchestration.testing.servers.openai_replies import reply_delay, reply_text
-    from orchestration.testing.servers.openai_server import OpenAICompatibleServer
+    from agentloop.orchestration.testing.servers.openai_replies import reply_delay, reply_text
+    from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
 
     with OpenAICompatibleServer(responder=lambda _body: reply_delay(latency, reply_text("ok"))) as server:
         yield server.base_url
@@ -92,8 +92,8 @@ def rig(
     import redis
 
     from agentloop import create_app, load_settings
-    from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-    from orchestration.testing.servers.worker import run_worker_process
+    from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+    from tests.servers.worker import run_worker_process
 
     with ExitStack() as stack:
         try:
@@ -132,7 +132,7 @@ def rig(
 
 def framework_once(r: Rig, runs: int) -> float:
     """Seconds from sending one composite of ``runs`` loops to its result."""
-    from orchestration.wire import LAUNCH
+    from agentloop.orchestration.wire import LAUNCH
 
     began = time.perf_counter()
     result = r.app.send_task(LAUNCH, kwargs={"runnable": FAN, "input": runs})

@@ -2,7 +2,7 @@
 
 * ``bench.model.loop``: a loop of :data:`CALLS` iterations, each one model-shaped wait:
   ``asyncio.sleep(LATENCY)``, or, when ``OPENAI_BASE_URL`` is set, one call through the
-  context's :class:`~orchestration.llm.openai_processor.OpenAIProcessor` (the local
+  context's :class:`~agentloop.orchestration.llm.openai_processor.OpenAIProcessor` (the local
   OpenAI-protocol server adds the latency);
 * ``bench.model.fan``: a composite of ``input`` such loops, all at once (``max_concurrency = None``:
   the default bound of 8 would run them in 8 lanes on Celery);
@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from agentloop import BaseAgentLoop, BaseCompositeAgent, Branch, register
-from orchestration.context import standard_context
+from agentloop.orchestration.context import standard_context
 
 LOOP = "bench.model.loop"
 FAN = "bench.model.fan"
@@ -34,7 +34,7 @@ async def _one_call(context: Any) -> None:
     if processor is None or type(processor).__name__ != "OpenAIProcessor":
         await asyncio.sleep(LATENCY)
         return
-    from actions.model import ModelRequest
+    from agentloop.actions.model import ModelRequest
 
     response = await ModelRequest(instruction="ping").send(processor)
     if response.error is not None:
@@ -80,8 +80,8 @@ def _sleep(*args: Any, **kwargs: Any) -> int:
     as the framework's loop: a sleep, or a request through an ``OpenAIProcessor``)."""
     from types import SimpleNamespace
 
-    from orchestration.celery_adapter.tasks import run_coroutine
-    from orchestration.context import process_context_factory
+    from agentloop.orchestration.celery_adapter.tasks import run_coroutine
+    from agentloop.orchestration.context import process_context_factory
 
     async def calls() -> int:
         context = SimpleNamespace(processor=process_context_factory().provider.processor())
@@ -98,7 +98,7 @@ def _body(results: Any, *args: Any, **kwargs: Any) -> int:
 
 _deployed_app: Any = None
 if "worker" in sys.argv[1:] or os.environ.get("AGENTLOOP_BENCH_WORKER") == "1":
-    from orchestration.celery import app as _deployed_app
+    from agentloop.celery import app as _deployed_app
 
     _deployed_app.task(name=SLEEP, shared=False)(_sleep)
     _deployed_app.task(name=BODY, shared=False)(_body)
@@ -109,8 +109,8 @@ def _tune_store_pool(size: int | None, pre_ping: bool) -> None:
     without the ping each connection's checkout sends first when ``pre_ping`` is false."""
     import functools
 
-    import orchestration.store.open as store_open
-    from orchestration.store.engine import create_engine_for
+    import agentloop.orchestration.store.open as store_open
+    from agentloop.orchestration.store.database import create_engine_for
 
     options: dict[str, Any] = {} if pre_ping else {"pool_pre_ping": False}
     if size is not None:

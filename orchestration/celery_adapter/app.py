@@ -2,10 +2,10 @@
 
 The core never reaches for ``current_app`` or ``shared_task``: every task is
 registered on the app :func:`create_app` returns, and that app does not make
-itself Celery's current or default app. ``orchestration.celery`` holds the
-deployed instance for ``celery -A orchestration worker|beat|flower``.
+itself Celery's current or default app. ``agentloop.celery`` holds the
+deployed instance for ``celery -A agentloop worker|beat|flower``.
 
-An app carries a :class:`~orchestration.celery_adapter.dependencies.AppDependencies`: the
+An app carries a :class:`~agentloop.orchestration.celery_adapter.dependencies.AppDependencies`: the
 settings, the registry of runnables and the run store its tasks use. Nothing of
 it is a process global: a test or an embedder passes its own registry and store
 to :func:`create_app`.
@@ -18,16 +18,16 @@ from typing import Any
 
 from celery import Celery
 
-from orchestration.celery_adapter.config import celery_config
-from orchestration.celery_adapter.dependencies import AppDependencies
-from orchestration.celery_adapter.edge_consumer import install_edge
-from orchestration.celery_adapter.patches import install_worker_patches
-from orchestration.celery_adapter.progress_events import ProgressEvents
-from orchestration.celery_adapter.tasks import install_tasks
-from orchestration.redaction import redact_url
-from orchestration.registry import RunnableRegistry
-from orchestration.settings import Settings, load_settings
-from orchestration.store import RunStore
+from agentloop.orchestration.celery_adapter.config import celery_config
+from agentloop.orchestration.celery_adapter.dependencies import AppDependencies
+from agentloop.orchestration.celery_adapter.edge_consumer import install_edge
+from agentloop.orchestration.celery_adapter.patches import install_worker_patches
+from agentloop.orchestration.celery_adapter.progress_events import ProgressEvents
+from agentloop.orchestration.celery_adapter.tasks import install_tasks
+from agentloop.orchestration.redaction import redact_url
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.settings import Settings, load_settings
+from agentloop.orchestration.store import RunStore
 
 __all__ = ["create_app", "describe_app"]
 
@@ -44,12 +44,13 @@ def create_app(
     """Build a Celery app with agentloop's tasks registered.
 
     Args:
-        settings: the deployment's settings (default: :func:`~orchestration.settings.load_settings`).
+        settings: the deployment's settings (default:
+        :func:`~agentloop.orchestration.settings.load_settings`).
         registry: the runnables its tasks may run (default: those the modules in
             ``settings.imports`` declare).
         store: the run store (default: opened on ``settings.database_url`` at first use).
         config: Celery's settings, when not those ``settings`` project
-            (:func:`~orchestration.celery_adapter.config.celery_config`): a module,
+            (:func:`~agentloop.orchestration.celery_adapter.config.celery_config`): a module,
             its dotted name, or any object whose attributes are Celery settings.
         overrides: Celery settings that win over ``config`` (lowercase Celery names),
             e.g. ``{"broker_url": ..., "result_backend": ...}`` in tests.
@@ -73,7 +74,7 @@ def create_app(
     install_worker_patches(app)
     install_edge(app, store=store)  # workers refuse poison messages before Celery touches them
     if settings.tracing.enabled:  # one trace per run (the otel extra), off by default
-        from orchestration.tracing.otel import install_tracing
+        from agentloop.orchestration.tracing.otel import install_tracing
 
         install_tracing(app, settings.tracing)
     return app

@@ -1,6 +1,6 @@
 """Beat batches: one registered runnable fanned out over many inputs.
 
-``agentloop.batch`` (what a beat entry sends; see :mod:`orchestration.celery_adapter.schedule`)
+``agentloop.batch`` (what a beat entry sends; see :mod:`agentloop.orchestration.celery_adapter.schedule`)
 takes its inputs from the entry or from an input provider of the app's registry, records a
 batch run, and sends ``agentloop.batch_chunk`` tasks of at most ``chunk_size``
 inputs; each chunk records one child run per input and launches it with
@@ -21,11 +21,11 @@ from typing import Any
 
 from celery import Celery, Task
 
-from loops.progress import ProgressEvent, ProgressStatus
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.launches import launch_digest
-from orchestration.store import CHILD_SUMS, TERMINAL_STATUSES, RunExistsError, RunOwner, RunStore
-from orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.launches import launch_digest
+from agentloop.orchestration.store import CHILD_SUMS, TERMINAL_STATUSES, RunExistsError, RunOwner, RunStore
+from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
 
 #: The priority of a batch's chunks and launches. On Redis a worker takes messages of priority 0
 #: (every other message's) before those of 9, so a run launched while a batch of thousands is

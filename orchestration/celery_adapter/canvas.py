@@ -1,4 +1,5 @@
-"""The canvas compiler: an engine :data:`~orchestration.outcomes.Outcome` becomes a task's return
+"""The canvas compiler: an engine :data:`~agentloop.orchestration.task_outcome.Outcome` becomes a task's
+return
 value, or the canvas the task replaces itself with.
 
 A pipeline becomes a ``chain`` of stage tasks closed by ``agentloop.pipeline_done``;
@@ -23,10 +24,10 @@ from typing import Any
 
 from celery import Signature, Task, chain, chord
 
-from orchestration.celery_adapter.outgoing import check_canvas, check_output
-from orchestration.celery_adapter.result_channels import unwatched_results
-from orchestration.outcomes import ChainStages, Done, FanOut, Outcome
-from orchestration.wire import LANE, LANE_COLLECT, MERGE, PIPELINE_DONE, RUN, STAGE, BranchFailure
+from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output
+from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
+from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
+from agentloop.orchestration.wire import LANE, LANE_COLLECT, MERGE, PIPELINE_DONE, RUN, STAGE, BranchFailure
 
 
 def continue_with(task: Task, outcome: Outcome, then: Signature | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""Celery's settings, projected from agentloop's :class:`~orchestration.settings.Settings`.
+"""Celery's settings, projected from agentloop's :class:`~agentloop.orchestration.settings.Settings`.
 
 The one projection: :func:`celery_config` is what ``create_app`` configures an
 app with, and what ``celeryconfig.py`` exposes for ``celery -A ...`` and for
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestration.settings import Settings
+from agentloop.orchestration.celery_adapter.schedule import schedule_from_json
+from agentloop.orchestration.settings import Settings
 
 __all__ = ["celery_config"]
 
@@ -44,8 +45,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "timezone": "UTC",
         "enable_utc": True,
         "imports": settings.imports,
-        # Batches run by ``celery -A orchestration beat`` (exactly one beat per deployment).
-        "beat_schedule": settings.beat_schedule,
+        # Batches run by ``celery -A agentloop beat`` (exactly one beat per deployment).
+        "beat_schedule": schedule_from_json(settings.beat_schedule_json),
     }
 
 

@@ -3,7 +3,7 @@
 A loop's task reads the run store at its start (``RunStore.loop_record``) only
 to find what an earlier try of the same node left: a result (a duplicate whose
 twin finished) or a checkpoint (a try that died). A node that is
-:attr:`~orchestration.wire.WorkflowNode.fresh` has had no earlier try, so its task
+:attr:`~agentloop.orchestration.wire.WorkflowNode.fresh` has had no earlier try, so its task
 skips that read, one database round trip of the two a task pays. The mark is
 earned and lost here:
 
@@ -19,7 +19,7 @@ earned and lost here:
   (:func:`unmarked_signature`): it ran before, and resumes from its checkpoint.
 
 Should a duplicate slip through unmarked all the same, nothing is rewritten:
-:meth:`~orchestration.store.RunStore.finish_loop` keeps the first result a loop
+:meth:`~agentloop.orchestration.store.RunStore.finish_loop` keeps the first result a loop
 recorded and the task returns that one.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 from celery import Task
 
-from orchestration.wire import WorkflowNode
+from agentloop.orchestration.wire import WorkflowNode
 
 #: The keys that tell a node (``WorkflowNode.to_dict``) among a signature's arguments.
 _NODE_KEYS = frozenset({"run_id", "runnable", "path", "ancestors", "fresh"})

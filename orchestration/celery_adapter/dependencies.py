@@ -7,12 +7,12 @@ import threading
 
 from celery import Celery
 
-from actions.caching import StepCache
-from orchestration.cache import step_cache_for
-from orchestration.human.waits import WaitStore, wait_store_for
-from orchestration.registry import RunnableRegistry
-from orchestration.settings import Settings
-from orchestration.store import RunStore, StoreRetry, open_store
+from agentloop.actions.caching import StepCache
+from agentloop.orchestration.cache import step_cache_for
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.settings import Settings
+from agentloop.orchestration.store import RunStore, StoreRetry, open_store
+from agentloop.orchestration.store.waits import WaitStore, wait_store_for
 
 __all__ = ["AppDependencies", "dependencies_of"]
 

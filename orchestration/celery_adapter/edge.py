@@ -18,7 +18,7 @@ is the protocol-2 triple ``[args list, kwargs object, embed object]``, and
 neither the args, the kwargs nor the headers nest deeper than
 :data:`MAX_DEPTH` levels (the args list or kwargs object itself is level 1).
 What it finds wrong is a :class:`Rejection`, with the reason in words.
-:mod:`orchestration.celery_adapter.edge_consumer` is what the worker does with
+:mod:`agentloop.orchestration.celery_adapter.edge_consumer` is what the worker does with
 one: acknowledge the message, fail its result and record the run.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestration.wire import LAUNCH
+from agentloop.orchestration.wire import LAUNCH
 
 __all__ = [
     "MAX_BODY_BYTES",

@@ -3,7 +3,7 @@
 :class:`EdgeConsumer` is the worker's consumer (Celery's ``worker_consumer``
 setting, which :func:`install_edge` sets on every app ``create_app`` builds).
 Before Celery's own task handler sees a message, it asks
-:func:`~orchestration.celery_adapter.edge.check_message`. A refused message is
+:func:`~agentloop.orchestration.celery_adapter.edge.check_message`. A refused message is
 never requeued into the next worker, and its sender learns at once:
 
 * the message is acknowledged (it leaves the queue), with one ``ERROR`` line
@@ -28,7 +28,7 @@ way; connection errors still reach Celery, which reconnects.
 
 The records are written on a thread of the recorder's own, so a slow or absent
 run store never blocks the worker's event loop. In a worker started with
-``celery -A orchestration worker`` the recorder opens its own connection to
+``celery -A agentloop worker`` the recorder opens its own connection to
 the run store (``DATABASE_URL``): the main process must not open the store its
 forked pool children use. An app given a store (``create_app(store=...)``)
 records there.
@@ -46,10 +46,10 @@ from celery.exceptions import InvalidTaskError
 from celery.utils.log import get_logger
 from celery.worker.consumer import Consumer
 
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.celery_adapter.edge import Rejection, check_message, describe, rejection_of
-from orchestration.store import RunExistsError, RunStore, open_store
-from orchestration.wire import LAUNCH_SENT_STATE
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.celery_adapter.edge import Rejection, check_message, describe, rejection_of
+from agentloop.orchestration.store import RunExistsError, RunStore, open_store
+from agentloop.orchestration.wire import LAUNCH_SENT_STATE
 
 __all__ = ["EdgeConsumer", "RejectionRecorder", "install_edge", "recorder_of"]
 
@@ -159,7 +159,7 @@ def recorder_of(app: Celery) -> RejectionRecorder:
 
 
 class EdgeConsumer(Consumer):  # type: ignore[misc]
-    """Celery's consumer with :func:`~orchestration.celery_adapter.edge.check_message` in front."""
+    """Celery's consumer with :func:`~agentloop.orchestration.celery_adapter.edge.check_message` in front."""
 
     def create_task_handler(self, *args: Any, **kwargs: Any) -> Callable[[Any], None]:
         """Celery's task handler, called only for messages the edge lets through."""

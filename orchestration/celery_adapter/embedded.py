@@ -2,7 +2,7 @@
 
 :func:`embedded_worker` runs Celery's own ``start_worker`` for the length of a
 ``with`` block: the demo runs on it, and so do tests whose queues live in the
-test process. Real deployments start workers with ``celery -A orchestration worker``.
+test process. Real deployments start workers with ``celery -A agentloop worker``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from actions.errors import AgentLoopError
-from orchestration.wire import PING
+from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.wire import PING
 
 __all__ = ["WorkerStartError", "embedded_worker"]
 
@@ -69,7 +69,7 @@ def embedded_worker(
     Wraps ``celery.contrib.testing.worker.start_worker`` (mingle, gossip and
     heartbeats off). Made for apps on ``memory://`` / ``cache+memory://``,
     whose queues live in this process. With ``ping_check`` it waits until
-    the worker has run :data:`~orchestration.wire.PING` (Celery's own
+    the worker has run :data:`~agentloop.orchestration.wire.PING` (Celery's own
     check needs ``celery.ping``, which agentloop apps do not register).
 
     ``start_worker`` makes ``app`` Celery's current and default app; both are

@@ -1,10 +1,11 @@
 """The worker log filter: Celery's trace, request and pool log lines name a private task's arguments and
-result only by their redacted form (:mod:`orchestration.redaction`).
+result only by their redacted form (:mod:`agentloop.orchestration.redaction`).
 
 It also drops the one line that says nothing about a private task: ``Task agentloop.launch[id] ignored``,
 logged for every pipeline or composite task that replaces itself with its canvas.
 
-Installed by :func:`orchestration.celery_adapter.privacy.install_privacy` through :mod:`logging`'s own
+Installed by :func:`agentloop.orchestration.celery_adapter.privacy.install_privacy` through :mod:`logging`'s
+own
 extension point, a :class:`logging.Filter` on Celery's loggers; the task being run is read with
 Celery's public ``current_task``.
 """
@@ -18,7 +19,7 @@ from typing import Any
 from celery import current_task
 from celery.app.trace import LOG_IGNORED, log_policy_ignore
 
-from orchestration.redaction import (
+from agentloop.orchestration.redaction import (
     HIDDEN,
     PRIVATE_PREFIX,
     hidden_texts,
@@ -69,7 +70,7 @@ class RedactingLogFilter(logging.Filter):
     * the success line (``Task agentloop.run[id] succeeded in 0.1s: <hidden result, 57 chars>``);
     * failure, retry and internal-error lines: the exception and the traceback
       lose the text of the hidden arguments and are cut at
-      :data:`~orchestration.redaction.MAX_EXCEPTION_CHARS` per line;
+      :data:`~agentloop.orchestration.redaction.MAX_EXCEPTION_CHARS` per line;
     * the ``args``/``kwargs`` handed to custom handlers (``record.data``) are the redacted reprs;
     * the pool's ``DEBUG`` line ``TaskPool: Apply ...`` no longer dumps a private message;
     * the ``Task agentloop.launch[id] ignored`` line of a task that replaced itself

@@ -1,8 +1,8 @@
 """What a worker sends on to the rest of a run is checked against the edge's limits first.
 
 Every worker refuses a message whose args or kwargs nest deeper than
-:data:`~orchestration.celery_adapter.edge.MAX_DEPTH` levels, or whose body is
-larger than :data:`~orchestration.celery_adapter.edge.MAX_BODY_BYTES`
+:data:`~agentloop.orchestration.celery_adapter.edge.MAX_DEPTH` levels, or whose body is
+larger than :data:`~agentloop.orchestration.celery_adapter.edge.MAX_BODY_BYTES`
 (``edge.py``). Refused there, an internal message of a running run would only
 fail its own result. So before a task sends the canvas of a pipeline or a
 composite (``canvas.py``), :func:`check_canvas` estimates each message the
@@ -28,8 +28,8 @@ from typing import Any
 
 from celery import Signature
 
-from actions.errors import AgentLoopError
-from orchestration.celery_adapter.edge import MAX_BODY_BYTES, MAX_DEPTH, nests_deeper_than
+from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.celery_adapter.edge import MAX_BODY_BYTES, MAX_DEPTH, nests_deeper_than
 
 __all__ = ["MAX_OUTPUT_DEPTH", "UnsendableMessageError", "check_canvas", "check_output"]
 

@@ -7,7 +7,7 @@ keeps, in ``celery inspect active`` and in the worker's log lines (``Task ...
 succeeded in 0.1s: <result>``, a failure's message and traceback).
 :func:`install_privacy` hides them while task names, ids, states and
 identifiers stay readable; what is shown of a value is decided by
-:mod:`orchestration.redaction`.
+:mod:`agentloop.orchestration.redaction`.
 
 Each part goes through an extension point Celery documents:
 
@@ -15,7 +15,7 @@ Each part goes through an extension point Celery documents:
   fills the ``argsrepr``/``kwargsrepr`` calling arguments (Celery's Tasks guide,
   "Hiding sensitive information in arguments") of every ``agentloop.*``
   message the app builds: ``send_task``, canvas, ``Task.replace``, chord
-  callbacks, Flower's ``send-task`` when Flower runs ``-A orchestration``.
+  callbacks, Flower's ``send-task`` when Flower runs ``-A agentloop``.
   Message headers and ``task-sent`` events carry nothing else.
 * **Worker** — :class:`RedactingRequest`, the ``Request`` class of the app's
   tasks (``Task.Request``), builds every request of a private task from
@@ -24,7 +24,7 @@ Each part goes through an extension point Celery documents:
   ``received`` line, ``task-received``, the pool child's log lines and
   ``inspect active|reserved|scheduled`` show. Its events carry ``<hidden
   result ...>`` and exceptions scrubbed of the hidden arguments' text.
-* **Logs** — :class:`~orchestration.celery_adapter.log_filter.RedactingLogFilter`
+* **Logs** — :class:`~agentloop.orchestration.celery_adapter.log_filter.RedactingLogFilter`
   on Celery's worker loggers (:mod:`logging` filters).
 
 Other tasks keep Celery's behaviour. The result backend (results, progress
@@ -41,8 +41,15 @@ from celery import Celery
 from celery.app.amqp import AMQP
 from celery.worker.request import Request
 
-from orchestration.celery_adapter.log_filter import install_log_filters
-from orchestration.redaction import hidden_texts, hide_result, is_private, parameter_names, redact_call, scrub
+from agentloop.orchestration.celery_adapter.log_filter import install_log_filters
+from agentloop.orchestration.redaction import (
+    hidden_texts,
+    hide_result,
+    is_private,
+    parameter_names,
+    redact_call,
+    scrub,
+)
 
 __all__ = ["PrivateAMQP", "RedactingRequest", "install_privacy"]
 
@@ -88,7 +95,7 @@ class RedactingRequest(Request):  # type: ignore[misc]
 
     Built as Celery's worker strategy builds a request (keyword arguments
     only); for a private task the ``headers`` it hands on carry reprs
-    recomputed by :func:`~orchestration.redaction.redact_call`, whatever the
+    recomputed by :func:`~agentloop.orchestration.redaction.redact_call`, whatever the
     producer wrote.
     """
 

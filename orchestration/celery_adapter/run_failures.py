@@ -4,7 +4,7 @@ run by whichever path can still reach the store.
 Every task that carries a run (:data:`RUN_TASKS`) is registered with
 :data:`RUN_TASK_OPTIONS`:
 
-* a :class:`~orchestration.store.StoreUnavailableError` (the database stayed
+* a :class:`~agentloop.orchestration.store.StoreUnavailableError` (the database stayed
   away past the store's own retries, ``AGENTLOOP_STORE_RETRY_SECONDS``) retries
   the task, up to :data:`MAX_STORE_RETRIES` times with a delay growing from 5 s
   to 60 s (with the store's own retries, some 18 minutes by default): the
@@ -27,11 +27,20 @@ from typing import Any
 
 from celery import Task
 
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.launches import RunIdTakenError, claim_launch
-from orchestration.run_end import end_with_failure
-from orchestration.store import StoreUnavailableError
-from orchestration.wire import FINALIZE, LANE, LAUNCH, MERGE, PIPELINE_DONE, RUN, STAGE, LaunchRequestError
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.launches import RunIdTakenError, claim_launch
+from agentloop.orchestration.run_end import end_with_failure
+from agentloop.orchestration.store import StoreUnavailableError
+from agentloop.orchestration.wire import (
+    FINALIZE,
+    LANE,
+    LAUNCH,
+    MERGE,
+    PIPELINE_DONE,
+    RUN,
+    STAGE,
+    LaunchRequestError,
+)
 
 __all__ = ["MAX_STORE_RETRIES", "RUN_TASKS", "RUN_TASK_OPTIONS", "end_run_on_failure"]
 
@@ -80,7 +89,7 @@ def end_run_on_failure(
             logger.error("run %s failed and its end could not be recorded", run_id, exc_info=True)
 
 
-#: The options :func:`~orchestration.celery_adapter.tasks.install_tasks` registers each of
+#: The options :func:`~agentloop.orchestration.celery_adapter.tasks.install_tasks` registers each of
 #: :data:`RUN_TASKS` with (Celery's documented task options).
 RUN_TASK_OPTIONS: dict[str, Any] = {
     "autoretry_for": (StoreUnavailableError,),

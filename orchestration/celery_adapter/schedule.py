@@ -15,19 +15,14 @@ same entry with :func:`batch_entry`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from celery.schedules import crontab, schedule
 
-from actions.errors import AgentLoopError
-from orchestration.wire import BATCH
-
-
-class ScheduleError(AgentLoopError, ValueError):
-    """A beat schedule entry that cannot be used, with the reason."""
+from agentloop.orchestration.settings import ScheduleError, schedule_entries
+from agentloop.orchestration.wire import BATCH
 
 
 def parse_crontab(expression: str) -> crontab:
@@ -95,31 +90,9 @@ def batch_entry(
 
 
 def schedule_from_json(text: str) -> dict[str, dict[str, Any]]:
-    """``AGENTLOOP_BEAT_SCHEDULE``'s JSON list as a ``beat_schedule`` mapping."""
-    if not text.strip():
-        return {}
-    try:
-        entries = json.loads(text)
-    except ValueError as error:
-        raise ScheduleError(f"AGENTLOOP_BEAT_SCHEDULE is not valid JSON: {error}") from None
-    if not isinstance(entries, list):
-        raise ScheduleError("AGENTLOOP_BEAT_SCHEDULE must be a JSON list of entries")
-    result: dict[str, dict[str, Any]] = {}
-    allowed = {
-        "name", "runnable", "crontab", "every", "inputs", "provider", "provider_args", "context",
-        "expires", "chunk_size", "token_budget",
-    }  # fmt: skip
-    for entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise ScheduleError(f"each schedule entry must be an object with a 'name': {entry!r}")
-        unknown = set(entry) - allowed
-        if unknown:
-            raise ScheduleError(f"schedule entry {entry['name']!r}: unknown keys {sorted(unknown)}")
-        if not isinstance(entry.get("runnable"), str):
-            raise ScheduleError(f"schedule entry {entry['name']!r} needs a 'runnable'")
-        name = entry["name"]
-        if name in result:
-            raise ScheduleError(f"two schedule entries are named {name!r}")
-        options = {k: v for k, v in entry.items() if k != "name"}
-        result[name] = batch_entry(key=name, **options)
-    return result
+    """``AGENTLOOP_BEAT_SCHEDULE``'s JSON list (checked by
+    :func:`~agentloop.orchestration.settings.schedule_entries`) as a ``beat_schedule`` mapping."""
+    return {
+        entry["name"]: batch_entry(key=entry["name"], **{k: v for k, v in entry.items() if k != "name"})
+        for entry in schedule_entries(text)
+    }

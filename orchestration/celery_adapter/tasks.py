@@ -4,7 +4,7 @@ Each is thin: decode the message, ask the engine (``orchestration/engine.py``),
 and return a value or replace itself with the canvas the outcome compiles to
 (``canvas.py``). What a task shares with the others of its app, the settings,
 the registry and the run store, comes from the app's
-:class:`~orchestration.celery_adapter.app.AppDependencies`; :func:`install_tasks`
+:class:`~agentloop.orchestration.celery_adapter.app.AppDependencies`; :func:`install_tasks`
 registers these functions on one app.
 """
 
@@ -20,20 +20,20 @@ from typing import Any, TypeVar
 from celery import Celery, Task
 from celery.exceptions import Ignore
 
-from actions.human import RunPaused
-from orchestration.celery_adapter.batches import install_batch_tasks
-from orchestration.celery_adapter.canvas import continue_lane, continue_with, from_lanes
-from orchestration.celery_adapter.deliveries import first_delivery, node_of, unmark_chain
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.celery_adapter.progress_events import progress_events_of
-from orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
-from orchestration.engine import WorkflowEngine
-from orchestration.human.pause import pause_task, resume
-from orchestration.launches import LaunchClaim, RunIdTakenError, attached_result, claim_launch
-from orchestration.outcomes import Done, Outcome
-from orchestration.run_end import end_with_failure
-from orchestration.store import RunAlreadyEndedError, RunOwnershipError, RunRecord
-from orchestration.wire import (
+from agentloop.actions.human import RunPaused
+from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
+from agentloop.orchestration.celery_adapter.canvas import continue_lane, continue_with, from_lanes
+from agentloop.orchestration.celery_adapter.deliveries import first_delivery, node_of, unmark_chain
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.celery_adapter.pause import pause_task, resume
+from agentloop.orchestration.celery_adapter.progress_events import progress_events_of
+from agentloop.orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
+from agentloop.orchestration.engine import WorkflowEngine
+from agentloop.orchestration.launches import LaunchClaim, RunIdTakenError, attached_result, claim_launch
+from agentloop.orchestration.run_end import end_with_failure
+from agentloop.orchestration.store import RunAlreadyEndedError, RunOwnershipError, RunRecord
+from agentloop.orchestration.task_outcome import Done, Outcome
+from agentloop.orchestration.wire import (
     CANCEL,
     FINALIZE,
     LANE,
@@ -100,7 +100,7 @@ def engine_for(task: Task) -> WorkflowEngine:
 
 def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, Outcome]) -> Outcome:
     """The engine's outcome for a node; a node paused for a person's answer ends its task here
-    without a result, and runs again when answered (``orchestration/human/pause.py``)."""
+    without a result, and runs again when answered (``orchestration/celery_adapter/pause.py``)."""
     try:
         return run_coroutine(coroutine)
     except RunPaused as paused:
@@ -122,7 +122,7 @@ def launch(
     ``token_budget`` (optional) caps the tokens all steps of the run may use together;
     ``deadline_seconds`` (optional) ends the whole run that long after this task starts it.
     The run id (``run_id``, else this task's id) is an idempotency key: see
-    :mod:`orchestration.launches` for a message whose id names a run that exists.
+    :mod:`agentloop.orchestration.launches` for a message whose id names a run that exists.
     """
     store = dependencies_of(self.app).store
     arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
@@ -216,10 +216,11 @@ def lane_collect(self: Task, output: Any, collected: list[Any]) -> list[Any]:
 
 def finalize(self: Task, result: Any, run_id: str, owner_token: str | None = None) -> Any:
     """Record the run's end (``succeeded``, or ``degraded`` when model calls failed); the run's id
-    then answers with its result (a degraded run's as a :class:`~orchestration.wire.DegradedResult`).
+    then answers with its result (a degraded run's as a
+    :class:`~agentloop.orchestration.wire.DegradedResult`).
 
     Only the canvas its launch built carries the run's ``owner_token``: a finalize without it
-    is refused (:class:`~orchestration.store.RunOwnershipError`) and the run is not touched.
+    is refused (:class:`~agentloop.orchestration.store.RunOwnershipError`) and the run is not touched.
     """
     owner = dependencies_of(self.app).store.run_owner(str(run_id))
     if owner is not None and not owner.holds(owner_token):
@@ -293,7 +294,7 @@ TASKS = {
 
 def install_tasks(app: Celery) -> None:
     """Register the framework's tasks on ``app`` (and only on it)."""
-    from orchestration.celery_adapter.privacy import install_privacy
+    from agentloop.orchestration.celery_adapter.privacy import install_privacy
 
     install_privacy(app)  # agentloop.* arguments and results hidden from Flower and worker logs
     for name, function in TASKS.items():

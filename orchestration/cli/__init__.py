@@ -14,22 +14,22 @@
 
 Every command that prints takes ``--json`` (JSON on stdout, for scripts).
 Workers, beat and Flower start with Celery's own commands:
-``celery -A orchestration worker|beat|flower``.
+``celery -A agentloop worker|beat|flower``.
 """
 
 from __future__ import annotations
 
 import typer
 
-from orchestration.cli.cancel import cancel
-from orchestration.cli.demo import demo
-from orchestration.cli.graph import graph
-from orchestration.cli.resume import resume
-from orchestration.cli.runnables import runnables
-from orchestration.cli.runs import runs
-from orchestration.cli.serve import serve
-from orchestration.cli.tools import tools
-from orchestration.cli.trigger import trigger
+from agentloop.orchestration.cli.cancel import cancel
+from agentloop.orchestration.cli.demo import demo
+from agentloop.orchestration.cli.graph import graph
+from agentloop.orchestration.cli.resume import resume
+from agentloop.orchestration.cli.runnables import runnables
+from agentloop.orchestration.cli.runs import runs
+from agentloop.orchestration.cli.serve import serve
+from agentloop.orchestration.cli.tools import tools
+from agentloop.orchestration.cli.trigger import trigger
 
 app = typer.Typer(
     name="agentloop",

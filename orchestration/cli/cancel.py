@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from orchestration.cli.common import (
+from agentloop.orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
     EXIT_USAGE,
@@ -26,9 +26,9 @@ from orchestration.cli.common import (
     print_json,
     run_store,
 )
-from orchestration.redaction import redact_url
-from orchestration.settings import Settings
-from orchestration.wire import CANCEL
+from agentloop.orchestration.redaction import redact_url
+from agentloop.orchestration.settings import Settings
+from agentloop.orchestration.wire import CANCEL
 
 
 def cancel(

@@ -26,10 +26,10 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from loops.progress import ProgressEvent, ProgressStatus
-from orchestration.registry import RunnableRegistry
-from orchestration.settings import Settings, SettingsError, load_settings
-from orchestration.store import RunStore, open_store
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.settings import Settings, SettingsError, load_settings
+from agentloop.orchestration.store import RunStore, open_store
 
 console = Console()
 errors = Console(stderr=True)
@@ -95,13 +95,13 @@ def run_store(settings: Settings) -> RunStore:
 @contextmanager
 def celery_app(settings: Settings, *, start_worker: bool | None = None) -> Iterator[Any]:
     """The app for ``settings``; on the in-memory broker, with a worker thread in this process."""
-    from orchestration.celery_adapter.app import create_app
+    from agentloop.orchestration.celery_adapter.app import create_app
 
     app = create_app(settings=settings)
     in_memory = str(app.conf.broker_url).startswith("memory://")
     try:
         if start_worker or (start_worker is None and in_memory):
-            from orchestration.celery_adapter.embedded import embedded_worker
+            from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 
             with embedded_worker(app, pool="threads", concurrency=4, loglevel="ERROR"):
                 yield app

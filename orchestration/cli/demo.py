@@ -16,8 +16,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.cli.common import (
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
     celery_app,
@@ -26,10 +26,10 @@ from orchestration.cli.common import (
     fail,
     follow,
 )
-from orchestration.client import CeleryAgentRunner
-from orchestration.llm import ModelProvider, describe_processor
-from orchestration.redaction import redact_url
-from orchestration.store import database_url
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.llm import ModelProvider, describe_processor
+from agentloop.orchestration.redaction import redact_url
+from agentloop.orchestration.store import database_url
 
 #: The demo: a registered workflow, and the module that declares it (``AGENTLOOP_IMPORTS`` when
 #: that names none). The CLI knows these names only: it runs the demo the way ``trigger`` runs any

@@ -6,10 +6,10 @@ import json
 
 import typer
 
-from orchestration.cli.common import cli_settings, deployment_registry, fail
-from orchestration.cli.demo import DEMO_MODULE
-from orchestration.graph import graph_of, to_mermaid
-from orchestration.registry import UnknownRunnableError
+from agentloop.orchestration.cli.common import cli_settings, deployment_registry, fail
+from agentloop.orchestration.cli.demo import DEMO_MODULE
+from agentloop.orchestration.graph import graph_of, to_mermaid
+from agentloop.orchestration.registry import UnknownRunnableError
 
 
 def graph(

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from orchestration.cli.common import (
+from agentloop.orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
     celery_app,
@@ -26,9 +26,9 @@ from orchestration.cli.common import (
     print_json,
     run_store,
 )
-from orchestration.human.waits import PENDING, wait_store_for
-from orchestration.redaction import redact_url
-from orchestration.wire import RESUME
+from agentloop.orchestration.redaction import redact_url
+from agentloop.orchestration.store.waits import PENDING, wait_store_for
+from agentloop.orchestration.wire import RESUME
 
 
 def resume(

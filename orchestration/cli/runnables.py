@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
-from orchestration.cli.common import (
+from agentloop.orchestration.cli.common import (
     cli_settings,
     console,
     deployment_registry,
@@ -22,8 +22,8 @@ from orchestration.cli.common import (
     json_option,
     print_json,
 )
-from orchestration.graph import GraphNode, graph_of
-from orchestration.registry import RunnableRegistry
+from agentloop.orchestration.graph import GraphNode, graph_of
+from agentloop.orchestration.registry import RunnableRegistry
 
 #: How each kind is shown.
 KIND_LABELS = {"action_stage": "action stage"}

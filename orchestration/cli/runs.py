@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from loops.progress import ProgressEvent
-from orchestration.cli.common import (
+from agentloop.loops.progress import ProgressEvent
+from agentloop.orchestration.cli.common import (
     EXIT_USAGE,
     cli_settings,
     console,
@@ -28,7 +28,7 @@ from orchestration.cli.common import (
     print_json,
     run_store,
 )
-from orchestration.store import TERMINAL_STATUSES, RunRecord
+from agentloop.orchestration.store import TERMINAL_STATUSES, RunRecord
 
 runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_args_is_help=True)
 

@@ -14,11 +14,11 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from orchestration.cli.common import celery_app, cli_settings, console, fail
-from orchestration.cli.demo import DEMO_MODULE
-from orchestration.redaction import redact_url
-from orchestration.settings import Settings
-from orchestration.store import database_url
+from agentloop.orchestration.cli.common import celery_app, cli_settings, console, fail
+from agentloop.orchestration.cli.demo import DEMO_MODULE
+from agentloop.orchestration.redaction import redact_url
+from agentloop.orchestration.settings import Settings
+from agentloop.orchestration.store import database_url
 
 
 def serve(
@@ -36,8 +36,8 @@ def serve(
 ) -> None:
     """Serve runs over HTTP (GraphQL, JSON, Server-Sent Events) and the run viewer at /ui."""
     try:
-        from orchestration.web import create_web_app
-        from orchestration.web.server import run_server, uvicorn_config, with_session_token
+        from agentloop.orchestration.web import create_web_app
+        from agentloop.orchestration.web.server import run_server, uvicorn_config, with_session_token
     except ImportError as missing:
         raise fail(str(missing)) from None
     settings = cli_settings()

@@ -1,7 +1,7 @@
 """``agentloop tools list|show|load|sync``: the ``AiTool`` table.
 
 ``sync`` writes the schemas the typed actions of ``AGENTLOOP_IMPORTS`` generate
-(:mod:`orchestration.tool_sync`); a row edited by hand wins, with a warning
+(:mod:`agentloop.orchestration.tool_sync`); a row edited by hand wins, with a warning
 when it has drifted from the generated one.
 """
 
@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orchestration.cli.common import (
+from agentloop.orchestration.cli.common import (
     EXIT_FAILED,
     cli_settings,
     console,
@@ -25,8 +25,8 @@ from orchestration.cli.common import (
     json_option,
     print_json,
 )
-from orchestration.store import open_store, validate_tool_payload
-from orchestration.tool_sync import DRIFTED, sync_tools, typed_actions
+from agentloop.orchestration.store import open_store, validate_tool_payload
+from agentloop.orchestration.tool_sync import DRIFTED, sync_tools, typed_actions
 
 tools = typer.Typer(help="Tool schemas in the AiTool table (DATABASE_URL).", no_args_is_help=True)
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.cli.common import (
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.cli.common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
     celery_app,
@@ -21,8 +21,8 @@ from orchestration.cli.common import (
     parse_json,
     print_json,
 )
-from orchestration.client import CeleryAgentRunner, RunHandle
-from orchestration.registry import UnknownRunnableError
+from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+from agentloop.orchestration.registry import UnknownRunnableError
 
 
 def trigger(

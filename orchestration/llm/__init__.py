@@ -1,7 +1,7 @@
 """Model processors: the OpenAI and Anthropic processors, the offline model, and provider rate limits.
 
 - :class:`ModelProvider` builds the processor a deployment runs with from its
-  :class:`~orchestration.settings.ModelSettings` (OpenAI, Anthropic or a
+  :class:`~agentloop.orchestration.settings.ModelSettings` (OpenAI, Anthropic or a
   compatible server when configured, else the offline model; rate-limited when asked),
   and owns the limiter its processors share. :func:`processor_from_env` is
   the short way; :func:`describe_processor` says what a processor is.
@@ -9,8 +9,8 @@
   :class:`AnthropicProcessor` (the Messages API on the ``anthropic`` SDK, an
   optional extra) and :class:`OfflineModel` (deterministic, no key) implement the processor
   protocol on :class:`BaseProcessor`, which hands them one
-  :class:`~actions.model.ModelRequest` per turn.
-- Rate limits (:mod:`orchestration.llm.limits`): :class:`WindowRateLimiter`,
+  :class:`~agentloop.actions.model.ModelRequest` per turn.
+- Rate limits (:mod:`agentloop.orchestration.llm.limits`): :class:`WindowRateLimiter`,
   one fixed-window algorithm over a :class:`MemoryBackend` or a
   :class:`RedisBackend`, and :class:`RateLimitedProcessor`, which asks it for
   a slot before each call.
@@ -25,15 +25,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestration.llm.anthropic_processor import AnthropicProcessor
-    from orchestration.llm.base import BaseProcessor
-    from orchestration.llm.limits.backends.memory import MemoryBackend
-    from orchestration.llm.limits.backends.redis import RedisBackend
-    from orchestration.llm.limits.processor import RateLimitedProcessor, RateLimiter, current_permit
-    from orchestration.llm.limits.window import Permit, RateLimitTimeoutError, WindowRateLimiter, limit_key
-    from orchestration.llm.offline import OfflineModel
-    from orchestration.llm.openai_processor import OpenAIProcessor
-    from orchestration.llm.provider import ModelProvider, describe_processor, processor_from_env
+    from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+    from agentloop.orchestration.llm.base import BaseProcessor
+    from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
+    from agentloop.orchestration.llm.limits.backends.redis import RedisBackend
+    from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor, RateLimiter, current_permit
+    from agentloop.orchestration.llm.limits.window import (
+        Permit,
+        RateLimitTimeoutError,
+        WindowRateLimiter,
+        limit_key,
+    )
+    from agentloop.orchestration.llm.offline import OfflineModel
+    from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+    from agentloop.orchestration.llm.provider import ModelProvider, describe_processor, processor_from_env
 
 __all__ = [
     "AnthropicProcessor",
@@ -55,22 +60,22 @@ __all__ = [
 ]
 
 _HOMES = {
-    "AnthropicProcessor": "orchestration.llm.anthropic_processor",
-    "BaseProcessor": "orchestration.llm.base",
-    "MemoryBackend": "orchestration.llm.limits.backends.memory",
-    "ModelProvider": "orchestration.llm.provider",
-    "OfflineModel": "orchestration.llm.offline",
-    "OpenAIProcessor": "orchestration.llm.openai_processor",
-    "Permit": "orchestration.llm.limits.window",
-    "RateLimitTimeoutError": "orchestration.llm.limits.window",
-    "RateLimitedProcessor": "orchestration.llm.limits.processor",
-    "RateLimiter": "orchestration.llm.limits.processor",
-    "RedisBackend": "orchestration.llm.limits.backends.redis",
-    "WindowRateLimiter": "orchestration.llm.limits.window",
-    "current_permit": "orchestration.llm.limits.processor",
-    "describe_processor": "orchestration.llm.provider",
-    "limit_key": "orchestration.llm.limits.window",
-    "processor_from_env": "orchestration.llm.provider",
+    "AnthropicProcessor": "agentloop.orchestration.llm.anthropic_processor",
+    "BaseProcessor": "agentloop.orchestration.llm.base",
+    "MemoryBackend": "agentloop.orchestration.llm.limits.backends.memory",
+    "ModelProvider": "agentloop.orchestration.llm.provider",
+    "OfflineModel": "agentloop.orchestration.llm.offline",
+    "OpenAIProcessor": "agentloop.orchestration.llm.openai_processor",
+    "Permit": "agentloop.orchestration.llm.limits.window",
+    "RateLimitTimeoutError": "agentloop.orchestration.llm.limits.window",
+    "RateLimitedProcessor": "agentloop.orchestration.llm.limits.processor",
+    "RateLimiter": "agentloop.orchestration.llm.limits.processor",
+    "RedisBackend": "agentloop.orchestration.llm.limits.backends.redis",
+    "WindowRateLimiter": "agentloop.orchestration.llm.limits.window",
+    "current_permit": "agentloop.orchestration.llm.limits.processor",
+    "describe_processor": "agentloop.orchestration.llm.provider",
+    "limit_key": "agentloop.orchestration.llm.limits.window",
+    "processor_from_env": "agentloop.orchestration.llm.provider",
 }
 
 

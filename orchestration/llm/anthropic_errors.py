@@ -19,7 +19,7 @@ from anthropic import (
     APITimeoutError,
 )
 
-from orchestration.llm.sdk_errors import STATUS_LABELS, SdkErrors
+from agentloop.orchestration.llm.sdk_errors import STATUS_LABELS, SdkErrors
 
 __all__ = ["ANTHROPIC_ERRORS"]
 

@@ -1,8 +1,9 @@
-"""Pure mapping between the provider-neutral shapes of ``actions.model`` and Anthropic's Messages API
+"""Pure mapping between the provider-neutral shapes of ``agentloop.actions.model`` and Anthropic's Messages
+API
 (system prompt, messages, tools, tool choice, the reply). No I/O.
 
 - The instruction and the reference documents are the ``system`` prompt
-  (:func:`~orchestration.llm.documents.system_prompt`), and so is every history
+  (:func:`~agentloop.orchestration.llm.documents.system_prompt`), and so is every history
   message of role ``system``, in order: the Messages API has no system turns.
 - user and assistant messages become turns of content blocks; an assistant's
   ``tool_calls`` become ``tool_use`` blocks (arguments that are not a JSON
@@ -25,8 +26,8 @@ from typing import Any
 
 from anthropic.types import Message, MessageParam, ToolChoiceParam, ToolParam
 
-from actions.model import AiResponse, FunctionCall, Usage
-from orchestration.llm.documents import as_text, system_prompt
+from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.orchestration.llm.documents import as_text, system_prompt
 
 __all__ = ["from_message", "to_anthropic_request", "to_anthropic_tool_choice", "to_anthropic_tools"]
 

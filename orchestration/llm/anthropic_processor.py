@@ -14,16 +14,16 @@ map, anything unexpected) comes back as :meth:`AiResponse.failure` with a short
 message such as ``"anthropic: 429 rate limited after 4 attempts: slow down"``.
 Messages never contain the API key.
 
-The mapping (:mod:`orchestration.llm.anthropic_mapping`): the instruction and
+The mapping (:mod:`agentloop.orchestration.llm.anthropic_mapping`): the instruction and
 documents are the system prompt; a forced tool is ``tool_choice={"type": "tool",
 "name": ...}``; ``tool_use`` blocks come back as :attr:`AiResponse.function_calls`
 (their ``input`` JSON-encoded), ``usage`` from ``input_tokens``/``output_tokens``.
 ``files`` are not sent yet; tools are never executed here.
 
 With ``stream=True`` the same request is streamed and read back by
-:mod:`orchestration.llm.anthropic_stream` into the same :class:`AiResponse`; while a run
+:mod:`agentloop.orchestration.llm.anthropic_stream` into the same :class:`AiResponse`; while a run
 listens, the partial text and tool input are reported as throttled ``delta`` progress events
-(:mod:`orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
+(:mod:`agentloop.orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
 malformed event, an ``error`` event, a stream cut short) is a failure like any other.
 """
 
@@ -40,21 +40,21 @@ except ModuleNotFoundError as missing:  # the optional extra is not installed
         "AnthropicProcessor needs the anthropic SDK: pip install 'agentloop[anthropic]'", name=missing.name
     ) from missing
 
-from actions.context import maybe_await
-from actions.model import AiResponse, ModelRequest, Usage
-from orchestration.llm.anthropic_errors import ANTHROPIC_ERRORS
-from orchestration.llm.anthropic_mapping import (
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.model import AiResponse, ModelRequest, Usage
+from agentloop.orchestration.llm.anthropic_errors import ANTHROPIC_ERRORS
+from agentloop.orchestration.llm.anthropic_mapping import (
     from_message,
     to_anthropic_request,
     to_anthropic_tool_choice,
     to_anthropic_tools,
 )
-from orchestration.llm.anthropic_stream import MessageStreamReader
-from orchestration.llm.base import BaseProcessor, UsageHook
-from orchestration.llm.request_guard import model_requests
-from orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
-from orchestration.settings import ModelSettings
-from orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL
+from agentloop.orchestration.llm.anthropic_stream import MessageStreamReader
+from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
+from agentloop.orchestration.llm.request_guard import model_requests
+from agentloop.orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
+from agentloop.orchestration.settings import ModelSettings
+from agentloop.orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,8 @@ PLACEHOLDER_API_KEY = "not-needed"
 
 
 class AnthropicProcessor(StreamedReplies, BaseProcessor):
-    """A :class:`~actions.model.ModelProcessor` backed by ``anthropic.AsyncAnthropic`` (Messages API).
+    """A :class:`~agentloop.actions.model.ModelProcessor` backed by ``anthropic.AsyncAnthropic`` (Messages
+    API).
 
     ``timeout`` (seconds or a ``timedelta``, default 60 s) bounds each attempt;
     ``max_retries`` (default 3) is how many times the SDK retries a retryable
@@ -193,7 +194,7 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
     async def process(self, request: ModelRequest) -> AiResponse:
         """One Messages API turn; every failure is returned as :meth:`AiResponse.failure`.
 
-        Raises :class:`~orchestration.llm.request_guard.ModelRequestsBlockedError`
+        Raises :class:`~agentloop.orchestration.llm.request_guard.ModelRequestsBlockedError`
         (a test set-up error, not a model fault) while tests block real model requests.
         """
         model_requests.check(url=self.base_url, sender="AnthropicProcessor")

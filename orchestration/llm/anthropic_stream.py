@@ -5,11 +5,11 @@
 ``tool_use`` block with its ``id`` and ``name``), ``content_block_delta`` (``text_delta`` text,
 ``input_json_delta`` pieces of a tool's input), ``message_delta`` (the ``stop_reason``, the
 output tokens) and ``message_stop``. The result is what
-:func:`~orchestration.llm.anthropic_mapping.from_message` makes of the same message sent whole:
+:func:`~agentloop.orchestration.llm.anthropic_mapping.from_message` makes of the same message sent whole:
 the text blocks joined, each ``tool_use`` block a call whose arguments are its input
 JSON-encoded (the joined pieces parsed and encoded again, as the whole reply's ``input`` is; kept
 as sent when they are not JSON), the usage and the model. Each piece is also handed to a
-:class:`~orchestration.llm.stream_deltas.DeltaReporter`, when a run listens: a tool call's
+:class:`~agentloop.orchestration.llm.stream_deltas.DeltaReporter`, when a run listens: a tool call's
 ``delta`` events carry the input's text as the model wrote it.
 
 A stream that ends before ``message_delta`` said why the message stopped was cut short; it is
@@ -22,8 +22,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from actions.model import AiResponse, FunctionCall, Usage
-from orchestration.llm.stream_deltas import DeltaReporter
+from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.orchestration.llm.stream_deltas import DeltaReporter
 
 __all__ = ["MessageStreamReader"]
 

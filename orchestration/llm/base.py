@@ -1,6 +1,6 @@
-"""``BaseProcessor``: a model processor written against one :class:`~actions.model.ModelRequest`.
+"""``BaseProcessor``: a model processor written against one :class:`~agentloop.actions.model.ModelRequest`.
 
-The processor protocol (:class:`actions.model.ModelProcessor`) is a method of
+The processor protocol (:class:`agentloop.actions.model.ModelProcessor`) is a method of
 seven keywords. A subclass implements :meth:`BaseProcessor.process` instead,
 which receives them as one value, so wrappers can pass a request on
 (``await request.send(inner)``) or change one field (``dataclasses.replace``)
@@ -13,9 +13,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from actions.model import AiResponse, ModelRequest, Usage
-from actions.tracing import trace_span
-from orchestration.tracing.genai import record_response, request_attributes
+from agentloop.actions.model import AiResponse, ModelRequest, Usage
+from agentloop.actions.tracing import trace_span
+from agentloop.orchestration.tracing.genai import record_response, request_attributes
 
 __all__ = ["BaseProcessor", "UsageHook"]
 
@@ -24,7 +24,8 @@ UsageHook = Callable[[Usage], Awaitable[None] | None]
 
 
 class BaseProcessor(ABC):
-    """A :class:`~actions.model.ModelProcessor` whose turns arrive as :class:`ModelRequest` values."""
+    """A :class:`~agentloop.actions.model.ModelProcessor` whose turns arrive as :class:`ModelRequest`
+    values."""
 
     async def send_request(
         self,

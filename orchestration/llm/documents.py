@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actions.prompt import embed_user_text
+from agentloop.actions.prompt import embed_user_text
 
 __all__ = ["as_text", "render_documents", "system_prompt"]
 

@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from actions.model import AiResponse, FunctionCall, ModelRequest, Usage
-from orchestration.llm.base import BaseProcessor
+from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest, Usage
+from agentloop.orchestration.llm.base import BaseProcessor
 
 LABEL = "[offline model]"
 

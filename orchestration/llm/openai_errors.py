@@ -15,7 +15,7 @@ from openai import (
     OpenAIError,
 )
 
-from orchestration.llm.sdk_errors import SdkErrors
+from agentloop.orchestration.llm.sdk_errors import SdkErrors
 
 __all__ = ["OPENAI_ERRORS"]
 

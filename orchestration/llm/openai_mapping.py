@@ -1,4 +1,4 @@
-"""Pure mapping between the provider-neutral shapes of ``actions.model`` and OpenAI's
+"""Pure mapping between the provider-neutral shapes of ``agentloop.actions.model`` and OpenAI's
 Chat Completions shapes (messages, tools, tool choice, completions). No I/O."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from openai.types.chat import (
 )
 from openai.types.shared_params import FunctionDefinition
 
-from actions.model import AiResponse, FunctionCall, Usage
-from orchestration.llm.documents import as_text, system_prompt
+from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.orchestration.llm.documents import as_text, system_prompt
 
 logger = logging.getLogger(__name__)
 

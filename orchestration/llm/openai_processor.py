@@ -14,11 +14,11 @@ a history message it cannot map, anything unexpected — comes back as
 ``"openai: 429 rate limited after 4 attempts: slow down"``. Messages never
 contain the API key (it is redacted if a server echoes it back).
 
-Mapping, from the provider-neutral shapes of :mod:`actions.model`:
+Mapping, from the provider-neutral shapes of :mod:`agentloop.actions.model`:
 
 - ``instruction`` becomes the system message; ``documents`` (each a ``str`` or
   ``{"title", "content"}``) are appended to it as reference documents, every
-  piece embedded with :func:`actions.embed_user_text`, so no document can end
+  piece embedded with :func:`agentloop.actions.embed_user_text`, so no document can end
   its element or pose as an instruction.
 - ``history_messages`` (user/assistant/tool/system; assistant ``tool_calls``
   ``[{id, name, arguments}]``; tool ``tool_call_id``) become OpenAI messages.
@@ -37,9 +37,9 @@ not JSON), ``usage`` from ``prompt_tokens``/``completion_tokens``, and
 ``model`` from the response.
 
 With ``stream=True`` the same request is streamed (``stream_options.include_usage``) and read
-back by :mod:`orchestration.llm.openai_stream` into the same :class:`AiResponse`; while a run
+back by :mod:`agentloop.orchestration.llm.openai_stream` into the same :class:`AiResponse`; while a run
 listens, the partial text and tool arguments are reported as throttled ``delta`` progress
-events (:mod:`orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
+events (:mod:`agentloop.orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
 malformed chunk, an error event, a stream cut short) is a failure like any other.
 """
 
@@ -52,20 +52,20 @@ from typing import Any, Self
 
 from openai import AsyncOpenAI, OpenAIError, omit
 
-from actions.context import maybe_await
-from actions.model import AiResponse, ModelRequest, Usage
-from orchestration.llm.base import BaseProcessor, UsageHook
-from orchestration.llm.openai_errors import OPENAI_ERRORS
-from orchestration.llm.openai_mapping import (
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.model import AiResponse, ModelRequest, Usage
+from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
+from agentloop.orchestration.llm.openai_errors import OPENAI_ERRORS
+from agentloop.orchestration.llm.openai_mapping import (
     from_chat_completion,
     to_openai_messages,
     to_openai_tool_choice,
     to_openai_tools,
 )
-from orchestration.llm.openai_stream import ChatStreamReader
-from orchestration.llm.request_guard import model_requests
-from orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
-from orchestration.settings import ModelSettings, load_settings
+from agentloop.orchestration.llm.openai_stream import ChatStreamReader
+from agentloop.orchestration.llm.request_guard import model_requests
+from agentloop.orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
+from agentloop.orchestration.settings import ModelSettings, load_settings
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ PLACEHOLDER_API_KEY = "not-needed"
 
 
 class OpenAIProcessor(StreamedReplies, BaseProcessor):
-    """A :class:`~actions.model.ModelProcessor` backed by ``openai.AsyncOpenAI`` (Chat Completions).
+    """A :class:`~agentloop.actions.model.ModelProcessor` backed by ``openai.AsyncOpenAI`` (Chat Completions).
 
     ``timeout`` (seconds or a ``timedelta``, default 60 s) bounds each attempt;
     ``max_retries`` (default 3) is how many times the SDK retries a retryable
@@ -239,7 +239,7 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
         ``files`` are not sent yet (logged at debug level). The processor never
         executes tools, whatever ``is_auto_handle_function_call`` says: function
         calls are returned in :attr:`AiResponse.function_calls`. Raises
-        :class:`~orchestration.llm.request_guard.ModelRequestsBlockedError` (a test
+        :class:`~agentloop.orchestration.llm.request_guard.ModelRequestsBlockedError` (a test
         set-up error, not a model fault) while tests block real model requests.
         """
         model_requests.check(url=self.base_url, sender="OpenAIProcessor")

@@ -4,10 +4,10 @@
 (``stream=True``, ``stream_options={"include_usage": True}``) and joins them: the text of the
 first choice, each tool call's arguments by its ``index`` (its ``id`` and ``name`` from the first
 chunk that carries them), the usage from the last chunk, the model from any. The result is what
-:func:`~orchestration.llm.openai_mapping.from_chat_completion` makes of the same reply sent whole:
+:func:`~agentloop.orchestration.llm.openai_mapping.from_chat_completion` makes of the same reply sent whole:
 the same text, calls with their raw arguments, usage and model (a compatible server that
 ignores ``stream_options`` and sends no usage chunk leaves the usage at zero). Each piece is also handed to a
-:class:`~orchestration.llm.stream_deltas.DeltaReporter`, when a run listens.
+:class:`~agentloop.orchestration.llm.stream_deltas.DeltaReporter`, when a run listens.
 
 A stream that ends before any choice said why it finished (``finish_reason``) was cut short; it
 is read as a failure, as a reply with no choices is. Errors raised while iterating (a dropped
@@ -22,8 +22,8 @@ from typing import Any
 
 from openai.types.chat import ChatCompletionChunk
 
-from actions.model import AiResponse, FunctionCall, Usage
-from orchestration.llm.stream_deltas import DeltaReporter
+from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.orchestration.llm.stream_deltas import DeltaReporter
 
 __all__ = ["ChatStreamReader"]
 

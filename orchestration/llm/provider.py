@@ -1,18 +1,18 @@
 """``ModelProvider``: the model processors a deployment runs with, built from its settings.
 
 What :meth:`ModelProvider.processor` returns, from
-:class:`~orchestration.settings.ModelSettings` (the same variables on every worker),
+:class:`~agentloop.orchestration.settings.ModelSettings` (the same variables on every worker),
 the first that applies (:attr:`ModelProvider.kind`):
 
 - ``AGENTLOOP_MODEL_PROVIDER`` set (``openai``, ``anthropic`` or ``offline``): that one.
 - ``OPENAI_API_KEY`` and/or ``OPENAI_BASE_URL`` set: an
-  :class:`~orchestration.llm.openai_processor.OpenAIProcessor` (with
+  :class:`~agentloop.orchestration.llm.openai_processor.OpenAIProcessor` (with
   ``OPENAI_TIMEOUT_SECONDS``, ``OPENAI_MAX_RETRIES``).
 - ``ANTHROPIC_API_KEY`` and/or ``ANTHROPIC_BASE_URL`` set: an
-  :class:`~orchestration.llm.anthropic_processor.AnthropicProcessor` (the
+  :class:`~agentloop.orchestration.llm.anthropic_processor.AnthropicProcessor` (the
   ``anthropic`` extra; with ``ANTHROPIC_TIMEOUT_SECONDS``, ``ANTHROPIC_MAX_RETRIES``,
   ``ANTHROPIC_MAX_TOKENS``).
-- otherwise the :class:`~orchestration.llm.offline.OfflineModel`
+- otherwise the :class:`~agentloop.orchestration.llm.offline.OfflineModel`
   (deterministic, no key, no network), or the one ``offline`` builds.
 
 ``AGENTLOOP_MODEL`` names the model of either provider (default: ``OPENAI_MODEL``
@@ -20,7 +20,7 @@ for OpenAI, ``claude-haiku-4-5`` for Anthropic); ``AGENTLOOP_MODEL_STREAM`` make
 stream its replies, reporting partial output as ``delta`` events.
 - ``AGENTLOOP_MODEL_RPM`` and/or ``AGENTLOOP_MODEL_TPM`` set (requests / tokens
   per window): the processor is wrapped in a
-  :class:`~orchestration.llm.limits.processor.RateLimitedProcessor`. The
+  :class:`~agentloop.orchestration.llm.limits.processor.RateLimitedProcessor`. The
   limiter counts in Redis, shared by every worker, when ``REDIS_URL`` is set,
   else in this process. ``AGENTLOOP_MODEL_LIMIT_NAME`` names the limit (its
   Redis key is ``agentloop:ratelimit:<name>``; default the model name),
@@ -50,15 +50,15 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from actions.model import ModelProcessor
-from orchestration.llm.limits.backends.memory import MemoryBackend
-from orchestration.llm.limits.backends.redis import RedisBackend
-from orchestration.llm.limits.processor import RateLimitedProcessor
-from orchestration.llm.limits.window import WindowBackend, WindowRateLimiter, limit_key
-from orchestration.llm.offline import OfflineModel
-from orchestration.redaction import redact_url
-from orchestration.settings import ModelSettings, load_settings
-from orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL, ProviderName
+from agentloop.actions.model import ModelProcessor
+from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
+from agentloop.orchestration.llm.limits.backends.redis import RedisBackend
+from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor
+from agentloop.orchestration.llm.limits.window import WindowBackend, WindowRateLimiter, limit_key
+from agentloop.orchestration.llm.offline import OfflineModel
+from agentloop.orchestration.redaction import redact_url
+from agentloop.orchestration.settings import ModelSettings, load_settings
+from agentloop.orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL, ProviderName
 
 __all__ = ["OFFLINE_DESCRIPTION", "ModelProvider", "describe_processor", "processor_from_env"]
 
@@ -142,14 +142,14 @@ class ModelProvider:
         if kind == "openai":
             return self._openai()
         if kind == "anthropic":
-            from orchestration.llm.anthropic_processor import AnthropicProcessor
+            from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
 
             return AnthropicProcessor.from_settings(self.settings)
         return self._offline() if self._offline is not None else OfflineModel()
 
     def _openai(self) -> ModelProcessor:
         """An OpenAI processor on the client shared by this event loop's processors (module doc)."""
-        from orchestration.llm.openai_processor import OpenAIProcessor
+        from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
 
         try:
             loop = asyncio.get_running_loop()
@@ -200,11 +200,11 @@ def describe_processor(processor: object) -> str:
         return f"{describe_processor(processor.inner)}; rate-limited: {processor.limiter.describe()}"
     if isinstance(processor, OfflineModel):
         return OFFLINE_DESCRIPTION
-    openai = _loaded_class("orchestration.llm.openai_processor", "OpenAIProcessor")
+    openai = _loaded_class("agentloop.orchestration.llm.openai_processor", "OpenAIProcessor")
     streamed = "; streamed" if getattr(processor, "stream", False) is True else ""
     if openai is not None and isinstance(processor, openai):
         return f"OpenAI-compatible model {processor.model} at {redact_url(processor.base_url)}{streamed}"
-    anthropic = _loaded_class("orchestration.llm.anthropic_processor", "AnthropicProcessor")
+    anthropic = _loaded_class("agentloop.orchestration.llm.anthropic_processor", "AnthropicProcessor")
     if anthropic is not None and isinstance(processor, anthropic):
         return f"Anthropic model {processor.model} at {redact_url(processor.base_url)}{streamed}"
     kind = type(processor).__name__

@@ -1,9 +1,9 @@
 """The switch that keeps tests from reaching a real model: :data:`model_requests`.
 
-The agentloop pytest plugin (:mod:`orchestration.testing.plugin`) blocks real
+The agentloop pytest plugin (:mod:`agentloop.orchestration.testing.plugin`) blocks real
 model requests while tests run; the processors that talk to a provider
-(:class:`~orchestration.llm.openai_processor.OpenAIProcessor`,
-:class:`~orchestration.llm.anthropic_processor.AnthropicProcessor`) ask
+(:class:`~agentloop.orchestration.llm.openai_processor.OpenAIProcessor`,
+:class:`~agentloop.orchestration.llm.anthropic_processor.AnthropicProcessor`) ask
 :meth:`ModelRequestGuard.check` before each request. A request to a server on
 this machine (``127.0.0.1``, ``localhost``, ``::1``: the local wire-protocol
 servers of tests) always goes through; any other raises
@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from actions.errors import AgentLoopError
-from orchestration.redaction import redact_url
+from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.redaction import redact_url
 
 __all__ = [
     "LOCAL_HOSTS",

@@ -2,7 +2,7 @@
 
 A processor that streams (``OpenAIProcessor(stream=True)``, ``AnthropicProcessor(stream=True)``)
 hands every piece of text and of tool-call arguments it receives to a reporter. The reporter
-joins the pieces and reports them with :func:`actions.step_events.report_step_event`, phase
+joins the pieces and reports them with :func:`agentloop.actions.step_events.report_step_event`, phase
 ``delta``, at most once per ``interval`` (the first piece at once), and once more with whatever is
 left when the reply ends (:meth:`DeltaReporter.flush`), so the deltas of a reply always
 concatenate to its text and its arguments. Each event carries one stream:
@@ -12,7 +12,8 @@ concatenate to its text and its arguments. Each event carries one stream:
 
 ``seq`` counts the reply's events from 1. The event's ``action`` is the model's name: a processor
 is shared by every step of a run and is not told which one calls it; the event's ``path`` says
-where in the workflow the step runs. When nobody listens (:func:`actions.step_events.step_events_wanted`
+where in the workflow the step runs. When nobody listens
+(:func:`agentloop.actions.step_events.step_events_wanted`
 is false, e.g. outside a run), the reporter is :data:`None` and nothing is built.
 """
 
@@ -24,8 +25,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
-from actions.model import AiResponse
-from actions.step_events import report_step_event, step_events_wanted
+from agentloop.actions.model import AiResponse
+from agentloop.actions.step_events import report_step_event, step_events_wanted
 
 __all__ = [
     "DEFAULT_STREAM_INTERVAL",

@@ -19,19 +19,19 @@ an in-memory twin (:class:`InMemoryRunStore`, :class:`InMemoryToolStore`) for
 tests and offline runs.
 """
 
-from orchestration.store.engine import create_engine_for, database_url, normalize_url
-from orchestration.store.errors import (
+from agentloop.orchestration.store.database import create_engine_for, database_url, normalize_url
+from agentloop.orchestration.store.errors import (
     RunAlreadyEndedError,
     RunExistsError,
     RunNotFoundError,
     RunOwnershipError,
     StoreUnavailableError,
 )
-from orchestration.store.json_values import JsonValue, to_json_value
-from orchestration.store.memory import InMemoryRunStore
-from orchestration.store.migrate import current_revision, downgrade_database, upgrade_database
-from orchestration.store.open import open_store
-from orchestration.store.protocol import (
+from agentloop.orchestration.store.json_values import JsonValue, to_json_value
+from agentloop.orchestration.store.memory import InMemoryRunStore
+from agentloop.orchestration.store.migrate import current_revision, downgrade_database, upgrade_database
+from agentloop.orchestration.store.open import open_store
+from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
     TERMINAL_STATUSES,
     LoopRecord,
@@ -40,9 +40,9 @@ from orchestration.store.protocol import (
     RunStatus,
     RunStore,
 )
-from orchestration.store.retry import StoreRetry
-from orchestration.store.sql import SqlRunStore
-from orchestration.store.tool_store import (
+from agentloop.orchestration.store.retry import StoreRetry
+from agentloop.orchestration.store.sql import SqlRunStore
+from agentloop.orchestration.store.tool_store import (
     InMemoryToolStore,
     SqlToolStore,
     ToolRecord,

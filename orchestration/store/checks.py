@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestration.store.errors import RunAlreadyEndedError, RunNotFoundError, RunOwnershipError
-from orchestration.store.json_values import JsonValue, to_json_value
-from orchestration.store.protocol import TERMINAL_STATUSES, RunOwner, RunRecord
-from orchestration.store.tables import utcnow
+from agentloop.orchestration.store.errors import RunAlreadyEndedError, RunNotFoundError, RunOwnershipError
+from agentloop.orchestration.store.json_values import JsonValue, to_json_value
+from agentloop.orchestration.store.protocol import TERMINAL_STATUSES, RunOwner, RunRecord
+from agentloop.orchestration.store.tables import utcnow
 
 #: Longest id, runnable name or Celery task id a run record holds (the columns' width).
 MAX_ID_CHARS = 255

@@ -48,7 +48,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
+from agentloop.orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
 
 SUPPORTED_DIALECTS = ("postgresql", "sqlite")
 

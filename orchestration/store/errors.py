@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actions import AgentLoopError
+from agentloop.actions import AgentLoopError
 
 if TYPE_CHECKING:
-    from orchestration.store.protocol import RunRecord
+    from agentloop.orchestration.store.protocol import RunRecord
 
 __all__ = [
     "RunAlreadyEndedError",

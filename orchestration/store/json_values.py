@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from actions import StateNotSerializableError
+from agentloop.actions import StateNotSerializableError
 
 JsonValue = Any
 """A value made of JSON types only (``dict``/``list``/``str``/``int``/``float``/``bool``/``None``)."""

@@ -1,6 +1,6 @@
 """``InMemoryRunStore``: the run store's in-process twin, for tests and offline runs.
 
-It keeps the same promises as :class:`~orchestration.store.SqlRunStore`
+It keeps the same promises as :class:`~agentloop.orchestration.store.SqlRunStore`
 (same validation, same errors, values read back as JSON would return them)
 behind one lock, so it is safe across threads but not shared between
 processes.
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from orchestration.store.checks import (
+from agentloop.orchestration.store.checks import (
     check_count,
     check_finish,
     check_terminal_status,
@@ -25,10 +25,9 @@ from orchestration.store.checks import (
     new_run_values,
     run_key,
 )
-from orchestration.store.errors import RunExistsError, RunNotFoundError
-from orchestration.store.json_values import JsonValue, to_json_value
-from orchestration.store.open_runs import root_run_values
-from orchestration.store.protocol import (
+from agentloop.orchestration.store.errors import RunExistsError, RunNotFoundError
+from agentloop.orchestration.store.json_values import JsonValue, to_json_value
+from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
     TERMINAL_STATUSES,
     LoopRecord,
@@ -36,7 +35,8 @@ from orchestration.store.protocol import (
     RunRecord,
     RunStatus,
 )
-from orchestration.store.tables import utcnow
+from agentloop.orchestration.store.tables import utcnow
+from agentloop.orchestration.store.unless_open import root_run_values
 
 
 @dataclass(kw_only=True, slots=True)
@@ -57,7 +57,7 @@ def _copied(record: RunRecord) -> RunRecord:
 
 
 class InMemoryRunStore:
-    """A dict-backed :class:`~orchestration.store.RunStore` (thread-safe, one process)."""
+    """A dict-backed :class:`~agentloop.orchestration.store.RunStore` (thread-safe, one process)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -80,7 +80,7 @@ class InMemoryRunStore:
         celery_task_id: str | None = None,
         owner: RunOwner | None = None,
     ) -> RunRecord:
-        """Record a pending run; :class:`~orchestration.store.RunExistsError` when the id exists."""
+        """Record a pending run; :class:`~agentloop.orchestration.store.RunExistsError` when the id exists."""
         values = new_run_values(
             run_id=run_id,
             runnable=runnable,

@@ -2,7 +2,7 @@
 
 No ``alembic.ini`` is needed: the configuration is built here, pointing at the
 ``migrations`` folder inside this package, and the migration runs over an
-engine made by :func:`~orchestration.store.engine.create_engine_for`.
+engine made by :func:`~agentloop.orchestration.store.database.create_engine_for`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, text
 
-from orchestration.store.engine import create_engine_for
+from agentloop.orchestration.store.database import create_engine_for
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 HEAD_REVISION = "head"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from orchestration.store.engine import create_engine_for
-from orchestration.store.migrate import upgrade_database
-from orchestration.store.retry import StoreRetry
-from orchestration.store.sql import SqlRunStore
-from orchestration.store.tool_store import SqlToolStore
+from agentloop.orchestration.store.database import create_engine_for
+from agentloop.orchestration.store.migrate import upgrade_database
+from agentloop.orchestration.store.retry import StoreRetry
+from agentloop.orchestration.store.sql import SqlRunStore
+from agentloop.orchestration.store.tool_store import SqlToolStore
 
 
 def open_store(

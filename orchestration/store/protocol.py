@@ -1,8 +1,8 @@
 """What the run store promises: its values and its protocol (its errors: ``errors.py``).
 
-:class:`RunStore` is satisfied by :class:`~orchestration.store.SqlRunStore`
+:class:`RunStore` is satisfied by :class:`~agentloop.orchestration.store.SqlRunStore`
 (SQLite/PostgreSQL) and by its in-memory twin
-:class:`~orchestration.store.InMemoryRunStore`; code that needs a run store
+:class:`~agentloop.orchestration.store.InMemoryRunStore`; code that needs a run store
 should ask for the protocol.
 
 A run id is an idempotency key: :meth:`RunStore.create_run` refuses an id that
@@ -25,7 +25,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from orchestration.store.json_values import JsonValue
+from agentloop.orchestration.store.json_values import JsonValue
 
 
 class RunStatus(StrEnum):

@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 from weakref import WeakKeyDictionary
 
-from actions.model import Usage
-from actions.usage import TokenBudgetExceededError
-from loops.progress import ProgressEvent
-from orchestration.redaction import scrub
-from orchestration.store.protocol import RunStore
+from agentloop.actions.model import Usage
+from agentloop.actions.usage import TokenBudgetExceededError
+from agentloop.loops.progress import ProgressEvent
+from agentloop.orchestration.redaction import scrub
+from agentloop.orchestration.store.protocol import RunStore
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class StoreCheckpointer:
     """Per-iteration checkpoints of the loops of one run, in the run store.
 
     A loop's state is saved after a finished iteration (before the next one
-    starts, see :class:`~loops.scope.Checkpointer`) when ``interval``
+    starts, see :class:`~agentloop.loops.scope.Checkpointer`) when ``interval``
     seconds have passed since its last save (0: after every iteration). LLM
     iterations take longer than that, so each is saved; a fast loop is not
     slowed by a write per iteration, and a redelivery repeats at most

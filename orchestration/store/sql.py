@@ -5,7 +5,7 @@ atomic statement (``INSERT ... ON CONFLICT``, ``UPDATE ... SET x = x + :n ...
 RETURNING``) or a few in one short transaction, so several worker processes
 can share the database: on SQLite the writes serialise on the file lock (WAL
 mode, busy timeout), on PostgreSQL on row locks. Every call is retried while
-the database is unreachable (:class:`~orchestration.store.retry.StoreRetry`).
+the database is unreachable (:class:`~agentloop.orchestration.store.retry.StoreRetry`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, Row, RowMapping, Update, func, literal, or_, select, update
 
-from orchestration.store.checks import (
+from agentloop.orchestration.store.checks import (
     check_count,
     check_finish,
     check_terminal_status,
@@ -27,7 +27,7 @@ from orchestration.store.checks import (
     new_run_values,
     run_key,
 )
-from orchestration.store.dialects import (
+from agentloop.orchestration.store.dialects import (
     PG_APPEND_EVENTS,
     PG_FINISH_LOOP,
     dialect_of,
@@ -36,10 +36,9 @@ from orchestration.store.dialects import (
     pg_event_batch,
     upserts,
 )
-from orchestration.store.errors import RunExistsError, RunNotFoundError
-from orchestration.store.json_values import JsonValue, to_json_value
-from orchestration.store.open_runs import insert_unless_open, root_run_values
-from orchestration.store.protocol import (
+from agentloop.orchestration.store.errors import RunExistsError, RunNotFoundError
+from agentloop.orchestration.store.json_values import JsonValue, to_json_value
+from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
     TERMINAL_STATUSES,
     LoopRecord,
@@ -47,8 +46,9 @@ from orchestration.store.protocol import (
     RunRecord,
     RunStatus,
 )
-from orchestration.store.retry import StoreRetry, retried
-from orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
+from agentloop.orchestration.store.retry import StoreRetry, retried
+from agentloop.orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
+from agentloop.orchestration.store.unless_open import insert_unless_open, root_run_values
 
 _RUN_COLUMNS = tuple(runs.c[field.name] for field in fields(RunRecord))
 _LOOP_RECORD = select(
@@ -68,10 +68,10 @@ def _record_and_owner(columns: RowMapping) -> tuple[RunRecord, RunOwner | None]:
 
 
 class SqlRunStore:
-    """The :class:`~orchestration.store.RunStore` on SQLite or PostgreSQL.
+    """The :class:`~agentloop.orchestration.store.RunStore` on SQLite or PostgreSQL.
 
     Build it on an engine of a migrated database
-    (:func:`~orchestration.store.open_store` does both).
+    (:func:`~agentloop.orchestration.store.open_store` does both).
     """
 
     def __init__(self, engine: Engine, *, retry: StoreRetry | None = None) -> None:
@@ -97,7 +97,7 @@ class SqlRunStore:
         celery_task_id: str | None = None,
         owner: RunOwner | None = None,
     ) -> RunRecord:
-        """Record a pending run; :class:`~orchestration.store.RunExistsError` when the id exists."""
+        """Record a pending run; :class:`~agentloop.orchestration.store.RunExistsError` when the id exists."""
         values = new_run_values(
             run_id=run_id,
             runnable=runnable,

@@ -27,10 +27,10 @@ from jsonschema import Draft202012Validator, SchemaError, ValidationError, valid
 from jsonschema.exceptions import best_match
 from sqlalchemy import Engine, Row, delete, select
 
-from orchestration.store.dialects import dialect_of, insert, one_statement
-from orchestration.store.json_values import find_non_json, to_json_value
-from orchestration.store.retry import StoreRetry, retried
-from orchestration.store.tables import ai_tools, utcnow
+from agentloop.orchestration.store.dialects import dialect_of, insert, one_statement
+from agentloop.orchestration.store.json_values import find_non_json, to_json_value
+from agentloop.orchestration.store.retry import StoreRetry, retried
+from agentloop.orchestration.store.tables import ai_tools, utcnow
 
 logger = logging.getLogger(__name__)
 

@@ -21,14 +21,14 @@ from typing import Any
 
 from jsonschema.exceptions import SchemaError
 
-from actions.arguments import ArgumentValidator
-from actions.base import BaseAgentAction
-from actions.context import maybe_await
-from loops.base import BaseAgentLoop
-from loops.contract import Runnable
-from loops.progress import ProgressEvent, ProgressStatus
-from loops.runner import InlineAgentRunner
-from orchestration.testing.recorder import ProgressRecorder
+from agentloop.actions.arguments import ArgumentValidator
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.base import BaseAgentAction
+from agentloop.loops.base import BaseAgentLoop
+from agentloop.loops.contract import Runnable
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.loops.runner import InlineAgentRunner
+from agentloop.orchestration.testing.recorder import ProgressRecorder
 
 _STATE_HOOKS = (
     "advance_state",

@@ -2,10 +2,10 @@
 
 - :class:`ScriptedModel` answers from a queue of responses, in order.
 - :class:`FunctionModel` calls a function per turn, which sees the request.
-- :class:`~orchestration.llm.offline.OfflineModel` derives answers from
-  tool schemas (re-exported by ``orchestration.testing``).
+- :class:`~agentloop.orchestration.llm.offline.OfflineModel` derives answers from
+  tool schemas (re-exported by ``agentloop.orchestration.testing``).
 
-Every double records each :class:`~actions.model.ModelRequest` it received
+Every double records each :class:`~agentloop.actions.model.ModelRequest` it received
 (the processor protocol's one request value), so a test can assert the whole
 conversation at once.
 """
@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from actions.context import maybe_await
-from actions.model import AiResponse, FunctionCall, ModelRequest, Usage
-from orchestration.llm.base import BaseProcessor
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest, Usage
+from agentloop.orchestration.llm.base import BaseProcessor
 
 
 def tool_call(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from loops.progress import ProgressEvent
+from agentloop.loops.progress import ProgressEvent
 
 
 class ProgressRecorder:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions.model import AiResponse
-from actions.tracing import Span, current_tracer
+from agentloop.actions.model import AiResponse
+from agentloop.actions.tracing import Span, current_tracer
 
 
 def request_attributes(model: str, instruction: str) -> dict[str, Any]:

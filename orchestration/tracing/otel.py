@@ -21,8 +21,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
-from actions.tracing import Span
-from orchestration.settings_tracing import TracingSettings
+from agentloop.actions.tracing import Span
+from agentloop.orchestration.settings_tracing import TracingSettings
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ TRACER_NAME = "agentloop"
 
 
 class OtelTracer:
-    """:class:`~actions.tracing.Tracer` on an OpenTelemetry tracer: each span is current while open,
+    """:class:`~agentloop.actions.tracing.Tracer` on an OpenTelemetry tracer: each span is current while open,
     so model-call spans nest under their iteration's, and the iteration's under the task's."""
 
     def __init__(self, tracer: trace.Tracer, *, capture_prompts: bool = False) -> None:
@@ -75,9 +75,3 @@ def install_tracing(
     tracer = OtelTracer(provider.get_tracer(TRACER_NAME), capture_prompts=settings.capture_prompts)
     app.agentloop_tracer = tracer
     return tracer
-
-
-def tracer_of(app: Any) -> OtelTracer | None:
-    """The tracer :func:`install_tracing` gave ``app``, if any."""
-    tracer = getattr(app, "agentloop_tracer", None)
-    return tracer if isinstance(tracer, OtelTracer) else None

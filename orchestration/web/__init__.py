@@ -17,6 +17,6 @@ except ImportError as missing:  # pragma: no cover - depends on what is installe
         f"agentloop serve needs the http extra ({missing.name} is missing): pip install 'agentloop[http]'"
     ) from missing
 
-from orchestration.web.app import create_web_app
+from agentloop.orchestration.web.app import create_web_app
 
 __all__ = ["create_web_app"]

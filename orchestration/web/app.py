@@ -2,7 +2,7 @@
 
 It holds no state of its own beyond one process: runs are started through the
 Celery app (``agentloop.launch``), read from the run store the app's tasks
-write, and followed through one :class:`~orchestration.web.progress.ProgressHub`.
+write, and followed through one :class:`~agentloop.orchestration.web.progress.ProgressHub`.
 Routes: ``rest.py`` and ``sse.py`` (plain HTTP), ``/graphql``
 (``graphql_view.py``, ``schema.py``), ``/ui`` (``ui.py``).
 """
@@ -22,22 +22,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.registry import RunnableRegistry
-from orchestration.settings import Settings
-from orchestration.store import RunStore
-from orchestration.web.auth import Authenticator
-from orchestration.web.errors import error_response
-from orchestration.web.graphql_view import GraphQLEndpoint
-from orchestration.web.limits import BodyLimit, StreamSlots
-from orchestration.web.progress import ProgressHub
-from orchestration.web.rest import rest_routes
-from orchestration.web.resume import resume_routes
-from orchestration.web.schema import build_schema
-from orchestration.web.service import RunService
-from orchestration.web.sse import sse_routes
-from orchestration.web.state import WebState
-from orchestration.web.ui import ui_routes
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.settings import Settings
+from agentloop.orchestration.store import RunStore
+from agentloop.orchestration.web.auth import Authenticator
+from agentloop.orchestration.web.errors import error_response
+from agentloop.orchestration.web.graphql_view import GraphQLEndpoint
+from agentloop.orchestration.web.limits import BodyLimit, StreamSlots
+from agentloop.orchestration.web.progress import ProgressHub
+from agentloop.orchestration.web.rest import rest_routes
+from agentloop.orchestration.web.resume import resume_routes
+from agentloop.orchestration.web.schema import build_schema
+from agentloop.orchestration.web.service import RunService
+from agentloop.orchestration.web.sse import sse_routes
+from agentloop.orchestration.web.state import WebState
+from agentloop.orchestration.web.ui import ui_routes
 
 __all__ = ["create_web_app"]
 
@@ -55,7 +55,8 @@ def create_web_app(
     store: RunStore | None = None,
     keepalive_seconds: float = 15.0,
 ) -> Starlette:
-    """The web app for ``celery_app`` (built by :func:`~orchestration.celery_adapter.app.create_app`).
+    """The web app for ``celery_app`` (built by
+    :func:`~agentloop.orchestration.celery_adapter.app.create_app`).
 
     ``settings`` (default: the Celery app's) give the tokens, scopes and limits
     (``settings.http``); ``registry`` and ``store`` default to the Celery app's,

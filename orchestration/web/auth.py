@@ -14,8 +14,8 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestration.settings_http import HttpSettings
-from orchestration.web.errors import forbidden, unauthenticated
+from agentloop.orchestration.settings_http import HttpSettings
+from agentloop.orchestration.web.errors import forbidden, unauthenticated
 
 __all__ = ["READ", "START", "CANCEL", "Authenticator", "Principal", "bearer_token"]
 

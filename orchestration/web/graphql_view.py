@@ -27,8 +27,8 @@ from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.unset import UNSET, UnsetType
 
-from orchestration.web.errors import code_of, error_response
-from orchestration.web.state import WebState
+from agentloop.orchestration.web.errors import code_of, error_response
+from agentloop.orchestration.web.state import WebState
 
 __all__ = ["GraphQLEndpoint"]
 

@@ -31,7 +31,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestration.store import RunRecord, RunStore
+from agentloop.orchestration.store import RunRecord, RunStore
 
 __all__ = ["PAGE", "QUEUE", "TAIL", "EventItem", "Idle", "ProgressHub", "RunEnded"]
 

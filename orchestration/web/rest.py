@@ -23,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from orchestration.web.errors import invalid_input, unsupported_media_type
-from orchestration.web.limits import parse_json_body
-from orchestration.web.state import caller, web_state
+from agentloop.orchestration.web.errors import invalid_input, unsupported_media_type
+from agentloop.orchestration.web.limits import parse_json_body
+from agentloop.orchestration.web.state import caller, web_state
 
 __all__ = ["rest_routes"]
 

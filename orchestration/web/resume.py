@@ -20,11 +20,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from orchestration.web.auth import START, Principal
-from orchestration.web.errors import conflict, invalid_input, unavailable, unsupported_media_type
-from orchestration.web.limits import check_identifier, parse_json_body
-from orchestration.web.state import caller, web_state
-from orchestration.wire import RESUME
+from agentloop.orchestration.web.auth import START, Principal
+from agentloop.orchestration.web.errors import conflict, invalid_input, unavailable, unsupported_media_type
+from agentloop.orchestration.web.limits import check_identifier, parse_json_body
+from agentloop.orchestration.web.state import caller, web_state
+from agentloop.orchestration.wire import RESUME
 
 __all__ = ["resume_routes", "resume_through_workers"]
 

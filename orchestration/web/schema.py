@@ -17,8 +17,8 @@
       runProgress(id: String!, afterId: Long! = 0): ProgressItem!   # RunEvent ... then RunEnd
     }
 
-Every resolver goes through the :class:`~orchestration.web.service.RunService`
-in the context, with the caller's :class:`~orchestration.web.auth.Principal`;
+Every resolver goes through the :class:`~agentloop.orchestration.web.service.RunService`
+in the context, with the caller's :class:`~agentloop.orchestration.web.auth.Principal`;
 a refusal is a GraphQL error whose ``extensions.code`` says why
 (``UNAUTHENTICATED``, ``FORBIDDEN``, ``NOT_FOUND``, ``CONFLICT``,
 ``BAD_USER_INPUT``, ``UNAVAILABLE``).
@@ -38,11 +38,11 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 from strawberry.types.scalar import ScalarDefinition
 
-from orchestration.web.auth import Principal
-from orchestration.web.errors import code_of, unauthenticated
-from orchestration.web.limits import graphql_limits
-from orchestration.web.resume import resume_through_workers
-from orchestration.web.service import RunService
+from agentloop.orchestration.web.auth import Principal
+from agentloop.orchestration.web.errors import code_of, unauthenticated
+from agentloop.orchestration.web.limits import graphql_limits
+from agentloop.orchestration.web.resume import resume_through_workers
+from agentloop.orchestration.web.service import RunService
 
 __all__ = ["build_schema"]
 

@@ -1,11 +1,11 @@
 """What both fronts (plain HTTP and GraphQL) do with runs, checked once.
 
 :class:`RunService` starts runs through the Celery app
-(:class:`~orchestration.client.CeleryAgentRunner`, i.e. ``agentloop.launch``),
+(:class:`~agentloop.orchestration.client.CeleryAgentRunner`, i.e. ``agentloop.launch``),
 only of runnables the app's registry holds; reads runs and their progress from
-the run store (progress through the one :class:`~orchestration.web.progress.ProgressHub`);
+the run store (progress through the one :class:`~agentloop.orchestration.web.progress.ProgressHub`);
 and cancels through the run handle. Every method takes the caller's
-:class:`~orchestration.web.auth.Principal`, checks its scope and answers the
+:class:`~agentloop.orchestration.web.auth.Principal`, checks its scope and answers the
 views of ``views.py`` (contents only for ``read``). Store calls run in a thread.
 """
 
@@ -18,22 +18,22 @@ from typing import Any
 
 from celery import Celery
 
-from orchestration.client import CeleryAgentRunner, RunHandle
-from orchestration.graph import graph_of, to_mermaid
-from orchestration.registry import RunnableRegistry
-from orchestration.store import RunRecord, RunStore
-from orchestration.web.auth import CANCEL, START, Principal
-from orchestration.web.errors import conflict, invalid_input, not_found
-from orchestration.web.limits import (
+from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+from agentloop.orchestration.graph import graph_of, to_mermaid
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import RunRecord, RunStore
+from agentloop.orchestration.web.auth import CANCEL, START, Principal
+from agentloop.orchestration.web.errors import conflict, invalid_input, not_found
+from agentloop.orchestration.web.limits import (
     StreamSlots,
     check_identifier,
     check_json,
     check_page,
     check_token_budget,
 )
-from orchestration.web.progress import EventItem, ProgressHub, RunEnded
-from orchestration.web.views import event_view, pending_view, run_view
-from orchestration.wire import LaunchRequestError
+from agentloop.orchestration.web.progress import EventItem, ProgressHub, RunEnded
+from agentloop.orchestration.web.views import event_view, pending_view, run_view
+from agentloop.orchestration.wire import LaunchRequestError
 
 __all__ = ["LAUNCH_FIELDS", "RunService"]
 

@@ -18,7 +18,7 @@ A client that reconnects sends the last id it saw as ``Last-Event-ID`` (an
 live ones. ``?after=ID`` does the same for a first connection. Reconnecting to
 a run that has ended, with nothing after ``Last-Event-ID``, answers 204, which
 tells an ``EventSource`` to stop. The events come from the one
-:class:`~orchestration.web.progress.ProgressHub` of the process.
+:class:`~agentloop.orchestration.web.progress.ProgressHub` of the process.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from orchestration.web.errors import invalid_input
-from orchestration.web.state import caller, web_state
+from agentloop.orchestration.web.errors import invalid_input
+from agentloop.orchestration.web.state import caller, web_state
 
 __all__ = ["format_event", "sse_routes"]
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
-from orchestration.web.auth import Authenticator, Principal
-from orchestration.web.service import RunService
+from agentloop.orchestration.web.auth import Authenticator, Principal
+from agentloop.orchestration.web.service import RunService
 
 __all__ = ["WebState", "caller", "web_state"]
 

@@ -5,7 +5,7 @@ token usage (with its step-cache hits, misses and tokens saved) and where its
 events are (path, runnable, iteration, phase, status). Inputs, results, error
 messages and event texts (``message``, ``data``) go only to holders of the
 ``read`` scope; the others see the size hint
-:func:`~orchestration.redaction.describe_hidden` gives (``<hidden dict 123
+:func:`~agentloop.orchestration.redaction.describe_hidden` gives (``<hidden dict 123
 chars>``), as Flower shows a task's arguments.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orchestration.redaction import describe_hidden
-from orchestration.store import RunRecord, RunStatus
+from agentloop.orchestration.redaction import describe_hidden
+from agentloop.orchestration.store import RunRecord, RunStatus
 
 __all__ = ["event_view", "pending_view", "run_view"]
 

@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 
 import pytest
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.batches import summarize
-from orchestration.celery_adapter.schedule import ScheduleError, batch_entry, schedule_from_json
-from orchestration.registry import RunnableRegistry
-from orchestration.store import RunStore, open_store
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import run_worker_process
-from orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.batches import summarize
+from agentloop.orchestration.celery_adapter.schedule import ScheduleError, batch_entry, schedule_from_json
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import RunStore, open_store
+from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import run_worker_process
 
 T = TypeVar("T")
 
@@ -239,7 +239,7 @@ def test_beat_ticks_start_batches_on_a_real_worker_and_never_overlap_them(tmp_pa
                 "AGENTLOOP_BEAT_SCHEDULE": json.dumps(schedule),
             }
             beat = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "orchestration", "beat", "--loglevel", "INFO",
+                [sys.executable, "-m", "celery", "-A", "agentloop", "beat", "--loglevel", "INFO",
                  "-s", str(tmp_path / "beat-schedule")],
                 env=beat_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip

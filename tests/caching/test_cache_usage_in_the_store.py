@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from caching_workflows import LabelStage, LabelTicket
 
-from actions import InMemoryStepCache, Usage
-from loops import InlineAgentRunner
-from orchestration.celery_adapter.tasks import usage_of
-from orchestration.cli.runs import _cells
-from orchestration.context import StandardContext
-from orchestration.store import (
+from agentloop.actions import InMemoryStepCache, Usage
+from agentloop.loops import InlineAgentRunner
+from agentloop.orchestration.celery_adapter.tasks import usage_of
+from agentloop.orchestration.cli.runs import _cells
+from agentloop.orchestration.context import StandardContext
+from agentloop.orchestration.store import (
     InMemoryRunStore,
     InMemoryToolStore,
     RunNotFoundError,
@@ -23,16 +23,16 @@ from orchestration.store import (
     RunStore,
     open_store,
 )
-from orchestration.store.seams import StoreUsageMeter
-from orchestration.testing import ScriptedModel, tool_call
-from orchestration.testing.servers.postgres import (
+from agentloop.orchestration.store.seams import StoreUsageMeter
+from agentloop.orchestration.web.schema import Run
+from agentloop.orchestration.web.views import pending_view, run_view
+from agentloop.testing import ScriptedModel, tool_call
+from tests.servers.postgres import (
     PostgresUnavailableError,
     postgres_server,
     private_database,
     skip_or_fail,
 )
-from orchestration.web.schema import Run
-from orchestration.web.views import pending_view, run_view
 
 BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loops import InlineAgentRunner
-from pipelines import step
+from agentloop.loops import InlineAgentRunner
+from agentloop.pipelines import step
 
 calls: list[str] = []
 

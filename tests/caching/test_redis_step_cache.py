@@ -12,10 +12,10 @@ from contextlib import ExitStack
 import pytest
 from redis import Redis
 
-from actions import InMemoryStepCache
-from orchestration.cache import CACHE_KEY_PREFIX, RedisStepCache, step_cache_for
-from orchestration.settings import SettingsError, load_settings
-from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from agentloop.actions import InMemoryStepCache
+from agentloop.orchestration.cache import CACHE_KEY_PREFIX, RedisStepCache, step_cache_for
+from agentloop.orchestration.settings import SettingsError, load_settings
+from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 
 pytestmark = pytest.mark.integration
 

@@ -8,13 +8,13 @@ from typing import Any, ClassVar
 import pytest
 from caching_workflows import Label, LabelStage, LabelTicket
 
-from actions import BaseAgentAction, InMemoryStepCache, Usage
-from loops import InlineAgentRunner
-from loops.progress import ProgressEvent
-from orchestration.context import StandardContext
-from orchestration.store import InMemoryToolStore
-from orchestration.testing import ScriptedModel, error_reply, tool_call
-from pipelines import BaseActionStage
+from agentloop.actions import BaseAgentAction, InMemoryStepCache, Usage
+from agentloop.loops import InlineAgentRunner
+from agentloop.loops.progress import ProgressEvent
+from agentloop.orchestration.context import StandardContext
+from agentloop.orchestration.store import InMemoryToolStore
+from agentloop.pipelines import BaseActionStage
+from agentloop.testing import ScriptedModel, error_reply, tool_call
 
 TICKET = {"text": "The app crashes on start."}
 
@@ -70,7 +70,7 @@ async def test_a_hit_returns_the_typed_output_as_an_instance() -> None:
     action = LabelTicket()
     runner = InlineAgentRunner.create(runnable=LabelStage, context=ctx, cache=cache)
     await runner.request(input=TICKET)
-    from actions.caching import use_step_cache
+    from agentloop.actions.caching import use_step_cache
 
     with use_step_cache(cache):
         value = await action.run(arguments=TICKET, context=ctx)

@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 from caching_workflows import LabelTicket
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.client import CeleryAgentRunner, RunHandle
-from orchestration.store import SqlRunStore, SqlToolStore, open_store
-from orchestration.testing.servers.openai_server import (
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+from agentloop.orchestration.store import SqlRunStore, SqlToolStore, open_store
+from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,
     reply_error,
     reply_tool_call,
 )
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import run_worker_process
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.testing.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
-from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from agentloop.orchestration.celery_adapter.app import create_app
+from tests.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
+from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 
 
 @pytest.fixture

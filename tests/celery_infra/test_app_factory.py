@@ -11,8 +11,8 @@ from types import SimpleNamespace
 from celery import Celery, _state
 from celery.contrib.testing.app import set_trap
 
-from orchestration.celery_adapter.app import create_app, describe_app
-from orchestration.wire import PING
+from agentloop.orchestration.celery_adapter.app import create_app, describe_app
+from agentloop.orchestration.wire import PING
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,13 +76,13 @@ def test_describe_app_shows_the_settings_without_passwords() -> None:
     assert description["visibility_timeout"] > description["task_time_limit"]
 
 
-def test_celery_command_line_finds_the_deployed_app_and_masks_secrets() -> None:
+def test_celery_command_line_finds_the_deployed_app_and_masks_secrets(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key not in {"BROKER_URL", "RESULT_BACKEND"}}
     env["REDIS_URL"] = "redis://:hunter2@127.0.0.1:6399/0"  # nothing connects: report only reads settings
     env["AGENTLOOP_IMPORTS"] = ""
     result = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "orchestration", "report"],
-        cwd=PROJECT_ROOT,
+        [sys.executable, "-m", "celery", "-A", "agentloop", "report"],
+        cwd=tmp_path,  # the installed package, not the checkout's folders
         env=env,
         capture_output=True,
         text=True,
@@ -93,10 +93,10 @@ def test_celery_command_line_finds_the_deployed_app_and_masks_secrets() -> None:
     assert "hunter2" not in result.stdout + result.stderr
 
 
-def test_the_deployed_app_is_what_celery_finds_for_dash_a_orchestration() -> None:
+def test_the_deployed_app_is_what_celery_finds_for_dash_a_agentloop() -> None:
     from celery.app.utils import find_app
 
-    import orchestration.celery
+    import agentloop.celery
 
-    assert find_app("orchestration") is orchestration.celery.app
-    assert PING in orchestration.celery.app.tasks
+    assert find_app("agentloop") is agentloop.celery.app
+    assert PING in agentloop.celery.app.tasks

@@ -13,8 +13,8 @@ from types import ModuleType
 
 import pytest
 
-import celeryconfig
-from orchestration.settings import SettingsError, env_names
+from agentloop import celeryconfig
+from agentloop.orchestration.settings import SettingsError, env_names
 
 LoadConfig = Callable[..., ModuleType]
 

@@ -9,8 +9,8 @@ import pytest
 from celery import _state
 from celery.exceptions import InvalidTaskError
 
-from orchestration.celery_adapter.embedded import embedded_worker
-from orchestration.wire import PING
+from agentloop.orchestration.celery_adapter.embedded import embedded_worker
+from agentloop.orchestration.wire import PING
 
 
 def test_an_embedded_memory_worker_round_trips_ping(memory_app: Any) -> None:

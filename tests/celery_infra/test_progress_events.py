@@ -13,10 +13,14 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.progress_events import PROGRESS_EVENT, ProgressEvents, progress_events_of
-from orchestration.settings import load_settings
-from orchestration.testing.servers.redis_server import RedisServer
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.progress_events import (
+    PROGRESS_EVENT,
+    ProgressEvents,
+    progress_events_of,
+)
+from agentloop.orchestration.settings import load_settings
+from tests.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 

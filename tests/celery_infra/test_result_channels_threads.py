@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from orchestration.celery_adapter.result_channels import _forget
+from agentloop.orchestration.celery_adapter.result_channels import _forget
 
 
 class PubSub:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.testing.servers import rabbitmq as rabbitmq_module
-from orchestration.testing.servers.rabbitmq import private_rabbitmq_vhost
-from orchestration.testing.servers.redis_server import (
+from tests.servers import rabbitmq as rabbitmq_module
+from tests.servers.rabbitmq import private_rabbitmq_vhost
+from tests.servers.redis_server import (
     ServiceRequiredError,
     ServiceUnavailable,
     private_redis,

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from orchestration.celery_adapter.tasks import INTERNAL_TASKS
-from orchestration.client import CeleryAgentRunner
-from orchestration.wire import CANCEL, LAUNCH, PROGRESS, RESUME
+from agentloop.orchestration.celery_adapter.tasks import INTERNAL_TASKS
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.wire import CANCEL, LAUNCH, PROGRESS, RESUME
 
 
 def test_every_internal_task_is_registered_without_started_tracking_and_the_client_facing_ones_with_it(

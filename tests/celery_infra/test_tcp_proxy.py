@@ -11,12 +11,12 @@ from contextlib import ExitStack, closing, suppress
 
 import pytest
 
-from orchestration.testing.servers.postgres import (
+from tests.servers.postgres import (
     PostgresUnavailableError,
     private_postgres_database,
     skip_or_fail,
 )
-from orchestration.testing.servers.tcp_proxy import TcpProxy
+from tests.servers.tcp_proxy import TcpProxy
 
 
 @pytest.fixture

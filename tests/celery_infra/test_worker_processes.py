@@ -11,12 +11,12 @@ import pytest
 import redis
 from celery.exceptions import InvalidTaskError
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.testing.servers import rabbitmq as rabbitmq_module
-from orchestration.testing.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
-from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable
-from orchestration.testing.servers.worker import WorkerStartError, run_worker_process
-from orchestration.wire import PING
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.wire import PING
+from tests.servers import rabbitmq as rabbitmq_module
+from tests.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
+from tests.servers.redis_server import RedisServer, ServiceUnavailable
+from tests.servers.worker import WorkerStartError, run_worker_process
 
 pytestmark = pytest.mark.integration
 

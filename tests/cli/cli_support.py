@@ -7,8 +7,8 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from orchestration.cli import app
-from orchestration.store import RunStore, open_store
+from agentloop.orchestration.cli import app
+from agentloop.orchestration.store import RunStore, open_store
 
 runner = CliRunner()
 

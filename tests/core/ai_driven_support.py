@@ -6,8 +6,8 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from actions import AgentActionRegistry, BaseAgentAction
-from loops import AiDrivenAgentLoop, InlineAgentRunner
+from agentloop.actions import AgentActionRegistry, BaseAgentAction
+from agentloop.loops import AiDrivenAgentLoop, InlineAgentRunner
 
 
 class Search(BaseAgentAction):

@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import settings
 
-from loops import BaseAgentLoop, InlineAgentRunner
+from agentloop.loops import BaseAgentLoop, InlineAgentRunner
 
 FAST = settings(max_examples=40, deadline=None)
 

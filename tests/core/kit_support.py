@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions import AiResponse
-from loops import ProgressEvent, ProgressStatus
+from agentloop.actions import AiResponse
+from agentloop.loops import ProgressEvent, ProgressStatus
 
 TOOLS = [
     {

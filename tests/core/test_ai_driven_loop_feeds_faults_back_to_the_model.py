@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from ai_driven_support import USER, Researcher, assistant_calls, research, tool_error, tool_ok
 
-from actions import AgentActionRegistry, AiResponse, BaseAgentAction
-from loops import AiDrivenAgentLoop, InlineAgentRunner
-from orchestration.testing import ScriptedModel, check_loop, error_reply, text_reply, tool_call
+from agentloop.actions import AgentActionRegistry, AiResponse, BaseAgentAction
+from agentloop.loops import AiDrivenAgentLoop, InlineAgentRunner
+from agentloop.testing import ScriptedModel, check_loop, error_reply, text_reply, tool_call
 
 # ----- faults become tool errors the model sees on its next turn ----------------------------------
 

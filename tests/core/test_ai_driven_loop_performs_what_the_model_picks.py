@@ -19,9 +19,9 @@ from ai_driven_support import (
     tool_ok,
 )
 
-from actions import AgentActionRegistry, AiResponse, FunctionCall
-from loops import AiDrivenAgentLoop, InlineAgentRunner
-from orchestration.testing import ProgressRecorder, ScriptedModel, check_loop, text_reply, tool_call
+from agentloop.actions import AgentActionRegistry, AiResponse, FunctionCall
+from agentloop.loops import AiDrivenAgentLoop, InlineAgentRunner
+from agentloop.testing import ProgressRecorder, ScriptedModel, check_loop, text_reply, tool_call
 
 
 async def test_the_model_is_offered_the_registry_plus_finish_and_its_choices_are_performed_and_recorded(

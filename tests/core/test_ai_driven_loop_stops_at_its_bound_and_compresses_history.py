@@ -9,9 +9,9 @@ from ai_driven_support import INSTRUCTION, NO_USAGE, USER, Researcher, assistant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actions import AiResponse, FunctionCall, Usage
-from loops import AiDrivenAgentLoop
-from orchestration.testing import (
+from agentloop.actions import AiResponse, FunctionCall, Usage
+from agentloop.loops import AiDrivenAgentLoop
+from agentloop.testing import (
     ProgressRecorder,
     ScriptedModel,
     check_loop,

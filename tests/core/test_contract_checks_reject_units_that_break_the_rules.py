@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from kit_support import an_event
 
-from actions import BaseAgentAction
-from loops import ProceduralAgentLoop, ProgressStatus, current_scope, use_scope
-from loops.contract import RunnableBase
-from loops.scope import ensure_scope
-from orchestration.testing import (
+from agentloop.actions import BaseAgentAction
+from agentloop.loops import ProceduralAgentLoop, ProgressStatus, current_scope, use_scope
+from agentloop.loops.contract import RunnableBase
+from agentloop.loops.scope import ensure_scope
+from agentloop.testing import (
     assert_event_contract,
     assert_runnable_shape,
     check_action,

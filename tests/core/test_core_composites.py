@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actions import BranchFailedError, RunCancelledError
-from loops import CancellationToken, InlineAgentRunner, ProceduralAgentLoop
-from orchestration.testing import ProgressRecorder
-from pipelines import BaseCompositeAgent, Branch, BranchResult, FailurePolicy
+from agentloop.actions import BranchFailedError, RunCancelledError
+from agentloop.loops import CancellationToken, InlineAgentRunner, ProceduralAgentLoop
+from agentloop.pipelines import BaseCompositeAgent, Branch, BranchResult, FailurePolicy
+from agentloop.testing import ProgressRecorder
 
 
 class Gauge:
@@ -325,7 +325,7 @@ def test_a_failed_branch_result_names_the_error_type_and_message() -> None:
 
 
 async def test_a_concurrency_bound_below_one_is_a_clear_error() -> None:
-    from pipelines import BaseCompositeAgent
+    from agentloop.pipelines import BaseCompositeAgent
 
     class NoRoom(BaseCompositeAgent):
         max_concurrency = 0

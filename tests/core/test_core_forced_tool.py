@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from actions import AiResponse, ForcedToolAction, FunctionCall, Usage, embed_user_text
-from orchestration.testing import (
+from agentloop.actions import AiResponse, ForcedToolAction, FunctionCall, Usage, embed_user_text
+from agentloop.testing import (
     ModelRequest,
     OfflineModel,
     ScriptedModel,

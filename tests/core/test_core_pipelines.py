@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from actions import BaseAgentAction
-from loops import InlineAgentRunner, ProceduralAgentLoop
-from orchestration.testing import ProgressRecorder
-from pipelines import BaseActionStage, BaseAgentPipeline, BaseCompositeAgent, Branch
+from agentloop.actions import BaseAgentAction
+from agentloop.loops import InlineAgentRunner, ProceduralAgentLoop
+from agentloop.pipelines import BaseActionStage, BaseAgentPipeline, BaseCompositeAgent, Branch
+from agentloop.testing import ProgressRecorder
 
 
 class Append(ProceduralAgentLoop):

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from actions import AgentActionRegistry, BaseAgentAction
-from loops import BaseAgentLoop, InlineAgentRunner, ProceduralAgentLoop
-from orchestration.testing import ProgressRecorder
+from agentloop.actions import AgentActionRegistry, BaseAgentAction
+from agentloop.loops import BaseAgentLoop, InlineAgentRunner, ProceduralAgentLoop
+from agentloop.testing import ProgressRecorder
 
 
 class Shout(BaseAgentAction):

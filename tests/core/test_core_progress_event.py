@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loops import ProgressEvent, ProgressStatus
+from agentloop.loops import ProgressEvent, ProgressStatus
 
 json_data = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
@@ -108,7 +108,7 @@ def test_an_event_accepts_its_status_as_a_string_and_rejects_unknown_ones() -> N
 
 
 def test_an_event_is_stamped_with_the_time_it_was_made(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("loops.progress.time.time", lambda: 123.25)
+    monkeypatch.setattr("agentloop.loops.progress.time.time", lambda: 123.25)
     fields = an_event().to_dict()
     del fields["at"]
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from actions import embed_user_fields, embed_user_text
+from agentloop.actions import embed_user_fields, embed_user_text
 
 PROPERTY = settings(max_examples=100, deadline=None)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from actions import AgentActionRegistry, AgentLoopError, BaseAgentAction, UnknownActionError
+from agentloop.actions import AgentActionRegistry, AgentLoopError, BaseAgentAction, UnknownActionError
 
 
 class Add(BaseAgentAction):

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from actions import AiResponse, RunCancelledError, RunDeadlineExceededError, RunStoppedError
-from loops import (
+from agentloop.actions import AiResponse, RunCancelledError, RunDeadlineExceededError, RunStoppedError
+from agentloop.loops import (
     AiDrivenAgentLoop,
     CancellationToken,
     InlineAgentRunner,
@@ -19,8 +19,8 @@ from loops import (
     ProgressEvent,
     current_scope,
 )
-from orchestration.testing import ProgressRecorder
-from pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
+from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
+from agentloop.testing import ProgressRecorder
 
 
 class Double(ProceduralAgentLoop):

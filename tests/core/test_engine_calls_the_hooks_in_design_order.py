@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from engine_support import counting_loop, run
 
-from loops import BaseAgentLoop, InlineAgentRunner, ProgressEvent
+from agentloop.loops import BaseAgentLoop, InlineAgentRunner, ProgressEvent
 
 
 class LoggedLoop(BaseAgentLoop):

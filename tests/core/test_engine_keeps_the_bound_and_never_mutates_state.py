@@ -10,8 +10,8 @@ from engine_support import FAST, CountingLoop, counting_loop, run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loops import ProgressEvent
-from orchestration.testing import check_loop
+from agentloop.loops import ProgressEvent
+from agentloop.testing import check_loop
 
 
 @FAST

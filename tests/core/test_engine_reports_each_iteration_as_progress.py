@@ -9,8 +9,8 @@ from engine_support import FAST, CountingLoop, counting_loop, run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loops import ProgressEvent, ProgressStatus
-from orchestration.testing import ProgressRecorder
+from agentloop.loops import ProgressEvent, ProgressStatus
+from agentloop.testing import ProgressRecorder
 
 
 @FAST

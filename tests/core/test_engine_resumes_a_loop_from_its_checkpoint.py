@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from engine_support import CountingLoop, counting_loop, run
 
-from actions.errors import RunCancelledError
-from orchestration.testing import ProgressRecorder
+from agentloop.actions.errors import RunCancelledError
+from agentloop.testing import ProgressRecorder
 
 
 class MemoryCheckpointer:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from actions import BranchFailedError, RunDeadlineExceededError
-from loops import InlineAgentRunner, ProceduralAgentLoop
-from orchestration.testing import ProgressRecorder
-from pipelines import BaseCompositeAgent, Branch
+from agentloop.actions import BranchFailedError, RunDeadlineExceededError
+from agentloop.loops import InlineAgentRunner, ProceduralAgentLoop
+from agentloop.pipelines import BaseCompositeAgent, Branch
+from agentloop.testing import ProgressRecorder
 
 
 class Compressing(ProceduralAgentLoop):

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from engine_support import CountingLoop
 
-from actions import AgentActionRegistry, BaseAgentAction, UnknownActionError
-from loops import BaseAgentLoop, InlineAgentRunner
+from agentloop.actions import AgentActionRegistry, BaseAgentAction, UnknownActionError
+from agentloop.loops import BaseAgentLoop, InlineAgentRunner
 
 
 class Remember(BaseAgentAction):

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from kit_support import TOOLS, ask
 
-from actions import AiResponse, FunctionCall, Usage
-from orchestration.testing import (
+from agentloop.actions import AiResponse, FunctionCall, Usage
+from agentloop.testing import (
     FunctionModel,
     ModelRequest,
     ScriptedModel,

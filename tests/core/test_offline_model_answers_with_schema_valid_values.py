@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kit_support import ask
 
-from actions import AgentActionRegistry, AiResponse, BaseAgentAction
-from actions.arguments import argument_problem
-from loops import AiDrivenAgentLoop
-from orchestration.testing import OfflineModel, assert_json_value, check_loop, example_from_schema
+from agentloop.actions import AgentActionRegistry, AiResponse, BaseAgentAction
+from agentloop.actions.arguments import argument_problem
+from agentloop.loops import AiDrivenAgentLoop
+from agentloop.testing import OfflineModel, assert_json_value, check_loop, example_from_schema
 
 # ----- schema strategies --------------------------------------------------------------------------
 

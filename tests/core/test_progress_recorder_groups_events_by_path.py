@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kit_support import an_event
 
-from orchestration.testing import ProgressRecorder
+from agentloop.testing import ProgressRecorder
 
 
 def test_the_recorder_groups_events_by_path_and_drops_run_id_and_time_from_the_transcript(

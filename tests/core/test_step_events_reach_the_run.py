@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions import StepEvent, report_step_event, step_events_wanted, use_step_events
-from loops import BaseAgentLoop, InlineAgentRunner
-from orchestration.testing import ProgressRecorder
-from pipelines import BaseCompositeAgent, Branch
+from agentloop.actions import StepEvent, report_step_event, step_events_wanted, use_step_events
+from agentloop.loops import BaseAgentLoop, InlineAgentRunner
+from agentloop.pipelines import BaseCompositeAgent, Branch
+from agentloop.testing import ProgressRecorder
 
 
 class Observe(BaseAgentLoop):

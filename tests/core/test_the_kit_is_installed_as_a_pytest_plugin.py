@@ -1,4 +1,5 @@
-"""The testing kit as a pytest plugin: installed by entry point, its fixtures give the kit."""
+"""The testing kit as a pytest plugin: opt-in (``pytest_plugins = ["agentloop.testing"]``), its
+fixtures give the kit. This suite opts in in ``tests/conftest.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from orchestration.testing import (
+from agentloop.testing import (
     FunctionModel,
     OfflineModel,
     ProgressRecorder,
@@ -21,11 +22,12 @@ from orchestration.testing import (
 )
 
 
-def test_the_kit_is_installed_as_a_pytest_plugin(pytestconfig: pytest.Config) -> None:
+def test_the_kit_is_an_opt_in_pytest_plugin(pytestconfig: pytest.Config) -> None:
     plugins = {entry.name: entry.value for entry in entry_points(group="pytest11")}
 
-    assert plugins.get("agentloop") == "orchestration.testing.plugin"
-    assert pytestconfig.pluginmanager.has_plugin("agentloop")
+    assert not any(value.startswith("agentloop") for value in plugins.values()), plugins
+    assert pytestconfig.pluginmanager.has_plugin("agentloop.testing")
+    assert pytestconfig.pluginmanager.has_plugin("agentloop.orchestration.testing.plugin")
 
 
 def test_the_plugin_fixtures_give_the_kit(

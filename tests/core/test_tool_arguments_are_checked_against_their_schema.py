@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from jsonschema.exceptions import UnknownType
 
-from actions.arguments import argument_problem
+from agentloop.actions.arguments import argument_problem
 
 SEARCH = {
     "type": "object",

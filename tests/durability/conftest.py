@@ -14,14 +14,14 @@ from contextlib import ExitStack
 import pytest
 from durability_support import Rig, running_rig
 
-from orchestration.store import open_store
-from orchestration.testing.servers.postgres import (
+from agentloop.orchestration.store import open_store
+from tests.servers.postgres import (
     PostgresUnavailableError,
     postgres_server,
     private_database,
     skip_or_fail,
 )
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
 
 
 @pytest.fixture(scope="session")

@@ -17,12 +17,12 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
 from sqlalchemy.engine import make_url
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.registry import RunnableRegistry
-from orchestration.store import RunRecord, SqlRunStore, open_store
-from orchestration.testing.servers.tcp_proxy import TcpProxy
-from orchestration.testing.servers.worker import WorkerProcess, run_worker_process
-from orchestration.wire import LAUNCH
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import RunRecord, SqlRunStore, open_store
+from agentloop.orchestration.wire import LAUNCH
+from tests.servers.tcp_proxy import TcpProxy
+from tests.servers.worker import WorkerProcess, run_worker_process
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

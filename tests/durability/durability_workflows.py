@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from loops import BaseAgentLoop
-from orchestration.registry import register
-from pipelines import BaseAgentPipeline
+from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.registry import register
+from agentloop.pipelines import BaseAgentPipeline
 
 
 class Count(BaseAgentLoop):

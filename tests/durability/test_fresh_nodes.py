@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from celery import Celery, chain, chord
 
-from orchestration.celery_adapter.deliveries import first_delivery, node_of, unmarked_signature
-from orchestration.client import CeleryAgentRunner
-from orchestration.engine import WorkflowEngine
-from orchestration.outcomes import Done
-from orchestration.registry import RunnableRegistry
-from orchestration.store import InMemoryRunStore, LoopRecord
-from orchestration.wire import LANE, MERGE, RUN, STAGE, WorkflowNode
+from agentloop.orchestration.celery_adapter.deliveries import first_delivery, node_of, unmarked_signature
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.engine import WorkflowEngine
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import InMemoryRunStore, LoopRecord
+from agentloop.orchestration.task_outcome import Done
+from agentloop.orchestration.wire import LANE, MERGE, RUN, STAGE, WorkflowNode
 
 
 class ReadCountingStore(InMemoryRunStore):

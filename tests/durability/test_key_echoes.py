@@ -8,11 +8,11 @@ from urllib.parse import quote
 
 import pytest
 
-from actions import ModelRequest
-from orchestration.llm.openai_errors import OPENAI_ERRORS
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.llm.sdk_errors import redact_secrets
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_error
+from agentloop.actions import ModelRequest
+from agentloop.orchestration.llm.openai_errors import OPENAI_ERRORS
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.sdk_errors import redact_secrets
+from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_error
 
 failure_message = OPENAI_ERRORS.failure_message
 

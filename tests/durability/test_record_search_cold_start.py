@@ -13,14 +13,14 @@ from durability_support import running_rig
 from durability_workflows import Count
 from sqlalchemy.exc import IntegrityError
 
-from orchestration.registry import ContextSpecError, RunnableRegistry
-from orchestration.testing.servers.postgres import (
+from agentloop.orchestration.registry import ContextSpecError, RunnableRegistry
+from agentloop.orchestration.wire import LAUNCH
+from tests.servers.postgres import (
     PostgresUnavailableError,
     postgres_server,
     private_database,
     skip_or_fail,
 )
-from orchestration.wire import LAUNCH
 
 pytestmark = pytest.mark.integration
 PROCESSES = 8

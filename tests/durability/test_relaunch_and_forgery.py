@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 from durability_support import Rig, new_id
 
-from orchestration.store import RunRecord
-from orchestration.wire import FINALIZE, RUN
+from agentloop.orchestration.store import RunRecord
+from agentloop.orchestration.wire import FINALIZE, RUN
 
 
 def _succeeded(rig: Rig, runnable: str = "durability.count", goal: int = 2) -> RunRecord:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from durability_support import Rig, new_id, running_rig
 
-from orchestration.store import open_store
+from agentloop.orchestration.store import open_store
 
 LONG = "r" * 256
 HUGE = "r" * 100_000

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from orchestration.engine import WorkflowEngine
-from orchestration.outcomes import Done
-from orchestration.registry import RunnableRegistry
-from orchestration.store import InMemoryRunStore, RunRecord
-from orchestration.wire import WorkflowNode
+from agentloop.orchestration.engine import WorkflowEngine
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import InMemoryRunStore, RunRecord
+from agentloop.orchestration.task_outcome import Done
+from agentloop.orchestration.wire import WorkflowNode
 
 
 class CallCountingStore(InMemoryRunStore):

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from edge_support import EdgeRig
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.registry import RunnableRegistry
-from orchestration.store import open_store
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import run_worker_process
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import open_store
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import run_worker_process
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent

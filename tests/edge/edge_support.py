@@ -10,8 +10,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from orchestration.store import RunStore
-from orchestration.testing.servers.worker import WorkerProcess
+from agentloop.orchestration.store import RunStore
+from tests.servers.worker import WorkerProcess
 
 
 @dataclass

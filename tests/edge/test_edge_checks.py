@@ -11,8 +11,8 @@ import pytest
 from celery.exceptions import InvalidTaskError
 from kombu.exceptions import ContentDisallowed
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.edge import (
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.edge import (
     MAX_BODY_BYTES,
     MAX_DEPTH,
     Rejection,
@@ -20,8 +20,8 @@ from orchestration.celery_adapter.edge import (
     nests_deeper_than,
     rejection_of,
 )
-from orchestration.celery_adapter.edge_consumer import EdgeConsumer, recorder_of
-from orchestration.store import InMemoryRunStore
+from agentloop.orchestration.celery_adapter.edge_consumer import EdgeConsumer, recorder_of
+from agentloop.orchestration.store import InMemoryRunStore
 
 
 class FakeMessage:

@@ -16,7 +16,7 @@ import pytest
 from celery import Celery
 from edge_support import EdgeRig
 
-from orchestration.client import mark_launch_sent
+from agentloop.orchestration.client import mark_launch_sent
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -67,7 +67,7 @@ def test_progress_tells_a_launch_on_its_way_from_an_unknown_id(edge_rig: EdgeRig
 
 
 def test_the_client_marks_its_launches_and_progress_follows_them_to_the_end(edge_rig: EdgeRig) -> None:
-    from orchestration.client import CeleryAgentRunner
+    from agentloop.orchestration.client import CeleryAgentRunner
 
     handle = CeleryAgentRunner.create(runnable="edge.echo", app=edge_rig.app).request_sync(input=5)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentloop import BaseAgentLoop, BaseAgentPipeline, BaseCompositeAgent, Branch
-from orchestration.registry import RunnableRegistry, register
+from agentloop.orchestration.registry import RunnableRegistry, register
 
 
 class Step(BaseAgentLoop):

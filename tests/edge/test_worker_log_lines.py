@@ -9,7 +9,7 @@ import time
 from celery.app.trace import LOG_IGNORED, log_policy_ignore
 from edge_support import EdgeRig
 
-from orchestration.celery_adapter.log_filter import RedactingLogFilter
+from agentloop.orchestration.celery_adapter.log_filter import RedactingLogFilter
 
 
 def test_a_pipeline_launch_is_not_logged_as_ignored(edge_rig: EdgeRig) -> None:

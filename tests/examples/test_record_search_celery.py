@@ -11,8 +11,8 @@ import pytest
 
 from agentloop.examples.record_search import NO_PLAN_MESSAGE, workflows
 from agentloop.examples.record_search.resources import dispose_shared_resources
-from orchestration.client import CeleryAgentRunner, WorkflowFailedError
-from orchestration.registry import ContextSpecError, RunnableRegistry
+from agentloop.orchestration.client import CeleryAgentRunner, WorkflowFailedError
+from agentloop.orchestration.registry import ContextSpecError, RunnableRegistry
 
 QUESTIONS = [
     "Which software companies are in Germany?",

@@ -16,7 +16,7 @@ from agentloop.examples.record_search import (
     create_offline_model,
 )
 from agentloop.examples.record_search.schema import companies_table
-from orchestration.testing import ScriptedModel, check_loop, check_runnable, tool_call
+from agentloop.testing import ScriptedModel, check_loop, check_runnable, tool_call
 
 
 async def test_the_loop_passes_check_loop_on_the_offline_model(

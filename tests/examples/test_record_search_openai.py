@@ -10,8 +10,8 @@ import pytest
 
 from agentloop.examples.record_search import MODEL_UNAVAILABLE_MESSAGE, NO_PLAN_MESSAGE, RecordSearchGenerator
 from agentloop.examples.record_search.offline import extract_embedded_text, offline_responders
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.testing.servers.openai_server import (
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,
     reply_error,

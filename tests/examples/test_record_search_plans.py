@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, inspect
 
-from actions import AiResponse
+from agentloop.actions import AiResponse
 from agentloop.examples.record_search import (
     MODEL_UNAVAILABLE_MESSAGE,
     NO_PLAN_MESSAGE,
@@ -21,8 +21,8 @@ from agentloop.examples.record_search import (
     RecordSearchResources,
     validate_plan,
 )
-from loops import InlineAgentRunner
-from orchestration.testing import ScriptedModel, error_reply, text_reply, tool_call
+from agentloop.loops import InlineAgentRunner
+from agentloop.testing import ScriptedModel, error_reply, text_reply, tool_call
 
 GERMANY = {"field": "country", "op": "eq", "value": "Germany"}
 VALID = {"steps": [{"category_id": "companies", "filters": [GERMANY]}, {"follow": "contacts"}]}

@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from actions import AiResponse
+from agentloop.actions import AiResponse
 from agentloop.examples.record_search import (
     ClassifySearchIntentAction,
     ComposeAnswerAction,
@@ -21,8 +21,8 @@ from agentloop.examples.record_search import (
 )
 from agentloop.examples.record_search.actions.compose_answer import UNAVAILABLE_NOTE
 from agentloop.examples.record_search.offline import extract_embedded_text
-from loops import InlineAgentRunner
-from orchestration.testing import ScriptedModel, check_action, error_reply, text_reply, tool_call
+from agentloop.loops import InlineAgentRunner
+from agentloop.testing import ScriptedModel, check_action, error_reply, text_reply, tool_call
 
 ALL_DEALS = {"steps": [{"category_id": "deals"}]}
 SUMMARY = {

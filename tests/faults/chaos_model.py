@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentloop.examples.record_search.offline import offline_responders
-from orchestration.testing.servers.openai_server import (
+from agentloop.orchestration.testing.servers.openai_server import (
     Reply,
     reply_delay,
     reply_error,

@@ -18,7 +18,7 @@ from typing import Any
 
 from celery import states
 
-from orchestration.wire import FINALIZE, LAUNCH
+from agentloop.orchestration.wire import FINALIZE, LAUNCH
 
 from .chaos_model import FAULTS, marker
 from .poison import send_poison

@@ -16,7 +16,7 @@ from typing import Any
 
 from celery import Celery
 
-from orchestration.wire import LAUNCH
+from agentloop.orchestration.wire import LAUNCH
 
 from .rig import QUEUE
 

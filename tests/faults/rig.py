@@ -1,11 +1,11 @@
 """The deployment the fault scenarios attack: a real prefork worker on a private Redis (broker and
 results, append-only so a restart keeps its data), the run store in a private PostgreSQL database
-reached through a :class:`~orchestration.testing.servers.tcp_proxy.TcpProxy` the scenarios stop,
+reached through a :class:`~tests.servers.tcp_proxy.TcpProxy` the scenarios stop,
 and the record-search agent's model behind a local OpenAI-protocol server (:mod:`.chaos_model`).
 
 The test process watches from outside: it reads the run store directly (not through the proxy),
 so it sees the runs while the worker's database is "down", and it sends work the way clients do:
-:class:`~orchestration.client.CeleryAgentRunner`, or a plain Celery app that knows nothing of
+:class:`~agentloop.orchestration.client.CeleryAgentRunner`, or a plain Celery app that knows nothing of
 agentloop (another service, or an attacker).
 """
 
@@ -23,14 +23,14 @@ import redis
 from celery import Celery
 from sqlalchemy.engine import make_url
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.client import CeleryAgentRunner
-from orchestration.store import RunStore, open_store
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer
-from orchestration.testing.servers.postgres import private_postgres_database
-from orchestration.testing.servers.redis_server import RedisServer, private_redis_server
-from orchestration.testing.servers.tcp_proxy import TcpProxy
-from orchestration.testing.servers.worker import WorkerProcess, run_worker_process
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.store import RunStore, open_store
+from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
+from tests.servers.postgres import private_postgres_database
+from tests.servers.redis_server import RedisServer, private_redis_server
+from tests.servers.tcp_proxy import TcpProxy
+from tests.servers.worker import WorkerProcess, run_worker_process
 
 from .chaos_model import API_KEY, MODEL_MAX_RETRIES, MODEL_TIMEOUT_SECONDS, chaos_responder
 

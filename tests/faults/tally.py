@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from orchestration.store import RunStore
+from agentloop.orchestration.store import RunStore
 
 
 class Outcome(StrEnum):

@@ -6,10 +6,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from orchestration.client import CeleryAgentRunner, RunHandle
-from orchestration.human.waits import SqlWaitStore, Wait
-from orchestration.store import SqlRunStore
-from orchestration.wire import RESUME
+from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+from agentloop.orchestration.store import SqlRunStore
+from agentloop.orchestration.store.waits import SqlWaitStore, Wait
+from agentloop.orchestration.wire import RESUME
 
 
 def start(app: Any, store: SqlRunStore, name: str, input: Any = None) -> RunHandle:

@@ -9,7 +9,7 @@ import pytest
 from human_support import start, wait_for_status
 from typer.testing import CliRunner
 
-from orchestration.cli import app as cli
+from agentloop.orchestration.cli import app as cli
 
 
 def test_the_command_shows_refuses_and_answers(human_worker, monkeypatch: pytest.MonkeyPatch) -> None:

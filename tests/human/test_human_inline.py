@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from human_workflows import Approve, FanWithApproval, Typed
 
-from actions.human import (
+from agentloop.actions.human import (
     CallbackChannel,
     InvalidAnswerError,
     NoOneToAskError,
@@ -17,7 +17,7 @@ from actions.human import (
     QuestionKind,
     check_answer,
 )
-from loops import InlineAgentRunner
+from agentloop.loops import InlineAgentRunner
 
 APPROVED = {"input": "b", "steps": ["step0", "approved=True", "step2"]}
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from actions.human import Question
-from orchestration.human.waits import ANSWERED, PENDING, Wait, WaitStore, wait_store_for
-from orchestration.store import InMemoryRunStore, RunStore, open_store
+from agentloop.actions.human import Question
+from agentloop.orchestration.store import InMemoryRunStore, RunStore, open_store
+from agentloop.orchestration.store.waits import ANSWERED, PENDING, Wait, WaitStore, wait_store_for
 
 
 @pytest.fixture(params=["sql", "memory"])

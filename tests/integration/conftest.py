@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.registry import RunnableRegistry
-from orchestration.store import RunStore, open_store
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import run_worker_process
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import RunStore, open_store
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import run_worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What the lone worker imports (and the test's registry knows).

@@ -8,10 +8,10 @@ from typing import Any
 
 from parity_workflows import ThreeStages
 
-from actions import RunStoppedError
-from loops import ProgressEvent
-from orchestration.client import CeleryAgentRunner
-from orchestration.run_end import failure_status
+from agentloop.actions import RunStoppedError
+from agentloop.loops import ProgressEvent
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.run_end import failure_status
 
 
 def test_request_and_wait_stream_every_event_to_on_progress(memory_celery: Any) -> None:
@@ -40,7 +40,7 @@ def test_request_and_wait_stream_every_event_to_on_progress(memory_celery: Any) 
 def test_a_stop_without_a_final_status_of_its_own_ends_the_run_as_failed() -> None:
     assert failure_status(RunStoppedError("stopped")) == "failed"
     assert failure_status(ValueError("x")) == "failed"
-    from actions import RunCancelledError, TokenBudgetExceededError
+    from agentloop.actions import RunCancelledError, TokenBudgetExceededError
 
     assert failure_status(RunCancelledError("c")) == "cancelled"
     assert failure_status(TokenBudgetExceededError(used=2, budget=1)) == "budget_exceeded"

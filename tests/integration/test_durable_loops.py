@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from actions import StateNotSerializableError
-from orchestration.celery_adapter.app import create_app
-from orchestration.client import CeleryAgentRunner
-from orchestration.engine import WorkflowEngine
-from orchestration.outcomes import Done
-from orchestration.registry import RunnableRegistry
-from orchestration.store import RunStore, open_store
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import run_worker_process
-from orchestration.wire import WorkflowNode
+from agentloop.actions import StateNotSerializableError
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.engine import WorkflowEngine
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import RunStore, open_store
+from agentloop.orchestration.task_outcome import Done
+from agentloop.orchestration.wire import WorkflowNode
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import run_worker_process
 
 TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent

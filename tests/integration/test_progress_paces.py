@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from loops import ProgressEvent, ProgressStatus
-from orchestration.celery_adapter.tasks import EVENTS_INTERVAL, PROGRESS_INTERVAL
-from orchestration.store import InMemoryRunStore
-from orchestration.store.seams import ProgressPublisher
+from agentloop.loops import ProgressEvent, ProgressStatus
+from agentloop.orchestration.celery_adapter.tasks import EVENTS_INTERVAL, PROGRESS_INTERVAL
+from agentloop.orchestration.store import InMemoryRunStore
+from agentloop.orchestration.store.seams import ProgressPublisher
 
 
 class CountingStore(InMemoryRunStore):

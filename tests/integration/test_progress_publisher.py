@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from loops import ProgressEvent, ProgressStatus
-from orchestration.store import InMemoryRunStore
-from orchestration.store.seams import ProgressPublisher
+from agentloop.loops import ProgressEvent, ProgressStatus
+from agentloop.orchestration.store import InMemoryRunStore
+from agentloop.orchestration.store.seams import ProgressPublisher
 
 
 class CountingStore(InMemoryRunStore):
@@ -67,7 +67,7 @@ def test_a_store_that_fails_never_fails_the_run_and_each_lost_write_is_logged(
 
     states: list[dict[str, Any]] = []
     publisher = ProgressPublisher(store=Broken(), run_id="r", update_state=states.append, interval=0)
-    with caplog.at_level(logging.WARNING, logger="orchestration.store.seams"):
+    with caplog.at_level(logging.WARNING, logger="agentloop.orchestration.store.seams"):
         publisher(progress(0))  # the interval has passed: written at once, and lost
         publisher(progress(1))
         publisher.flush(final=True)  # nothing left to write
@@ -85,7 +85,7 @@ def test_a_state_that_cannot_be_published_is_logged_and_the_events_are_still_wri
 
     store = CountingStore()
     publisher = ProgressPublisher(store=store, run_id="r", update_state=refuse, interval=0)
-    with caplog.at_level(logging.WARNING, logger="orchestration.store.seams"):
+    with caplog.at_level(logging.WARNING, logger="agentloop.orchestration.store.seams"):
         publisher(progress(0))
 
     [record] = caplog.records

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.client import CeleryAgentRunner
-from orchestration.store import open_store
-from orchestration.testing.servers.rabbitmq import private_rabbitmq
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import run_worker_process
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.store import open_store
+from tests.servers.rabbitmq import private_rabbitmq
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

@@ -15,17 +15,21 @@ from sqlalchemy import func, select
 from agentloop.examples.record_search.offline import offline_responders
 from agentloop.examples.record_search.schema import companies_table
 from agentloop.examples.record_search.workflows import DEMO, DEMO_QUESTIONS
-from orchestration.celery_adapter.app import create_app
-from orchestration.client import CeleryAgentRunner
-from orchestration.store import create_engine_for, open_store
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer, Reply, reply_tool_call
-from orchestration.testing.servers.postgres import (
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.store import create_engine_for, open_store
+from agentloop.orchestration.testing.servers.openai_server import (
+    OpenAICompatibleServer,
+    Reply,
+    reply_tool_call,
+)
+from tests.servers.postgres import (
     PostgresUnavailableError,
     private_postgres_database,
     skip_or_fail,
 )
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import run_worker_process
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

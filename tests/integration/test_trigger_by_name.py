@@ -34,7 +34,7 @@ CLIENT = textwrap.dedent(
         seen.extend(page["events"])
         statuses.append(page["status"])
         time.sleep(0.05)
-    ours = {"actions", "loops", "pipelines", "orchestration"}
+    ours = {"agentloop", "actions", "loops", "pipelines", "orchestration"}
     loaded = sorted(m for m in sys.modules if m.split(".")[0] in ours)
     print(json.dumps({"result": result.get(timeout=30), "events_while_running": len(seen),
                       "statuses": sorted(set(statuses)), "agent_modules": loaded}))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentloop import CeleryAgentRunner, WorkflowFailedError
-from orchestration.celery_adapter.edge import MAX_BODY_BYTES, MAX_DEPTH
+from agentloop.orchestration.celery_adapter.edge import MAX_BODY_BYTES, MAX_DEPTH
 
 pytestmark = pytest.mark.integration
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.llm.request_guard import (
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.request_guard import (
     ModelRequestGuard,
     ModelRequestsBlockedError,
     is_local_url,
     model_requests,
 )
-from orchestration.testing.plugin import ALLOW_FIXTURE, ALLOW_OPTION, ALLOW_VARIABLE
+from agentloop.orchestration.testing.plugin import ALLOW_FIXTURE, ALLOW_OPTION, ALLOW_VARIABLE
 
 
 @pytest.mark.parametrize(
@@ -93,11 +93,11 @@ def test_the_fixture_allows_real_requests_for_one_test(agentloop_allow_model_req
 USER_SUITE = """
 import pytest
 
-from actions import ForcedToolAction
-from orchestration.llm.anthropic_processor import AnthropicProcessor
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.llm.request_guard import model_requests
-from orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
+from agentloop.actions import ForcedToolAction
+from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.request_guard import model_requests
+from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 
 
 async def ask(processor):

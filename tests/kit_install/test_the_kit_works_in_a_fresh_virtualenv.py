@@ -1,8 +1,12 @@
-"""``pip install agentloop[testing]`` is all a user's test suite needs: the package is built from this
-checkout, installed with its ``testing`` extra into a new virtualenv, and a small suite written as a
-user would write it runs there on the kit's fixtures (async tests included), with nothing else.
+"""The wheel as a user gets it: one import package, ``agentloop``, typed, with the testing kit's
+plugin opt-in. The package is built from this checkout and installed with its ``testing`` extra
+(and mypy) into a new virtualenv, once for the module; a user's project folder that has its own
+``actions.py``, ``loops.py``, ``pipelines.py``, ``orchestration.py`` and ``celeryconfig.py`` then
+imports agentloop, runs a loop inline and on a real worker, runs its test suite on the kit's
+fixtures, and type-checks against the installed package.
 
-Slow (a virtualenv and the dependencies from PyPI, through pip's cache): marked ``integration``.
+Slow (a virtualenv and the dependencies from the package index, through pip's cache): marked
+``integration``.
 """
 
 from __future__ import annotations
@@ -12,11 +16,15 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from orchestration.testing.servers import on_ci
+from tests.servers import on_ci
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
 
 pytestmark = pytest.mark.integration
 
@@ -26,14 +34,24 @@ SOURCES = (
     "pyproject.toml",
     "README.md",
     "celeryconfig.py",
-    "agentloop",
+    "agentloop",  # its links to the folders below are kept as links, as in the checkout
     "actions",
     "loops",
     "pipelines",
     "orchestration",
 )
 
+#: A user's own modules with the names of the design's folders: importing any of them fails loudly,
+#: so a test passes only if agentloop never reaches for them.
+SHADOWS = {
+    f"{name}.py": f'raise ImportError("the user\'s own {name}.py was imported")\n'
+    for name in ("actions", "loops", "pipelines", "orchestration", "celeryconfig")
+}
+
 USER_SUITE = {
+    "conftest.py": """
+        pytest_plugins = ["agentloop.testing"]
+        """,
     "pytest.ini": """
         [pytest]
         asyncio_default_fixture_loop_scope = function
@@ -64,8 +82,8 @@ USER_SUITE = {
 
         import agentloop
         from counting import CountTo
-        from orchestration.llm.request_guard import model_requests
-        from orchestration.testing import text_reply, tool_call
+        from agentloop.orchestration.llm.request_guard import model_requests
+        from agentloop.testing import text_reply, tool_call
 
         PLAN = {"name": "plan", "description": "Plan.", "parameters": {
             "type": "object", "properties": {"steps": {"type": "array", "items": {"type": "string"}}},
@@ -135,7 +153,7 @@ def _wheel(tmp_path: Path) -> Path:
     for name in SOURCES:
         origin = ROOT / name
         if origin.is_dir():
-            shutil.copytree(origin, source / name, ignore=ignore)
+            shutil.copytree(origin, source / name, ignore=ignore, symlinks=True)
         else:
             shutil.copy2(origin, source / name)
     built = _run(
@@ -158,35 +176,171 @@ def _wheel(tmp_path: Path) -> Path:
     return wheel
 
 
-def test_pip_install_agentloop_testing_is_all_a_users_test_suite_needs(tmp_path: Path) -> None:
+@dataclass
+class Installed:
+    wheel: Path
+    python: Path
+    project: Path  # a user's project folder, with its own actions.py, loops.py, ...
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    """The wheel, in a new virtualenv with its ``testing`` extra and mypy."""
+    tmp_path = tmp_path_factory.mktemp("kit")
     wheel = _wheel(tmp_path)
     created = _run([sys.executable, "-m", "venv", str(tmp_path / "venv")], cwd=tmp_path, timeout=120)
     assert created.returncode == 0, created.stderr
     python = tmp_path / "venv" / "bin" / "python"
+    installing = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     installed = _run(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            f"agentloop[testing] @ {wheel.as_uri()}",
-        ],
-        cwd=tmp_path,
-        timeout=900,
+        [*installing, f"agentloop[testing] @ {wheel.as_uri()}", "mypy"], cwd=tmp_path, timeout=900
     )
     if installed.returncode != 0 and "Could not find a version" in installed.stderr and not on_ci():
         pytest.skip(f"the package index cannot be reached: {installed.stderr.strip()[-300:]}")
     assert installed.returncode == 0, installed.stderr
-    suite = tmp_path / "user_suite"
-    suite.mkdir()
-    for name, text in USER_SUITE.items():
-        (suite / name).write_text(textwrap.dedent(text).lstrip())
+    project = tmp_path / "user_project"
+    project.mkdir()
+    for name, text in {**USER_SUITE, **SHADOWS}.items():
+        (project / name).write_text(textwrap.dedent(text).lstrip())
+    yield Installed(wheel=wheel, python=python, project=project)
 
-    result = _run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=suite, timeout=300)
+
+def test_the_wheel_installs_one_import_package_and_no_test_infrastructure(installed: Installed) -> None:
+    names = zipfile.ZipFile(installed.wheel).namelist()
+    top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+
+    assert top_level == {"agentloop"}
+    assert {"agentloop/actions/base.py", "agentloop/celeryconfig.py", "agentloop/py.typed"} <= set(names)
+    assert "agentloop/orchestration/testing/servers/openai_server.py" in names  # the kit users test against
+    launchers = ("postgres.py", "rabbitmq.py", "redis_server.py", "tcp_proxy.py", "worker.py")
+    assert [name for name in names if name.endswith(launchers)] == []
+    entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
+    assert "pytest11" not in zipfile.ZipFile(installed.wheel).read(entry_points).decode()
+
+
+def test_a_users_own_modules_named_like_ours_shadow_nothing_inline(installed: Installed) -> None:
+    script = (
+        "import agentloop\n"
+        "from counting import CountTo\n"
+        "print(agentloop.InlineAgentRunner.create(runnable=CountTo).request_sync(input=2))\n"
+    )
+    result = _run([str(installed.python), "-c", script], cwd=installed.project, timeout=120)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "5"
+
+
+def test_a_users_own_modules_named_like_ours_shadow_nothing_on_a_real_worker(
+    installed: Installed, tmp_path: Path
+) -> None:
+    agents = installed.project / "agents.py"
+    agents.write_text(
+        "from agentloop import register\n"
+        "from counting import CountTo\n\n"
+        "register('counting.count_to', CountTo)\n"
+    )
+    bin_dir = installed.python.parent
+    try:
+        with private_redis_server() as redis_server:
+            env = {
+                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                "HOME": os.environ.get("HOME", str(tmp_path)),
+                "REDIS_URL": redis_server.url,
+                "AGENTLOOP_IMPORTS": "agents",
+                # the project's folder first on the path: its actions.py, ... are what `import actions` finds
+                "PYTHONPATH": str(installed.project),
+                "DATABASE_URL": f"sqlite:///{tmp_path / 'runs.sqlite3'}",
+            }
+            worker = subprocess.Popen(
+                [str(bin_dir / "celery"), "-A", "agentloop", "worker", "--pool", "solo", "--loglevel", "INFO",
+                 "--without-mingle", "--without-gossip"],
+                cwd=installed.project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+            try:
+                triggered = subprocess.run(
+                    [str(bin_dir / "agentloop"), "trigger", "counting.count_to", "--input", "3", "--wait",
+                     "--timeout", "120", "--json"],
+                    cwd=installed.project, env=env, capture_output=True, text=True, timeout=180,
+                )  # fmt: skip
+            finally:
+                worker.terminate()
+                log = worker.communicate(timeout=30)[0]
+    except ServiceUnavailable as unavailable:
+        pytest.skip(unavailable.reason)
+
+    assert triggered.returncode == 0, triggered.stdout + triggered.stderr + log[-3000:]
+    assert '"result": 6' in triggered.stdout.replace(" ", "").replace('"result":6', '"result": 6'), (
+        triggered.stdout
+    )
+    assert "was imported" not in log
+
+
+def test_the_users_suite_runs_on_the_opt_in_plugin(installed: Installed) -> None:
+    result = _run(
+        [str(installed.python), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=installed.project,
+        timeout=300,
+    )
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "6 passed" in result.stdout
-    plugins = _run([str(python), "-m", "pytest", "--co", "-q", "--trace-config"], cwd=suite, timeout=120)
-    assert "orchestration.testing.plugin" in plugins.stdout  # by its entry point, nothing configured
+
+
+def test_a_plain_pytest_session_loads_no_plugin_of_ours_and_no_celery(
+    installed: Installed, tmp_path: Path
+) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "test_plain.py").write_text(
+        "import sys\n\n\n"
+        "def test_nothing_of_agentloop_or_celery_is_loaded():\n"
+        "    loaded = sorted(m for m in sys.modules if m.split('.')[0] in {'agentloop', 'celery', 'kombu'})\n"
+        "    assert loaded == []\n"
+    )
+
+    result = _run(
+        [str(installed.python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=plain, timeout=300
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
+
+
+def test_users_get_the_packages_types_under_mypy_strict(installed: Installed, tmp_path: Path) -> None:
+    typed = tmp_path / "typed"
+    typed.mkdir()
+    (typed / "agent.py").write_text(
+        textwrap.dedent(
+            """
+            from agentloop import BaseAgentLoop, InlineAgentRunner
+
+
+            class Double(BaseAgentLoop):
+                def create_initial_state(self, *, input: int) -> int:
+                    return input
+
+                def advance_state(self, *, state: int, iteration: int) -> int:
+                    return state * 2
+
+                def is_complete(self, *, state: int, iteration: int) -> bool:
+                    return iteration >= 1
+
+                def build_result(self, *, state: int) -> int:
+                    return state
+
+
+            runner = InlineAgentRunner.create(runnable=Double)
+            """
+        ).lstrip()
+    )
+    (typed / "wrong.py").write_text(
+        "from agentloop import InlineAgentRunner\n\nInlineAgentRunner.create(runnable=3)\n"
+    )
+    mypy = [str(installed.python), "-m", "mypy", "--strict", "--no-incremental"]
+
+    good = _run([*mypy, "agent.py"], cwd=typed, timeout=600)
+    bad = _run([*mypy, "wrong.py"], cwd=typed, timeout=600)
+
+    assert good.returncode == 0, good.stdout + good.stderr
+    # typed, not Any: a wrong argument is an error (without py.typed, mypy would not read the package)
+    assert bad.returncode == 1 and "arg-type" in bad.stdout, bad.stdout + bad.stderr

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from limits_support import RecordingModel, TwoWorkers
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.store import open_store
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer
-from orchestration.testing.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import WorkerProcess, run_worker_process
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.store import open_store
+from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
+from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.servers.worker import WorkerProcess, run_worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -47,7 +47,7 @@ def limiter_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         slept.append(seconds)
         await real_sleep(seconds)
 
-    monkeypatch.setattr("orchestration.llm.limits.window.asyncio", SimpleNamespace(sleep=sleep))
+    monkeypatch.setattr("agentloop.orchestration.llm.limits.window.asyncio", SimpleNamespace(sleep=sleep))
     return slept
 
 

@@ -8,9 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestration.store import RunStore
-from orchestration.testing.servers.openai_server import Reply, default_reply, reply_delay, reply_tool_call
-from orchestration.testing.servers.worker import WorkerProcess
+from agentloop.orchestration.store import RunStore
+from agentloop.orchestration.testing.servers.openai_server import (
+    Reply,
+    default_reply,
+    reply_delay,
+    reply_tool_call,
+)
+from tests.servers.worker import WorkerProcess
 
 
 @dataclass(frozen=True)

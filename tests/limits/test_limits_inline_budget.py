@@ -9,8 +9,8 @@ from typing import Any
 
 from limits_workflows import TOOL_ID, ModelFan, StaticToolStore
 
-from actions import AiResponse, FunctionCall, InMemoryUsageMeter, Usage, current_meter
-from loops import InlineAgentRunner, ProgressEvent
+from agentloop.actions import AiResponse, FunctionCall, InMemoryUsageMeter, Usage, current_meter
+from agentloop.loops import InlineAgentRunner, ProgressEvent
 
 
 class MeteredModel:

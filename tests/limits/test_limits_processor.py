@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from limits_workflows import TOOL_ID, ModelCalls, StaticToolStore
 
-from actions import AiResponse, ModelRequest, RunDeadlineExceededError, Usage
-from loops import InlineAgentRunner
-from orchestration.llm.limits import (
+from agentloop.actions import AiResponse, ModelRequest, RunDeadlineExceededError, Usage
+from agentloop.loops import InlineAgentRunner
+from agentloop.orchestration.llm.limits import (
     MemoryBackend,
     Permit,
     RateLimitedProcessor,
     WindowRateLimiter,
     current_permit,
 )
-from orchestration.testing import ScriptedModel, text_reply
+from agentloop.testing import ScriptedModel, text_reply
 
 REQUEST = ModelRequest(instruction="say hi")
 
@@ -59,7 +59,7 @@ async def test_a_call_that_would_wait_longer_than_max_wait_is_a_clear_failure_wi
     processor = RateLimitedProcessor(inner, limiter, max_wait=timedelta(milliseconds=100))
     await REQUEST.send(processor)
 
-    with caplog.at_level(logging.WARNING, logger="orchestration.llm.limits"):
+    with caplog.at_level(logging.WARNING, logger="agentloop.orchestration.llm.limits"):
         response = await REQUEST.send(processor)
 
     assert response.has_error

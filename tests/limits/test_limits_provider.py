@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.llm import (
+from agentloop.orchestration.llm import (
     MemoryBackend,
     ModelProvider,
     OfflineModel,
@@ -15,7 +15,7 @@ from orchestration.llm import (
     describe_processor,
     processor_from_env,
 )
-from orchestration.settings import ModelSettings, load_settings
+from agentloop.orchestration.settings import ModelSettings, load_settings
 
 
 def model_settings(env: dict[str, str]) -> ModelSettings:

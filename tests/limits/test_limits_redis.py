@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from actions import AiResponse, ModelRequest, Usage
-from orchestration.llm.limits import (
+from agentloop.actions import AiResponse, ModelRequest, Usage
+from agentloop.orchestration.llm.limits import (
     Denial,
     Permit,
     RateLimitedProcessor,
@@ -27,7 +27,7 @@ from orchestration.llm.limits import (
     WindowRateLimiter,
     current_permit,
 )
-from orchestration.testing.servers.redis_server import RedisServer
+from tests.servers.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,7 +91,7 @@ def test_callers_in_separate_processes_share_one_limit(redis_server: RedisServer
     script = textwrap.dedent(
         f"""
         import asyncio, json
-        from orchestration.llm.limits import RedisBackend, WindowRateLimiter
+        from agentloop.orchestration.llm.limits import RedisBackend, WindowRateLimiter
 
         async def main():
             limiter = WindowRateLimiter(RedisBackend({redis_server.url!r}), key={key!r},
@@ -208,7 +208,7 @@ async def test_when_redis_is_down_calls_proceed_unlimited_and_it_is_logged_once(
     model = FixedUsageModel(Usage(input_tokens=40, output_tokens=40))
     processor = RateLimitedProcessor(model, limiter)
 
-    with caplog.at_level(logging.DEBUG, logger="orchestration.llm"):
+    with caplog.at_level(logging.DEBUG, logger="agentloop.orchestration.llm"):
         responses = [await REQUEST.send(processor) for _ in range(3)]
 
     # never blocks for long: Redis was tried once, then left alone for retry_interval; no waiting

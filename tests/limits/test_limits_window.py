@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestration.llm.limits import (
+from agentloop.orchestration.llm.limits import (
     Denial,
     MemoryBackend,
     Permit,

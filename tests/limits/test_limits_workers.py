@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from limits_support import ModelCall, RecordingModel, TwoWorkers
 
-from orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
+from agentloop.orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
 
 pytestmark = pytest.mark.integration
 

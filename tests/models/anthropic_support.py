@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions import AiResponse, ModelRequest
-from orchestration.llm.anthropic_processor import AnthropicProcessor
-from orchestration.testing.servers.openai_replies import RecordedRequest
+from agentloop.actions import AiResponse, ModelRequest
+from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.testing.servers.openai_replies import RecordedRequest
 
 ANTHROPIC_KEY = "sk-ant-test-9d2e4b7c1a8f3e6d"
 FAST = {"retry-after-ms": "5"}  # the SDK honours it, so retries take milliseconds

@@ -10,16 +10,16 @@ from datetime import timedelta
 import pytest
 from anthropic_support import send_forced, sent_key
 
-from orchestration.llm import (
+from agentloop.orchestration.llm import (
     ModelProvider,
     OfflineModel,
     OpenAIProcessor,
     describe_processor,
     processor_from_env,
 )
-from orchestration.llm.anthropic_processor import PLACEHOLDER_API_KEY, AnthropicProcessor
-from orchestration.settings import load_settings
-from orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
+from agentloop.orchestration.llm.anthropic_processor import PLACEHOLDER_API_KEY, AnthropicProcessor
+from agentloop.orchestration.settings import load_settings
+from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 
 OPENAI = {"OPENAI_API_KEY": "sk-openai-secret-key-1"}
 ANTHROPIC = {"ANTHROPIC_API_KEY": "sk-ant-secret-key-2"}
@@ -116,11 +116,11 @@ def test_without_the_sdk_the_error_names_the_extra_to_install(monkeypatch: pytes
     for name in [name for name in sys.modules if name == "anthropic" or name.startswith("anthropic.")]:
         monkeypatch.delitem(sys.modules, name)
     for name in ("anthropic_processor", "anthropic_mapping", "anthropic_errors"):
-        monkeypatch.delitem(sys.modules, f"orchestration.llm.{name}", raising=False)
+        monkeypatch.delitem(sys.modules, f"agentloop.orchestration.llm.{name}", raising=False)
     monkeypatch.setitem(sys.modules, "anthropic", None)  # type: ignore[arg-type]
 
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'agentloop\[anthropic\]'"):
-        importlib.import_module("orchestration.llm.anthropic_processor")
+        importlib.import_module("agentloop.orchestration.llm.anthropic_processor")
     with pytest.raises(ModuleNotFoundError, match="agentloop"):
         processor_from_env(ANTHROPIC)
     assert isinstance(processor_from_env({}), OfflineModel)  # nothing else needs it

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from anthropic_support import ANTHROPIC_KEY, FAST, send, send_forced
 
-from orchestration.llm.anthropic_processor import AnthropicProcessor
-from orchestration.testing.servers.anthropic_server import (
+from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.testing.servers.anthropic_server import (
     AnthropicCompatibleServer,
     reply_delay,
     reply_disconnect,

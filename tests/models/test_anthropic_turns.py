@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from anthropic_support import ANTHROPIC_KEY, PLAN_TOOL, send, send_forced, sent_key
 
-from actions import AiResponse, FunctionCall, Usage
-from orchestration.llm.anthropic_processor import AnthropicProcessor
-from orchestration.llm.documents import render_documents
-from orchestration.testing.servers.anthropic_server import (
+from agentloop.actions import AiResponse, FunctionCall, Usage
+from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.llm.documents import render_documents
+from agentloop.orchestration.testing.servers.anthropic_server import (
     AnthropicCompatibleServer,
     reply_completion,
     reply_text,

@@ -8,9 +8,13 @@ from typing import Any
 
 from openai_support import FAST, PLAN_TOOL, send_forced
 
-from actions import ForcedToolAction
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_error, reply_tool_call
+from agentloop.actions import ForcedToolAction
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.testing.servers.openai_server import (
+    OpenAICompatibleServer,
+    reply_error,
+    reply_tool_call,
+)
 
 
 class ToolStore:

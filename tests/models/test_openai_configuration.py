@@ -9,10 +9,10 @@ from openai import AsyncOpenAI
 from openai_support import API_KEY, send
 from pydantic import SecretStr
 
-from actions import ModelProcessor
-from orchestration.llm.openai_processor import DEFAULT_MODEL, OpenAIProcessor
-from orchestration.settings import ModelSettings
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer
+from agentloop.actions import ModelProcessor
+from agentloop.orchestration.llm.openai_processor import DEFAULT_MODEL, OpenAIProcessor
+from agentloop.orchestration.settings import ModelSettings
+from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
 
 
 async def test_from_env_reads_the_environment(

@@ -9,7 +9,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_completion, reply_delay
+from agentloop.orchestration.testing.servers.openai_server import (
+    OpenAICompatibleServer,
+    reply_completion,
+    reply_delay,
+)
 
 
 def post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -11,10 +11,14 @@ from xml.etree import ElementTree
 
 from openai_support import API_KEY, PLAN_TOOL, send, send_forced
 
-from actions import AiResponse, FunctionCall, Usage
-from orchestration.llm.documents import render_documents
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text, reply_tool_call
+from agentloop.actions import AiResponse, FunctionCall, Usage
+from agentloop.orchestration.llm.documents import render_documents
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.testing.servers.openai_server import (
+    OpenAICompatibleServer,
+    reply_text,
+    reply_tool_call,
+)
 
 
 async def test_a_forced_tool_call_comes_back_with_its_arguments_id_usage_and_model(

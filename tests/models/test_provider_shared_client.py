@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.llm.provider import ModelProvider
-from orchestration.settings import load_settings
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.provider import ModelProvider
+from agentloop.orchestration.settings import load_settings
 
 
 def _provider() -> ModelProvider:

@@ -8,7 +8,7 @@ import socket
 from contextlib import ExitStack
 from http.server import BaseHTTPRequestHandler
 
-from orchestration.testing.servers.scripted_server import OwnedHTTPServer
+from agentloop.orchestration.testing.servers.scripted_server import OwnedHTTPServer
 
 CLIENTS = 300
 

@@ -15,8 +15,8 @@ from contextlib import ExitStack
 import pytest
 from ops_support import IMPORTS, FlowerClient, OpsStack, run_flower, service_env, wait_for_events
 
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import run_worker_process
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import run_worker_process
 
 
 @pytest.fixture(scope="module")

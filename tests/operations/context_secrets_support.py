@@ -11,12 +11,12 @@ from typing import Any
 
 from celery import Celery
 
-from loops import ProceduralAgentLoop
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.registry import RunnableRegistry
-from orchestration.store import InMemoryRunStore
-from orchestration.wire import WorkflowNode
+from agentloop.loops import ProceduralAgentLoop
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import InMemoryRunStore
+from agentloop.orchestration.wire import WorkflowNode
 
 API_KEY = "sk-live-CONTEXT-KEY-4242"
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestration.testing.servers.redis_server import RedisServer
-from orchestration.testing.servers.worker import CONFIG_ENV_VARS, WorkerProcess
+from tests.servers.redis_server import RedisServer
+from tests.servers.worker import CONFIG_ENV_VARS, WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -138,12 +138,12 @@ def service_env(*, broker_url: str, database_url: str, queue: str) -> dict[str, 
 def run_flower(
     env: Mapping[str, str], *, extra_args: tuple[str, ...] = (), auth: bool = True, timeout: float = 30.0
 ) -> Iterator[FlowerProcess]:
-    """``python -m celery -A orchestration flower`` on a free port of 127.0.0.1 until it answers."""
+    """``python -m celery -A agentloop flower`` on a free port of 127.0.0.1 until it answers."""
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="agentloop-flower-"))
     log_path = workdir / "flower.log"
     command = [
-        sys.executable, "-m", "celery", "-A", "orchestration", "flower",
+        sys.executable, "-m", "celery", "-A", "agentloop", "flower",
         f"--port={port}", "--address=127.0.0.1",
         *([f"--basic-auth={FLOWER_USER}:{FLOWER_PASSWORD}"] if auth else []),
         *extra_args,

@@ -2,7 +2,7 @@
 exception text of a failing task: not in the worker's log lines, not in the ``task-failed`` event
 Flower keeps. The task runs in this process (``Task.apply``), with no broker.
 
-The node's context is what ``orchestration.redaction`` hides of a ``node`` argument; a loop whose
+The node's context is what ``agentloop.orchestration.redaction`` hides of a ``node`` argument; a loop whose
 error quotes its context, and a context factory whose refusal quotes the spec, are the two ways
 the key gets into an exception's text.
 """
@@ -18,8 +18,8 @@ from celery import Celery
 from celery.contrib.testing.mocks import TaskMessage
 from context_secrets_support import API_KEY, RUNNABLES, app_with_a_key_in_its_contexts, node_of
 
-from orchestration.celery_adapter.privacy import RedactingRequest
-from orchestration.wire import RUN
+from agentloop.orchestration.celery_adapter.privacy import RedactingRequest
+from agentloop.orchestration.wire import RUN
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import pytest
 from celery import Celery
 from context_secrets_support import API_KEY, RUNNABLES, app_with_a_key_in_its_contexts, node_of
 
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.wire import RUN
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.wire import RUN
 
 
 @pytest.fixture

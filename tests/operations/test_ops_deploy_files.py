@@ -45,9 +45,9 @@ def argv(command: Any) -> list[str]:
 
 
 def celery_command(service: dict[str, Any]) -> str | None:
-    """``worker``, ``beat``, ``flower``... when the service runs ``celery -A orchestration <that>``."""
+    """``worker``, ``beat``, ``flower``... when the service runs ``celery -A agentloop <that>``."""
     words = argv(service.get("command"))
-    if words[:3] == ["celery", "-A", "orchestration"] and len(words) > 3:
+    if words[:3] == ["celery", "-A", "agentloop"] and len(words) > 3:
         return words[3]
     return None
 
@@ -117,7 +117,7 @@ def test_compose_runs_exactly_one_beat_and_workers_with_celerys_own_command() ->
     for service in services.values():
         words = argv(service.get("command"))
         if "worker" in words and "celery" in words:
-            assert words[:4] == ["celery", "-A", "orchestration", "worker"], words
+            assert words[:4] == ["celery", "-A", "agentloop", "worker"], words
 
 
 def test_compose_flower_is_authenticated_read_only_and_on_the_loopback() -> None:
@@ -189,13 +189,13 @@ def test_the_systemd_units_parse_and_restart_their_service() -> None:
 
 def test_the_units_run_celerys_commands_with_a_warm_shutdown_long_enough_for_a_task() -> None:
     worker = exec_start(UNITS / "agentloop-worker@.service")
-    assert worker.startswith("/opt/agentloop/.venv/bin/celery -A orchestration worker ")
+    assert worker.startswith("/opt/agentloop/.venv/bin/celery -A agentloop worker ")
     assert "--hostname=worker%i@%H" in worker and "--pool=prefork" in worker
     assert exec_start(UNITS / "agentloop-beat.service").startswith(
-        "/opt/agentloop/.venv/bin/celery -A orchestration beat "
+        "/opt/agentloop/.venv/bin/celery -A agentloop beat "
     )
     flower = exec_start(UNITS / "agentloop-flower.service")
-    assert flower.startswith("/opt/agentloop/.venv/bin/celery -A orchestration flower ")
+    assert flower.startswith("/opt/agentloop/.venv/bin/celery -A agentloop flower ")
     assert "--address=127.0.0.1" in flower and "basic" not in flower  # the password stays in the env file
     service = unit(UNITS / "agentloop-worker@.service")["Service"]
     assert (service["KillSignal"], service["KillMode"]) == ("SIGTERM", "mixed")

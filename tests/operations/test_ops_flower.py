@@ -1,7 +1,7 @@
 """A registered workflow triggered and followed through a real Flower's HTTP API, its input hidden.
 
 The stack (``conftest.ops_stack``): a private Redis, one prefork worker
-logging at INFO, and ``celery -A orchestration flower`` with basic auth. The
+logging at INFO, and ``celery -A agentloop flower`` with basic auth. The
 input carries a marker; it travels through stage arguments and an
 intermediate result, and must show nowhere in Flower's answers or in the
 worker's log, while task names and states stay readable.

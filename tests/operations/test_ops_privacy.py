@@ -1,6 +1,7 @@
 """What agentloop tasks carry stays out of messages' reprs, events and log lines (no server needed).
 
-What is shown of a value is :mod:`orchestration.redaction`'s (``test_ops_redaction.py``); these tests
+What is shown of a value is :mod:`agentloop.orchestration.redaction`'s (``test_ops_redaction.py``); these
+tests
 check that Celery's producer, worker request and loggers show only that.
 """
 
@@ -14,8 +15,8 @@ import pytest
 from celery import Celery
 from celery.contrib.testing.mocks import TaskMessage
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.privacy import PrivateAMQP, RedactingRequest, install_privacy
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.privacy import PrivateAMQP, RedactingRequest, install_privacy
 
 SECRET = "sk-test-MARKER123"
 INPUT = {"question": "what is my balance?", "secret": SECRET}

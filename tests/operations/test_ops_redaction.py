@@ -1,13 +1,13 @@
 """What is shown of values that may hold secrets: task arguments, results, error texts and URLs.
 
-Pure functions (:mod:`orchestration.redaction`), no Celery and no server.
+Pure functions (:mod:`agentloop.orchestration.redaction`), no Celery and no server.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from orchestration.redaction import (
+from agentloop.orchestration.redaction import (
     MAX_EXCEPTION_CHARS,
     describe_hidden,
     hidden_texts,

@@ -1,4 +1,4 @@
-"""``orchestration.redaction`` at its edges: the limits of what is shown, what of a node is hidden,
+"""``agentloop.orchestration.redaction`` at its edges: the limits of what is shown, what of a node is hidden,
 every quoting a secret may take in a message, the bounds on the work done, and URLs whose
 password or query is unusual. Pure functions, no Celery."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from orchestration.redaction import (
+from agentloop.orchestration.redaction import (
     MAX_EXCEPTION_CHARS,
     MAX_SHOWN_CHARS,
     MIN_SCRUB_CHARS,
@@ -22,7 +22,7 @@ from orchestration.redaction import (
     redact_url,
     scrub,
 )
-from orchestration.wire import DEGRADED_KEY
+from agentloop.orchestration.wire import DEGRADED_KEY
 
 STAGE = ("previous", "node", "index", "input")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from orchestration.celery_adapter.patches import (
+from agentloop.orchestration.celery_adapter.patches import (
     KOMBU_CLIENT_PER_CALL,
     KOMBU_RESTORE_DEFECT,
     mend_restore_unacked,
@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _PRELUDE = """
 import json
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.patches import (
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.patches import (
     apply_worker_patches, install_worker_patches, kombu_client_is_shared, kombu_restore_is_patched,
 )
 app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})

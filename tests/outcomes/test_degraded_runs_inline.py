@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from actions import (
+from agentloop.actions import (
     AiResponse,
     ForcedToolAction,
     ModelFailure,
@@ -18,10 +18,22 @@ from actions import (
     report_model_failure,
     use_degradation_sink,
 )
-from loops import BaseAgentLoop, InlineAgentRunner, ProgressEvent, RunScope, use_scope
-from loops.outcome import DegradationRecorder, RunOutcome, degradation_error, degraded_event, failures_in
-from orchestration.testing import ProgressRecorder, ScriptedModel, error_reply, text_reply, tool_call
-from pipelines import BaseCompositeAgent, Branch
+from agentloop.loops import BaseAgentLoop, InlineAgentRunner, ProgressEvent, RunScope, use_scope
+from agentloop.loops.run_outcome import (
+    DegradationRecorder,
+    RunOutcome,
+    degradation_error,
+    degraded_event,
+    failures_in,
+)
+from agentloop.pipelines import BaseCompositeAgent, Branch
+from agentloop.testing import (
+    ProgressRecorder,
+    ScriptedModel,
+    error_reply,
+    text_reply,
+    tool_call,
+)
 
 TOOL = {
     "name": "answer",

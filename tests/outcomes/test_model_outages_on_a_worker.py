@@ -17,19 +17,19 @@ from agentloop.examples.record_search import MODEL_UNAVAILABLE_MESSAGE, NO_PLAN_
 from agentloop.examples.record_search.offline import extract_embedded_text, offline_responders
 from agentloop.examples.record_search.resources import open_resources
 from agentloop.examples.record_search.workflows import ASK
-from orchestration.celery_adapter.app import create_app
-from orchestration.client import CeleryAgentRunner, RunHandle
-from orchestration.store import RunStore, open_store
-from orchestration.testing.servers.openai_server import (
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+from agentloop.orchestration.store import RunStore, open_store
+from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,
     reply_delay,
     reply_error,
     reply_tool_call,
 )
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.testing.servers.worker import WorkerProcess, run_worker_process
-from orchestration.wire import DegradedResult
+from agentloop.orchestration.wire import DegradedResult
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import WorkerProcess, run_worker_process
 
 pytestmark = pytest.mark.integration
 

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from actions import RunStoppedError
-from loops import InlineAgentRunner, ProgressEvent
-from orchestration.client import CeleryAgentRunner, WorkflowFailedError
-from orchestration.registry import RunnableRegistry
-from orchestration.testing import ProgressRecorder
+from agentloop.actions import RunStoppedError
+from agentloop.loops import InlineAgentRunner, ProgressEvent
+from agentloop.orchestration.client import CeleryAgentRunner, WorkflowFailedError
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.testing import ProgressRecorder
 
 PARITY = RunnableRegistry.from_modules(["parity_workflows"])
 

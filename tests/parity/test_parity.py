@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from parity_support import PARITY, run_inline, run_on_celery
 
-from actions import RunCancelledError
-from loops import CancellationToken, InlineAgentRunner, ProgressEvent
-from orchestration.client import CeleryAgentRunner
-from orchestration.testing import ProgressRecorder
+from agentloop.actions import RunCancelledError
+from agentloop.loops import CancellationToken, InlineAgentRunner, ProgressEvent
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.testing import ProgressRecorder
 
 pytestmark = pytest.mark.integration
 

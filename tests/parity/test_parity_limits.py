@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from parity_support import most_at_once, run_inline, run_on_celery, shape
 
-from orchestration.client import CeleryAgentRunner
-from orchestration.wire import DegradedResult
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.wire import DegradedResult
 
 pytestmark = pytest.mark.integration
 

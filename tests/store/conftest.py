@@ -1,6 +1,6 @@
 """Fixtures that run each store test on SQLite, on PostgreSQL and, where it fits, in memory.
 
-PostgreSQL comes from :mod:`orchestration.testing.servers.postgres`: one private
+PostgreSQL comes from :mod:`tests.servers.postgres`: one private
 database per session, migrated once and truncated before each test. Its
 parameters are marked ``integration``; without a server they skip (fail on CI).
 SQLite tests each get a copy of a database file migrated once per session.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from orchestration.store import (
+from agentloop.orchestration.store import (
     InMemoryRunStore,
     InMemoryToolStore,
     RunStore,
@@ -26,8 +26,8 @@ from orchestration.store import (
     create_engine_for,
     upgrade_database,
 )
-from orchestration.store.tables import metadata
-from orchestration.testing.servers.postgres import (
+from agentloop.orchestration.store.tables import metadata
+from tests.servers.postgres import (
     PostgresUnavailableError,
     postgres_server,
     private_database,

@@ -1,6 +1,6 @@
 """Two beat ticks at the same instant start one batch, never two: "create the batch run unless a
 batch of this schedule is open" is one atomic step of the run store
-(:meth:`~orchestration.store.RunStore.create_run_unless_open`), in memory, on SQLite and on
+(:meth:`~agentloop.orchestration.store.RunStore.create_run_unless_open`), in memory, on SQLite and on
 PostgreSQL."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.registry import RunnableRegistry
-from orchestration.store import RunStore
-from orchestration.wire import BATCH
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import RunStore
+from agentloop.orchestration.wire import BATCH
 
 TICKS = 2
 ROUNDS = 10

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from orchestration.store import RunStore, SqlRunStore
+from agentloop.orchestration.store import RunStore, SqlRunStore
 
 WRITERS, BATCHES, BATCH = 12, 20, 5
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.store.engine import POSTGRES_CONNECT_ARGS, create_engine_for
+from agentloop.orchestration.store.database import POSTGRES_CONNECT_ARGS, create_engine_for
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import shutil
 import psycopg
 import pytest
 
-from orchestration.testing.servers.postgres import (
+from tests.servers.postgres import (
     ENV_URL,
     PostgresUnavailableError,
     connect_kwargs,

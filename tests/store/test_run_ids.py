@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from actions import StateNotSerializableError
-from orchestration.store import (
+from agentloop.actions import StateNotSerializableError
+from agentloop.orchestration.store import (
     RunAlreadyEndedError,
     RunExistsError,
     RunOwner,

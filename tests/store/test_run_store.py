@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from actions import StateNotSerializableError
-from orchestration.store import (
+from agentloop.actions import StateNotSerializableError
+from agentloop.orchestration.store import (
     TERMINAL_STATUSES,
     LoopRecord,
     RunAlreadyEndedError,
@@ -22,7 +22,7 @@ from orchestration.store import (
     RunStore,
     SqlRunStore,
 )
-from orchestration.store.tables import checkpoints
+from agentloop.orchestration.store.tables import checkpoints
 
 
 def _event(path: str, iteration: int, status: str = "progress", **data: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@ events, and a loop's whole record read at once; on every store implementation.""
 
 from __future__ import annotations
 
-from orchestration.store import LoopRecord, RunStore
+from agentloop.orchestration.store import LoopRecord, RunStore
 
 
 def event(path: str, n: int) -> dict[str, object]:

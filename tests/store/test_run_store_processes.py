@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from orchestration.store import SqlRunStore, create_engine_for
+from agentloop.orchestration.store import SqlRunStore, create_engine_for
 
 PROCESSES = 2
 INCREMENTS = 200

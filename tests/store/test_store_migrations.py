@@ -12,8 +12,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
 
-from orchestration.settings import load_settings
-from orchestration.store import (
+from agentloop.orchestration.settings import load_settings
+from agentloop.orchestration.store import (
     create_engine_for,
     current_revision,
     database_url,
@@ -22,9 +22,9 @@ from orchestration.store import (
     open_store,
     upgrade_database,
 )
-from orchestration.store.migrate import alembic_config
-from orchestration.store.tables import metadata
-from orchestration.testing.servers.postgres import private_database
+from agentloop.orchestration.store.migrate import alembic_config
+from agentloop.orchestration.store.tables import metadata
+from tests.servers.postgres import private_database
 
 TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits"}
 HEAD = "0005"

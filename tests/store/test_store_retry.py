@@ -2,7 +2,7 @@
 its budget, and never tries again what the data itself got wrong.
 
 PostgreSQL is made unreachable by a TCP proxy between the store and the server
-(:class:`~orchestration.testing.servers.tcp_proxy.TcpProxy`): stopped, it refuses new connections
+(:class:`~tests.servers.tcp_proxy.TcpProxy`): stopped, it refuses new connections
 and resets open ones, as a server that went down does.
 """
 
@@ -20,9 +20,9 @@ from retry_support import counting
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 
-from orchestration.store import SqlRunStore, StoreRetry, StoreUnavailableError, create_engine_for
-from orchestration.store.retry import is_connection_error
-from orchestration.testing.servers.tcp_proxy import TcpProxy
+from agentloop.orchestration.store import SqlRunStore, StoreRetry, StoreUnavailableError, create_engine_for
+from agentloop.orchestration.store.retry import is_connection_error
+from tests.servers.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import pytest
 from psycopg.pq import TransactionStatus
 from sqlalchemy import create_engine
 
-from orchestration.store import SqlRunStore, StoreRetry, open_store
-from orchestration.testing.servers.postgres import private_database
+from agentloop.orchestration.store import SqlRunStore, StoreRetry, open_store
+from tests.servers.postgres import private_database
 
 pytestmark = pytest.mark.integration
 

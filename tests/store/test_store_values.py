@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import orchestration.store as store_package
-from actions import StateNotSerializableError
-from orchestration.store import RunRecord, RunStatus, to_json_value
+import agentloop.orchestration.store as store_package
+from agentloop.actions import StateNotSerializableError
+from agentloop.orchestration.store import RunRecord, RunStatus, to_json_value
 
 #: Text every database stores: a NUL character is refused by design (test_nul_characters_are_refused).
 storable_text = st.text(alphabet=st.characters(exclude_characters="\x00"))

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 
-from actions.human import Question, QuestionKind
-from orchestration.human.waits import SqlWaitStore, Wait, wait_store_for
-from orchestration.store import SqlRunStore, SqlToolStore, StoreRetry, open_store
-from orchestration.testing.servers.postgres import private_database
+from agentloop.actions.human import Question, QuestionKind
+from agentloop.orchestration.store import SqlRunStore, SqlToolStore, StoreRetry, open_store
+from agentloop.orchestration.store.waits import SqlWaitStore, Wait, wait_store_for
+from tests.servers.postgres import private_database
 
 pytestmark = pytest.mark.integration
 

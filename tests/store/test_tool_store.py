@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert
 
-from actions import ForcedToolAction
-from orchestration.store import InMemoryToolStore, SqlToolStore, ToolStore, validate_tool_payload
-from orchestration.store.tables import ai_tools, utcnow
+from agentloop.actions import ForcedToolAction
+from agentloop.orchestration.store import InMemoryToolStore, SqlToolStore, ToolStore, validate_tool_payload
+from agentloop.orchestration.store.tables import ai_tools, utcnow
 
 PLAN = {
     "name": "plan_record_search",

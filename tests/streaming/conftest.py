@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from streaming_support import API_KEY
 
-from orchestration.llm.anthropic_processor import AnthropicProcessor
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer
+from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
+from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions import AiResponse, ModelProcessor, ModelRequest, StepEvent, use_step_events
+from agentloop.actions import AiResponse, ModelProcessor, ModelRequest, StepEvent, use_step_events
 
 API_KEY = "sk-test-streaming-0123456789abcdef"
 

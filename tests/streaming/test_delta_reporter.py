@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from streaming_support import KeptEvents
 
-from actions import use_step_events
-from orchestration.llm.stream_deltas import DeltaReporter, as_stream_interval
+from agentloop.actions import use_step_events
+from agentloop.orchestration.llm.stream_deltas import DeltaReporter, as_stream_interval
 
 
 class Clock:

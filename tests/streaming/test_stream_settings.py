@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from streaming_support import API_KEY, KeptEvents, send
 
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.llm.provider import ModelProvider, describe_processor
-from orchestration.settings import SettingsError, load_settings
-from orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.provider import ModelProvider, describe_processor
+from agentloop.orchestration.settings import SettingsError, load_settings
+from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text
 
 
 def test_streaming_is_off_by_default_with_a_100_ms_interval() -> None:

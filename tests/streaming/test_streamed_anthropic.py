@@ -13,15 +13,15 @@ import httpx
 import pytest
 from streaming_support import API_KEY, KeptEvents, send
 
-from actions import AiResponse, FunctionCall, Usage
-from orchestration.llm.anthropic_processor import AnthropicProcessor
-from orchestration.settings import load_settings
-from orchestration.testing.servers.anthropic_server import (
+from agentloop.actions import AiResponse, FunctionCall, Usage
+from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.settings import load_settings
+from agentloop.orchestration.testing.servers.anthropic_server import (
     AnthropicCompatibleServer,
     reply_broken_stream,
     reply_text,
 )
-from orchestration.testing.servers.openai_replies import CompletionReply, ScriptedToolCall
+from agentloop.orchestration.testing.servers.openai_replies import CompletionReply, ScriptedToolCall
 
 TEXT = "Invoices from May: 14 found, 3 overdue, the oldest from the 2nd."
 PLAN = {"steps": ["filter by month", "rank by amount"]}

@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from streaming_support import API_KEY, PLAN_TOOL, KeptEvents, send
 
-from actions import ForcedToolAction, Usage
-from loops import BaseAgentLoop, InlineAgentRunner
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.testing import ProgressRecorder
-from orchestration.testing.servers.openai_server import (
+from agentloop.actions import ForcedToolAction, Usage
+from agentloop.loops import BaseAgentLoop, InlineAgentRunner
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     reply_broken_stream,
     reply_error,
     reply_text,
     reply_tool_call,
 )
+from agentloop.testing import ProgressRecorder
 
 TEXT = "The first words arrive, then the line goes quiet."
 

@@ -11,10 +11,10 @@ from datetime import timedelta
 import pytest
 from streaming_support import KeptEvents, send
 
-from actions import AiResponse, FunctionCall, Usage
-from orchestration.llm import stream_deltas
-from orchestration.llm.openai_processor import OpenAIProcessor
-from orchestration.testing.servers.openai_server import (
+from agentloop.actions import AiResponse, FunctionCall, Usage
+from agentloop.orchestration.llm import stream_deltas
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.testing.servers.openai_server import (
     CompletionReply,
     OpenAICompatibleServer,
     ScriptedToolCall,

@@ -12,8 +12,8 @@ import openai
 import pytest
 from streaming_support import API_KEY
 
-from orchestration.testing.servers.openai_chunks import completion_chunks
-from orchestration.testing.servers.openai_server import (
+from agentloop.orchestration.testing.servers.openai_chunks import completion_chunks
+from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     reply_broken_stream,
     reply_completion,

@@ -9,9 +9,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from actions.tracing import use_tracer
-from orchestration.llm.offline import OfflineModel
-from orchestration.tracing.otel import OtelTracer
+from agentloop.actions.tracing import use_tracer
+from agentloop.orchestration.llm.offline import OfflineModel
+from agentloop.orchestration.tracing.otel import OtelTracer
 
 
 @pytest.mark.parametrize("capture", [False, True])

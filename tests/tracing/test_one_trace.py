@@ -14,15 +14,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tracing_workflows import SECRET_PROMPT
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.embedded import embedded_worker
-from orchestration.client import CeleryAgentRunner
-from orchestration.registry import RunnableRegistry
-from orchestration.settings import load_settings
-from orchestration.settings_tracing import TracingSettings
-from orchestration.store import open_store
-from orchestration.testing.servers.redis_server import ServiceUnavailable, private_redis_server
-from orchestration.tracing.otel import install_tracing
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.embedded import embedded_worker
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.settings import load_settings
+from agentloop.orchestration.settings_tracing import TracingSettings
+from agentloop.orchestration.store import open_store
+from agentloop.orchestration.tracing.otel import install_tracing
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
 
 
 @pytest.fixture

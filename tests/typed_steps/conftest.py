@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.embedded import embedded_worker
-from orchestration.registry import RunnableRegistry
-from orchestration.store import open_store
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.embedded import embedded_worker
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import open_store
 
 
 @pytest.fixture(scope="module")

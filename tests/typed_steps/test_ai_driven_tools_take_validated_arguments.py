@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from agentloop import AgentActionRegistry, AiDrivenAgentLoop, InlineAgentRunner, TypedAction
-from orchestration.testing import ScriptedModel, text_reply, tool_call
+from agentloop.testing import ScriptedModel, text_reply, tool_call
 
 
 class Query(BaseModel):

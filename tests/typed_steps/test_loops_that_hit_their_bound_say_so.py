@@ -17,15 +17,15 @@ from agentloop import (
     ProceduralAgentLoop,
     ProgressEvent,
 )
-from loops.outcome import bounded_paths
-from orchestration.client import CeleryAgentRunner, RunHandle
-from orchestration.testing import ScriptedModel, tool_call
+from agentloop.loops.run_outcome import bounded_paths
+from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+from agentloop.testing import ScriptedModel, tool_call
 
 
 async def test_count_to_30_under_a_bound_of_10_does_not_pass_for_finished(
     watch_logs: Callable[..., pytest.LogCaptureFixture],
 ) -> None:
-    logs = watch_logs("loops.base")
+    logs = watch_logs("agentloop.loops.base")
     events: list[ProgressEvent] = []
 
     outcome = await InlineAgentRunner.create(runnable=CountTo).request_outcome(

@@ -21,9 +21,9 @@ from agentloop import (
     sync_tools,
     use_meter,
 )
-from orchestration.context import process_context_factory
-from orchestration.registry import ContextSpecError, RunnableRegistry
-from orchestration.store import SqlRunStore, SqlToolStore
+from agentloop.orchestration.context import process_context_factory
+from agentloop.orchestration.registry import ContextSpecError, RunnableRegistry
+from agentloop.orchestration.store import SqlRunStore, SqlToolStore
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from agentloop import (
     ProgressEvent,
     step,
 )
-from orchestration.client import CeleryAgentRunner
-from orchestration.registry import RunnableRegistry, derived_name
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.registry import RunnableRegistry, derived_name
 
 
 def test_a_step_is_a_stage_class_with_a_stable_derived_name() -> None:

@@ -9,11 +9,11 @@ import pytest
 from pydantic import BaseModel, Field, TypeAdapter
 from typing_extensions import TypedDict
 
-from actions.arguments import argument_problem
 from agentloop import OfflineModel, tool_schema
-from orchestration.llm.anthropic_mapping import to_anthropic_tools
-from orchestration.llm.openai_mapping import to_openai_tools
-from orchestration.store import validate_tool_payload
+from agentloop.actions.arguments import argument_problem
+from agentloop.orchestration.llm.anthropic_mapping import to_anthropic_tools
+from agentloop.orchestration.llm.openai_mapping import to_openai_tools
+from agentloop.orchestration.store import validate_tool_payload
 
 
 class Stop(BaseModel):

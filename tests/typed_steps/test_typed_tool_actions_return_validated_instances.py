@@ -22,7 +22,7 @@ from agentloop import (
     sync_tools,
     use_meter,
 )
-from orchestration.testing import ScriptedModel, error_reply, tool_call
+from agentloop.testing import ScriptedModel, error_reply, tool_call
 
 
 def context_for(processor: Any, *actions: type[TypedToolAction[Any]]) -> dict[str, Any]:
@@ -230,7 +230,7 @@ async def test_a_row_edited_by_hand_is_what_the_model_is_sent() -> None:
 async def test_without_its_row_in_the_tool_store_the_step_falls_back_and_says_to_sync(
     watch_logs: Callable[..., pytest.LogCaptureFixture],
 ) -> None:
-    logs = watch_logs("actions.forced_tool")
+    logs = watch_logs("agentloop.actions.forced_tool")
     model = ScriptedModel()
 
     value = await Fallback().run(

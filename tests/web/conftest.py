@@ -12,11 +12,11 @@ pytest.importorskip("starlette", reason="the web tests need the http extra: pip 
 
 from web_support import MODULES, WebRig
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.embedded import embedded_worker
-from orchestration.registry import RunnableRegistry
-from orchestration.settings import Settings
-from orchestration.store import open_store
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.embedded import embedded_worker
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.settings import Settings
+from agentloop.orchestration.store import open_store
 
 
 @pytest.fixture(scope="session")

@@ -9,11 +9,11 @@ from typing import Any
 from typer.testing import CliRunner
 from web_support import MODULES
 
-from loops import BaseAgentLoop
-from orchestration.cli import app
-from orchestration.graph import graph_of, to_mermaid
-from orchestration.registry import RunnableRegistry
-from pipelines import BaseAgentPipeline, BaseCompositeAgent
+from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.cli import app
+from agentloop.orchestration.graph import graph_of, to_mermaid
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_MERMAID = """flowchart TD

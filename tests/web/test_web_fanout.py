@@ -18,7 +18,7 @@ import httpx
 from sse_client import Frame, frames
 from web_support import WebRig, auth, live_server, wait_for
 
-from orchestration.store import RunStore
+from agentloop.orchestration.store import RunStore
 
 CLIENTS = 500
 POLL_SECONDS = 0.1

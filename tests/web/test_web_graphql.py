@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 from strawberry.asgi.test import GraphQLTestClient
 from web_support import WebRig, auth, live_server, wait_for
 
-from orchestration.web.auth import Principal
-from orchestration.web.schema import build_schema
+from agentloop.orchestration.web.auth import Principal
+from agentloop.orchestration.web.schema import build_schema
 
 START = """mutation Start($runnable: String!, $input: JSON, $runId: String, $budget: Long) {
   startRun(runnable: $runnable, input: $input, runId: $runId, tokenBudget: $budget) { id status runnable }

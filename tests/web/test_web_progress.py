@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from orchestration.store import InMemoryRunStore
-from orchestration.web import progress
-from orchestration.web.progress import EventItem, ProgressHub, RunEnded
+from agentloop.orchestration.store import InMemoryRunStore
+from agentloop.orchestration.web import progress
+from agentloop.orchestration.web.progress import EventItem, ProgressHub, RunEnded
 
 
 def event(n: int) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration.settings import SettingsError, load_settings
+from agentloop.orchestration.settings import SettingsError, load_settings
 
 
 def test_nothing_set_is_closed_on_the_loopback_address() -> None:

@@ -17,11 +17,11 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
-from orchestration.registry import RunnableRegistry
-from orchestration.settings import Settings
-from orchestration.settings_http import HttpSettings, parse_scopes, parse_tokens
-from orchestration.store import RunStore
-from orchestration.web import create_web_app
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.settings import Settings
+from agentloop.orchestration.settings_http import HttpSettings, parse_scopes, parse_tokens
+from agentloop.orchestration.store import RunStore
+from agentloop.orchestration.web import create_web_app
 
 #: One token per grant the tests use (every scope; one scope each).
 TOKENS = {

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loops import BaseAgentLoop
-from orchestration.registry import register
-from pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, FailurePolicy
+from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.registry import register
+from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, FailurePolicy
 
 GATE_WAIT_SECONDS = 60.0
 

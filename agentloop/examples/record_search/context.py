@@ -3,7 +3,7 @@
 The agent's dependency contract: the framework's :class:`~agentloop.StandardContext`
 (processor, tool store, run store, history, documents, files), extended with
 the search service, the catalog and the ids of the agent's tools. The loop and
-the actions only read these slots (through :func:`actions.context_value`), so
+the actions only read these slots (through :func:`agentloop.actions.context_value`), so
 any object with the same attributes — or a plain dict with the same keys —
 works as well.
 """

@@ -24,11 +24,11 @@ from agentloop import OfflineModel
 from agentloop.examples.record_search.actions.compose_answer import describe_result
 from agentloop.examples.record_search.catalog import SEARCHABLE_CATEGORIES, SearchableCategory, find_category
 from agentloop.examples.record_search.tools import CLASSIFY_INTENT_TOOL, COMPOSE_ANSWER_TOOL, PLAN_SEARCH_TOOL
-from orchestration.llm.offline import LABEL, Responder
+from agentloop.orchestration.llm.offline import LABEL, Responder
 
 
 def extract_embedded_text(instruction: str, tag: str) -> str | None:
-    """The text of the first ``<tag>`` element :func:`actions.embed_user_text` wrote, decoded.
+    """The text of the first ``<tag>`` element :func:`agentloop.actions.embed_user_text` wrote, decoded.
 
     The element ends at the first ``]]></tag>``: the embedding splits every
     ``]]>`` of the text, so the text itself can never produce that sequence.

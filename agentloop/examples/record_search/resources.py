@@ -5,7 +5,7 @@
 Celery context factories that run once per task.
 
 Setting up is safe when many workers' first tasks do it at once: on PostgreSQL
-they take turns under one advisory lock (:func:`~orchestration.store.dialects.held_lock`),
+they take turns under one advisory lock (:func:`~agentloop.orchestration.store.dialects.held_lock`),
 so no two create the sample tables together; on SQLite each step tolerates a
 twin (tables created meanwhile, rows inserted only when missing, tools upserted).
 """
@@ -21,8 +21,14 @@ from sqlalchemy.engine import make_url
 from agentloop.examples.record_search.catalog import SEARCHABLE_CATEGORIES, SearchableCategory
 from agentloop.examples.record_search.sample_data import build_sample_database, load_tools
 from agentloop.examples.record_search.service import RecordSearchService
-from orchestration.store import SqlToolStore, create_engine_for, database_url, normalize_url, upgrade_database
-from orchestration.store.dialects import held_lock
+from agentloop.orchestration.store import (
+    SqlToolStore,
+    create_engine_for,
+    database_url,
+    normalize_url,
+    upgrade_database,
+)
+from agentloop.orchestration.store.dialects import held_lock
 
 #: The advisory lock under which one process at a time sets up a database's sample data and tools.
 SETUP_LOCK = "agentloop.examples.record_search.setup"

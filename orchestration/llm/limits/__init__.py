@@ -1,17 +1,17 @@
 """Provider rate limits: one fixed-window algorithm over a memory or a Redis backend.
 
-- :mod:`~orchestration.llm.limits.window`: :class:`WindowRateLimiter` (the
+- :mod:`~agentloop.orchestration.llm.limits.window`: :class:`WindowRateLimiter` (the
   algorithm), :class:`Permit`, :class:`RateLimitTimeoutError`.
-- :mod:`~orchestration.llm.limits.backends`: :class:`MemoryBackend` (this
+- :mod:`~agentloop.orchestration.llm.limits.backends`: :class:`MemoryBackend` (this
   process) and :class:`RedisBackend` (every worker on one Redis).
-- :mod:`~orchestration.llm.limits.processor`: :class:`RateLimitedProcessor`,
+- :mod:`~agentloop.orchestration.llm.limits.processor`: :class:`RateLimitedProcessor`,
   which asks a limiter for a slot before each model call.
 """
 
-from orchestration.llm.limits.backends.memory import MemoryBackend
-from orchestration.llm.limits.backends.redis import RedisBackend
-from orchestration.llm.limits.processor import RateLimitedProcessor, RateLimiter, current_permit
-from orchestration.llm.limits.window import (
+from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
+from agentloop.orchestration.llm.limits.backends.redis import RedisBackend
+from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor, RateLimiter, current_permit
+from agentloop.orchestration.llm.limits.window import (
     Denial,
     Permit,
     RateLimitTimeoutError,

@@ -7,9 +7,9 @@ from contextvars import ContextVar
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-from actions.model import AiResponse, ModelProcessor, ModelRequest
-from orchestration.llm.base import BaseProcessor
-from orchestration.llm.limits.window import Permit, RateLimitTimeoutError, duration_seconds
+from agentloop.actions.model import AiResponse, ModelProcessor, ModelRequest
+from agentloop.orchestration.llm.base import BaseProcessor
+from agentloop.orchestration.llm.limits.window import Permit, RateLimitTimeoutError, duration_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ __all__ = ["RateLimitedProcessor", "RateLimiter", "current_permit"]
 @runtime_checkable
 class RateLimiter(Protocol):
     """What :class:`RateLimitedProcessor` needs from a limiter
-    (:class:`~orchestration.llm.limits.window.WindowRateLimiter` is one).
+    (:class:`~agentloop.orchestration.llm.limits.window.WindowRateLimiter` is one).
 
     ``acquire`` returns a :class:`Permit` (possibly after waiting) or raises
     :class:`RateLimitTimeoutError`; ``record`` adds a call's tokens. Neither

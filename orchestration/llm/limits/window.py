@@ -3,8 +3,8 @@
 A provider (OpenAI, or an OpenAI-compatible server) limits an account to so
 many requests and so many tokens per minute. :class:`WindowRateLimiter` holds
 that limit; where its counters live is its backend:
-:class:`~orchestration.llm.limits.backends.memory.MemoryBackend` (this process)
-or :class:`~orchestration.llm.limits.backends.redis.RedisBackend` (every
+:class:`~agentloop.orchestration.llm.limits.backends.memory.MemoryBackend` (this process)
+or :class:`~agentloop.orchestration.llm.limits.backends.redis.RedisBackend` (every
 process that uses the same Redis and key)::
 
     limiter = WindowRateLimiter(
@@ -39,7 +39,7 @@ How a call is limited:
 
 A backend that cannot reach its store grants an unchecked :class:`Permit`
 (``enforced=False``) rather than failing the call: see
-:mod:`orchestration.llm.limits.backends.redis`.
+:mod:`agentloop.orchestration.llm.limits.backends.redis`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal, Protocol
 
-from actions.errors import AgentLoopError
+from agentloop.actions.errors import AgentLoopError
 
 __all__ = [
     "DEFAULT_KEY_PREFIX",

@@ -1,1 +1,1 @@
-"""Alembic migrations of the store (run them with :func:`orchestration.store.upgrade_database`)."""
+"""Alembic migrations of the store (run them with :func:`agentloop.orchestration.store.upgrade_database`)."""

@@ -1,6 +1,6 @@
 """Alembic environment of the store.
 
-Used programmatically by :mod:`orchestration.store.migrate` (which hands over an
+Used programmatically by :mod:`agentloop.orchestration.store.migrate` (which hands over an
 open connection in ``config.attributes["connection"]``) and by the Alembic CLI
 through ``orchestration/store/alembic.ini`` (which reads ``DATABASE_URL``).
 """
@@ -12,8 +12,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from orchestration.store.engine import create_engine_for, database_url, normalize_url
-from orchestration.store.tables import metadata
+from agentloop.orchestration.store.database import create_engine_for, database_url, normalize_url
+from agentloop.orchestration.store.tables import metadata
 
 config = context.config
 target_metadata = metadata

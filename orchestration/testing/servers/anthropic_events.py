@@ -1,7 +1,7 @@
 """A whole Messages API ``message`` cut into the events a streamed reply sends.
 
 :func:`message_events` is what
-:class:`~orchestration.testing.servers.anthropic_server.AnthropicCompatibleServer` sends when a
+:class:`~agentloop.orchestration.testing.servers.anthropic_server.AnthropicCompatibleServer` sends when a
 request asks for ``stream: true``, shaped like Anthropic's: ``message_start`` (the message with
 no content, the input tokens and one output token), a ``ping``, then for each content block a
 ``content_block_start`` (a ``text`` block empty; a ``tool_use`` block with its ``id``, ``name``
@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from orchestration.testing.servers.openai_chunks import pieces
+from agentloop.orchestration.testing.servers.openai_chunks import pieces
 
 __all__ = ["message_events", "sse_event"]
 

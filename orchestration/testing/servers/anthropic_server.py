@@ -1,8 +1,8 @@
 """``AnthropicCompatibleServer``: a real local HTTP server that speaks Anthropic's Messages API.
 
 The Anthropic twin of
-:class:`~orchestration.testing.servers.openai_server.OpenAICompatibleServer`, for
-the :class:`~orchestration.llm.anthropic_processor.AnthropicProcessor` or any
+:class:`~agentloop.orchestration.testing.servers.openai_server.OpenAICompatibleServer`, for
+the :class:`~agentloop.orchestration.llm.anthropic_processor.AnthropicProcessor` or any
 code on the official ``anthropic`` SDK: a stdlib ``ThreadingHTTPServer`` on
 ``127.0.0.1`` (a free port, a background thread), so the SDK's own retries,
 timeouts and error mapping run for real::
@@ -35,7 +35,7 @@ a 401, one without ``anthropic-version`` or without ``model``/``max_tokens``/
 Responses carry ``Connection: close``.
 
 A request with ``"stream": true`` gets its reply as Server-Sent Events in a
-chunked body (:mod:`~orchestration.testing.servers.anthropic_events`):
+chunked body (:mod:`~agentloop.orchestration.testing.servers.anthropic_events`):
 ``message_start``, each content block's start, deltas (text and tool input in
 pieces of ``stream_chunk_size`` characters, ``stream_chunk_delay`` seconds
 apart) and stop, ``message_delta`` with the stop reason and output tokens, and
@@ -53,8 +53,8 @@ from http.server import BaseHTTPRequestHandler
 from types import MappingProxyType
 from typing import Any
 
-from orchestration.testing.servers.anthropic_events import message_events, sse_event
-from orchestration.testing.servers.openai_replies import (
+from agentloop.orchestration.testing.servers.anthropic_events import message_events, sse_event
+from agentloop.orchestration.testing.servers.openai_replies import (
     BrokenStreamReply,
     CompletionReply,
     DelayedReply,
@@ -71,7 +71,7 @@ from orchestration.testing.servers.openai_replies import (
     reply_text,
     reply_tool_call,
 )
-from orchestration.testing.servers.scripted_server import (
+from agentloop.orchestration.testing.servers.scripted_server import (
     OwnedHTTPServer,
     ScriptedReplyServer,
     send_event_stream,

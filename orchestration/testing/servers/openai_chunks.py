@@ -1,7 +1,7 @@
 """A whole ``chat.completion`` cut into the ``chat.completion.chunk`` values a streamed reply sends.
 
 :func:`completion_chunks` is what
-:class:`~orchestration.testing.servers.openai_server.OpenAICompatibleServer` sends, one SSE
+:class:`~agentloop.orchestration.testing.servers.openai_server.OpenAICompatibleServer` sends, one SSE
 ``data:`` line each, when a request asks for ``stream: true``. Its chunks are shaped like
 OpenAI's: a first chunk with the assistant's role and empty content; the content in pieces of
 ``chunk_size`` characters; each tool call opened by a chunk carrying its ``index``, ``id``,

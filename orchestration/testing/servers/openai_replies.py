@@ -1,4 +1,5 @@
-"""The replies an :class:`~orchestration.testing.servers.openai_server.OpenAICompatibleServer` can be
+"""The replies an :class:`~agentloop.orchestration.testing.servers.openai_server.OpenAICompatibleServer` can
+be
 scripted with (values and their helpers), and what it records of each request."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``OpenAICompatibleServer``: a real local HTTP server that speaks Chat Completions.
 
 A test double for anything that talks to OpenAI through the wire protocol — the
-project's :class:`~orchestration.llm.openai_processor.OpenAIProcessor`, or
+project's :class:`~agentloop.orchestration.llm.openai_processor.OpenAIProcessor`, or
 user code on the official ``openai`` SDK. It is a genuine HTTP server (stdlib
 ``ThreadingHTTPServer`` on ``127.0.0.1``, a free port, a background thread), so
 the SDK's own retries, timeouts and error mapping run for real::
@@ -33,7 +33,7 @@ A request with ``"stream": true`` gets its reply as Server-Sent Events
 and each tool call's arguments are cut into pieces of ``stream_chunk_size``
 characters (default 4), sent ``stream_chunk_delay`` seconds apart (default 0),
 and the usage comes in a last chunk when ``stream_options.include_usage`` is
-set (:mod:`~orchestration.testing.servers.openai_chunks`); joined, they give
+set (:mod:`~agentloop.orchestration.testing.servers.openai_chunks`); joined, they give
 back the reply the same request gets unstreamed. :func:`reply_broken_stream`
 breaks a stream after some chunks: the connection dropped mid-body, the body
 ended early, a chunk that is not JSON, or an error event. Errors (:func:`reply_error`) are never
@@ -59,8 +59,8 @@ from http.server import BaseHTTPRequestHandler
 from types import MappingProxyType
 from typing import Any
 
-from orchestration.testing.servers.openai_chunks import completion_chunks
-from orchestration.testing.servers.openai_replies import (
+from agentloop.orchestration.testing.servers.openai_chunks import completion_chunks
+from agentloop.orchestration.testing.servers.openai_replies import (
     BrokenStreamReply,
     CompletionReply,
     DelayedReply,
@@ -81,7 +81,7 @@ from orchestration.testing.servers.openai_replies import (
     reply_text,
     reply_tool_call,
 )
-from orchestration.testing.servers.scripted_server import (
+from agentloop.orchestration.testing.servers.scripted_server import (
     OwnedHTTPServer,
     ScriptedReplyServer,
     send_event_stream,

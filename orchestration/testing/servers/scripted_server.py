@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-from orchestration.testing.servers.openai_replies import RecordedRequest, Reply, Responder
+from agentloop.orchestration.testing.servers.openai_replies import RecordedRequest, Reply, Responder
 
 __all__ = ["OwnedHTTPServer", "ScriptedReplyServer", "send_event_stream"]
 
@@ -146,11 +146,6 @@ class ScriptedReplyServer:
             for request in self.requests
             if request.method == "POST" and request.path.split("?", 1)[0] == path
         ]
-
-    def clear_requests(self) -> None:
-        """Forget the recorded requests."""
-        with self._lock:
-            self._requests.clear()
 
     # used by the handler
 

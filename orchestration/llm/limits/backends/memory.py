@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestration.llm.limits.window import Denial, Permit
+from agentloop.orchestration.llm.limits.window import Denial, Permit
 
 __all__ = ["MemoryBackend"]
 

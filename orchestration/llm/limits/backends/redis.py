@@ -8,7 +8,7 @@ the increment), so concurrent callers never get more slots than the limit.
 Failure choice: **a backend that cannot reach Redis lets the call proceed.**
 A Redis error (down, timeout, a script error) is logged as a warning (at most
 once per ``log_interval`` seconds per backend, the rest at debug level) and
-the slot is granted unchecked, its :class:`~orchestration.llm.limits.window.Permit`
+the slot is granted unchecked, its :class:`~agentloop.orchestration.llm.limits.window.Permit`
 marked ``enforced=False``. An outage of the limiter's store must not stop every
 agent of a deployment; the provider's own 429s, which the OpenAI processor
 retries with backoff, remain the backstop. Every Redis operation has a socket
@@ -30,8 +30,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestration.llm.limits.window import Denial, DenialReason, Permit, duration_seconds
-from orchestration.redaction import redact_url
+from agentloop.orchestration.llm.limits.window import Denial, DenialReason, Permit, duration_seconds
+from agentloop.orchestration.redaction import redact_url
 
 if TYPE_CHECKING:
     from redis import Redis

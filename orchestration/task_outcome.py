@@ -1,8 +1,8 @@
-"""What a task does next, as the :class:`~orchestration.engine.WorkflowEngine` decides it.
+"""What a task does next, as the :class:`~agentloop.orchestration.engine.WorkflowEngine` decides it.
 
 An :data:`Outcome` is a value (:class:`Done`: the node ran here), a pipeline's
 stages to chain (:class:`ChainStages`), a composite's branches to fan out
-(:class:`FanOut`), or a :class:`~orchestration.wire.BranchFailure` travelling
+(:class:`FanOut`), or a :class:`~agentloop.orchestration.wire.BranchFailure` travelling
 to the composite that collects it. The Celery adapter compiles each into a
 return value or a canvas (``celery_adapter/canvas.py``).
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestration.wire import BranchFailure, WorkflowNode
+from agentloop.orchestration.wire import BranchFailure, WorkflowNode
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -19,12 +19,12 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Ignore
 
-from actions.human import InvalidAnswerError, RunPaused, check_answer
-from loops.progress import ProgressEvent, ProgressStatus
-from orchestration.celery_adapter.deliveries import unmarked_signature
-from orchestration.celery_adapter.dependencies import dependencies_of
-from orchestration.human.waits import ANSWERED, EXPIRED, PENDING, Wait
-from orchestration.wire import RESUME
+from agentloop.actions.human import InvalidAnswerError, RunPaused, check_answer
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.orchestration.celery_adapter.deliveries import unmarked_signature
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.store.waits import ANSWERED, EXPIRED, PENDING, Wait
+from agentloop.orchestration.wire import RESUME
 
 
 def pause_task(task: Task, pause: RunPaused, run_id: str) -> None:

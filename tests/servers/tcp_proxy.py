@@ -131,12 +131,6 @@ class TcpProxy:
         host and port replaced by the proxy's; the password, if any, is kept."""
         return make_url(url).set(host=LOCAL_HOST, port=self.port).render_as_string(hide_password=False)
 
-    @property
-    def open_connections(self) -> int:
-        """Connections forwarded right now."""
-        with self._lock:
-            return len(self._links)
-
     def start(self) -> None:
         """Listen and forward (no-op when running). Raises ``OSError`` when the port is taken."""
         if self._listener is not None:

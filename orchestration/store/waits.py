@@ -17,11 +17,11 @@ from typing import Any, Protocol
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from actions.human import Question
-from orchestration.store import InMemoryRunStore, RunStatus, RunStore, SqlRunStore, StoreRetry
-from orchestration.store.dialects import one_statement
-from orchestration.store.retry import retried
-from orchestration.store.tables import human_waits, runs, utcnow
+from agentloop.actions.human import Question
+from agentloop.orchestration.store import InMemoryRunStore, RunStatus, RunStore, SqlRunStore, StoreRetry
+from agentloop.orchestration.store.dialects import one_statement
+from agentloop.orchestration.store.retry import retried
+from agentloop.orchestration.store.tables import human_waits, runs, utcnow
 
 PENDING, ANSWERED, EXPIRED = "pending", "answered", "expired"
 
@@ -155,7 +155,7 @@ def _wait(row: Any) -> Wait:
 
 
 class InMemoryWaitStore:
-    """The memory twin, beside an :class:`~orchestration.store.InMemoryRunStore`."""
+    """The memory twin, beside an :class:`~agentloop.orchestration.store.InMemoryRunStore`."""
 
     def __init__(self, run_store: InMemoryRunStore) -> None:
         self.run_store = run_store

@@ -16,8 +16,8 @@ the broker comes from, in order:
    queue is deleted afterwards; exchanges Celery declares (``celery.pidbox``,
    ``celeryev``) are shared, which is harmless because their bindings are
    per worker.
-3. No broker: :class:`~orchestration.testing.servers.redis_server.ServiceUnavailable`
-   (skip), or :class:`~orchestration.testing.servers.redis_server.ServiceRequiredError`
+3. No broker: :class:`~tests.servers.redis_server.ServiceUnavailable`
+   (skip), or :class:`~tests.servers.redis_server.ServiceRequiredError`
    when ``CI`` is true.
 """
 
@@ -33,8 +33,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.testing.servers.redis_server import service_unavailable
+from agentloop.orchestration.celery_adapter.app import create_app
+from tests.servers.redis_server import service_unavailable
 
 __all__ = ["RabbitMQTarget", "private_rabbitmq", "private_rabbitmq_vhost"]
 

@@ -1,11 +1,11 @@
 """Worker processes for tests, configured like production.
 
-:func:`run_worker_process` starts ``python -m celery -A orchestration worker``
+:func:`run_worker_process` starts ``python -m celery -A agentloop worker``
 as a subprocess whose whole configuration flows through the environment
 variables the settings read (``orchestration/settings.py``), exactly as a
 deployment does; it is the integration tier (prefork pool, real broker, real
 acks). A worker thread inside the test process is
-:func:`orchestration.celery_adapter.embedded.embedded_worker`.
+:func:`agentloop.orchestration.celery_adapter.embedded.embedded_worker`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from orchestration.celery_adapter.app import create_app
-from orchestration.celery_adapter.embedded import WorkerStartError
-from orchestration.settings import env_names
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.embedded import WorkerStartError
+from agentloop.orchestration.settings import env_names
 
 __all__ = [
     "CONFIG_ENV_VARS",
@@ -34,7 +34,7 @@ __all__ = [
     "run_worker_process",
 ]
 
-#: Every environment variable the settings read (``orchestration.settings.env_names``). A worker
+#: Every environment variable the settings read (``agentloop.orchestration.settings.env_names``). A worker
 #: process does not inherit them from the test process: it gets exactly what
 #: :func:`run_worker_process` is given.
 CONFIG_ENV_VARS: tuple[str, ...] = env_names()
@@ -222,12 +222,12 @@ def run_worker_process(
     queues: Sequence[str] | None = None,
     loglevel: str = "INFO",
     hostname: str | None = None,
-    app_module: str = "orchestration",
+    app_module: str = "agentloop",
     extra_args: Sequence[str] = ("--without-mingle", "--without-gossip"),
     start_timeout: float = 30.0,
     stop_timeout: float = 5.0,
 ) -> Iterator[WorkerProcess]:
-    """Run ``python -m celery -A orchestration worker`` for the ``with`` block.
+    """Run ``python -m celery -A agentloop worker`` for the ``with`` block.
 
     Configuration reaches the worker only through the environment the settings
     read: ``BROKER_URL``, ``RESULT_BACKEND`` and ``AGENTLOOP_IMPORTS`` from the

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions.human import Question, QuestionExpiredError, RunPaused, check_answer
-from orchestration.human.waits import ANSWERED, EXPIRED, WaitStore
+from agentloop.actions.human import Question, QuestionExpiredError, RunPaused, check_answer
+from agentloop.orchestration.store.waits import ANSWERED, EXPIRED, WaitStore
 
 
 class StoreHumanChannel:
     """The channel of a run on Celery.
 
     An answered question returns its recorded answer (checked again), an expired one its
-    default or :class:`~actions.human.QuestionExpiredError`; any other raises
-    :class:`~actions.human.RunPaused`, which the task turns into a recorded wait
-    (``orchestration/human/pause.py``).
+    default or :class:`~agentloop.actions.human.QuestionExpiredError`; any other raises
+    :class:`~agentloop.actions.human.RunPaused`, which the task turns into a recorded wait
+    (``orchestration/celery_adapter/pause.py``).
     """
 
     def __init__(self, waits: WaitStore, run_id: str) -> None:

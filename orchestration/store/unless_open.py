@@ -1,5 +1,5 @@
 """Create a run only while no run of its runnable is open, as one atomic step (the SQL store's
-:meth:`~orchestration.store.SqlRunStore.create_run_unless_open`; a beat batch is started this way,
+:meth:`~agentloop.orchestration.store.SqlRunStore.create_run_unless_open`; a beat batch is started this way,
 so two ticks at the same instant never start two batches of one schedule).
 
 One ``INSERT ... SELECT ... WHERE NOT EXISTS (an open run of the runnable)``. On SQLite the
@@ -16,11 +16,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, exists, literal, select
 
-from orchestration.store.checks import new_run_values
-from orchestration.store.dialects import advisory_lock, insert
-from orchestration.store.json_values import JsonValue
-from orchestration.store.protocol import TERMINAL_STATUSES, RunRecord
-from orchestration.store.tables import runs
+from agentloop.orchestration.store.checks import new_run_values
+from agentloop.orchestration.store.dialects import advisory_lock, insert
+from agentloop.orchestration.store.json_values import JsonValue
+from agentloop.orchestration.store.protocol import TERMINAL_STATUSES, RunRecord
+from agentloop.orchestration.store.tables import runs
 
 __all__ = ["insert_unless_open", "root_run_values"]
 

@@ -1,6 +1,6 @@
 """How a run that returned a result ended: ``succeeded``, or ``degraded`` by model failures.
 
-A step whose model call failed under the ``degrade`` policy (:mod:`actions.degradation`)
+A step whose model call failed under the ``degrade`` policy (:mod:`agentloop.actions.degradation`)
 lets the run go on; the run still returns its result, but ends ``degraded``. Both
 runners say so the same way:
 
@@ -40,12 +40,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from actions.context import maybe_await
-from actions.degradation import ModelFailure
-from actions.step_events import StepEvent
-from actions.usage import CacheUsage
-from loops.contract import ProgressCallback
-from loops.progress import ProgressEvent, ProgressStatus
+from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.degradation import ModelFailure
+from agentloop.actions.step_events import StepEvent
+from agentloop.actions.usage import CacheUsage
+from agentloop.loops.contract import ProgressCallback
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class DegradationRecorder:
     """The run scope's sink: keeps each failure and reports it as a ``model_unavailable`` event
     to ``on_progress`` (the caller's callback in-process, the task's publisher on Celery).
 
-    It is the scope's step-event sink too (:mod:`actions.step_events`): each step event
+    It is the scope's step-event sink too (:mod:`agentloop.actions.step_events`): each step event
     becomes a ``progress`` event at the step's path (:func:`step_progress_event`)."""
 
     def __init__(self, *, run_id: str, on_progress: ProgressCallback | None = None) -> None:

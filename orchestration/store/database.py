@@ -2,7 +2,7 @@
 
 ``Settings.database_url`` picks the database (``DATABASE_URL``; without it
 a SQLite file at ``$AGENTLOOP_HOME/agentloop.sqlite3``, ``AGENTLOOP_HOME``
-defaulting to ``./.agentloop``: see :mod:`orchestration.settings`). Plain
+defaulting to ``./.agentloop``: see :mod:`agentloop.orchestration.settings`). Plain
 ``postgresql://`` URLs are rewritten to use psycopg 3. SQLite files are opened
 in WAL mode with a busy timeout so several worker processes can share one
 file.
@@ -17,7 +17,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.pool import StaticPool
 
-from orchestration.settings import Settings, load_settings
+from agentloop.orchestration.settings import Settings, load_settings
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
