@@ -159,6 +159,9 @@ class LaunchRequest:
     token_budget: int | None = None
     #: The whole run's deadline, counted from when a worker starts the run.
     deadline_seconds: float | None = None
+    #: Who started the run over HTTP (``agentloop serve`` sets it from the caller's token); only
+    #: that principal's tokens, and ``admin`` ones, act on the run there. ``None``: admins only.
+    principal: str | None = None
 
     @classmethod
     def parse(
@@ -170,6 +173,7 @@ class LaunchRequest:
         run_id: Any = None,
         token_budget: Any = None,
         deadline_seconds: Any = None,
+        principal: Any = None,
     ) -> LaunchRequest:
         """The request, or :class:`LaunchRequestError` saying which field is wrong.
 
@@ -196,6 +200,8 @@ class LaunchRequest:
             or deadline_seconds <= 0
         ):
             raise LaunchRequestError(f"deadline_seconds must be a positive number, got {deadline_seconds!r}")
+        if principal is not None:
+            check_name(principal, "principal")
         return cls(
             runnable=str(runnable),
             input=input,
@@ -203,6 +209,7 @@ class LaunchRequest:
             run_id=None if run_id is None else str(run_id),
             token_budget=token_budget,
             deadline_seconds=None if deadline_seconds is None else float(deadline_seconds),
+            principal=principal,
         )
 
     def to_kwargs(self) -> dict[str, Any]:
@@ -218,6 +225,8 @@ class LaunchRequest:
             kwargs["token_budget"] = self.token_budget
         if self.deadline_seconds is not None:
             kwargs["deadline_seconds"] = self.deadline_seconds
+        if self.principal is not None:
+            kwargs["principal"] = self.principal
         return kwargs
 
 
