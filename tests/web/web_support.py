@@ -23,17 +23,13 @@ from orchestration.settings_http import HttpSettings, parse_scopes, parse_tokens
 from orchestration.store import RunStore
 from orchestration.web import create_web_app
 
-#: One token per grant the tests use: every scope, and one scope each, all of principal
-#: ``web-tests`` (so each reaches the others' runs); ``shop`` and ``other`` read, start and cancel
-#: as principals of their own; ``ops`` reads and cancels with ``admin``.
+#: One token per grant the tests use (every scope; one scope each), all of one principal,
+#: ``web-tests``, so each reaches the runs the others start (``test_web_ownership.py`` has its own).
 TOKENS = {
     "all": "token-with-every-scope-0001",
     "read": "token-with-read-only-00002",
     "start": "token-with-start-only-0003",
     "cancel": "token-with-cancel-only-004",
-    "shop": "token-of-the-shop-0000005",
-    "other": "token-of-another-000000006",
-    "ops": "token-of-the-operators-07",
 }
 #: The grant of each token of :data:`TOKENS`, as ``AGENTLOOP_HTTP_TOKENS`` writes it after the token.
 GRANTS = {
@@ -41,9 +37,6 @@ GRANTS = {
     "read": "read:web-tests",
     "start": "start:web-tests",
     "cancel": "cancel:web-tests",
-    "shop": "read+start+cancel:shop",
-    "other": "read+start+cancel:other",
-    "ops": "read+cancel+admin:ops",
 }
 MODULES = ("web_workflows", "agentloop.examples.record_search.workflows")
 
