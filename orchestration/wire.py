@@ -159,8 +159,7 @@ class LaunchRequest:
     token_budget: int | None = None
     #: The whole run's deadline, counted from when a worker starts the run.
     deadline_seconds: float | None = None
-    #: Who started the run over HTTP (``agentloop serve`` sets it from the caller's token); only
-    #: that principal's tokens, and ``admin`` ones, act on the run there. ``None``: admins only.
+    #: Who started it over HTTP (``agentloop serve``): only its tokens and ``admin`` ones reach it.
     principal: str | None = None
 
     @classmethod
@@ -214,20 +213,10 @@ class LaunchRequest:
 
     def to_kwargs(self) -> dict[str, Any]:
         """The message's keyword arguments (optional fields only when set)."""
-        kwargs: dict[str, Any] = {
-            "runnable": self.runnable,
-            "input": self.input,
-            "context": dict(self.context),
-        }
-        if self.run_id is not None:
-            kwargs["run_id"] = self.run_id
-        if self.token_budget is not None:
-            kwargs["token_budget"] = self.token_budget
-        if self.deadline_seconds is not None:
-            kwargs["deadline_seconds"] = self.deadline_seconds
-        if self.principal is not None:
-            kwargs["principal"] = self.principal
-        return kwargs
+        kwargs: dict[str, Any] = {"runnable": self.runnable, "input": self.input}
+        kwargs["context"] = dict(self.context)
+        optional = ("run_id", "token_budget", "deadline_seconds", "principal")
+        return kwargs | {name: getattr(self, name) for name in optional if getattr(self, name) is not None}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
