@@ -116,17 +116,19 @@ def launch(
     run_id: str | None = None,
     token_budget: int | None = None,
     deadline_seconds: float | None = None,
+    principal: str | None = None,
 ) -> Any:
     """Start the registered workflow ``runnable``; its final result becomes this task's.
 
     ``token_budget`` (optional) caps the tokens all steps of the run may use together;
-    ``deadline_seconds`` (optional) ends the whole run that long after this task starts it.
+    ``deadline_seconds`` (optional) ends the whole run that long after this task starts it;
+    ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it).
     The run id (``run_id``, else this task's id) is an idempotency key: see
     :mod:`orchestration.launches` for a message whose id names a run that exists.
     """
     store = dependencies_of(self.app).store
     arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
-    arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds)
+    arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds, principal=principal)
     try:
         claim = claim_launch(store, arguments, task_id=str(self.request.id))
     except RunIdTakenError as taken:
