@@ -61,6 +61,8 @@ PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
 #: Answer the question a paused run waits for, and continue it (``orchestration/human/``).
 RESUME = "agentloop.resume"
+#: Send on the paused tasks of questions settled and never resumed (beat runs it every minute).
+RESUME_SETTLED = "agentloop.resume_settled"
 BATCH = "agentloop.batch"
 BATCH_CHUNK = "agentloop.batch_chunk"
 BATCH_SUMMARY = "agentloop.batch_summary"
@@ -79,6 +81,7 @@ TASK_NAMES = (
     PROGRESS,
     CANCEL,
     RESUME,
+    RESUME_SETTLED,
     BATCH,
     BATCH_CHUNK,
     BATCH_SUMMARY,
