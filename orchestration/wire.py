@@ -69,7 +69,7 @@ BATCH_SUMMARY = "agentloop.batch_summary"
 #: The health check: it answers ``"pong"`` as soon as a worker takes it.
 PING = "agentloop.ping"
 #: Every task name of the contract.
-TASK_NAMES = (
+TASK_NAMES: tuple[str, ...] = (
     LAUNCH,
     RUN,
     STAGE,
@@ -80,13 +80,8 @@ TASK_NAMES = (
     FINALIZE,
     PROGRESS,
     CANCEL,
-    RESUME,
-    RESUME_SETTLED,
-    BATCH,
-    BATCH_CHUNK,
-    BATCH_SUMMARY,
-    PING,
 )
+TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING)
 
 FAILURE_KEY = "__agentloop_failure__"
 

@@ -14,8 +14,8 @@ An accepted answer always sends the run on, whichever process dies or server is 
 between those writes: the settled wait is the record of what is left to do. The same
 answer again (the resume's own message redelivered after its worker died, its Celery
 retry after the store or the broker stayed away, a client that asks again) finds the
-wait settled with that answer and not resumed, and sends the message; a wait already
-resumed is not sent twice. ``agentloop.resume_settled`` (on beat's schedule) sends on
+wait settled with that answer and not resumed, and sends the message; a resume for a
+wait already resumed is refused, and sends nothing. ``agentloop.resume_settled`` (on beat's schedule) sends on
 what no resume came back for. A paused task delivered again after it died between its
 own writes records nothing twice, and schedules its expiry again.
 """
@@ -153,8 +153,8 @@ def _again(
     expire: bool,
     only: Wait | None = None,
 ) -> dict[str, Any]:
-    """A resume for a settled wait: the wait is sent on if no resume did; the resume is accepted
-    when it brings the same answer (or expiry), refused otherwise."""
+    """A resume for a settled wait: refused once the wait was sent on; before, it sends the wait
+    on, and is accepted when it brings the same answer (or expiry), refused otherwise."""
     settled = [w for w in matching if w.status != PENDING]
     if only is not None:
         settled = [w for w in settled if (w.path, w.key) == (only.path, only.key)]
@@ -164,8 +164,9 @@ def _again(
     if len(settled) != 1:
         return _refused(run_id, [])
     wait = settled[0]
-    if not wait.resumed:  # whatever this resume brings, the settled answer goes on
-        _send_on(task.app, deps, wait)
+    if wait.resumed:  # the run went on with its answer: any other resume is refused
+        return {"accepted": False, "reason": "the question was answered already", "wait": wait.describe()}
+    _send_on(task.app, deps, wait)  # whatever this resume brings, the settled answer goes on
     if not _same_outcome(wait, answer, expire):
         reason = "the question expired" if wait.status == EXPIRED else "the question was answered already"
         return {"accepted": False, "reason": reason, "wait": wait.describe()}

@@ -114,8 +114,8 @@ def test_the_same_answer_again_sends_the_run_on_after_the_store_stayed_away(paus
     assert (paused.wait().status, paused.wait().resumed, paused.sent()) == (ANSWERED, False, 0)
     assert paused.resume(True)["accepted"] is True  # Celery's retry of that resume
     assert (paused.store.get_run("r1").status, paused.sent(), paused.wait().resumed) == ("running", 1, True)
-    again = paused.resume(True)  # once resumed, never sent twice
-    assert again["accepted"] is True and paused.sent() == 1
+    again = paused.resume(True)  # once resumed, refused, and never sent twice
+    assert again["accepted"] is False and paused.sent() == 1
     assert paused.wait().answer is True
 
 
