@@ -61,13 +61,15 @@ PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
 #: Answer the question a paused run waits for, and continue it (``orchestration/human/``).
 RESUME = "agentloop.resume"
+#: Send on the paused tasks of questions settled and never resumed (beat runs it every minute).
+RESUME_SETTLED = "agentloop.resume_settled"
 BATCH = "agentloop.batch"
 BATCH_CHUNK = "agentloop.batch_chunk"
 BATCH_SUMMARY = "agentloop.batch_summary"
 #: The health check: it answers ``"pong"`` as soon as a worker takes it.
 PING = "agentloop.ping"
 #: Every task name of the contract.
-TASK_NAMES = (
+TASK_NAMES: tuple[str, ...] = (
     LAUNCH,
     RUN,
     STAGE,
@@ -78,12 +80,8 @@ TASK_NAMES = (
     FINALIZE,
     PROGRESS,
     CANCEL,
-    RESUME,
-    BATCH,
-    BATCH_CHUNK,
-    BATCH_SUMMARY,
-    PING,
 )
+TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING)
 
 FAILURE_KEY = "__agentloop_failure__"
 

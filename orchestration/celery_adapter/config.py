@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestration.celery_adapter.schedule import framework_entries
 from orchestration.settings import Settings
 
 __all__ = ["celery_config"]
@@ -44,8 +45,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "timezone": "UTC",
         "enable_utc": True,
         "imports": settings.imports,
-        # Batches run by ``celery -A orchestration beat`` (exactly one beat per deployment).
-        "beat_schedule": settings.beat_schedule,
+        # Batches run by ``celery -A orchestration beat`` (exactly one beat per deployment), and
+        # the framework's own sweep of answered questions whose run was never sent on.
+        "beat_schedule": {**framework_entries(), **settings.beat_schedule},
     }
 
 

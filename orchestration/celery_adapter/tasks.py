@@ -28,7 +28,7 @@ from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.celery_adapter.progress_events import progress_events_of
 from orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
 from orchestration.engine import WorkflowEngine
-from orchestration.human.pause import pause_task, resume
+from orchestration.human.pause import RESUME_TASK_OPTIONS, pause_task, resume, resume_settled
 from orchestration.launches import LaunchClaim, RunIdTakenError, attached_result, claim_launch
 from orchestration.outcomes import Done, Outcome
 from orchestration.run_end import end_with_failure
@@ -44,6 +44,7 @@ from orchestration.wire import (
     PIPELINE_DONE,
     PROGRESS,
     RESUME,
+    RESUME_SETTLED,
     RUN,
     STAGE,
     LaunchRequest,
@@ -290,6 +291,7 @@ TASKS = {
     PROGRESS: progress,
     CANCEL: cancel,
     RESUME: resume,
+    RESUME_SETTLED: resume_settled,
 }
 
 
@@ -300,6 +302,8 @@ def install_tasks(app: Celery) -> None:
     install_privacy(app)  # agentloop.* arguments and results hidden from Flower and worker logs
     for name, function in TASKS.items():
         options = RUN_TASK_OPTIONS if name in RUN_TASKS else {}  # retried, and the run ended on failure
+        if name in (RESUME, RESUME_SETTLED):
+            options = RESUME_TASK_OPTIONS  # retried until the settled answer has sent the run on
         if name in INTERNAL_TASKS:
             options = {**options, "track_started": False}
         app.task(name=name, bind=True, shared=False, **options)(function)

@@ -175,6 +175,8 @@ human_waits = Table(
     Column("expires_at", UtcDateTime()),
     Column("created_at", UtcDateTime(), nullable=False, default=utcnow),
     Column("answered_at", UtcDateTime()),
+    Column("resumed_at", UtcDateTime()),
 )
 """One question a run's step asked a person (``orchestration/human/``): ``pending``, ``answered``
-or ``expired``, with the answer and the message that resumes the paused task."""
+or ``expired``, with the answer and the message that resumes the paused task (``resumed_at``: when
+that message was sent again; NULL on a settled wait, it still has to be)."""
