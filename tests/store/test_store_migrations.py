@@ -27,7 +27,7 @@ from orchestration.store.tables import metadata
 from orchestration.testing.servers.postgres import private_database
 
 TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits"}
-HEAD = "0006"
+HEAD = "0007"
 
 
 def _tables(url: str) -> set[str]:

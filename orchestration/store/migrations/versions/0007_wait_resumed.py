@@ -4,8 +4,8 @@ A wait that is answered (or expired) and not resumed is the work left by a proce
 between settling it and sending the paused task again; ``agentloop.resume`` and
 ``agentloop.resume_settled`` send it. Waits settled before this revision were resumed then.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-08 10:00:00+00:00
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | None = "0005"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
