@@ -128,6 +128,7 @@ def claim_launch(store: RunStore, kwargs: Mapping[str, Any], *, task_id: str) ->
             token_budget=request.token_budget if request else None,
             celery_task_id=task_id,
             owner=owner,
+            principal=request.principal if request else None,
         )
     except RunExistsError as exists:
         return _claim_existing(store, exists.record, owner, task_id, request, problem)

@@ -231,7 +231,8 @@ class Settings(_Group):
     imports: Annotated[tuple[str, ...], NoDecode] = _env("AGENTLOOP_IMPORTS", ())
     """``AGENTLOOP_IMPORTS``: comma-separated modules that register the runnables. Default: none."""
     beat_schedule_json: str = _env("AGENTLOOP_BEAT_SCHEDULE", "")
-    """``AGENTLOOP_BEAT_SCHEDULE``: the batches beat starts, a JSON list (checked by :func:`schedule_entries`)."""
+    """``AGENTLOOP_BEAT_SCHEDULE``: the batches beat starts, a JSON list (checked by
+    :func:`schedule_entries`)."""
     task_default_queue: str = _env("AGENTLOOP_TASK_DEFAULT_QUEUE", "agentloop")
     """``AGENTLOOP_TASK_DEFAULT_QUEUE``: where tasks go by default. Default: ``agentloop``."""
     task_soft_time_limit: int = _env("AGENTLOOP_TASK_SOFT_TIME_LIMIT", 900)

@@ -274,7 +274,7 @@ def test_the_architecture_document_names_every_module_once() -> None:
     assert (missing, repeated) == ([], [])
 
 
-@pytest.mark.parametrize("name", ["actions", "loops", "pipelines", "orchestration", "celeryconfig"])
+@pytest.mark.parametrize("name", ["actions", "loops", "pipelines", "orchestration", "agentloop.celeryconfig"])
 def test_no_module_imports_a_design_folder_by_its_top_level_name(name: str) -> None:
     """Installed, ``actions`` is ``agentloop.actions``: a top-level ``import actions`` would find a
     user's own ``actions.py`` instead, or, from the checkout, load the module a second time."""

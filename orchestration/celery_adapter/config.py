@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentloop.orchestration.celery_adapter.schedule import schedule_from_json
+from agentloop.orchestration.celery_adapter.schedule import framework_entries, schedule_from_json
 from agentloop.orchestration.settings import Settings
 
 __all__ = ["celery_config"]
@@ -45,8 +45,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "timezone": "UTC",
         "enable_utc": True,
         "imports": settings.imports,
-        # Batches run by ``celery -A agentloop beat`` (exactly one beat per deployment).
-        "beat_schedule": schedule_from_json(settings.beat_schedule_json),
+        # Batches run by ``celery -A agentloop beat`` (exactly one beat per deployment), and
+        # the framework's own sweep of answered questions whose run was never sent on.
+        "beat_schedule": {**framework_entries(), **schedule_from_json(settings.beat_schedule_json)},
     }
 
 

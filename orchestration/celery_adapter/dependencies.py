@@ -55,7 +55,8 @@ class AppDependencies:
 
     @property
     def waits(self) -> WaitStore | None:
-        """The questions the runs ask people, beside the run store (``orchestration/human/``)."""
+        """The questions the runs ask people, beside the run store
+        (``orchestration/celery_adapter/pause.py``, ``orchestration/store/waits.py``)."""
         store = self.store
         with self._lock:
             if self._waits is None:

@@ -25,7 +25,12 @@ from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
 from agentloop.orchestration.celery_adapter.canvas import continue_lane, continue_with, from_lanes
 from agentloop.orchestration.celery_adapter.deliveries import first_delivery, node_of, unmark_chain
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
-from agentloop.orchestration.celery_adapter.pause import pause_task, resume
+from agentloop.orchestration.celery_adapter.pause import (
+    RESUME_TASK_OPTIONS,
+    pause_task,
+    resume,
+    resume_settled,
+)
 from agentloop.orchestration.celery_adapter.progress_events import progress_events_of
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
 from agentloop.orchestration.engine import WorkflowEngine
@@ -44,6 +49,7 @@ from agentloop.orchestration.wire import (
     PIPELINE_DONE,
     PROGRESS,
     RESUME,
+    RESUME_SETTLED,
     RUN,
     STAGE,
     LaunchRequest,
@@ -116,17 +122,19 @@ def launch(
     run_id: str | None = None,
     token_budget: int | None = None,
     deadline_seconds: float | None = None,
+    principal: str | None = None,
 ) -> Any:
     """Start the registered workflow ``runnable``; its final result becomes this task's.
 
     ``token_budget`` (optional) caps the tokens all steps of the run may use together;
-    ``deadline_seconds`` (optional) ends the whole run that long after this task starts it.
+    ``deadline_seconds`` (optional) ends the whole run that long after this task starts it;
+    ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it).
     The run id (``run_id``, else this task's id) is an idempotency key: see
     :mod:`agentloop.orchestration.launches` for a message whose id names a run that exists.
     """
     store = dependencies_of(self.app).store
     arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
-    arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds)
+    arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds, principal=principal)
     try:
         claim = claim_launch(store, arguments, task_id=str(self.request.id))
     except RunIdTakenError as taken:
@@ -289,6 +297,7 @@ TASKS = {
     PROGRESS: progress,
     CANCEL: cancel,
     RESUME: resume,
+    RESUME_SETTLED: resume_settled,
 }
 
 
@@ -299,6 +308,8 @@ def install_tasks(app: Celery) -> None:
     install_privacy(app)  # agentloop.* arguments and results hidden from Flower and worker logs
     for name, function in TASKS.items():
         options = RUN_TASK_OPTIONS if name in RUN_TASKS else {}  # retried, and the run ended on failure
+        if name in (RESUME, RESUME_SETTLED):
+            options = RESUME_TASK_OPTIONS  # retried until the settled answer has sent the run on
         if name in INTERNAL_TASKS:
             options = {**options, "track_started": False}
         app.task(name=name, bind=True, shared=False, **options)(function)

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
-from .infra_scenarios import pool_child_killed, postgres_outage, redis_restarted, worker_sigkill
+from .infra_scenarios import (
+    answered_then_killed,
+    pool_child_killed,
+    postgres_outage,
+    redis_restarted,
+    worker_sigkill,
+)
 from .message_scenarios import duplicate_ids, model_outages, poison
 from .poison import POISONS
 from .rig import FaultRig
@@ -42,6 +48,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="pool child killed", run=pool_child_killed),
     Scenario(name="worker SIGKILLed", run=worker_sigkill),
     Scenario(name="Redis restarted", run=redis_restarted),
+    Scenario(name="worker SIGKILLed between an answer's writes", run=answered_then_killed),
 )
 
 

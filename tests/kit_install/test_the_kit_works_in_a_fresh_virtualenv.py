@@ -45,7 +45,7 @@ SOURCES = (
 #: so a test passes only if agentloop never reaches for them.
 SHADOWS = {
     f"{name}.py": f'raise ImportError("the user\'s own {name}.py was imported")\n'
-    for name in ("actions", "loops", "pipelines", "orchestration", "celeryconfig")
+    for name in ("actions", "loops", "pipelines", "orchestration", "agentloop.celeryconfig")
 }
 
 USER_SUITE = {
