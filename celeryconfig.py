@@ -1,6 +1,6 @@
 """Celery settings for agentloop: a projection of :func:`agentloop.orchestration.settings.load_settings`.
 
-The environment is read once, at import, by ``orchestration/settings.py`` (the
+The environment is read once, at import, by ``orchestration/settings/`` (the
 only module that reads it); this module turns those settings into the
 attributes Celery reads. Blank variables count as unset, and a malformed one
 stops the import with an error that names it.

@@ -3,7 +3,7 @@
 :class:`RedisStepCache` keeps each result under ``agentloop:cache:<key>`` as JSON
 text with a Redis expiry (``SET ... PX``), so a step cached by one worker is a
 hit on every other worker of the deployment. :func:`step_cache_for` builds the
-cache ``AGENTLOOP_CACHE_URL`` names (``orchestration/settings.py``): Redis for a
+cache ``AGENTLOOP_CACHE_URL`` names (``orchestration/settings/``): Redis for a
 ``redis://`` URL (the default when the result backend or the broker is Redis),
 an in-process :class:`~actions.InMemoryStepCache` for ``memory://`` (the
 embedded demo: one process), none for ``none``.

@@ -1,4 +1,4 @@
-"""Configuration is read in one place: only ``orchestration/settings.py`` reads the environment.
+"""Configuration is read in one place: only ``orchestration/settings/loading.py`` reads the environment.
 
 Every other module receives a :class:`~agentloop.orchestration.settings.Settings`. The
 test servers' launchers (``tests/servers/``, not installed) read their own
@@ -23,7 +23,7 @@ SCANNED = [
         if "__pycache__" not in path.parts
     ),
 ]
-ALLOWED = (ROOT / "orchestration" / "settings.py",)
+ALLOWED = (ROOT / "orchestration" / "settings" / "loading.py",)
 
 #: ``os`` functions and mappings that read or write the process environment.
 ENV_NAMES = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})
@@ -72,7 +72,7 @@ e = environ["E"]
 
 def test_the_scan_covers_the_packages_and_celeryconfig() -> None:
     assert ROOT / "celeryconfig.py" in SCANNED
-    assert ROOT / "orchestration" / "settings.py" in SCANNED
+    assert ROOT / "orchestration" / "settings" / "loading.py" in SCANNED
     assert any(path.parent.name == "llm" for path in SCANNED)
     assert any("servers" in path.parts for path in SCANNED)  # the model servers users test against
 
@@ -84,9 +84,11 @@ def test_only_the_settings_module_reads_the_environment() -> None:
         if not is_allowed(path)
         for line, what in environment_reads(path.read_text(encoding="utf-8"))
     ]
-    assert not offenders, "read the environment outside orchestration/settings.py:\n" + "\n".join(offenders)
+    assert not offenders, "read the environment outside orchestration/settings/loading.py:\n" + "\n".join(
+        offenders
+    )
 
 
 def test_the_settings_module_does_read_it() -> None:
-    source = (ROOT / "orchestration" / "settings.py").read_text(encoding="utf-8")
+    source = (ROOT / "orchestration" / "settings" / "loading.py").read_text(encoding="utf-8")
     assert [what for _, what in environment_reads(source)] == ["os.environ"]

@@ -17,10 +17,10 @@ from agentloop.orchestration.settings import (
     load_settings,
     schedule_entries,
 )
-from agentloop.orchestration.settings_http import HttpSettings
-from agentloop.orchestration.settings_provider import ProviderSettings
-from agentloop.orchestration.settings_store import StoreSettings
-from agentloop.orchestration.settings_tracing import TracingSettings
+from agentloop.orchestration.settings.http import HttpSettings
+from agentloop.orchestration.settings.provider import ProviderSettings
+from agentloop.orchestration.settings.store import StoreSettings
+from agentloop.orchestration.settings.tracing import TracingSettings
 
 SCHEDULE = '[{"name": "nightly", "runnable": "record_search.demo", "every": 60, "inputs": [{}]}]'
 
@@ -204,11 +204,17 @@ def test_the_visibility_timeout_follows_the_hard_time_limit() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"AGENTLOOP_RESULT_EXPIRES": "a week"}, "AGENTLOOP_RESULT_EXPIRES must be an integer, got 'a week'"),
-        ({"AGENTLOOP_TASK_TIME_LIMIT": "-1"}, "AGENTLOOP_TASK_TIME_LIMIT must not be negative, got -1"),
+        (
+            {"AGENTLOOP_RESULT_EXPIRES": "a week"},
+            "AGENTLOOP_RESULT_EXPIRES must be a non-negative integer, not 'a week'",
+        ),
+        (
+            {"AGENTLOOP_TASK_TIME_LIMIT": "-1"},
+            "AGENTLOOP_TASK_TIME_LIMIT must be a non-negative integer, not '-1'",
+        ),
         (
             {"AGENTLOOP_WORKER_PREFETCH_MULTIPLIER": "1.5"},
-            "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER must be an integer",
+            "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER must be a non-negative integer",
         ),
         (
             {"AGENTLOOP_TASK_SOFT_TIME_LIMIT": "60", "AGENTLOOP_TASK_TIME_LIMIT": "60"},
@@ -231,7 +237,7 @@ def test_the_visibility_timeout_follows_the_hard_time_limit() -> None:
         ),
         (
             {"OPENAI_TIMEOUT_SECONDS": "soon"},
-            "OPENAI_TIMEOUT_SECONDS must be a number of seconds, not 'soon'",
+            "OPENAI_TIMEOUT_SECONDS must be a positive number of seconds, not 'soon'",
         ),
         ({"OPENAI_MAX_RETRIES": "-1"}, "OPENAI_MAX_RETRIES must be a non-negative integer, not '-1'"),
         ({"AGENTLOOP_MODEL_RPM": "ten"}, "AGENTLOOP_MODEL_RPM must be a positive integer, not 'ten'"),

@@ -54,7 +54,7 @@ from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
 from agentloop.orchestration.llm.request_guard import model_requests
 from agentloop.orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
 from agentloop.orchestration.settings import ModelSettings
-from agentloop.orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL
+from agentloop.orchestration.settings.provider import DEFAULT_ANTHROPIC_MODEL
 
 logger = logging.getLogger(__name__)
 

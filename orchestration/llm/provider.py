@@ -58,7 +58,7 @@ from agentloop.orchestration.llm.limits.window import WindowBackend, WindowRateL
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.redaction import redact_url
 from agentloop.orchestration.settings import ModelSettings, load_settings
-from agentloop.orchestration.settings_provider import DEFAULT_ANTHROPIC_MODEL, ProviderName
+from agentloop.orchestration.settings.provider import DEFAULT_ANTHROPIC_MODEL, ProviderName
 
 __all__ = ["OFFLINE_DESCRIPTION", "ModelProvider", "describe_processor", "processor_from_env"]
 

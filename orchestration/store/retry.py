@@ -35,7 +35,7 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_before_delay, wait_exponential_jitter
 
-from agentloop.orchestration.settings_store import DEFAULT_STORE_RETRY_SECONDS
+from agentloop.orchestration.settings.store import DEFAULT_STORE_RETRY_SECONDS
 from agentloop.orchestration.store.errors import StoreUnavailableError
 
 __all__ = ["StoreRetry", "is_connection_error", "retried"]

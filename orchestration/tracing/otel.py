@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from agentloop.actions.tracing import Span
-from agentloop.orchestration.settings_tracing import TracingSettings
+from agentloop.orchestration.settings.tracing import TracingSettings
 
 logger = logging.getLogger(__name__)
 

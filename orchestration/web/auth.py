@@ -21,7 +21,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agentloop.orchestration.settings_http import ANONYMOUS, HttpSettings
+from agentloop.orchestration.settings.http import ANONYMOUS, HttpSettings
 from agentloop.orchestration.web.errors import forbidden, unauthenticated
 
 __all__ = [

@@ -8,7 +8,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from agentloop.orchestration.settings import Settings
-from agentloop.orchestration.settings_http import SCOPES, TokenGrant
+from agentloop.orchestration.settings.http import SCOPES, TokenGrant
 
 __all__ = ["run_server", "uvicorn_config", "with_session_token"]
 

@@ -150,9 +150,9 @@ def test_the_soft_limit_must_be_below_the_hard_limit(load_config: LoadConfig) ->
 
 
 def test_a_malformed_number_names_its_variable(load_config: LoadConfig) -> None:
-    with pytest.raises(ValueError, match="AGENTLOOP_RESULT_EXPIRES must be an integer"):
+    with pytest.raises(ValueError, match="AGENTLOOP_RESULT_EXPIRES must be a non-negative integer"):
         load_config(AGENTLOOP_RESULT_EXPIRES="a week")
-    with pytest.raises(ValueError, match="must not be negative"):
+    with pytest.raises(ValueError, match="must be a non-negative integer"):
         load_config(AGENTLOOP_TASK_TIME_LIMIT="-1")
 
 
@@ -210,7 +210,8 @@ def test_every_variable_of_celerys_settings_is_documented(load_config: LoadConfi
 
 
 def test_a_malformed_variable_stops_the_import_with_a_settings_error(load_config: LoadConfig) -> None:
-    with pytest.raises(SettingsError, match="AGENTLOOP_WORKER_PREFETCH_MULTIPLIER must be an integer"):
+    expected = "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER must be a non-negative integer"
+    with pytest.raises(SettingsError, match=expected):
         load_config(AGENTLOOP_WORKER_PREFETCH_MULTIPLIER="one")
 
 

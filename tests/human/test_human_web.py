@@ -7,7 +7,7 @@ from human_support import start, wait_for_status
 from starlette.testclient import TestClient
 
 from agentloop.orchestration.settings import Settings
-from agentloop.orchestration.settings_http import HttpSettings, parse_tokens
+from agentloop.orchestration.settings.http import HttpSettings, parse_tokens
 from agentloop.orchestration.web import create_web_app
 
 TOKEN, READER = "resume-token-0123456789abcdef", "reader-token-0123456789abcdef"

@@ -2,7 +2,7 @@
 
 :func:`run_worker_process` starts ``python -m celery -A agentloop worker``
 as a subprocess whose whole configuration flows through the environment
-variables the settings read (``orchestration/settings.py``), exactly as a
+variables the settings read (``orchestration/settings/``), exactly as a
 deployment does; it is the integration tier (prefork pool, real broker, real
 acks). A worker thread inside the test process is
 :func:`agentloop.orchestration.celery_adapter.embedded.embedded_worker`.

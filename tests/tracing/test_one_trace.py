@@ -19,7 +19,7 @@ from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import load_settings
-from agentloop.orchestration.settings_tracing import TracingSettings
+from agentloop.orchestration.settings.tracing import TracingSettings
 from agentloop.orchestration.store import open_store
 from agentloop.orchestration.tracing.otel import install_tracing
 from tests.servers.redis_server import ServiceUnavailable, private_redis_server

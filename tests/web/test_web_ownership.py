@@ -16,7 +16,7 @@ from strawberry.asgi.test import GraphQLTestClient
 from web_support import WebRig, wait_for
 
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.settings_http import parse_tokens
+from agentloop.orchestration.settings.http import parse_tokens
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.web.auth import Principal
 from agentloop.orchestration.web.schema import build_schema

@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
-from agentloop.orchestration.settings_http import HttpSettings, parse_scopes, parse_tokens
+from agentloop.orchestration.settings.http import HttpSettings, parse_scopes, parse_tokens
 from agentloop.orchestration.store import RunStore
 from agentloop.orchestration.web import create_web_app
 

@@ -38,7 +38,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import NoDecode
 
-from agentloop.orchestration.settings_group import SettingsGroup, as_float, as_int, env_field
+from agentloop.orchestration.settings.group import SettingsGroup, as_float, count, env_field
 
 __all__ = [
     "ANONYMOUS",
@@ -168,9 +168,10 @@ class HttpSettings(SettingsGroup):
     @field_validator("max_body_bytes", "port", "max_streams", mode="before")
     @classmethod
     def _positive(cls, value: Any, info: ValidationInfo) -> int:
-        number = as_int(value)
-        if number is None or number <= 0 or (info.field_name == "port" and number > 65535):
-            raise ValueError(f"{cls.env_name(info.field_name)} must be a positive integer, not {value!r}")
+        name = cls.env_name(info.field_name)
+        number = count(value, name, least=1)
+        if info.field_name == "port" and number > 65535:
+            raise ValueError(f"{name} must be a port number (1-65535), not {value!r}")
         return number
 
     @field_validator("poll_seconds", mode="before")

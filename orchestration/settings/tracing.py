@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import field_validator
 
-from agentloop.orchestration.settings_group import SettingsGroup, env_field
+from agentloop.orchestration.settings.group import SettingsGroup, env_field
 
 __all__ = ["TRACING_EXPORTERS", "TracingSettings"]
 

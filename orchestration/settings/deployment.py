@@ -1,54 +1,34 @@
-"""The deployment's settings: every environment variable agentloop reads, read here and nowhere else.
+"""The deployment's settings: brokers, results, the run store, time limits, and the groups below.
 
-:func:`load_settings` reads the environment (or a mapping standing for it) once
-and returns a frozen :class:`Settings`; every other part receives that object
-(``celeryconfig.py`` projects it for Celery). ``Settings(...)`` built directly
-reads nothing: it holds its defaults and the values it is given, which is how a
-test or an embedder makes one.
-
-Every variable is optional, and an empty or blank value counts as unset. A
-malformed value raises :class:`SettingsError`, whose message names the variable.
-``repr(settings)`` shows no secret and no password of a URL. Each field's
-docstring names its variable and its default; ``celeryconfig.py`` says more
-about the Celery ones, :func:`env_names` lists them all.
+``Settings(...)`` built directly reads nothing: it holds its defaults and the values it is given,
+which is how a test or an embedder makes one; :func:`~agentloop.orchestration.settings.load_settings`
+reads the environment into one. ``broker_url``, ``result_backend``, ``database_url`` and
+``visibility_timeout`` are resolved when the object is built. ``celeryconfig.py`` says more about
+the Celery ones.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic_settings import NoDecode
 
-from agentloop.actions.errors import AgentLoopError
-from agentloop.orchestration.settings_group import SettingsGroup as _Group
-from agentloop.orchestration.settings_group import as_float as _as_float
-from agentloop.orchestration.settings_group import as_int as _as_int
-from agentloop.orchestration.settings_group import env_field as _env
-from agentloop.orchestration.settings_http import HttpSettings
-from agentloop.orchestration.settings_provider import ProviderSettings
-from agentloop.orchestration.settings_store import StoreSettings
-from agentloop.orchestration.settings_tracing import TracingSettings
+from agentloop.orchestration.errors import ScheduleError, SettingsError
+from agentloop.orchestration.settings.group import SettingsGroup as _Group
+from agentloop.orchestration.settings.group import count, seconds
+from agentloop.orchestration.settings.group import env_field as _env
+from agentloop.orchestration.settings.http import HttpSettings
+from agentloop.orchestration.settings.model import ModelSettings
+from agentloop.orchestration.settings.store import StoreSettings
+from agentloop.orchestration.settings.tracing import TracingSettings
 
-__all__ = ["ModelSettings", "Settings", "SettingsError", "env_names", "load_settings"]
+__all__ = ["SCHEDULE_KEYS", "Settings", "schedule_entries"]
 
-G = TypeVar("G", bound=_Group)
 _DEFAULT_HOME = ".agentloop"
 _SQLITE_FILENAME = "agentloop.sqlite3"
-
-
-class SettingsError(AgentLoopError, ValueError):
-    """A malformed setting; the message names the environment variable and the value."""
-
-
-class ScheduleError(AgentLoopError, ValueError):
-    """A beat schedule entry that cannot be used, with the reason."""
 
 
 #: The keys a schedule entry may have (``celery_adapter/schedule.py`` says what each does).
@@ -85,72 +65,6 @@ def schedule_entries(text: str) -> list[dict[str, Any]]:
             raise ScheduleError(f"two schedule entries are named {entry['name']!r}")
         names.add(entry["name"])
     return entries
-
-
-class ModelSettings(_Group):
-    """How the model processor is built: the OpenAI-compatible server and the shared rate limits."""
-
-    _URL_FIELDS: ClassVar[frozenset[str]] = frozenset({"openai_base_url", "redis_url"})
-
-    openai_api_key: SecretStr | None = _env("OPENAI_API_KEY")
-    """``OPENAI_API_KEY``: with it or a base URL the OpenAI processor runs, else the offline model."""
-    openai_base_url: str | None = _env("OPENAI_BASE_URL")
-    """``OPENAI_BASE_URL``: an OpenAI-compatible server (a local one needs no key). Default: OpenAI's."""
-    openai_model: str = _env("OPENAI_MODEL", "gpt-4o-mini")
-    """``OPENAI_MODEL``: the model name sent with every request. Default: ``gpt-4o-mini``."""
-    openai_timeout_seconds: float = _env("OPENAI_TIMEOUT_SECONDS", 60.0)
-    """``OPENAI_TIMEOUT_SECONDS``: the timeout of each attempt. Default: ``60``."""
-    openai_max_retries: int = _env("OPENAI_MAX_RETRIES", 3)
-    """``OPENAI_MAX_RETRIES``: retries of a 408/409/429/5xx or connection failure. Default: ``3``."""
-    rpm: int | None = _env("AGENTLOOP_MODEL_RPM")
-    """``AGENTLOOP_MODEL_RPM``: requests per minute (per window) allowed. Default: no limit."""
-    tpm: int | None = _env("AGENTLOOP_MODEL_TPM")
-    """``AGENTLOOP_MODEL_TPM``: tokens per minute (per window) allowed. Default: no limit."""
-    limit_name: str | None = _env("AGENTLOOP_MODEL_LIMIT_NAME")
-    """``AGENTLOOP_MODEL_LIMIT_NAME``: names the limit (Redis key ``agentloop:ratelimit:<name>``).
-    Default: the model's name."""
-    limit_window_seconds: float = _env("AGENTLOOP_MODEL_LIMIT_WINDOW_SECONDS", 60.0)
-    """``AGENTLOOP_MODEL_LIMIT_WINDOW_SECONDS``: the window the limits count in. Default: ``60``."""
-    limit_max_wait_seconds: float = _env("AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS", 120.0)
-    """``AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS``: the longest a call waits for a slot. Default: ``120``."""
-    redis_url: str | None = _env("REDIS_URL")
-    """``REDIS_URL``: when set, every worker shares the rate limits through this Redis."""
-    provider: ProviderSettings = Field(default_factory=ProviderSettings)
-    """Which provider, which model, Anthropic's connection
-    (:mod:`agentloop.orchestration.settings_provider`)."""
-
-    @field_validator("openai_timeout_seconds", mode="before")
-    @classmethod
-    def _timeout(cls, value: Any) -> float:
-        number = _as_float(value)
-        if number is None:
-            raise ValueError(f"OPENAI_TIMEOUT_SECONDS must be a number of seconds, not {value!r}")
-        return number
-
-    @field_validator("openai_max_retries", mode="before")
-    @classmethod
-    def _retries(cls, value: Any) -> int:
-        number = _as_int(value)
-        if number is None or number < 0:
-            raise ValueError(f"OPENAI_MAX_RETRIES must be a non-negative integer, not {value!r}")
-        return number
-
-    @field_validator("rpm", "tpm", mode="before")
-    @classmethod
-    def _positive(cls, value: Any, info: ValidationInfo) -> int:
-        number = _as_int(value)
-        if number is None or number <= 0:
-            raise ValueError(f"{cls.env_name(info.field_name)} must be a positive integer, not {value!r}")
-        return number
-
-    @field_validator("limit_window_seconds", "limit_max_wait_seconds", mode="before")
-    @classmethod
-    def _seconds(cls, value: Any, info: ValidationInfo) -> float:
-        number = _as_float(value)
-        if number is None or not 0 < number < math.inf:
-            name = cls.env_name(info.field_name)
-            raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
-        return number
 
 
 def _scheme(url: str) -> str:
@@ -206,11 +120,11 @@ class Settings(_Group):
     """The model processor's settings (their own variables)."""
     http: HttpSettings = Field(default_factory=HttpSettings)
     """``agentloop serve``'s settings: tokens, scopes, limits
-    (:mod:`agentloop.orchestration.settings_http`)."""
+    (:mod:`agentloop.orchestration.settings.http`)."""
     store: StoreSettings = Field(default_factory=StoreSettings)
-    """The run store's retries (:mod:`agentloop.orchestration.settings_store`)."""
+    """The run store's retries (:mod:`agentloop.orchestration.settings.store`)."""
     tracing: TracingSettings = Field(default_factory=TracingSettings)
-    """Where a run's spans go (:mod:`agentloop.orchestration.settings_tracing`; off by default)."""
+    """Where a run's spans go (:mod:`agentloop.orchestration.settings.tracing`; off by default)."""
     redis_url: str | None = _env("REDIS_URL")
     """``REDIS_URL``: alone, both broker and result backend; with ``BROKER_URL``, the result backend."""
     broker_url: str = Field(
@@ -271,22 +185,12 @@ class Settings(_Group):
     )
     @classmethod
     def _non_negative(cls, value: Any, info: ValidationInfo) -> int:
-        name, number = cls.env_name(info.field_name), _as_int(value)
-        if number is None:
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        if number < 0:
-            raise ValueError(f"{name} must not be negative, got {number}")
-        return number
+        return count(value, cls.env_name(info.field_name))
 
     @field_validator("checkpoint_seconds", mode="before")
     @classmethod
     def _checkpoint(cls, value: Any) -> float:
-        number = _as_float(value)
-        if number is None or not 0 <= number < math.inf:
-            raise ValueError(
-                f"AGENTLOOP_CHECKPOINT_SECONDS must be a non-negative number of seconds, not {value!r}"
-            )
-        return number
+        return seconds(value, "AGENTLOOP_CHECKPOINT_SECONDS")
 
     @field_validator("cache_url", mode="after")
     @classmethod
@@ -328,75 +232,3 @@ class Settings(_Group):
                 f"({hard}): a task still running would be delivered twice"
             )
         return self
-
-
-class _MappingSource(EnvSettingsSource):
-    """pydantic-settings' environment source, over a given mapping instead of ``os.environ``."""
-
-    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
-        self._environ = environ
-        super().__init__(settings_cls)
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        return {name: value for name, value in self._environ.items() if value.strip()}
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        """A field's variable; a field without one (a group such as ``model``) reads nothing."""
-        if not isinstance(field.validation_alias, str):
-            return None, field_name, False
-        return super().get_field_value(field, field_name)
-
-
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """The settings the environment asks for (``environ`` defaults to ``os.environ``).
-
-    Raises :class:`SettingsError` naming every malformed variable.
-    """
-    env = os.environ if environ is None else environ
-    problems: list[str] = []
-    model, http = _group(ModelSettings, env, problems), _group(HttpSettings, env, problems)
-    model = model.model_copy(update={"provider": _group(ProviderSettings, env, problems)})
-    store, tracing = _group(StoreSettings, env, problems), _group(TracingSettings, env, problems)
-    try:
-        groups: dict[str, Any] = {"model": model, "http": http, "store": store, "tracing": tracing}
-        settings = Settings(**groups, **_MappingSource(Settings, env)())
-    except ValidationError as error:
-        problems.append(_describe(error))
-    except SettingsError as error:  # raised while resolving a default (no result backend)
-        problems.append(str(error))
-    if problems:
-        raise SettingsError("; ".join(problems))
-    return settings
-
-
-def _group(group: type[G], env: Mapping[str, str], problems: list[str]) -> G:
-    """The group read from ``env``; its defaults, and its problems added to ``problems``, when malformed."""
-    try:
-        return group(**_MappingSource(group, env)())
-    except ValidationError as error:
-        problems.append(_describe(error))
-        return group()
-
-
-def _describe(error: ValidationError) -> str:
-    """One line per problem, in the words of the validators (pydantic's own wording otherwise)."""
-    problems = []
-    for detail in error.errors():
-        if detail["type"] == "default_factory_not_called":
-            continue  # follows from another problem, already reported
-        cause = (detail.get("ctx") or {}).get("error")
-        if isinstance(cause, Exception):
-            problems.append(str(cause))
-        else:
-            where = ".".join(str(part) for part in detail["loc"])
-            problems.append(f"{where}: {detail['msg']}" if where else detail["msg"])
-    return "; ".join(dict.fromkeys(problems)) or str(error)
-
-
-def env_names() -> tuple[str, ...]:
-    """Every environment variable :func:`load_settings` reads, in field order."""
-    names: list[str] = []
-    groups = ("model", "http", "provider", "store", "tracing")
-    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings, StoreSettings, TracingSettings):
-        names += [group.env_name(f) for f in group.model_fields if f not in groups]
-    return tuple(dict.fromkeys(names))

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import SecretStr, ValidationInfo, field_validator
 
-from agentloop.orchestration.settings_group import SettingsGroup, as_float, as_int, env_field
+from agentloop.orchestration.settings.group import SettingsGroup, count, env_field, seconds, switch
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "PROVIDERS", "ProviderName", "ProviderSettings"]
 
@@ -77,38 +77,21 @@ class ProviderSettings(SettingsGroup):
     @field_validator("anthropic_timeout_seconds", mode="before")
     @classmethod
     def _timeout(cls, value: Any) -> float:
-        number = as_float(value)
-        if number is None or not number > 0:
-            raise ValueError(f"ANTHROPIC_TIMEOUT_SECONDS must be a positive number of seconds, not {value!r}")
-        return number
+        return seconds(value, "ANTHROPIC_TIMEOUT_SECONDS", positive=True)
 
     @field_validator("stream_interval_seconds", mode="before")
     @classmethod
     def _interval(cls, value: Any) -> float:
-        number = as_float(value)
-        if number is None or number < 0:
-            raise ValueError(
-                f"AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS must be a non-negative number, not {value!r}"
-            )
-        return number
+        return seconds(value, "AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS")
 
     @field_validator("anthropic_max_retries", "anthropic_max_tokens", mode="before")
     @classmethod
     def _count(cls, value: Any, info: ValidationInfo) -> int:
-        number, least = as_int(value), 0 if info.field_name == "anthropic_max_retries" else 1
-        if number is None or number < least:
-            kind = "non-negative" if least == 0 else "positive"
-            raise ValueError(f"{cls.env_name(info.field_name)} must be a {kind} integer, not {value!r}")
-        return number
+        return count(
+            value, cls.env_name(info.field_name), least=0 if info.field_name == "anthropic_max_retries" else 1
+        )
 
     @field_validator("allow_model_requests", "stream", mode="before")
     @classmethod
-    def _switch(cls, value: Any, info: ValidationInfo) -> Any:
-        text = value.strip().lower() if isinstance(value, str) else value
-        if text in {"1", "true", "yes", "on", True}:
-            return True
-        if text in {"0", "false", "no", "off", False}:
-            return False
-        raise ValueError(
-            f"{cls.env_name(info.field_name)} must be 1/true/yes/on or 0/false/no/off, not {value!r}"
-        )
+    def _switch(cls, value: Any, info: ValidationInfo) -> bool:
+        return switch(value, cls.env_name(info.field_name))

@@ -10,12 +10,11 @@ call is retried by Celery (see ``docs/deployment.md``). Errors in the data
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pydantic import field_validator
 
-from agentloop.orchestration.settings_group import SettingsGroup, as_float, env_field
+from agentloop.orchestration.settings.group import SettingsGroup, env_field, seconds
 
 __all__ = ["DEFAULT_STORE_RETRY_SECONDS", "StoreSettings"]
 
@@ -33,9 +32,4 @@ class StoreSettings(SettingsGroup):
     @field_validator("retry_seconds", mode="before")
     @classmethod
     def _seconds(cls, value: Any) -> float:
-        number = as_float(value)
-        if number is None or not 0 <= number < math.inf:
-            raise ValueError(
-                f"AGENTLOOP_STORE_RETRY_SECONDS must be a non-negative number of seconds, not {value!r}"
-            )
-        return number
+        return seconds(value, "AGENTLOOP_STORE_RETRY_SECONDS")

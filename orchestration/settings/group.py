@@ -1,11 +1,11 @@
-"""The frozen settings group: how a group of settings takes the values it is given.
+"""The frozen settings group: how a group of settings takes the values it is given, and the
+checks its fields share.
 
-:class:`SettingsGroup` is the base of every group in :mod:`agentloop.orchestration.settings`
-(``Settings``, ``ModelSettings``) and of the groups kept in modules of their
-own (:mod:`agentloop.orchestration.settings_http`). A group reads nothing by itself:
-:func:`agentloop.orchestration.settings.load_settings` is what reads the environment and
-hands each group its variables. Blank values count as unset; ``repr`` masks the
-password of every URL field.
+:class:`SettingsGroup` is the base of every group of :mod:`agentloop.orchestration.settings`.
+A group reads nothing by itself: :func:`~agentloop.orchestration.settings.load_settings` is what
+reads the environment and hands each group its variables. Blank values count as unset; ``repr``
+masks the password of every URL field. A field's check names the field's variable in its error
+(:func:`count`, :func:`seconds`, :func:`switch`), so every group says what is wrong the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from agentloop.orchestration.redaction import redact_url
 
-__all__ = ["SettingsGroup", "as_float", "as_int", "env_field"]
+__all__ = ["SettingsGroup", "as_float", "as_int", "count", "env_field", "seconds", "switch"]
 
 
 def as_int(value: Any) -> int | None:
@@ -92,3 +92,32 @@ class SettingsGroup(BaseSettings):
 def env_field(name: str, default: Any = None) -> Any:
     """A field read from the variable ``name``."""
     return Field(default, validation_alias=name)
+
+
+def count(value: Any, name: str, *, least: int = 0) -> int:
+    """``value`` as an integer of at least ``least`` (0 or 1); ``ValueError`` naming ``name``."""
+    number = as_int(value)
+    if number is None or number < least:
+        kind = "non-negative" if least == 0 else "positive"
+        raise ValueError(f"{name} must be a {kind} integer, not {value!r}")
+    return number
+
+
+def seconds(value: Any, name: str, *, positive: bool = False) -> float:
+    """``value`` as a finite number of seconds, above 0 when ``positive``, else at least 0;
+    ``ValueError`` naming ``name``."""
+    number = as_float(value)
+    if number is None or math.isinf(number) or number < 0 or (positive and number == 0):
+        kind = "positive" if positive else "non-negative"
+        raise ValueError(f"{name} must be a {kind} number of seconds, not {value!r}")
+    return number
+
+
+def switch(value: Any, name: str) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off`` (any case) as a bool; ``ValueError`` naming ``name``."""
+    text = value.strip().lower() if isinstance(value, str) else value
+    if text in {"1", "true", "yes", "on", True}:
+        return True
+    if text in {"0", "false", "no", "off", False}:
+        return False
+    raise ValueError(f"{name} must be 1/true/yes/on or 0/false/no/off, not {value!r}")
