@@ -37,7 +37,13 @@ from orchestration.run_end import end_with_failure
 from orchestration.store import RunStore, StoreUnavailableError
 from orchestration.wire import FINALIZE, LANE, LAUNCH, MERGE, PIPELINE_DONE, RUN, STAGE, LaunchRequestError
 
-__all__ = ["MAX_STORE_RETRIES", "RUN_TASKS", "RUN_TASK_OPTIONS", "end_run_on_failure", "hard_time_limit_error"]
+__all__ = [
+    "MAX_STORE_RETRIES",
+    "RUN_TASKS",
+    "RUN_TASK_OPTIONS",
+    "end_run_on_failure",
+    "hard_time_limit_error",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +91,9 @@ def hard_time_limit_error(exc: BaseException) -> TimeLimitExceeded:
     )
 
 
-def _end_run(task: Task, store: RunStore, exc: BaseException, task_id: str, arguments: dict[str, Any]) -> None:
+def _end_run(
+    task: Task, store: RunStore, exc: BaseException, task_id: str, arguments: dict[str, Any]
+) -> None:
     if task.name == LAUNCH:
         try:
             claim = claim_launch(store, arguments, task_id=str(task_id))
