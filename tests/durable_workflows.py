@@ -37,6 +37,18 @@ class SlowCount(BaseAgentLoop):
         return {"counted": state["n"]}
 
 
+class SwallowsItsTimeLimit(SlowCount):
+    """Never ends: its step waits in a loop that swallows whatever is raised meanwhile, as a broad
+    ``except Exception`` does to Celery's ``SoftTimeLimitExceeded``; only the hard limit stops it."""
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        while True:
+            try:
+                time.sleep(0.05)
+            except Exception:  # the soft time limit among them
+                continue
+
+
 class Metered(SlowCount):
     """Reports 10 input and 2 output tokens per iteration, as a model step would; iteration
     ``fail_at`` (context) fails after its call."""
@@ -89,3 +101,4 @@ register("durable.slow_count", SlowCount)
 register("durable.waits_then_counts", WaitsThenCounts)
 register("durable.not_json_state", NotJsonState)
 register("durable.metered", Metered)
+register("durable.swallows_its_time_limit", SwallowsItsTimeLimit)

@@ -50,18 +50,6 @@ class SetResult(Count):
         return {"seen": {1, 2}}
 
 
-class SwallowsItsTimeLimit(Count):
-    """Never ends: its step waits in a loop that swallows whatever is raised meanwhile, as a broad
-    ``except Exception`` does to Celery's ``SoftTimeLimitExceeded``; only the hard limit stops it."""
-
-    def advance_state(self, *, state: Any, iteration: int) -> Any:
-        while True:
-            try:
-                time.sleep(0.05)
-            except Exception:  # the soft time limit among them
-                continue
-
-
 class TwoCounts(BaseAgentPipeline):
     """Two counting stages; the second counts to the first's count plus one."""
 
@@ -76,4 +64,3 @@ register("durability.other", Other)
 register("durability.fail_after", FailAfter)
 register("durability.set_result", SetResult)
 register("durability.two_counts", TwoCounts)
-register("durability.swallows_its_time_limit", SwallowsItsTimeLimit)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from durability_support import Rig, new_id, running_rig
+from durability_support import WORKFLOWS, Rig, new_id, running_rig
 from sqlalchemy.engine import make_url
 
 from orchestration.wire import LAUNCH
@@ -28,7 +28,10 @@ KILLS, PLAIN_RUNS = 3, 24
 @pytest.fixture(scope="module")
 def prefork_rig(pg_database_url: str, redis_url: str) -> Iterator[Rig]:
     """Two pool children, their store the PostgreSQL database itself (no proxy between them)."""
-    with running_rig(pg_database_url, redis_url, retry_seconds=60, concurrency=2, proxied=False) as rig:
+    imports = (WORKFLOWS, "durable_workflows")
+    with running_rig(
+        pg_database_url, redis_url, retry_seconds=60, concurrency=2, proxied=False, imports=imports
+    ) as rig:
         yield rig
 
 
@@ -79,7 +82,7 @@ def _launch_killed(rig: Rig) -> str:
     run_id = new_id()
     rig.app.send_task(
         LAUNCH,
-        kwargs={"runnable": "durability.swallows_its_time_limit", "input": 1},
+        kwargs={"runnable": "durable.swallows_its_time_limit", "input": 1},
         task_id=run_id,
         soft_time_limit=SOFT_LIMIT,
         time_limit=HARD_LIMIT,
