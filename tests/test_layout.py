@@ -27,6 +27,7 @@ ROOMS = {
     "redaction": 1,
     "task_outcome": 1,
     "errors": 0,
+    "interruptions": 0,
     "settings": 2,
     "registry": 2,
     "tracing": 3,

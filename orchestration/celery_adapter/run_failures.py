@@ -15,7 +15,10 @@ Every task that carries a run (:data:`RUN_TASKS`) is registered with
   recorded its end already (the engine does for a failing step; a task can also
   fail outside it, e.g. when a loop's result cannot be stored, or after its last
   retry). A launch whose run was never created creates it first. A task that
-  does not hold the run's owner token (a forged one) ends nothing.
+  does not hold the run's owner token (a forged one) ends nothing. A task
+  killed at its hard time limit is ended so by the worker's main process, which
+  keeps no database connection open after it (it forks the pool's next children,
+  and every engine is fork safe: ``orchestration/store/database.py``).
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from celery import Task
+from celery.exceptions import TimeLimitExceeded
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.launches import RunIdTakenError, claim_launch
 from agentloop.orchestration.run_end import end_with_failure
-from agentloop.orchestration.store import StoreUnavailableError
+from agentloop.orchestration.store import RunStore, StoreUnavailableError
 from agentloop.orchestration.wire import (
     FINALIZE,
     LANE,
@@ -42,7 +46,13 @@ from agentloop.orchestration.wire import (
     LaunchRequestError,
 )
 
-__all__ = ["MAX_STORE_RETRIES", "RUN_TASKS", "RUN_TASK_OPTIONS", "end_run_on_failure"]
+__all__ = [
+    "MAX_STORE_RETRIES",
+    "RUN_TASKS",
+    "RUN_TASK_OPTIONS",
+    "end_run_on_failure",
+    "hard_time_limit_error",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +74,35 @@ def _arguments(task: Task, args: Any, kwargs: Any) -> dict[str, Any] | None:
 def end_run_on_failure(
     task: Task, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
 ) -> None:
-    """Celery's ``on_failure`` for :data:`RUN_TASKS`: end the task's run with ``exc`` unless it has ended."""
+    """Celery's ``on_failure`` for :data:`RUN_TASKS`: end the task's run with ``exc`` unless it has ended.
+
+    A task killed at its hard time limit is ended by the worker's main process (Celery calls
+    ``on_failure`` there: the pool child is dead), ``failed`` with a reason that says so; that
+    process forks the next pool children, so it keeps no database connection afterwards.
+    """
     arguments = _arguments(task, args, kwargs)
     if arguments is None:
         return
-    store = dependencies_of(task.app).store
+    dependencies = dependencies_of(task.app)
+    killed = isinstance(exc, TimeLimitExceeded)
+    try:
+        _end_run(task, dependencies.store, hard_time_limit_error(exc) if killed else exc, task_id, arguments)
+    finally:
+        if killed:
+            dependencies.release_connections()
+
+
+def hard_time_limit_error(exc: BaseException) -> TimeLimitExceeded:
+    """The error a run killed at its task's hard time limit ends with: Celery's says only the seconds."""
+    seconds = exc.args[0] if exc.args else "?"
+    return TimeLimitExceeded(
+        f"the task passed its hard time limit ({seconds} s) and its worker process was killed"
+    )
+
+
+def _end_run(
+    task: Task, store: RunStore, exc: BaseException, task_id: str, arguments: dict[str, Any]
+) -> None:
     if task.name == LAUNCH:
         try:
             claim = claim_launch(store, arguments, task_id=str(task_id))

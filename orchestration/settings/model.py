@@ -43,7 +43,7 @@ class ModelSettings(SettingsGroup):
     """``REDIS_URL``: when set, every worker shares the rate limits through this Redis."""
     provider: ProviderSettings = Field(default_factory=ProviderSettings)
     """Which provider, which model, Anthropic's connection
-    (:mod:`agentloop.orchestration.settings_provider`)."""
+    (:mod:`agentloop.orchestration.settings.provider`)."""
 
     @field_validator("openai_timeout_seconds", mode="before")
     @classmethod

@@ -1,5 +1,5 @@
 """Faults of the infrastructure under runs in flight: the worker killed, one pool process killed,
-Redis restarted, PostgreSQL refusing connections.
+a task killed at its hard time limit, Redis restarted, PostgreSQL refusing connections.
 
 Each launches the mixed workload, waits until runs are mid-flight, strikes, and then waits for
 every run to end. Runs survive a killed worker, a killed pool process and a Redis restart
@@ -72,6 +72,21 @@ def redis_restarted(rig: FaultRig, size: Size) -> ScenarioResult:
     rig.redis_server.restart()
     result.runs = settle(rig.store, rig.app, runs, bound=size.bound, alive=rig.worker_ok)
     result.expect(result.runs.values(), [Outcome.COMPLETED], "the worker reconnects and goes on")
+    return result
+
+
+def hard_time_limit(rig: FaultRig, size: Size) -> ScenarioResult:
+    """A run swallows its soft time limit and is killed at the hard one (the worker's main process
+    ends it, then forks new pool children); the mixed workload runs after it, on those children."""
+    result = ScenarioResult(name="hard time limit kill")
+    rig.use_profile(SHORT)
+    killed = {rig.launch("durable.swallows_its_time_limit", 1): "durable.swallows_its_time_limit#killed"}
+    result.runs = settle(rig.store, rig.app, killed, bound=size.bound, alive=rig.worker_ok)
+    result.expect(result.runs.values(), [Outcome.FAILED], "the hard time limit ends the run, with its reason")
+    runs = launch_mix(rig, size.runs)
+    after = settle(rig.store, rig.app, runs, bound=size.bound, alive=rig.worker_ok)
+    result.expect(after.values(), [Outcome.COMPLETED], "runs after the kill share no database connection")
+    result.runs.update(after)
     return result
 
 
