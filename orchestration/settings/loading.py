@@ -105,7 +105,8 @@ def _describe(error: ValidationError) -> str:
 def env_names() -> tuple[str, ...]:
     """Every environment variable :func:`load_settings` reads, in field order."""
     names: list[str] = []
-    for group in (Settings, *GROUPS.values()):
+    groups: list[type[SettingsGroup]] = [Settings, *GROUPS.values()]
+    for group in groups:
         names += [
             group.env_name(name)
             for name, field in group.model_fields.items()
