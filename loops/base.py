@@ -109,7 +109,9 @@ class BaseAgentLoop(RunnableBase, ABC):
             return state_type.model_validate(state)
         except ValidationError as error:
             problems = validation_problems(error.errors())
-            message = f"{self.name}: the state from {made_by} is not a valid {state_type.__name__}: {problems}"
+            message = (
+                f"{self.name}: the state from {made_by} is not a valid {state_type.__name__}: {problems}"
+            )
             raise StateNotSerializableError(message) from None
 
     def should_compress(self, *, state: Any, iteration: int) -> bool:

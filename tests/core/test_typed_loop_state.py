@@ -139,7 +139,9 @@ def test_a_state_that_is_not_the_model_is_a_clear_error() -> None:
 def test_a_checkpoint_that_no_longer_fits_the_model_is_a_clear_error() -> None:
     checkpoints = Checkpoints({"": (1, {"seen": [0]})})  # saved before ``goal`` existed
 
-    with pytest.raises(StateNotSerializableError, match=r"from a checkpoint is not a valid Tally: goal: Field"):
+    with pytest.raises(
+        StateNotSerializableError, match=r"from a checkpoint is not a valid Tally: goal: Field"
+    ):
         run(TypedCount, input=2, checkpointer=checkpoints)
 
 
