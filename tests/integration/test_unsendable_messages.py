@@ -36,7 +36,9 @@ def test_a_pipeline_whose_later_stages_carry_a_large_input_is_refused_before_it_
 ) -> None:
     # the launch (3 MiB) passes the edge; the chain of three stages, each carrying it, would not
     large = "x" * (3 * 1024 * 1024)
-    assert_refused_before_it_is_sent(lone_worker, "outgoing.carrying_pipeline", large, f"more than {MAX_BODY_BYTES}")
+    assert_refused_before_it_is_sent(
+        lone_worker, "outgoing.carrying_pipeline", large, f"more than {MAX_BODY_BYTES}"
+    )
 
 
 def test_an_output_nested_exactly_at_the_limit_is_handed_on_and_one_level_more_is_refused(

@@ -34,7 +34,9 @@ def proxy(pg_engine: Engine) -> Iterator[TcpProxy]:
         yield proxy
 
 
-def _store(pg_engine: Engine, proxy: TcpProxy, seconds: float, waits: list[float] | None = None) -> SqlRunStore:
+def _store(
+    pg_engine: Engine, proxy: TcpProxy, seconds: float, waits: list[float] | None = None
+) -> SqlRunStore:
     """The store through ``proxy``; each wait between its tries appended to ``waits``."""
 
     def sleep(seconds: float) -> None:

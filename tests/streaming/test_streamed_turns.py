@@ -162,7 +162,7 @@ async def test_the_default_interval_joins_a_fast_reply_and_the_events_stay_order
 
     assert processor.stream_interval == timedelta(milliseconds=100)
     assert len(ticks) == 60
-    # the first piece at once, then one event per 100 ms (two pieces), and the rest at the end: not one per chunk
+    # the first piece at once, then one event per 100 ms (two pieces), the rest at the end: not one per chunk
     assert [data["seq"] for data in sink.data()] == list(range(1, 32))
     assert sink.text() == "x" * 120
 

@@ -141,7 +141,9 @@ async def test_a_client_resuming_while_another_follows_gets_exactly_the_events_a
             await asyncio.wait_for(following.wait(), 30)  # the run's poller serves the follower
             wait_for(lambda: len(rig.store.events(run_id)) >= 4, what="a few events")
             seen = rig.store.events(run_id)[1][0]
-            resuming = asyncio.create_task(collect(resumer_client, url, {**auth("read"), "Last-Event-ID": str(seen)}))
+            resuming = asyncio.create_task(
+                collect(resumer_client, url, {**auth("read"), "Last-Event-ID": str(seen)})
+            )
             await asyncio.sleep(0.2)  # not a verdict: lets the resumer join before the run goes on
             gate.touch()
             resumed, status = await asyncio.wait_for(resuming, 60)
