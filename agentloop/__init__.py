@@ -30,7 +30,7 @@ clauses written without agentloop in mind also catch it::
     │   ├── RunCancelledError      cooperative cancellation was requested
     │   └── RunDeadlineExceededError  the whole-run deadline passed
     ├── BranchFailedError          a composite branch failed under the fail-fast policy
-    ├── StateNotSerializableError  [TypeError] loop state that JSON cannot carry (durable loops)
+    ├── StateNotSerializableError  [TypeError] loop state that JSON cannot carry, or not its state_type
     ├── TokenBudgetExceededError   the run's token budget is spent
     ├── ModelUnavailableError      a step's model call failed and its action's policy is ``fail``
     ├── InvalidAnswerError         an answer to a person's question that does not meet its schema
