@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actions.typed import TypedToolAction
+from actions.typed import SYNC_MARKER, TypedToolAction, tool_content
 from loops.base import BaseAgentLoop
 from orchestration.registry import RunnableRegistry
 from orchestration.store import ToolStore, validate_tool_payload
@@ -44,7 +44,7 @@ from pipelines.action_stage import BaseActionStage
 logger = logging.getLogger(__name__)
 
 #: The key of the marker a generated payload carries.
-MARKER = "x-agentloop"
+MARKER = SYNC_MARKER
 #: What :func:`sync_tools` did with each tool id.
 CREATED, UPDATED, UNCHANGED, KEPT, DRIFTED = "created", "updated", "unchanged", "kept", "drifted"
 
@@ -62,8 +62,7 @@ class ToolSync:
 
 def payload_hash(payload: Mapping[str, Any]) -> str:
     """The SHA-256 of ``payload`` without its marker, as canonical JSON."""
-    content = {key: value for key, value in payload.items() if key != MARKER}
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(tool_content(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
