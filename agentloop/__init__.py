@@ -33,7 +33,7 @@ clauses written without agentloop in mind also catch it::
     ├── StateNotSerializableError  [TypeError] loop state that JSON cannot carry (durable loops)
     ├── TokenBudgetExceededError   the run's token budget is spent
     ├── ModelUnavailableError      a step's model call failed and its action's policy is ``fail``
-    ├── InvalidModelOutputError    a step's answer stayed invalid after its tries (``on_invalid_output="fail"``)
+    ├── InvalidModelOutputError    a step's answer stayed invalid after its tries; its policy is ``fail``
     ├── InvalidAnswerError         an answer to a person's question that does not meet its schema
     ├── QuestionExpiredError       a question's wait ended unanswered and it has no default
     ├── NoOneToAskError            a step asked a question where no one can answer (give ``on_question``)
