@@ -122,11 +122,15 @@ def check_tool(store: ToolStore, action: type[TypedToolAction[Any]]) -> ToolSync
     tool_id, generated = action.default_tool_id(), generated_payload(action)
     name, row = action_path(action), store.get_payload(tool_id)
     if row is None:
-        return ToolSync(tool_id=tool_id, action=name, status=FROM_TYPE, detail="no row: the type's schema is sent")
+        return ToolSync(
+            tool_id=tool_id, action=name, status=FROM_TYPE, detail="no row: the type's schema is sent"
+        )
     if payload_hash(row) == payload_hash(generated):
         return ToolSync(tool_id=tool_id, action=name, status=UNCHANGED)
     how = "edited by hand" if _is_hand_edited(row) else "generated from an older type"
-    return ToolSync(tool_id=tool_id, action=name, status=DRIFTED, detail=f"{how}; differs from {name}'s schema")
+    return ToolSync(
+        tool_id=tool_id, action=name, status=DRIFTED, detail=f"{how}; differs from {name}'s schema"
+    )
 
 
 def check_tools(store: ToolStore, actions: Iterable[type[TypedToolAction[Any]]]) -> list[ToolSync]:
