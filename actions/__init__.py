@@ -5,6 +5,7 @@ from actions.caching import InMemoryStepCache, StepCache, step_cache_key, use_st
 from actions.context import context_value, maybe_await
 from actions.degradation import (
     DegradationSink,
+    InvalidModelOutputError,
     ModelFailure,
     ModelFailurePolicy,
     ModelUnavailableError,
@@ -71,6 +72,7 @@ __all__ = [
     "InMemoryStepCache",
     "InMemoryUsageMeter",
     "InvalidAnswerError",
+    "InvalidModelOutputError",
     "ModelFailure",
     "ModelFailurePolicy",
     "ModelProcessor",

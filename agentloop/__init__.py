@@ -33,6 +33,7 @@ clauses written without agentloop in mind also catch it::
     ├── StateNotSerializableError  [TypeError] loop state that JSON cannot carry, or not its state_type
     ├── TokenBudgetExceededError   the run's token budget is spent
     ├── ModelUnavailableError      a step's model call failed and its action's policy is ``fail``
+    ├── InvalidModelOutputError    a step's answer stayed invalid after its tries; its policy is ``fail``
     ├── InvalidAnswerError         an answer to a person's question that does not meet its schema
     ├── QuestionExpiredError       a question's wait ended unanswered and it has no default
     ├── NoOneToAskError            a step asked a question where no one can answer (give ``on_question``)
@@ -58,10 +59,12 @@ Model faults inside an action are values (``None`` or a declared fallback),
 never exceptions: a misbehaving model cannot crash a loop. :class:`~actions.human.RunPaused`, outside the
 tree, is no error: like ``asyncio.CancelledError`` it is a ``BaseException``, the signal a
 paused run's step raises on Celery so that no ``except Exception`` takes it for a failure.
-A model call that
-failed after the processor's retries ends the run ``degraded`` (the result is
-still returned; see :class:`RunOutcome`), or fails it with
-:class:`ModelUnavailableError` when the action's ``on_model_failure`` is ``"fail"``.
+A step that
+returns its fallback ends the run ``degraded`` (the result is still returned; see
+:class:`RunOutcome`): a model call that failed after the processor's retries, an
+answer still invalid after its tries, a raw request whose reply is a failure. The
+action's ``on_model_failure = "fail"`` raises :class:`ModelUnavailableError` instead,
+its ``on_invalid_output = "fail"`` :class:`InvalidModelOutputError`.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ from actions import (
     InMemoryStepCache,
     InMemoryUsageMeter,
     InvalidAnswerError,
+    InvalidModelOutputError,
     ModelFailure,
     ModelFailurePolicy,
     ModelProcessor,
@@ -221,6 +225,7 @@ __all__ = [
     "InMemoryUsageMeter",
     "InlineAgentRunner",
     "InvalidAnswerError",
+    "InvalidModelOutputError",
     "LaunchRequestError",
     "ModelFailure",
     "ModelFailurePolicy",
