@@ -20,6 +20,7 @@ from celery import Celery
 
 from orchestration.client import CeleryAgentRunner, RunHandle
 from orchestration.graph import graph_of, to_mermaid
+from orchestration.launches import launch_digest
 from orchestration.registry import RunnableRegistry
 from orchestration.store import RunRecord, RunStore
 from orchestration.web.auth import CANCEL, START, Principal
@@ -33,7 +34,7 @@ from orchestration.web.limits import (
 )
 from orchestration.web.progress import EventItem, ProgressHub, RunEnded
 from orchestration.web.views import event_view, pending_view, run_view
-from orchestration.wire import LaunchRequestError
+from orchestration.wire import LaunchRequest, LaunchRequestError
 
 __all__ = ["LAUNCH_FIELDS", "RunService"]
 
@@ -57,7 +58,7 @@ class RunService:
     ) -> None:
         self.celery_app, self.store, self.registry = celery_app, store, registry
         self.hub, self.slots = hub, slots
-        self._launched: OrderedDict[str, str] = OrderedDict()
+        self._launched: OrderedDict[str, tuple[str, str]] = OrderedDict()  # run id: runnable, digest
 
     # ----- starting --------------------------------------------------------------------------
 
@@ -75,41 +76,54 @@ class RunService:
         if context is not None and not isinstance(context, dict):
             raise invalid_input("context must be a JSON object")
         run_id = request.get("run_id")
+        context = check_json(context or {}, what="context")
+        input = check_json(request.get("input"), what="input")
+        budget = check_token_budget(request.get("token_budget"))
+
+        def digest(run_id: str) -> str:  # what the worker compares a launch with (launches.py)
+            launch = LaunchRequest(
+                runnable=name, input=input, context=context, run_id=run_id, token_budget=budget
+            )
+            return launch_digest(launch.to_kwargs())
+
         if run_id is not None:
             run_id = check_identifier(run_id, what="run_id")
-            existing = await self._attach(principal, run_id, name)
+            existing = await self._attach(principal, run_id, name, digest(run_id))
             if existing is not None:
                 return existing, False
         runner = CeleryAgentRunner.create(
-            runnable=name,
-            context=check_json(context or {}, what="context"),
-            app=self.celery_app,
-            store=self.store,
+            runnable=name, context=context, app=self.celery_app, store=self.store
         )
         try:
-            handle = await runner.request(
-                input=check_json(request.get("input"), what="input"),
-                run_id=run_id,
-                token_budget=check_token_budget(request.get("token_budget")),
-            )
+            handle = await runner.request(input=input, run_id=run_id, token_budget=budget)
         except LaunchRequestError as error:
             raise invalid_input(str(error)) from None
-        self._remember(handle.run_id, name)
+        self._remember(handle.run_id, name, digest(handle.run_id))
         return pending_view(handle.run_id, name), True
 
-    async def _attach(self, principal: Principal, run_id: str, name: str) -> dict[str, Any] | None:
+    async def _attach(
+        self, principal: Principal, run_id: str, name: str, digest: str
+    ) -> dict[str, Any] | None:
+        """The run ``run_id`` when this start is the launch that made it (a retried request);
+        ``None`` when there is none; 409 when it is another workflow's, or another input's."""
         record = await asyncio.to_thread(self.store.get_run, run_id)
-        runnable = record.runnable if record is not None else self._launched.get(run_id)
+        if record is None:
+            runnable, made_by = self._launched.get(run_id, (None, None))
+        else:
+            owner = await asyncio.to_thread(self.store.run_owner, run_id)
+            runnable, made_by = record.runnable, owner.launch_digest if owner is not None else None
         if runnable is None:
             return None
         if runnable != name:
             raise conflict(f"run id {run_id!r} belongs to a run of {runnable!r}")
+        if made_by is not None and made_by != digest:
+            raise conflict(f"run id {run_id!r} belongs to a run of {runnable!r} started with other arguments")
         if record is None:
             return pending_view(run_id, name)
         return run_view(record, can_read=principal.can_read)
 
-    def _remember(self, run_id: str, name: str) -> None:
-        self._launched[run_id] = name
+    def _remember(self, run_id: str, name: str, digest: str) -> None:
+        self._launched[run_id] = (name, digest)
         while len(self._launched) > _LAUNCHED_KEPT:
             self._launched.popitem(last=False)
 
@@ -124,7 +138,7 @@ class RunService:
         if record is not None:
             return run_view(record, can_read=principal.can_read)
         if run_id in self._launched:
-            return pending_view(run_id, self._launched[run_id])
+            return pending_view(run_id, self._launched[run_id][0])
         raise not_found(f"no run {run_id!r}")
 
     async def list_runs(
