@@ -29,6 +29,7 @@ from celery import Task
 
 from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.launches import RunIdTakenError, claim_launch
+from orchestration.redaction import hidden_texts, parameter_names, scrub_error
 from orchestration.run_end import end_with_failure
 from orchestration.store import StoreUnavailableError
 from orchestration.wire import FINALIZE, LANE, LAUNCH, MERGE, PIPELINE_DONE, RUN, STAGE, LaunchRequestError
@@ -47,9 +48,14 @@ RUN_TASKS = frozenset({LAUNCH, RUN, STAGE, PIPELINE_DONE, MERGE, LANE, FINALIZE}
 def _arguments(task: Task, args: Any, kwargs: Any) -> dict[str, Any] | None:
     """The task's arguments by parameter name, ``None`` when they do not fit its signature."""
     try:
-        return dict(inspect.signature(task.run).bind(*(args or ()), **(kwargs or {})).arguments)
+        bound = inspect.signature(task.run).bind(*(args or ()), **(kwargs or {}))
     except (TypeError, ValueError):
         return None
+    arguments = dict(bound.arguments)
+    for name, parameter in bound.signature.parameters.items():
+        if parameter.kind is parameter.VAR_KEYWORD:  # the launch's unknown arguments, as sent
+            arguments.update(arguments.pop(name, {}))
+    return arguments
 
 
 def end_run_on_failure(
@@ -59,10 +65,11 @@ def end_run_on_failure(
     arguments = _arguments(task, args, kwargs)
     if arguments is None:
         return
-    store = dependencies_of(task.app).store
+    deps = dependencies_of(task.app)
+    store = deps.store
     if task.name == LAUNCH:
         try:
-            claim = claim_launch(store, arguments, task_id=str(task_id))
+            claim = claim_launch(store, arguments, task_id=str(task_id), registered=deps.registry)
         except (LaunchRequestError, RunIdTakenError):  # an id no run can have, or another launch's run
             return
         except Exception:  # the store still away
@@ -74,8 +81,9 @@ def end_run_on_failure(
         carrier = node if isinstance(node, Mapping) else arguments
         run_id, token = carrier.get("run_id"), carrier.get("owner_token")
     if isinstance(run_id, str) and (token is None or isinstance(token, str)):
-        try:
-            end_with_failure(store, run_id, exc, owner_token=token)
+        try:  # the error's text as the worker's log shows it: without the hidden arguments'
+            secrets = hidden_texts(args, kwargs, parameter_names(task.run))
+            end_with_failure(store, run_id, scrub_error(exc, secrets), owner_token=token)
         except Exception:  # the store is still away: nothing more can be done from here
             logger.error("run %s failed and its end could not be recorded", run_id, exc_info=True)
 
