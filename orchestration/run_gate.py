@@ -11,7 +11,7 @@ through to the engine only when:
   without an owner (by a release before run owners) admits any node, as ``finish_run`` does;
 * the run has not ended (else :class:`~orchestration.store.RunAlreadyEndedError`): an ended
   run's record never changes, so a task of it that comes late (a redelivery, a sibling of a
-  failed fail-fast branch) does nothing.
+  failed fail-fast branch) runs nothing (``celery_adapter/tasks.py`` says what it returns).
 
 A run's owner never changes, so it is read once per run and process; whether the run has ended
 is read at most every ``interval`` seconds per run and process (an ended run stays ended), like

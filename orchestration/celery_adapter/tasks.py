@@ -35,7 +35,7 @@ from orchestration.outcomes import Done, Outcome
 from orchestration.redaction import hidden_texts, parameter_names
 from orchestration.run_end import end_with_failure
 from orchestration.run_gate import RunGate
-from orchestration.store import RunAlreadyEndedError, RunRecord
+from orchestration.store import RunAlreadyEndedError, RunRecord, RunStatus
 from orchestration.wire import (
     CANCEL,
     FINALIZE,
@@ -59,6 +59,8 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 _loops = threading.local()
+#: The statuses of a run that ended with its result.
+_SUCCESSES = frozenset({RunStatus.SUCCEEDED.value, RunStatus.DEGRADED.value})
 
 #: How long a task's latest progress event waits to become its ``PROGRESS`` state (and a
 #: ``task-progress`` event): at most two a second, so faster iterations are throttled; a task that
@@ -174,12 +176,17 @@ def launch(
 
 def admitted(task: Task, data: Any) -> WorkflowNode:
     """The node ``task`` was sent, when the run gate lets it run (``orchestration/run_gate.py``):
-    a forged or malformed node is refused; a task of a run that has ended is ignored."""
+    a forged or malformed node is refused. A task of a run that has ended runs nothing: after a
+    success it is ignored (the run's result stands); after a failure it fails with
+    :class:`~orchestration.store.RunAlreadyEndedError`, so the chord or chain it belongs to ends
+    as every failure ends it (a chord whose part was ignored would never end)."""
     try:
         node = RunGate(dependencies_of(task.app).store).admit(data)
     except RunAlreadyEndedError as ended:
-        logger.info("%s: %s[%s] does nothing", ended, task.name, task.request.id)
-        raise Ignore() from ended
+        logger.info("%s: %s[%s] runs nothing", ended, task.name, task.request.id)
+        if ended.record.status in _SUCCESSES:
+            raise Ignore() from ended
+        raise
     return node_of(task, node)
 
 

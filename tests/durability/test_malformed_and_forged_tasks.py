@@ -92,6 +92,29 @@ def test_forged_internal_tasks_are_refused_and_a_finished_run_never_changes(rig:
     assert rig.store.events(run_id) == events
 
 
+def test_a_task_of_its_own_run_that_has_ended_appends_nothing(rig: Rig) -> None:
+    failed = new_id()
+    with pytest.raises(Exception, match="failed after 1 steps"):
+        rig.launch("durability.fail_after", 1, task_id=failed, context={"step_seconds": 0}).get(timeout=30)
+    succeeded = _succeeded(rig, "durability.count")
+    before = {run_id: rig.store.events(run_id) for run_id in (failed, succeeded)}
+    nodes = {}
+    for run_id, runnable in ((failed, "durability.fail_after"), (succeeded, "durability.count")):
+        owner = rig.store.run_owner(run_id)
+        assert owner is not None
+        nodes[run_id] = {"run_id": run_id, "runnable": runnable, "path": "", "owner_token": owner.token}
+
+    refusal = _refusal(rig.app.send_task(RUN, args=(nodes[failed], 1)))
+    rig.app.send_task(RUN, args=(nodes[succeeded], 1))  # ignored: the run's result stands
+    deadline = time.monotonic() + 30
+    while f"run '{succeeded}' has already ended" not in rig.worker.log_text():
+        assert time.monotonic() < deadline, "the task of the succeeded run was not refused"
+        time.sleep(0.05)
+
+    assert refusal.startswith("RunAlreadyEndedError: ") and f"run '{failed}' has already ended" in refusal
+    assert {run_id: rig.store.events(run_id) for run_id in before} == before
+
+
 @pytest.mark.parametrize(
     "node",
     ["not a node", {"runnable": "durability.count"}, {"run_id": "r", "runnable": "x", "ancestors": [5]}],
