@@ -43,7 +43,8 @@ fields of ``orchestration.settings.Settings``):
 ``AGENTLOOP_TASK_DEFAULT_QUEUE``
     Queue tasks go to and workers consume by default. Default: ``agentloop``.
 ``AGENTLOOP_TASK_SOFT_TIME_LIMIT``
-    Seconds before ``SoftTimeLimitExceeded`` is raised inside a task.
+    Seconds before ``SoftTimeLimitExceeded`` is raised inside a task (never
+    swallowed by the framework; see docs/deployment.md, "Time limits").
     Default: ``900``.
 ``AGENTLOOP_TASK_TIME_LIMIT``
     Seconds before the worker kills a task's process. Must exceed the soft
@@ -71,7 +72,9 @@ fields of ``orchestration.settings.Settings``):
 
 Fixed settings: JSON is the only serializer for tasks and results and the only
 content accepted (a pickle message is refused by the worker); late acks, and
-a task whose worker process is lost is requeued; task events and sent events
+a task whose worker process is lost is requeued; messages sent are retried for
+about 30 s while the broker is away, and running tasks are not cancelled when
+its connection drops (docs/deployment.md, "Redis"); task events and sent events
 are on, so Flower sees every task; the ``STARTED`` state is written for the
 tasks clients send (the framework's internal tasks skip it:
 ``INTERNAL_TASKS`` in ``orchestration/celery_adapter/tasks.py``); UTC; no

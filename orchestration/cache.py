@@ -28,6 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from actions.caching import InMemoryStepCache, StepCache
+from orchestration.interruptions import reraise_interruption
 from orchestration.redaction import redact_url
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ class RedisStepCache:
         try:
             raw: Any = self.client.get(self.prefix + key)
         except Exception as error:  # redis-py's errors, and a bad URL: a miss
+            reraise_interruption(error)
             self._failed("read", error)
             return None
         return raw.decode() if isinstance(raw, bytes) else raw
@@ -112,6 +114,7 @@ class RedisStepCache:
         try:
             self.client.set(self.prefix + key, value, px=max(1, round(ttl * 1000)))
         except Exception as error:
+            reraise_interruption(error)
             self._failed("write", error)
 
     async def get(self, key: str) -> str | None:

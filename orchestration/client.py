@@ -283,6 +283,7 @@ class CeleryAgentRunner:
         run_id: str | None = None,
         token_budget: int | None = None,
         deadline: timedelta | float | None = None,
+        principal: str | None = None,
     ) -> RunHandle:
         """Launch a run and return its handle at once; ``on_progress`` then receives the
         run's events while :meth:`RunHandle.wait` waits for the result.
@@ -290,6 +291,7 @@ class CeleryAgentRunner:
         ``deadline`` (a ``timedelta`` or seconds) bounds the whole run, counted from when a
         worker starts it: every task of the run sees it, and the run ends with
         :class:`~actions.RunDeadlineExceededError`, recorded ``deadline_exceeded``.
+        ``principal`` records who started it, for ``agentloop serve``'s ownership rule.
         """
         return await asyncio.to_thread(
             self.request_sync,
@@ -298,6 +300,7 @@ class CeleryAgentRunner:
             run_id=run_id,
             token_budget=token_budget,
             deadline=deadline,
+            principal=principal,
         )
 
     def request_sync(
@@ -308,6 +311,7 @@ class CeleryAgentRunner:
         run_id: str | None = None,
         token_budget: int | None = None,
         deadline: timedelta | float | None = None,
+        principal: str | None = None,
     ) -> RunHandle:
         """The same as :meth:`request`, for code that has no event loop running."""
         request = LaunchRequest.parse(
@@ -317,6 +321,7 @@ class CeleryAgentRunner:
             run_id=run_id or new_run_id(),
             token_budget=token_budget,
             deadline_seconds=deadline.total_seconds() if isinstance(deadline, timedelta) else deadline,
+            principal=principal,
         )
         assert request.run_id is not None
         mark_launch_sent(self.app, request.run_id)

@@ -66,7 +66,7 @@ __all__ = [
 
 
 #: The keyword arguments ``agentloop.launch`` takes (``LaunchRequest.parse``'s).
-LAUNCH_ARGUMENTS = ("runnable", "input", "context", "run_id", "token_budget", "deadline_seconds")
+LAUNCH_ARGUMENTS = ("runnable", "input", "context", "run_id", "token_budget", "deadline_seconds", "principal")
 
 
 class RunIdTakenError(AgentLoopError, ValueError):
@@ -168,6 +168,7 @@ def claim_launch(
             token_budget=request.token_budget if request else None,
             celery_task_id=task_id,
             owner=owner,
+            principal=request.principal if request else None,
         )
     except RunExistsError as exists:
         return _claim_existing(store, exists.record, owner, task_id, request, problem)

@@ -18,6 +18,7 @@ from typing import Any
 from actions.errors import BranchFailedError, RunStoppedError
 from loops.contract import ProgressCallback
 from loops.scope import RunScope
+from orchestration.interruptions import reraise_interruption
 from orchestration.registry import RunnableRegistry
 from orchestration.store import (
     TERMINAL_STATUSES,
@@ -62,7 +63,8 @@ def end_with_failure(store: RunStore, run_id: str, error: BaseException, *, owne
         return False
     except StoreUnavailableError:
         raise
-    except Exception:
+    except Exception as error:
+        reraise_interruption(error)
         logger.warning("could not record the end of run %s", run_id, exc_info=True)
         return False
     return True
@@ -72,7 +74,8 @@ def failed_paths(store: RunStore, run_id: str) -> set[str]:
     """The paths whose ``failed`` event the run has recorded (none, when the store cannot say)."""
     try:
         return {e["path"] for _, e in store.events(run_id) if e.get("status") == "failed"}
-    except Exception:  # unreachable: report every level again rather than stop here
+    except Exception as error:  # unreachable: report every level again rather than stop here
+        reraise_interruption(error)
         logger.warning("could not read the events of run %s", run_id, exc_info=True)
         return set()
 

@@ -1,20 +1,32 @@
 """``agentloop serve``'s settings: who may do what over HTTP, and the server's limits.
 
 Closed by default: with no token and no anonymous scope, every route answers
-401. A token grants scopes:
+401. A token speaks for a *principal* and grants scopes:
 
-* ``read``: run lists, inputs, results, errors and event texts;
-* ``start``: start runs of registered runnables;
-* ``cancel``: cancel runs.
+* ``read``: inputs, results, errors and event texts;
+* ``start``: start runs of registered runnables, and answer a paused run's question;
+* ``cancel``: cancel runs;
+* ``admin``: the other scopes reach every run, not only the principal's own.
 
-Any valid token (or anonymous scope) sees what Flower shows of a run: its id,
-runnable, status, timestamps, usage and where its events are; inputs, results
-and event texts only with ``read``.
+A run started over HTTP records the caller's principal. Without ``admin`` a
+token sees and acts on its principal's runs only (the others answer 404, as a
+run that does not exist); runs started another way (CLI, Celery clients, beat)
+have no principal and only ``admin`` tokens reach them. On the runs it reaches,
+a token sees what Flower shows of a run: its id, runnable, status, timestamps,
+usage and where its events are; inputs, results and event texts only with
+``read``.
 
-``AGENTLOOP_HTTP_TOKENS`` is a comma-separated list of ``TOKEN`` (every scope)
-or ``TOKEN:scope+scope`` entries, e.g. ``s3cret-for-ops-team:read+cancel,
-s3cret-for-the-shop:start``. A token is at least :data:`MIN_TOKEN_CHARS`
-characters and holds no ``,``, ``:`` or blank.
+``AGENTLOOP_HTTP_TOKENS`` is a comma-separated list of ``TOKEN`` (every scope,
+``admin`` included), ``TOKEN:scope+scope`` or ``TOKEN:scope+scope:PRINCIPAL``
+entries, e.g. ``s3cret-for-ops-team:read+cancel+admin:ops,
+s3cret-for-the-shop:read+start:shop``. A token is at least
+:data:`MIN_TOKEN_CHARS` characters and holds no ``,``, ``:`` or blank. Tokens
+naming the same principal share its runs (two tokens of one service, a rotated
+token); a token naming none is its own principal, ``token-`` and a digest of
+it (:func:`~orchestration.web.auth.token_principal`), never the token itself.
+A principal name is 1 to 64 of ``A-Za-z0-9._@-``; ``anonymous`` (the caller
+without a token) and names starting with ``token-`` are reserved.
+``AGENTLOOP_HTTP_ANONYMOUS_SCOPES`` never grants ``admin``: it needs a token.
 """
 
 from __future__ import annotations
@@ -28,22 +40,35 @@ from pydantic_settings import NoDecode
 
 from orchestration.settings_group import SettingsGroup, as_float, as_int, env_field
 
-__all__ = ["MIN_TOKEN_CHARS", "SCOPES", "HttpSettings", "TokenGrant", "parse_scopes", "parse_tokens"]
+__all__ = [
+    "ANONYMOUS",
+    "MIN_TOKEN_CHARS",
+    "SCOPES",
+    "HttpSettings",
+    "TokenGrant",
+    "parse_scopes",
+    "parse_tokens",
+]
 
 #: The scopes a token may hold, in the order they are shown.
-SCOPES: tuple[str, ...] = ("read", "start", "cancel")
+SCOPES: tuple[str, ...] = ("read", "start", "cancel", "admin")
+#: The principal of a caller without a token (``AGENTLOOP_HTTP_ANONYMOUS_SCOPES``).
+ANONYMOUS = "anonymous"
 #: The shortest token accepted: a guessable token is refused at start-up, not found by an attacker.
 MIN_TOKEN_CHARS = 16
 _TOKEN = re.compile(r"[^\s,:]+")
+_PRINCIPAL = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 
 
 class TokenGrant(BaseModel):
-    """One bearer token and the scopes it grants (``repr`` never shows the token)."""
+    """One bearer token, the scopes it grants and the principal it names (``None``: the token is
+    its own principal); ``repr`` never shows the token."""
 
     model_config = ConfigDict(frozen=True)
 
     token: SecretStr
     scopes: frozenset[str]
+    principal: str | None = None
 
 
 def parse_scopes(text: str, *, what: str) -> frozenset[str]:
@@ -55,23 +80,36 @@ def parse_scopes(text: str, *, what: str) -> frozenset[str]:
     return frozenset(names)
 
 
+def _principal_name(text: str, *, what: str) -> str:
+    """A principal name a token entry gives; ``ValueError`` for a malformed or reserved one."""
+    name = text.strip()
+    if not _PRINCIPAL.fullmatch(name):
+        raise ValueError(f"{what}: a principal is 1 to 64 of A-Za-z0-9._@- after the second ':'")
+    if name == ANONYMOUS or name.startswith("token-"):
+        raise ValueError(f"{what}: the principal names {ANONYMOUS!r} and 'token-...' are reserved")
+    return name
+
+
 def parse_tokens(text: str) -> tuple[TokenGrant, ...]:
     """``AGENTLOOP_HTTP_TOKENS`` as grants; ``ValueError`` saying what is wrong, never showing a token."""
     grants: list[TokenGrant] = []
     for position, entry in enumerate((part.strip() for part in text.split(",")), start=1):
         if not entry:
             continue
-        token, colon, scopes = entry.partition(":")
+        token, *rest = entry.split(":")
         token = token.strip()
         where = f"AGENTLOOP_HTTP_TOKENS entry {position}"
         if not _TOKEN.fullmatch(token) or len(token) < MIN_TOKEN_CHARS:
             raise ValueError(
                 f"{where}: a token is at least {MIN_TOKEN_CHARS} characters with no blank, ',' or ':'"
             )
-        granted = parse_scopes(scopes, what=where) if colon else frozenset(SCOPES)
+        if len(rest) > 2:
+            raise ValueError(f"{where}: an entry is TOKEN, TOKEN:scopes or TOKEN:scopes:principal")
+        granted = parse_scopes(rest[0], what=where) if rest else frozenset(SCOPES)
         if not granted:
             raise ValueError(f"{where}: name at least one scope after ':' ({', '.join(SCOPES)})")
-        grants.append(TokenGrant(token=SecretStr(token), scopes=granted))
+        principal = _principal_name(rest[1], what=where) if len(rest) == 2 else None
+        grants.append(TokenGrant(token=SecretStr(token), scopes=granted, principal=principal))
     if len({grant.token.get_secret_value() for grant in grants}) != len(grants):
         raise ValueError("AGENTLOOP_HTTP_TOKENS lists one token twice")
     return tuple(grants)
@@ -112,9 +150,12 @@ class HttpSettings(SettingsGroup):
     @field_validator("anonymous_scopes", mode="before")
     @classmethod
     def _anonymous(cls, value: Any) -> Any:
-        return (
+        scopes = (
             parse_scopes(value, what="AGENTLOOP_HTTP_ANONYMOUS_SCOPES") if isinstance(value, str) else value
         )
+        if isinstance(scopes, frozenset | set | tuple | list) and "admin" in scopes:
+            raise ValueError("AGENTLOOP_HTTP_ANONYMOUS_SCOPES cannot grant admin: give it to a token")
+        return scopes
 
     @field_validator("cors_origins", mode="before")
     @classmethod

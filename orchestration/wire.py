@@ -61,13 +61,15 @@ PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
 #: Answer the question a paused run waits for, and continue it (``orchestration/human/``).
 RESUME = "agentloop.resume"
+#: Send on the paused tasks of questions settled and never resumed (beat runs it every minute).
+RESUME_SETTLED = "agentloop.resume_settled"
 BATCH = "agentloop.batch"
 BATCH_CHUNK = "agentloop.batch_chunk"
 BATCH_SUMMARY = "agentloop.batch_summary"
 #: The health check: it answers ``"pong"`` as soon as a worker takes it.
 PING = "agentloop.ping"
 #: Every task name of the contract.
-TASK_NAMES = (
+TASK_NAMES: tuple[str, ...] = (
     LAUNCH,
     RUN,
     STAGE,
@@ -78,12 +80,8 @@ TASK_NAMES = (
     FINALIZE,
     PROGRESS,
     CANCEL,
-    RESUME,
-    BATCH,
-    BATCH_CHUNK,
-    BATCH_SUMMARY,
-    PING,
 )
+TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING)
 
 FAILURE_KEY = "__agentloop_failure__"
 
@@ -159,6 +157,8 @@ class LaunchRequest:
     token_budget: int | None = None
     #: The whole run's deadline, counted from when a worker starts the run.
     deadline_seconds: float | None = None
+    #: Who started it over HTTP (``agentloop serve``): only its tokens and ``admin`` ones reach it.
+    principal: str | None = None
 
     @classmethod
     def parse(
@@ -170,6 +170,7 @@ class LaunchRequest:
         run_id: Any = None,
         token_budget: Any = None,
         deadline_seconds: Any = None,
+        principal: Any = None,
     ) -> LaunchRequest:
         """The request, or :class:`LaunchRequestError` saying which field is wrong.
 
@@ -196,6 +197,8 @@ class LaunchRequest:
             or deadline_seconds <= 0
         ):
             raise LaunchRequestError(f"deadline_seconds must be a positive number, got {deadline_seconds!r}")
+        if principal is not None:
+            check_name(principal, "principal")
         return cls(
             runnable=str(runnable),
             input=input,
@@ -203,22 +206,15 @@ class LaunchRequest:
             run_id=None if run_id is None else str(run_id),
             token_budget=token_budget,
             deadline_seconds=None if deadline_seconds is None else float(deadline_seconds),
+            principal=principal,
         )
 
     def to_kwargs(self) -> dict[str, Any]:
         """The message's keyword arguments (optional fields only when set)."""
-        kwargs: dict[str, Any] = {
-            "runnable": self.runnable,
-            "input": self.input,
-            "context": dict(self.context),
-        }
-        if self.run_id is not None:
-            kwargs["run_id"] = self.run_id
-        if self.token_budget is not None:
-            kwargs["token_budget"] = self.token_budget
-        if self.deadline_seconds is not None:
-            kwargs["deadline_seconds"] = self.deadline_seconds
-        return kwargs
+        kwargs: dict[str, Any] = {"runnable": self.runnable, "input": self.input}
+        kwargs["context"] = dict(self.context)
+        optional = ("run_id", "token_budget", "deadline_seconds", "principal")
+        return kwargs | {name: getattr(self, name) for name in optional if getattr(self, name) is not None}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

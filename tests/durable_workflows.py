@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from actions import Usage, check_budget, report_usage
 from loops import BaseAgentLoop
 from orchestration.registry import register
+from pipelines import BaseAgentPipeline
 
 
 class SlowCount(BaseAgentLoop):
@@ -35,6 +37,18 @@ class SlowCount(BaseAgentLoop):
         return {"counted": state["n"]}
 
 
+class SwallowsItsTimeLimit(SlowCount):
+    """Never ends: its step waits in a loop that swallows whatever is raised meanwhile, as a broad
+    ``except Exception`` does to Celery's ``SoftTimeLimitExceeded``; only the hard limit stops it."""
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        while True:
+            try:
+                time.sleep(0.05)
+            except Exception:  # the soft time limit among them
+                continue
+
+
 class Metered(SlowCount):
     """Reports 10 input and 2 output tokens per iteration, as a model step would; iteration
     ``fail_at`` (context) fails after its call."""
@@ -52,6 +66,39 @@ class NotJsonState(SlowCount):
         return {**state, "n": state["n"] + 1, "seen": {1, 2}}
 
 
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def _touch(path: str) -> None:
+    with open(path, "w"):
+        pass
+
+
+class WaitsForTheTest(SlowCount):
+    """One step that waits for the file ``go`` (context) to exist, once it has written the file
+    ``ready``: by then its progress has been shown (the task's state timer fires at 0.5 s), so the
+    step ends, and its stage with it, without another message to send until the next stage's."""
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(1.0)
+        _touch(self.context["ready"])
+        while not _exists(self.context["go"]):  # noqa: ASYNC110 - a file the test process writes
+            await asyncio.sleep(0.02)
+        return {**state, "n": state["n"] + 1}
+
+
+class WaitsThenCounts(BaseAgentPipeline):
+    """:class:`WaitsForTheTest`, then a count to ``input``."""
+
+    stages = (WaitsForTheTest, SlowCount)
+
+    def build_stage_input(self, *, index: int, previous_output: Any, input: Any) -> Any:
+        return 1 if index == 0 else input
+
+
 register("durable.slow_count", SlowCount)
+register("durable.waits_then_counts", WaitsThenCounts)
 register("durable.not_json_state", NotJsonState)
 register("durable.metered", Metered)
+register("durable.swallows_its_time_limit", SwallowsItsTimeLimit)

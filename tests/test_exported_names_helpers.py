@@ -75,6 +75,8 @@ async def test_maybe_await_awaits_what_is_awaitable_and_passes_anything_else_thr
         ({"token_budget": -1}, "token_budget must be a non-negative integer, got -1"),
         ({"token_budget": True}, "token_budget must be a non-negative integer, got True"),
         ({"token_budget": "5"}, "token_budget must be a non-negative integer, got '5'"),
+        ({"principal": 7}, "principal must be a non-empty string, got int"),
+        ({"principal": "x" * 256}, "principal is 256 characters long; at most 255 allowed"),
     ],
 )
 def test_launch_arguments_the_contract_forbids_are_a_launch_request_error(
@@ -97,6 +99,9 @@ def test_launch_arguments_at_their_limits_are_accepted() -> None:
         "run_id": "7",
         "token_budget": 0,
     }
+    owned = LaunchRequest.parse(runnable="parity.count", principal="shop")
+    assert owned.principal == "shop" and owned.to_kwargs()["principal"] == "shop"
+    assert LaunchRequest.parse(**owned.to_kwargs()) == owned
 
 
 # ----- parse_crontab ------------------------------------------------------------------------------------

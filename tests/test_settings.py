@@ -121,7 +121,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     http = settings.http
     assert [(g.token.get_secret_value(), sorted(g.scopes)) for g in http.tokens] == [
         ("token-for-the-operators", ["cancel", "read"]),
-        ("token-for-the-shop-service", ["cancel", "read", "start"]),
+        ("token-for-the-shop-service", ["admin", "cancel", "read", "start"]),
     ]
     assert (http.anonymous_scopes, http.cors_origins) == (
         {"read"},

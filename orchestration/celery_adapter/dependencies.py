@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from celery import Celery
+from sqlalchemy import Engine
 
 from actions.caching import StepCache
 from orchestration.cache import step_cache_for
@@ -52,6 +53,18 @@ class AppDependencies:
                 retry = StoreRetry(self.settings.store.retry_seconds)
                 self._store, _ = open_store(self.settings.database_url, retry=retry)
             return self._store
+
+    def release_connections(self) -> None:
+        """Close the run store's pooled database connections; its next call opens one again.
+
+        For the worker's main process, which makes one store call now and then (a task's
+        ``on_failure`` after the hard time limit killed its pool child) and forks pool children:
+        it keeps no connection open between such calls.
+        """
+        with self._lock:
+            engine = getattr(self._store, "engine", None)
+        if isinstance(engine, Engine):
+            engine.dispose()
 
     @property
     def waits(self) -> WaitStore | None:

@@ -23,6 +23,15 @@ which restarts Redis under a running task). The messages are safe where they
 are: Redis returns them to the queue after the visibility timeout, so the patch
 makes that one restore give way (with a warning) instead of killing the worker.
 
+**kombu, Redis transport: acknowledging a message of a dead connection.** The
+same defect on the other side: a task that was running when the connection was
+lost (the worker lets it finish: ``worker_cancel_long_running_tasks_on_connection_loss``
+is off, see ``config.py``) is acknowledged or rejected on its old, closed channel
+once it ends; ``QoS.ack`` reaches for that channel's connection, gone, and the
+``AttributeError`` is fatal to the worker too. The patch lets the acknowledgement
+go (with a warning): the message returns after the visibility timeout and finds
+its step ended in the run store.
+
 **kombu, Redis transport: a new redis-py client for every command it sends.**
 ``Channel.conn_or_acquire`` builds a ``redis.Redis`` over the channel's
 connection pool each time it is not handed one: for every message published,
@@ -56,8 +65,10 @@ __all__ = [
     "WorkerPatches",
     "apply_worker_patches",
     "install_worker_patches",
+    "kombu_ack_is_patched",
     "kombu_client_is_shared",
     "kombu_restore_is_patched",
+    "mend_ack_on_dead_connection",
     "mend_restore_unacked",
     "share_channel_client",
 ]
@@ -124,6 +135,46 @@ def mend_restore_unacked(qos: Any) -> None:
     qos.restore_unacked = restore_unacked
 
 
+def _connection_gone(channel: Any) -> bool:
+    connection = getattr(channel, "connection", None)
+    return connection is None or getattr(connection, "client", True) is None
+
+
+def mend_ack_on_dead_connection(qos: Any) -> None:
+    """Make ``qos.ack`` and ``qos.reject`` (a kombu Redis ``QoS`` class) give way on a dead connection.
+
+    Only an ``AttributeError`` raised while the channel has no connection (or its connection no
+    client) any more is swallowed (and logged); any other error propagates.
+    """
+    for name in ("ack", "reject"):
+        original: Any = getattr(qos, name)
+        if getattr(original, _PATCHED, False):
+            continue
+
+        def settle(self: Any, delivery_tag: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            try:
+                return _original(self, delivery_tag, *args, **kwargs)
+            except AttributeError:
+                if not _connection_gone(self.channel):
+                    raise  # not the dead-connection case: a real error
+                logger.warning(
+                    "broker connection gone before message %s was settled: it returns to the queue "
+                    "after the visibility timeout and finds its step ended",
+                    delivery_tag,
+                )
+                return None
+
+        functools.update_wrapper(settle, original)
+        setattr(settle, _PATCHED, True)
+        setattr(qos, name, settle)
+
+
+def kombu_ack_is_patched() -> bool:
+    """Whether this process runs kombu's Redis ``QoS.ack`` with the workaround."""
+    qos = _redis_qos()
+    return qos is not None and getattr(qos.ack, _PATCHED, False)
+
+
 def kombu_client_is_shared() -> bool:
     """Whether kombu's Redis channels of this process share one client per pool (the patch above)."""
     transport = _kombu_redis()
@@ -170,6 +221,9 @@ def apply_worker_patches(kombu_version: tuple[int, ...] = tuple(kombu.VERSION[:2
         if not kombu_restore_is_patched():
             mend_restore_unacked(transport.QoS)
         applied.append("kombu-redis-restore-unacked")
+        if not kombu_ack_is_patched():
+            mend_ack_on_dead_connection(transport.QoS)
+        applied.append("kombu-redis-ack-on-dead-connection")
     if _within(kombu_version, KOMBU_CLIENT_PER_CALL):
         if not kombu_client_is_shared():
             share_channel_client(transport.Channel)

@@ -15,7 +15,10 @@ Every task that carries a run (:data:`RUN_TASKS`) is registered with
   recorded its end already (the engine does for a failing step; a task can also
   fail outside it, e.g. when a loop's result cannot be stored, or after its last
   retry). A launch whose run was never created creates it first. A task that
-  does not hold the run's owner token (a forged one) ends nothing.
+  does not hold the run's owner token (a forged one) ends nothing. A task
+  killed at its hard time limit is ended so by the worker's main process, which
+  keeps no database connection open after it (it forks the pool's next children,
+  and every engine is fork safe: ``orchestration/store/engine.py``).
 """
 
 from __future__ import annotations
@@ -26,15 +29,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from celery import Task
+from celery.exceptions import TimeLimitExceeded
 
 from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.launches import RunIdTakenError, claim_launch
 from orchestration.redaction import hidden_texts, parameter_names, scrub_error
 from orchestration.run_end import end_with_failure
-from orchestration.store import StoreUnavailableError
+from orchestration.store import RunStore, StoreUnavailableError
 from orchestration.wire import FINALIZE, LANE, LAUNCH, MERGE, PIPELINE_DONE, RUN, STAGE, LaunchRequestError
 
-__all__ = ["MAX_STORE_RETRIES", "RUN_TASKS", "RUN_TASK_OPTIONS", "end_run_on_failure"]
+__all__ = [
+    "MAX_STORE_RETRIES",
+    "RUN_TASKS",
+    "RUN_TASK_OPTIONS",
+    "end_run_on_failure",
+    "hard_time_limit_error",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -61,15 +71,41 @@ def _arguments(task: Task, args: Any, kwargs: Any) -> dict[str, Any] | None:
 def end_run_on_failure(
     task: Task, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
 ) -> None:
-    """Celery's ``on_failure`` for :data:`RUN_TASKS`: end the task's run with ``exc`` unless it has ended."""
+    """Celery's ``on_failure`` for :data:`RUN_TASKS`: end the task's run with ``exc`` unless it has ended.
+
+    A task killed at its hard time limit is ended by the worker's main process (Celery calls
+    ``on_failure`` there: the pool child is dead), ``failed`` with a reason that says so; that
+    process forks the next pool children, so it keeps no database connection afterwards.
+    """
     arguments = _arguments(task, args, kwargs)
     if arguments is None:
         return
-    deps = dependencies_of(task.app)
-    store = deps.store
+    dependencies = dependencies_of(task.app)
+    killed = isinstance(exc, TimeLimitExceeded)
+    # what is recorded of the error is what the worker's log shows: without the hidden arguments'
+    scrub_error(exc, hidden_texts(args, kwargs, parameter_names(task.run)))
+    try:
+        _end_run(task, dependencies.store, hard_time_limit_error(exc) if killed else exc, task_id, arguments)
+    finally:
+        if killed:
+            dependencies.release_connections()
+
+
+def hard_time_limit_error(exc: BaseException) -> TimeLimitExceeded:
+    """The error a run killed at its task's hard time limit ends with: Celery's says only the seconds."""
+    seconds = exc.args[0] if exc.args else "?"
+    return TimeLimitExceeded(
+        f"the task passed its hard time limit ({seconds} s) and its worker process was killed"
+    )
+
+
+def _end_run(
+    task: Task, store: RunStore, exc: BaseException, task_id: str, arguments: dict[str, Any]
+) -> None:
     if task.name == LAUNCH:
         try:
-            claim = claim_launch(store, arguments, task_id=str(task_id), registered=deps.registry)
+            registered = dependencies_of(task.app).registry
+            claim = claim_launch(store, arguments, task_id=str(task_id), registered=registered)
         except (LaunchRequestError, RunIdTakenError):  # an id no run can have, or another launch's run
             return
         except Exception:  # the store still away
@@ -81,9 +117,8 @@ def end_run_on_failure(
         carrier = node if isinstance(node, Mapping) else arguments
         run_id, token = carrier.get("run_id"), carrier.get("owner_token")
     if isinstance(run_id, str) and (token is None or isinstance(token, str)):
-        try:  # the error's text as the worker's log shows it: without the hidden arguments'
-            secrets = hidden_texts(args, kwargs, parameter_names(task.run))
-            end_with_failure(store, run_id, scrub_error(exc, secrets), owner_token=token)
+        try:
+            end_with_failure(store, run_id, exc, owner_token=token)
         except Exception:  # the store is still away: nothing more can be done from here
             logger.error("run %s failed and its end could not be recorded", run_id, exc_info=True)
 

@@ -23,7 +23,19 @@ from typing import Any
 from celery.schedules import crontab, schedule
 
 from actions.errors import AgentLoopError
-from orchestration.wire import BATCH
+from orchestration.wire import BATCH, RESUME_SETTLED
+
+#: The framework's own beat entry: every minute, the paused tasks of questions answered and never
+#: sent on (a resume's worker died, its broker or store stayed away) are sent again
+#: (``orchestration/human/pause.py``). A schedule entry of the same name replaces it.
+RESUME_SETTLED_ENTRY = "agentloop-resume-settled"
+
+
+def framework_entries() -> dict[str, dict[str, Any]]:
+    """The ``beat_schedule`` entries every deployment runs, beside its batches."""
+    return {
+        RESUME_SETTLED_ENTRY: {"task": RESUME_SETTLED, "schedule": schedule(run_every=timedelta(minutes=1))}
+    }
 
 
 class ScheduleError(AgentLoopError, ValueError):

@@ -29,7 +29,7 @@ from orchestration.celery_adapter.dependencies import dependencies_of
 from orchestration.celery_adapter.progress_events import progress_events_of
 from orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
 from orchestration.engine import WorkflowEngine
-from orchestration.human.pause import pause_task, resume
+from orchestration.human.pause import RESUME_TASK_OPTIONS, pause_task, resume, resume_settled
 from orchestration.launches import RunIdTakenError, attached_result, claim_launch
 from orchestration.outcomes import Done, Outcome
 from orchestration.redaction import hidden_texts, parameter_names
@@ -47,6 +47,7 @@ from orchestration.wire import (
     PIPELINE_DONE,
     PROGRESS,
     RESUME,
+    RESUME_SETTLED,
     RUN,
     STAGE,
     LaunchRequestError,
@@ -128,19 +129,22 @@ def launch(
     run_id: Any = None,
     token_budget: Any = None,
     deadline_seconds: Any = None,
+    principal: Any = None,
     **unknown: Any,
 ) -> Any:
     """Start the registered workflow ``runnable``; its final result becomes this task's.
 
     ``token_budget`` (optional) caps the tokens all steps of the run may use together;
-    ``deadline_seconds`` (optional) ends the whole run that long after this task starts it.
+    ``deadline_seconds`` (optional) ends the whole run that long after this task starts it;
+    ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it).
     The run id (``run_id``, else this task's id) is an idempotency key: see
     :mod:`orchestration.launches` for a message whose id names a run that exists, and for
     one that is malformed (``unknown`` arguments, no ``runnable``): it is refused and recorded.
     """
     deps = dependencies_of(self.app)
     arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
-    arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds, **unknown)
+    arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds, principal=principal)
+    arguments.update(unknown)
     try:
         claim = claim_launch(deps.store, arguments, task_id=str(self.request.id), registered=deps.registry)
     except RunIdTakenError as taken:
@@ -305,6 +309,7 @@ TASKS = {
     PROGRESS: progress,
     CANCEL: cancel,
     RESUME: resume,
+    RESUME_SETTLED: resume_settled,
 }
 
 
@@ -315,6 +320,8 @@ def install_tasks(app: Celery) -> None:
     install_privacy(app)  # agentloop.* arguments and results hidden from Flower and worker logs
     for name, function in TASKS.items():
         options = RUN_TASK_OPTIONS if name in RUN_TASKS else {}  # retried, and the run ended on failure
+        if name in (RESUME, RESUME_SETTLED):
+            options = RESUME_TASK_OPTIONS  # retried until the settled answer has sent the run on
         if name in INTERNAL_TASKS:
             options = {**options, "track_started": False}
         app.task(name=name, bind=True, shared=False, **options)(function)

@@ -3,7 +3,9 @@
 One :class:`Wait` per (run, workflow path, question key): ``pending`` until it is
 answered or expires, with the Celery message that re-sends the paused task. Settling
 a wait is one conditional write (``pending`` to ``answered`` or ``expired``), so of
-two resumes exactly one wins.
+two resumes exactly one wins. A settled wait is *resumed* once its message has been
+sent again (``resumed_at``); one settled and not resumed is the work a process left
+when it died between the two (``orchestration/human/pause.py`` sends it again).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class Wait:
     answer: Any = None
     message: dict[str, Any] | None = None
     expires_at: datetime | None = None
+    #: When it was answered or expired (``None`` while pending).
+    answered_at: datetime | None = None
+    #: Its message was sent again: the paused task continues.
+    resumed: bool = False
 
     @property
     def key(self) -> str:
@@ -69,7 +75,15 @@ class WaitStore(Protocol):
     def settle(self, run_id: str, path: str, key: str, *, status: str, answer: Any) -> bool:
         """Move a ``pending`` wait to ``status`` with ``answer``; ``False`` when it was not pending."""
 
-    def mark_run_waiting(self, run_id: str) -> bool: ...
+    def mark_resumed(self, run_id: str, path: str, key: str) -> bool:
+        """Note that a settled wait's message was sent again; ``False`` when it was noted already."""
+
+    def unresumed(self, *, settled_before: datetime) -> list[Wait]:
+        """The waits of every run settled before ``settled_before`` whose message was not sent again."""
+
+    def mark_run_waiting(self, run_id: str) -> bool:
+        """Mark a running run ``waiting``; ``False`` unless it runs and one of its waits is pending
+        (an answer that came first has already sent the run on)."""
 
 
 class SqlWaitStore:
@@ -132,10 +146,40 @@ class SqlWaitStore:
             return connection.execute(statement).rowcount == 1
 
     @retried
+    def mark_resumed(self, run_id: str, path: str, key: str) -> bool:
+        statement = (
+            update(human_waits)
+            .where(
+                human_waits.c.run_id == run_id,
+                human_waits.c.path == path,
+                human_waits.c.key == key,
+                human_waits.c.status != PENDING,
+                human_waits.c.resumed_at.is_(None),
+            )
+            .values(resumed_at=utcnow())
+        )
+        with self.engine.begin() as connection:
+            return connection.execute(statement).rowcount == 1
+
+    @retried
+    def unresumed(self, *, settled_before: datetime) -> list[Wait]:
+        statement = select(human_waits).where(
+            human_waits.c.status != PENDING,
+            human_waits.c.resumed_at.is_(None),
+            human_waits.c.answered_at < settled_before,
+        )
+        with one_statement(self.engine) as connection:
+            rows = connection.execute(statement.order_by(human_waits.c.answered_at)).mappings().all()
+        return [_wait(row) for row in rows]
+
+    @retried
     def mark_run_waiting(self, run_id: str) -> bool:
+        pending = select(human_waits.c.key).where(
+            human_waits.c.run_id == run_id, human_waits.c.status == PENDING
+        )
         statement = (
             update(runs)
-            .where(runs.c.id == run_id, runs.c.status == RunStatus.RUNNING.value)
+            .where(runs.c.id == run_id, runs.c.status == RunStatus.RUNNING.value, pending.exists())
             .values(status=RunStatus.WAITING.value)
         )
         with self.engine.begin() as connection:
@@ -151,6 +195,8 @@ def _wait(row: Any) -> Wait:
         answer=row["answer"],
         message=row["message"],
         expires_at=row["expires_at"],
+        answered_at=row["answered_at"],
+        resumed=row["resumed_at"] is not None,
     )
 
 
@@ -183,11 +229,35 @@ class InMemoryWaitStore:
             wait = self._waits.get((run_id, path, key))
             if wait is None or wait.status != PENDING:
                 return False
-            self._waits[(run_id, path, key)] = replace(wait, status=status, answer=copy.deepcopy(answer))
+            settled = replace(wait, status=status, answer=copy.deepcopy(answer), answered_at=utcnow())
+            self._waits[(run_id, path, key)] = settled
             return True
 
+    def mark_resumed(self, run_id: str, path: str, key: str) -> bool:
+        with self._lock:
+            wait = self._waits.get((run_id, path, key))
+            if wait is None or wait.status == PENDING or wait.resumed:
+                return False
+            self._waits[(run_id, path, key)] = replace(wait, resumed=True)
+            return True
+
+    def unresumed(self, *, settled_before: datetime) -> list[Wait]:
+        with self._lock:
+            found = [
+                copy.deepcopy(wait)
+                for wait in self._waits.values()
+                if wait.status != PENDING
+                and not wait.resumed
+                and wait.answered_at is not None
+                and wait.answered_at < settled_before
+            ]
+        return sorted(found, key=lambda wait: wait.answered_at or settled_before)
+
     def mark_run_waiting(self, run_id: str) -> bool:
-        return self.run_store.mark_waiting(run_id)
+        with self._lock:  # held, so no answer settles the last pending wait in between
+            if not any(w.status == PENDING for (run, _, _), w in self._waits.items() if run == run_id):
+                return False
+            return self.run_store.mark_waiting(run_id)
 
 
 def wait_store_for(store: RunStore) -> WaitStore | None:

@@ -42,6 +42,7 @@ except ModuleNotFoundError as missing:  # the optional extra is not installed
 
 from actions.context import maybe_await
 from actions.model import AiResponse, ModelRequest, Usage
+from orchestration.interruptions import reraise_interruption
 from orchestration.llm.anthropic_errors import ANTHROPIC_ERRORS
 from orchestration.llm.anthropic_mapping import (
     from_message,
@@ -231,10 +232,12 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
         try:
             message = await self._client.messages.create(**create)
         except Exception as error:  # the contract: a model fault is a value, never an exception
+            reraise_interruption(error)
             return self._described(error)
         try:
             return from_message(message, default_model=self._model)
         except Exception as error:  # a malformed body the SDK let through
+            reraise_interruption(error)
             logger.warning("anthropic processor: could not read the reply", exc_info=True)
             return f"unreadable response: {type(error).__name__}: {error}"
 
@@ -251,6 +254,7 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
             logger.warning("anthropic processor: unreadable stream event", exc_info=True)
             return f"unreadable stream event: {type(error).__name__}: {error}"
         except Exception as error:  # the contract: a model fault is a value, never an exception
+            reraise_interruption(error)
             return self._described(error, mid_stream=True)
 
     async def aclose(self) -> None:
@@ -283,5 +287,6 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
             return
         try:
             await maybe_await(self.on_usage(usage))
-        except Exception:  # accounting must not turn a good answer into a failure
+        except Exception as error:  # accounting must not turn a good answer into a failure
+            reraise_interruption(error)
             logger.warning("anthropic processor: on_usage hook failed", exc_info=True)

@@ -54,6 +54,7 @@ from openai import AsyncOpenAI, OpenAIError, omit
 
 from actions.context import maybe_await
 from actions.model import AiResponse, ModelRequest, Usage
+from orchestration.interruptions import reraise_interruption
 from orchestration.llm.base import BaseProcessor, UsageHook
 from orchestration.llm.openai_errors import OPENAI_ERRORS
 from orchestration.llm.openai_mapping import (
@@ -283,10 +284,12 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
         try:
             completion = await self._client.chat.completions.create(**create)
         except Exception as error:  # the contract: a model fault is a value, never an exception
+            reraise_interruption(error)
             return self._described(error)
         try:
             return from_chat_completion(completion, default_model=self._model)
         except Exception as error:  # a malformed body the SDK let through
+            reraise_interruption(error)
             logger.warning("openai processor: could not read the completion", exc_info=True)
             return f"unreadable response: {type(error).__name__}: {error}"
 
@@ -305,6 +308,7 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
             logger.warning("openai processor: unreadable stream chunk", exc_info=True)
             return f"unreadable stream chunk: {type(error).__name__}: {error}"
         except Exception as error:  # the contract: a model fault is a value, never an exception
+            reraise_interruption(error)
             return self._described(error)
 
     async def aclose(self) -> None:
@@ -336,7 +340,8 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
             return
         try:
             await maybe_await(self.on_usage(usage))
-        except Exception:  # accounting must not turn a good answer into a failure
+        except Exception as error:  # accounting must not turn a good answer into a failure
+            reraise_interruption(error)
             logger.warning("openai processor: on_usage hook failed", exc_info=True)
 
 

@@ -161,10 +161,16 @@ def new_run_values(
     path: str,
     token_budget: int | None,
     celery_task_id: str | None,
+    principal: str | None = None,
 ) -> dict[str, Any]:
     """The columns of a new pending run, every value checked (``ValueError`` naming the field)."""
     check_text(run_id, "run id")
-    optional = {"root run id": root_run_id, "parent run id": parent_run_id, "Celery task id": celery_task_id}
+    optional = {
+        "root run id": root_run_id,
+        "parent run id": parent_run_id,
+        "Celery task id": celery_task_id,
+        "principal": principal,
+    }
     for what, value in optional.items():
         if value is not None:
             check_text(value, what)
@@ -189,6 +195,7 @@ def new_run_values(
         "cache_misses": 0,
         "tokens_saved": 0,
         "cancel_requested": False,
+        "principal": principal,
     }
 
 

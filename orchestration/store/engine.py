@@ -10,6 +10,8 @@ file.
 
 from __future__ import annotations
 
+import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,25 @@ def _count_broken_connections_as_disconnects(engine: Engine) -> None:
             context.is_disconnect = True  # the pool discards it; the store's retry tries again
 
 
+def _forget_connections_in_forked_children(engine: Engine) -> None:
+    """A process forked from this one starts with an empty pool (SQLAlchemy's documented pattern:
+    ``dispose(close=False)`` in the child drops the inherited connections without closing them, so
+    the parent's sockets are never used, nor closed, by the child).
+
+    A prefork worker forks its pool children from its main process, which opens the run store when
+    Celery calls a task's ``on_failure`` there (the hard time limit killed the task's child): every
+    child forked after that would otherwise share the main process's PostgreSQL connection.
+    """
+    reference = weakref.ref(engine)  # the hook outlives nothing: a collected engine is skipped
+
+    def in_child() -> None:
+        forked = reference()
+        if forked is not None:
+            forked.dispose(close=False)
+
+    os.register_at_fork(after_in_child=in_child)
+
+
 #: libpq connection options for every PostgreSQL engine (seconds, and milliseconds for tcp_user_timeout).
 POSTGRES_CONNECT_ARGS: dict[str, Any] = {
     "connect_timeout": 10,
@@ -98,7 +119,8 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
     SQLite files get WAL mode, ``synchronous=NORMAL`` and a busy timeout; the
     file's folder is created. An in-memory SQLite database (``sqlite://``) is
     one connection shared by every thread, for single-process tests. Every
-    engine pings pooled connections before use. Extra keyword arguments go to
+    engine pings pooled connections before use, and a process forked from this one starts with a
+    pool of its own (:func:`_forget_connections_in_forked_children`). Extra keyword arguments go to
     :func:`sqlalchemy.create_engine`.
     """
     resolved = normalize_url(url) if url else database_url()
@@ -110,6 +132,7 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
             options["connect_args"] = {**POSTGRES_CONNECT_ARGS, **options.get("connect_args", {})}
         engine = create_engine(resolved, **options)
         _count_broken_connections_as_disconnects(engine)
+        _forget_connections_in_forked_children(engine)
         return engine
     path = _sqlite_file(resolved)
     connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, **options.pop("connect_args", {})}
@@ -120,4 +143,6 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
         options.setdefault("poolclass", StaticPool)
     engine = create_engine(resolved, connect_args=connect_args, **options)
     _configure_sqlite(engine, wal=path is not None)
+    if path is not None:  # an in-memory database is one process's: a child keeps its copy
+        _forget_connections_in_forked_children(engine)
     return engine

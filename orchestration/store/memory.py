@@ -79,6 +79,7 @@ class InMemoryRunStore:
         token_budget: int | None = None,
         celery_task_id: str | None = None,
         owner: RunOwner | None = None,
+        principal: str | None = None,
     ) -> RunRecord:
         """Record a pending run; :class:`~orchestration.store.RunExistsError` when the id exists."""
         values = new_run_values(
@@ -90,6 +91,7 @@ class InMemoryRunStore:
             path=path,
             token_budget=token_budget,
             celery_task_id=celery_task_id,
+            principal=principal,
         )
         record = RunRecord(**values)
         with self._lock:
@@ -185,6 +187,7 @@ class InMemoryRunStore:
         status: str | None = None,
         runnable: str | None = None,
         parent_run_id: str | None = None,
+        principal: str | None = None,
     ) -> list[RunRecord]:
         """The most recently created runs first, optionally filtered."""
         check_count(limit, "limit")
@@ -195,6 +198,7 @@ class InMemoryRunStore:
                 if (status is None or r.status == status)
                 and (runnable is None or r.runnable == runnable)
                 and (parent_run_id is None or r.parent_run_id == parent_run_id)
+                and (principal is None or r.principal == principal)
             ]
         records.sort(key=lambda record: (record.created_at, record.id), reverse=True)
         return [_copied(record) for record in records[:limit]]

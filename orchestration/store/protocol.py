@@ -90,6 +90,9 @@ class RunRecord:
     cache_hits: int = 0
     cache_misses: int = 0
     tokens_saved: int = 0
+    #: Whose run it is over HTTP: the principal of the token that started it (``agentloop serve``),
+    #: ``None`` for a run started another way. Not its :class:`RunOwner` (who may end it).
+    principal: str | None = None
 
     @property
     def is_root(self) -> bool:
@@ -188,8 +191,10 @@ class RunStore(Protocol):
         token_budget: int | None = None,
         celery_task_id: str | None = None,
         owner: RunOwner | None = None,
+        principal: str | None = None,
     ) -> RunRecord:
-        """Record a pending run (root when ``root_run_id`` is None), owned by ``owner`` when given.
+        """Record a pending run (root when ``root_run_id`` is None), owned by ``owner`` when given,
+        started by ``principal`` (an HTTP caller) when given.
 
         Raises :class:`RunExistsError` (with the stored run) when the id exists,
         ``ValueError`` for a value its column cannot hold.
@@ -244,8 +249,10 @@ class RunStore(Protocol):
         status: str | None = None,
         runnable: str | None = None,
         parent_run_id: str | None = None,
+        principal: str | None = None,
     ) -> list[RunRecord]:
-        """The most recently created runs first, optionally filtered."""
+        """The most recently created runs first, optionally filtered (``principal``: only the runs
+        that principal started)."""
         ...
 
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from weakref import WeakKeyDictionary
 from actions.model import Usage
 from actions.usage import TokenBudgetExceededError
 from loops.progress import ProgressEvent
+from orchestration.interruptions import INTERRUPTIONS, reraise_interruption
 from orchestration.redaction import scrub
 from orchestration.store.protocol import RunStore
 
@@ -62,7 +63,8 @@ class StoreCancelSignal:
             seen[self.run_id] = (now, False)  # this thread asks: the others answer meanwhile
         try:
             cancelled = self.store.is_cancel_requested(self.run_id)
-        except Exception:
+        except Exception as error:
+            reraise_interruption(error)  # the soft time limit stops the task, here too
             logger.warning("could not read the cancel flag of run %s", self.run_id, exc_info=True)
             return False
         with self._seen_lock:
@@ -155,9 +157,10 @@ class StoreUsageMeter:
             return
         try:
             self.used = sum(self.store.add_usage(self.run_id, pending.input_tokens, pending.output_tokens))
-        except Exception:
+        except Exception as error:
             with self._lock:  # kept: this task's next flush writes it
                 self._pending = pending + self._pending
+            reraise_interruption(error)
             if not after_failure:
                 raise
             logger.warning("could not record the token usage of run %s", self.run_id, exc_info=True)
@@ -219,7 +222,9 @@ class ProgressPublisher:
     progress more often than it writes events, or less. A step that takes
     seconds shows its progress within ``state_interval``; a fast task costs one
     write and no state. A failing write is logged and dropped: progress never
-    fails a run.
+    fails a run. The task's soft time limit is never dropped (``orchestration/interruptions.py``):
+    raised during a write, it goes on up (raised into a timer's write, it is raised by the next
+    event), and the events are kept for the task's end.
     """
 
     def __init__(
@@ -242,8 +247,12 @@ class ProgressPublisher:
         self._unshown: dict[str, Any] | None = None  # the latest event not published as the state yet
         self._first_unshown_at = 0.0
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._interrupted: BaseException | None = None  # the soft time limit, raised into a timer
 
     def __call__(self, event: ProgressEvent) -> None:
+        if self._interrupted is not None:
+            interrupted, self._interrupted = self._interrupted, None
+            raise interrupted
         now = time.monotonic()
         payload = event.to_dict()
         if self.secrets:
@@ -274,7 +283,10 @@ class ProgressPublisher:
 
     def _on_timer(self, name: str, then: Callable[[], None]) -> None:
         self._timers.pop(name, None)
-        then()
+        try:
+            then()
+        except INTERRUPTIONS as error:  # asyncio would log it and go on: the task's next event raises it
+            self._interrupted = error
 
     def _disarm(self, name: str) -> None:
         timer = self._timers.pop(name, None)
@@ -297,7 +309,10 @@ class ProgressPublisher:
             return
         try:
             self.store.append_events(self.run_id, pending)
-        except Exception:
+        except Exception as error:
+            if isinstance(error, INTERRUPTIONS):  # the soft time limit: the task stops, its end writes them
+                self._pending = pending + self._pending
+                raise
             logger.warning(
                 "could not record %d progress event(s) of run %s", len(pending), self.run_id, exc_info=True
             )
@@ -309,7 +324,8 @@ class ProgressPublisher:
             return
         try:
             self.update_state(latest)
-        except Exception:
+        except Exception as error:
+            reraise_interruption(error)
             logger.warning("could not publish progress of run %s", self.run_id, exc_info=True)
 
     def flush(self, *, final: bool = False) -> None:

@@ -96,6 +96,7 @@ class SqlRunStore:
         token_budget: int | None = None,
         celery_task_id: str | None = None,
         owner: RunOwner | None = None,
+        principal: str | None = None,
     ) -> RunRecord:
         """Record a pending run; :class:`~orchestration.store.RunExistsError` when the id exists."""
         values = new_run_values(
@@ -107,6 +108,7 @@ class SqlRunStore:
             path=path,
             token_budget=token_budget,
             celery_task_id=celery_task_id,
+            principal=principal,
         )
         owned = {"launch_digest": owner.launch_digest, "owner_token": owner.token} if owner else {}
         with self.engine.begin() as connection:
@@ -210,6 +212,7 @@ class SqlRunStore:
         status: str | None = None,
         runnable: str | None = None,
         parent_run_id: str | None = None,
+        principal: str | None = None,
     ) -> list[RunRecord]:
         """The most recently created runs first, optionally filtered."""
         statement = (
@@ -223,6 +226,8 @@ class SqlRunStore:
             statement = statement.where(runs.c.runnable == str(runnable))
         if parent_run_id is not None:
             statement = statement.where(runs.c.parent_run_id == str(parent_run_id))
+        if principal is not None:
+            statement = statement.where(runs.c.principal == str(principal))
         with one_statement(self.engine) as connection:
             return [_record(row) for row in connection.execute(statement)]
 

@@ -124,9 +124,13 @@ runs = Table(
     # the secret token only that launch's tasks carry. Not part of ``RunRecord``.
     Column("launch_digest", String(64)),
     Column("owner_token", String(64)),
+    # Whose run it is over HTTP: the principal of the token that started it (migration 0006);
+    # ``None`` for a run started another way (CLI, Celery clients, beat).
+    Column("principal", String(255)),
     Index("ix_runs_status_created_at", "status", "created_at"),
     Index("ix_runs_parent_run_id_status", "parent_run_id", "status"),
     Index("ix_runs_runnable_status", "runnable", "status"),
+    Index("ix_runs_principal_created_at", "principal", "created_at"),
 )
 """One run: a whole workflow (root run, ``root_run_id == id``) or one task of it."""
 
@@ -171,6 +175,8 @@ human_waits = Table(
     Column("expires_at", UtcDateTime()),
     Column("created_at", UtcDateTime(), nullable=False, default=utcnow),
     Column("answered_at", UtcDateTime()),
+    Column("resumed_at", UtcDateTime()),
 )
 """One question a run's step asked a person (``orchestration/human/``): ``pending``, ``answered``
-or ``expired``, with the answer and the message that resumes the paused task."""
+or ``expired``, with the answer and the message that resumes the paused task (``resumed_at``: when
+that message was sent again; NULL on a settled wait, it still has to be)."""

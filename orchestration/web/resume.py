@@ -7,8 +7,10 @@
                                 already, no such question: the run goes on waiting)
 
 GraphQL's ``resumeRun(id, answer, path, key): JSON`` goes the same way. It needs the
-``start`` scope (an answer steers a run as a start does) and is sent to the
-workers as ``agentloop.resume``, which checks the answer against the question's schema.
+``start`` scope (an answer steers a run as a start does) and a run the caller may
+reach (its principal's, or any with ``admin``; else 404, as for a run that does
+not exist), and is sent to the workers as ``agentloop.resume``, which checks the
+answer against the question's schema.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from starlette.routing import Route
 from orchestration.web.auth import START, Principal
 from orchestration.web.errors import conflict, invalid_input, unavailable, unsupported_media_type
 from orchestration.web.limits import check_identifier, parse_json_body
+from orchestration.web.service import RunService
 from orchestration.web.state import caller, web_state
 from orchestration.wire import RESUME
 
@@ -33,10 +36,13 @@ RESUME_TIMEOUT = 30.0
 
 
 async def resume_through_workers(
-    celery_app: Any, principal: Principal, run_id: Any, answer: Any, *, path: Any = None, key: Any = None
+    service: RunService, principal: Principal, run_id: Any, answer: Any, *, path: Any = None, key: Any = None
 ) -> dict[str, Any]:
-    """``agentloop.resume``'s answer for ``answer``; 409 when refused, 503 when no worker answers."""
+    """``agentloop.resume``'s answer for ``answer``; 404 when the run is not the caller's to reach,
+    409 when refused, 503 when no worker answers."""
     principal.require(START)
+    await service.check_reach(principal, run_id)
+    celery_app = service.celery_app
     kwargs: dict[str, Any] = {"run_id": check_identifier(run_id, what="run id"), "answer": answer}
     kwargs.update({name: str(value) for name, value in (("path", path), ("key", key)) if value is not None})
     try:
@@ -58,9 +64,8 @@ async def resume_run(request: Request) -> JSONResponse:
     body = parse_json_body(await request.body())
     if not isinstance(body, dict) or "answer" not in body:
         raise invalid_input('the body must be a JSON object with an "answer"')
-    app = web_state(request).service.celery_app
     result = await resume_through_workers(
-        app,
+        web_state(request).service,
         principal,
         request.path_params["run_id"],
         body["answer"],

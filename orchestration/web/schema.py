@@ -85,6 +85,8 @@ class Run:
     usage: Usage
     token_budget: Long | None
     cancel_requested: bool
+    #: Who started it over HTTP (its token's principal); null when it was started another way.
+    principal: str | None
     input: JSON | None
     result: JSON | None
     error: JSON | None
@@ -241,7 +243,7 @@ class Mutation:
         self, info: Info, id: str, answer: JSON | None = None, path: str | None = None, key: str | None = None
     ) -> JSON:
         def resume(service: RunService, principal: Principal) -> Awaitable[Any]:
-            return resume_through_workers(service.celery_app, principal, id, answer, path=path, key=key)
+            return resume_through_workers(service, principal, id, answer, path=path, key=key)
 
         return await _call(info, resume)
 

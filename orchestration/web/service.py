@@ -7,16 +7,25 @@ the run store (progress through the one :class:`~orchestration.web.progress.Prog
 and cancels through the run handle. Every method takes the caller's
 :class:`~orchestration.web.auth.Principal`, checks its scope and answers the
 views of ``views.py`` (contents only for ``read``). Store calls run in a thread.
+
+Ownership, checked here once for both fronts: a run started here records the
+caller's principal (the ``principal`` of ``agentloop.launch``). A caller
+reaches a run only when :meth:`~orchestration.web.auth.Principal.may_act_on`
+says so (its principal's run, or an ``admin`` token); any other run answers the
+404 of a run that does not exist, with the same words, so a refusal does not
+tell that the id is taken. Listing shows only the caller's runs unless admin.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
+from functools import partial
 from typing import Any
 
 from celery import Celery
+from starlette.exceptions import HTTPException
 
 from orchestration.client import CeleryAgentRunner, RunHandle
 from orchestration.graph import graph_of, to_mermaid
@@ -44,6 +53,11 @@ LAUNCH_FIELDS = frozenset({"runnable", "input", "context", "run_id", "token_budg
 _LAUNCHED_KEPT = 10_000
 
 
+def _no_run(run_id: Any) -> HTTPException:
+    """The 404 of a run the caller cannot reach: the same whether it does not exist or is another's."""
+    return not_found(f"no run {run_id!r} (a run just started elsewhere is recorded once a worker takes it)")
+
+
 class RunService:
     """Start, read, follow and cancel runs; list the runnables and draw their graphs."""
 
@@ -58,7 +72,8 @@ class RunService:
     ) -> None:
         self.celery_app, self.store, self.registry = celery_app, store, registry
         self.hub, self.slots = hub, slots
-        self._launched: OrderedDict[str, tuple[str, str]] = OrderedDict()  # run id: runnable, digest
+        #: run id -> (runnable, principal, launch digest) of the runs launched here
+        self._launched: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
 
     # ----- starting --------------------------------------------------------------------------
 
@@ -80,66 +95,89 @@ class RunService:
         input = check_json(request.get("input"), what="input")
         budget = check_token_budget(request.get("token_budget"))
 
-        def digest(run_id: str) -> str:  # what the worker compares a launch with (launches.py)
+        def digest(run_id: str, starter: str | None) -> str:  # what a worker compares (launches.py)
             launch = LaunchRequest(
-                runnable=name, input=input, context=context, run_id=run_id, token_budget=budget
+                runnable=name,
+                input=input,
+                context=context,
+                run_id=run_id,
+                token_budget=budget,
+                principal=starter,
             )
             return launch_digest(launch.to_kwargs())
 
         if run_id is not None:
             run_id = check_identifier(run_id, what="run_id")
-            existing = await self._attach(principal, run_id, name, digest(run_id))
+            existing = await self._attach(principal, run_id, name, partial(digest, run_id))
             if existing is not None:
                 return existing, False
         runner = CeleryAgentRunner.create(
             runnable=name, context=context, app=self.celery_app, store=self.store
         )
         try:
-            handle = await runner.request(input=input, run_id=run_id, token_budget=budget)
+            handle = await runner.request(
+                input=input, run_id=run_id, token_budget=budget, principal=principal.name
+            )
         except LaunchRequestError as error:
             raise invalid_input(str(error)) from None
-        self._remember(handle.run_id, name, digest(handle.run_id))
-        return pending_view(handle.run_id, name), True
+        self._remember(handle.run_id, name, principal.name, digest(handle.run_id, principal.name))
+        return pending_view(handle.run_id, name, principal.name), True
 
     async def _attach(
-        self, principal: Principal, run_id: str, name: str, digest: str
+        self, principal: Principal, run_id: str, name: str, digest: Callable[[str | None], str]
     ) -> dict[str, Any] | None:
-        """The run ``run_id`` when this start is the launch that made it (a retried request);
-        ``None`` when there is none; 409 when it is another workflow's, or another input's."""
+        """The run ``run_id`` when this start asks for the launch that made it (a retried request;
+        ``digest(starter)`` is this start's digest as that run's starter's); ``None`` when there is
+        none; 409 when it is another workflow's, or was started with other arguments."""
         record = await asyncio.to_thread(self.store.get_run, run_id)
+        known: tuple[str, str | None, str | None] | None
         if record is None:
-            runnable, made_by = self._launched.get(run_id, (None, None))
+            known = self._launched.get(run_id)
         else:
-            owner = await asyncio.to_thread(self.store.run_owner, run_id)
-            runnable, made_by = record.runnable, owner.launch_digest if owner is not None else None
-        if runnable is None:
+            run_owner = await asyncio.to_thread(self.store.run_owner, run_id)
+            made_by = run_owner.launch_digest if run_owner is not None else None
+            known = (record.runnable, record.principal, made_by)
+        if known is None:
             return None
+        runnable, owner, made_by = known
+        if not principal.may_act_on(owner):  # taken, but whose and by what is not this caller's business
+            raise conflict(f"run id {run_id!r} is taken; start the run with another id")
         if runnable != name:
             raise conflict(f"run id {run_id!r} belongs to a run of {runnable!r}")
-        if made_by is not None and made_by != digest:
+        if made_by is not None and made_by != digest(owner):
             raise conflict(f"run id {run_id!r} belongs to a run of {runnable!r} started with other arguments")
         if record is None:
-            return pending_view(run_id, name)
+            return pending_view(run_id, name, owner)
         return run_view(record, can_read=principal.can_read)
 
-    def _remember(self, run_id: str, name: str, digest: str) -> None:
-        self._launched[run_id] = (name, digest)
+    def _remember(self, run_id: str, name: str, principal: str, digest: str) -> None:
+        self._launched[run_id] = (name, principal, digest)
         while len(self._launched) > _LAUNCHED_KEPT:
             self._launched.popitem(last=False)
 
     # ----- reading ---------------------------------------------------------------------------
 
-    async def _record(self, run_id: Any) -> RunRecord | None:
-        return await asyncio.to_thread(self.store.get_run, check_identifier(run_id, what="run id"))
+    async def _record(self, principal: Principal, run_id: Any) -> RunRecord | None:
+        """The run's record when the caller may reach it; 404 when it is another principal's."""
+        record = await asyncio.to_thread(self.store.get_run, check_identifier(run_id, what="run id"))
+        if record is not None and not principal.may_act_on(record.principal):
+            raise _no_run(run_id)
+        return record
 
     async def get(self, principal: Principal, run_id: Any) -> dict[str, Any]:
-        """The run (pending when launched here and not recorded yet); 404 otherwise."""
-        record = await self._record(run_id)
+        """The run (pending when launched here and not recorded yet); 404 when there is none, or
+        it is not the caller's to reach."""
+        record = await self._record(principal, run_id)
         if record is not None:
             return run_view(record, can_read=principal.can_read)
-        if run_id in self._launched:
-            return pending_view(run_id, self._launched[run_id][0])
-        raise not_found(f"no run {run_id!r}")
+        launched = self._launched.get(run_id)
+        if launched is not None and principal.may_act_on(launched[1]):
+            return pending_view(run_id, launched[0], launched[1])
+        raise _no_run(run_id)
+
+    async def check_reach(self, principal: Principal, run_id: Any) -> None:
+        """404 unless the caller may act on the run (see :meth:`get`)."""
+        await self.get(principal, run_id)
 
     async def list_runs(
         self,
@@ -157,18 +195,20 @@ class RunService:
         if runnable is not None:
             check_identifier(runnable, what="runnable")
         records = await asyncio.to_thread(
-            self.store.list_runs, limit=limit + offset, status=status, runnable=runnable
+            self.store.list_runs,
+            limit=limit + offset,
+            status=status,
+            runnable=runnable,
+            principal=None if principal.is_admin else principal.name,
         )
         return [run_view(record, can_read=principal.can_read) for record in records[offset:]]
 
     async def cancel(self, principal: Principal, run_id: Any) -> dict[str, Any]:
         """Ask the run to stop at its next step; 409 when it has ended."""
         principal.require(CANCEL)
-        record = await self._record(run_id)
+        record = await self._record(principal, run_id)
         if record is None:
-            raise not_found(
-                f"no run {run_id!r} recorded (a run just started is recorded once a worker takes it)"
-            )
+            raise _no_run(run_id)
         if record.is_finished:
             raise conflict(f"run {record.id!r} has already ended ({record.status})")
         handle = RunHandle(app=self.celery_app, run_id=record.id, store=self.store)
@@ -203,9 +243,10 @@ class RunService:
             finally:
                 await follow.aclose()
 
-    async def ended_without_news(self, run_id: Any, after_id: int) -> bool:
-        """Whether the run has ended and has no event after ``after_id`` (a resumed stream is done)."""
-        record = await self._record(run_id)
+    async def ended_without_news(self, principal: Principal, run_id: Any, after_id: int) -> bool:
+        """Whether the run has ended and has no event after ``after_id`` (a resumed stream is done);
+        404 when the run is not the caller's to reach."""
+        record = await self._record(principal, run_id)
         if record is None or not record.is_finished:
             return False
         rows = await asyncio.to_thread(self.store.events, record.id, after_id=after_id, limit=1)

@@ -70,7 +70,7 @@ async def run_events(request: Request) -> Response:
     state = web_state(request)
     run_id = request.path_params["run_id"]
     after_id, resumed = _after_id(request)
-    if resumed and await state.service.ended_without_news(run_id, after_id):
+    if resumed and await state.service.ended_without_news(principal, run_id, after_id):
         return Response(status_code=204)
     stream = await state.service.stream(
         principal, run_id, after_id=after_id, idle_seconds=state.keepalive_seconds

@@ -1,8 +1,9 @@
 """What a caller is shown of a run and of its events: Flower's privacy rules, over HTTP.
 
-Every caller with a valid token sees a run's id, runnable, status, times,
-token usage (with its step-cache hits, misses and tokens saved) and where its
-events are (path, runnable, iteration, phase, status). Inputs, results, error
+Every caller that may reach a run (``service.py``: its principal's runs, or
+any with ``admin``) sees its id, runnable, status, times, the principal that
+started it, token usage (with its step-cache hits, misses and tokens saved)
+and where its events are (path, runnable, iteration, phase, status). Inputs, results, error
 messages and event texts (``message``, ``data``) go only to holders of the
 ``read`` scope; the others see the size hint
 :func:`~orchestration.redaction.describe_hidden` gives (``<hidden dict 123
@@ -52,14 +53,15 @@ def run_view(record: RunRecord, *, can_read: bool) -> dict[str, Any]:
         },
         "token_budget": record.token_budget,
         "cancel_requested": record.cancel_requested,
+        "principal": record.principal,
         "input": record.input if can_read else describe_hidden(record.input),
         "result": record.output if can_read else describe_hidden(record.output),
         "error": _error(record.error, can_read),
     }
 
 
-def pending_view(run_id: str, runnable: str) -> dict[str, Any]:
-    """A run launched from this server that no worker has recorded yet."""
+def pending_view(run_id: str, runnable: str, principal: str | None = None) -> dict[str, Any]:
+    """A run launched from this server (by ``principal``) that no worker has recorded yet."""
     return {
         "id": run_id,
         "runnable": runnable,
@@ -78,6 +80,7 @@ def pending_view(run_id: str, runnable: str) -> dict[str, Any]:
         },
         "token_budget": None,
         "cancel_requested": False,
+        "principal": principal,
         "input": None,
         "result": None,
         "error": None,

@@ -172,7 +172,8 @@ def test_fixed_settings(load_config: LoadConfig) -> None:
     assert config.task_track_started is True
     assert config.worker_send_task_events is True
     assert config.task_send_sent_event is True
-    assert config.beat_schedule == {}
+    assert list(config.beat_schedule) == ["agentloop-resume-settled"]  # orchestration/human/pause.py
+    assert config.beat_schedule["agentloop-resume-settled"]["task"] == "agentloop.resume_settled"
 
 
 def test_tuning_knobs_come_from_the_environment(load_config: LoadConfig) -> None:

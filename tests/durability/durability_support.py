@@ -90,12 +90,14 @@ def running_rig(
     retry_seconds: float,
     concurrency: int = 4,
     imports: tuple[str, ...] = (WORKFLOWS,),
+    proxied: bool = True,
 ) -> Iterator[Rig]:
-    """A worker (its PostgreSQL store behind its own proxy) and a client app on a queue of their own."""
+    """A worker (its PostgreSQL store behind its own proxy, unless not ``proxied``) and a client app
+    on a queue of their own."""
     queue = f"durability-{uuid.uuid4().hex[:8]}"
     with ExitStack() as stack:
         server, proxy = make_url(database_url), None
-        if server.get_backend_name() == "postgresql":
+        if proxied and server.get_backend_name() == "postgresql":
             proxy = stack.enter_context(TcpProxy(str(server.host), int(server.port or 5432)))
         worker = stack.enter_context(
             run_worker_process(

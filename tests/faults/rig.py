@@ -38,8 +38,13 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 QUEUE = "agentloop"
 #: The modules whose workflows the worker runs: the parity suite's, the durable tests' slow
-#: loop, and the record-search demo.
-IMPORTS = ("parity_workflows", "durable_workflows", "agentloop.examples.record_search.workflows")
+#: loop, the record-search demo, and the human-in-the-loop tests' (runs paused for an answer).
+IMPORTS = (
+    "parity_workflows",
+    "durable_workflows",
+    "agentloop.examples.record_search.workflows",
+    "human_workflows",
+)
 #: What a worker whose consumer broke logs (it may stay alive, consuming nothing).
 BROKEN = ("Unrecoverable error", "CRITICAL/MainProcess")
 

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.table import Table
 
+from .infra_scenarios import answered_then_killed
 from .poison import POISONS, send_poison
 from .rig import LONG, FaultRig, WorkerProfile
 from .tally import Outcome, ScenarioResult, print_table, settle
-from .workload import launch_mix
+from .workload import QUICK, launch_mix
 
 IN_FLIGHT = 6
 MAX_RUNS = 5000
@@ -235,6 +236,16 @@ def print_soak(report: SoakReport, console: Console) -> None:
     )
 
 
+def _between_writes(rig: FaultRig, result: ScenarioResult, runs: dict[str, str]) -> None:
+    """Before the load (on its own short-limit worker, so the memory and key figures start after
+    it): answers accepted and then their worker killed between the resume's writes must still
+    send every run on (:func:`~.infra_scenarios.answered_then_killed`)."""
+    strike = answered_then_killed(rig, QUICK)
+    result.problems.extend(f"{strike.name}: {problem}" for problem in strike.problems)
+    result.runs.update(strike.runs)
+    runs.update({run_id: check.label for run_id, check in strike.runs.items()})
+
+
 def run_soak(*, minutes: float = 5.0, console: Console | None = None) -> SoakReport:
     """The soak on a fresh rig (at least two minutes of load after the warm-up); prints its figures."""
     console = console or Console()
@@ -243,6 +254,7 @@ def run_soak(*, minutes: float = 5.0, console: Console | None = None) -> SoakRep
     runs: dict[str, str] = {}
     started = time.monotonic()
     with FaultRig.open() as rig:
+        _between_writes(rig, report.result, runs)
         rig.start_worker(SOAK)
         before = _sample(rig, 0.0)
         console.print(f"soak: {seconds:.0f} s of load, then every run must end")

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
-from .infra_scenarios import pool_child_killed, postgres_outage, redis_restarted, worker_sigkill
+from .infra_scenarios import (
+    answered_then_killed,
+    hard_time_limit,
+    pool_child_killed,
+    postgres_outage,
+    redis_restarted,
+    worker_sigkill,
+)
 from .message_scenarios import duplicate_ids, model_outages, poison
 from .poison import POISONS
 from .rig import FaultRig
@@ -40,8 +47,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="PostgreSQL refusing 5 s", run=postgres_outage(5)),
     Scenario(name="PostgreSQL refusing 60 s", run=postgres_outage(60), quick=False),
     Scenario(name="pool child killed", run=pool_child_killed),
+    Scenario(name="hard time limit kill", run=hard_time_limit),
     Scenario(name="worker SIGKILLed", run=worker_sigkill),
     Scenario(name="Redis restarted", run=redis_restarted),
+    Scenario(name="worker SIGKILLed between an answer's writes", run=answered_then_killed),
 )
 
 

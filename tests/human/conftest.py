@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,14 +42,18 @@ def _close_result_consumer(app: Any) -> None:
         app.backend.result_consumer._pubsub = None
 
 
-@pytest.fixture(scope="module")
-def human_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HumanRig]:
+@contextmanager
+def open_human_rig(
+    folder: Path, *, imports: Sequence[str] = ("human_workflows",), extra_env: Mapping[str, str] | None = None
+) -> Iterator[HumanRig]:
+    """The rig on a private Redis and a SQLite store in ``folder``; its workers import ``imports``
+    and get ``extra_env``."""
     with ExitStack() as stack:
         try:
             server = stack.enter_context(private_redis_server())
         except ServiceUnavailable as unavailable:
             pytest.skip(unavailable.reason)
-        database_url = f"sqlite:///{tmp_path_factory.mktemp('human') / 'runs.sqlite3'}"
+        database_url = f"sqlite:///{folder / 'runs.sqlite3'}"
         store, _ = open_store(database_url)
         stack.callback(store.engine.dispose)
         env = {
@@ -57,13 +61,14 @@ def human_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HumanRig]:
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
             # every finished iteration checkpointed, so a resumed loop starts where it paused
             "AGENTLOOP_CHECKPOINT_SECONDS": "0",
+            **(extra_env or {}),
         }
 
         def worker() -> AbstractContextManager[WorkerProcess]:
             return run_worker_process(
                 broker_url=server.url,
                 result_backend=server.url,
-                imports=["human_workflows"],
+                imports=imports,
                 env=env,
                 concurrency=3,
             )
@@ -78,6 +83,36 @@ def human_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HumanRig]:
         stack.callback(_close_result_consumer, app)
         cli_env = {"DATABASE_URL": database_url, "BROKER_URL": server.url, "RESULT_BACKEND": server.url}
         yield HumanRig(app=app, store=store, env=cli_env, worker=worker)
+
+
+@pytest.fixture(scope="module")
+def human_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HumanRig]:
+    with open_human_rig(tmp_path_factory.mktemp("human")) as rig:
+        yield rig
+
+
+#: Short limits: a killed worker's unacknowledged messages are restored 10 s after delivery.
+SHORT_LIMITS = {
+    "AGENTLOOP_TASK_SOFT_TIME_LIMIT": "8",
+    "AGENTLOOP_TASK_TIME_LIMIT": "9",
+    "AGENTLOOP_VISIBILITY_TIMEOUT": "10",
+    "AGENTLOOP_UNACKED_RESTORE_SECONDS": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def crash_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file that arms ``crash_points`` in :func:`crash_rig`'s workers."""
+    return tmp_path_factory.mktemp("crash") / "armed"
+
+
+@pytest.fixture(scope="module")
+def crash_rig(tmp_path_factory: pytest.TempPathFactory, crash_file: Path) -> Iterator[HumanRig]:
+    """The rig whose workers die after the write named in ``crash_file`` (``tests/crash_points.py``)."""
+    env = {**SHORT_LIMITS, "AGENTLOOP_TEST_CRASH_FILE": str(crash_file)}
+    imports = ("human_workflows", "crash_points")
+    with open_human_rig(tmp_path_factory.mktemp("human-crash"), imports=imports, extra_env=env) as rig:
+        yield rig
 
 
 @pytest.fixture(scope="module")

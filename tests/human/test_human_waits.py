@@ -4,6 +4,7 @@ marked waiting only while it runs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,37 @@ def test_a_wait_is_recorded_once_and_settled_once(stores: tuple[RunStore, WaitSt
     )
     assert waits.waits("r1", status=PENDING) == []
     assert run_store.mark_running("r1") and run_store.get_run("r1").status == "running"
+
+
+def test_a_run_is_not_marked_waiting_once_its_question_was_answered(
+    stores: tuple[RunStore, WaitStore],
+) -> None:
+    # the pausing task's last write comes after an answer that already sent the run on
+    run_store, waits = stores
+    run_store.create_run(run_id="r1", runnable="x", input=None)
+    run_store.mark_running("r1")
+    wait = Wait(run_id="r1", path="p", question=Question(prompt="ok?"), message={"task": "t"})
+    assert waits.record(wait)
+    assert waits.settle("r1", "p", wait.key, status=ANSWERED, answer="yes")
+    assert not waits.mark_run_waiting("r1")
+    assert run_store.get_run("r1").status == "running"
+
+
+def test_a_settled_wait_is_unresumed_until_its_message_is_sent_again(
+    stores: tuple[RunStore, WaitStore],
+) -> None:
+    run_store, waits = stores
+    run_store.create_run(run_id="r1", runnable="x", input=None)
+    wait = Wait(run_id="r1", path="p", question=Question(prompt="ok?"), message={"task": "t"})
+    assert waits.record(wait)
+    later = datetime.now(UTC) + timedelta(seconds=5)
+    assert not waits.mark_resumed("r1", "p", wait.key)  # pending: nothing to resume
+    assert waits.unresumed(settled_before=later) == []
+    assert waits.settle("r1", "p", wait.key, status=ANSWERED, answer="yes")
+    [left] = waits.unresumed(settled_before=later)
+    assert (left.status, left.answer, left.resumed) == (ANSWERED, "yes", False)
+    assert waits.unresumed(settled_before=datetime.now(UTC) - timedelta(seconds=60)) == []
+    assert waits.mark_resumed("r1", "p", wait.key) and not waits.mark_resumed("r1", "p", wait.key)
+    assert waits.unresumed(settled_before=later) == []
+    stored = waits.get("r1", "p", wait.key)
+    assert stored is not None and stored.resumed

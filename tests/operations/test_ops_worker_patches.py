@@ -21,6 +21,7 @@ import pytest
 from orchestration.celery_adapter.patches import (
     KOMBU_CLIENT_PER_CALL,
     KOMBU_RESTORE_DEFECT,
+    mend_ack_on_dead_connection,
     mend_restore_unacked,
 )
 
@@ -82,7 +83,11 @@ def test_only_kombu_versions_known_to_have_the_defect_are_patched_and_only_once(
         once = QoS.restore_unacked.__wrapped__ is original, Channel.conn_or_acquire.__wrapped__ is acquire
         print(json.dumps([fixed, old, once, kombu_client_is_shared()]))
     """)
-    patched = ["kombu-redis-restore-unacked", "kombu-redis-shared-client"]
+    patched = [
+        "kombu-redis-restore-unacked",
+        "kombu-redis-ack-on-dead-connection",
+        "kombu-redis-shared-client",
+    ]
     assert outcome == [[[], False], [patched, True], [True, True], True]
 
 
@@ -115,3 +120,30 @@ def test_the_mended_restore_gives_way_only_when_the_connection_is_gone(
     alive.channel.connection.client = object()
     with pytest.raises(AttributeError):  # a live connection: a real error, not swallowed
         alive.restore_unacked()
+
+
+class _AckingQoS:
+    channel = _Channel()
+
+    def ack(self, delivery_tag: str) -> None:
+        raise AttributeError("'NoneType' object has no attribute 'client'")
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        raise AttributeError("'NoneType' object has no attribute 'client'")
+
+
+def test_an_ack_on_a_dead_connection_gives_way_and_says_the_message_comes_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mend_ack_on_dead_connection(_AckingQoS)
+    with caplog.at_level(logging.WARNING):
+        assert _AckingQoS().ack("tag-1") is None
+        assert _AckingQoS().reject("tag-2", requeue=True) is None
+    assert caplog.text.count("returns to the queue after the visibility timeout") == 2
+
+    alive = _AckingQoS()
+    alive.channel = _Channel()
+    alive.channel.connection = _Connection()
+    alive.channel.connection.client = object()
+    with pytest.raises(AttributeError):  # a live connection: a real error, not swallowed
+        alive.ack("tag-3")

@@ -167,6 +167,21 @@ def test_list_runs_shows_the_newest_first_and_filters_by_status(run_store: RunSt
     assert run_store.list_runs(status="succeeded") == []
 
 
+def test_a_run_keeps_the_principal_that_started_it_and_lists_filter_by_it(run_store: RunStore) -> None:
+    for run_id, principal in (("a", "shop"), ("b", None), ("c", "shop"), ("d", "other")):
+        run_store.create_run(run_id=run_id, runnable="search", input=None, principal=principal)
+        time.sleep(0.002)
+    run_store.finish_run("c", status="succeeded", output=1)
+
+    assert [run_store.get_run(run_id).principal for run_id in "abcd"] == ["shop", None, "shop", "other"]
+    assert [record.id for record in run_store.list_runs(principal="shop")] == ["c", "a"]
+    assert [record.id for record in run_store.list_runs(principal="other", status="pending")] == ["d"]
+    assert [record.id for record in run_store.list_runs()] == ["d", "c", "b", "a"]
+    assert RunRecord.from_dict(run_store.get_run("a").to_dict()).principal == "shop"
+    with pytest.raises(ValueError, match="principal"):
+        run_store.create_run(run_id="e", runnable="search", input=None, principal="x" * 256)
+
+
 def test_events_follow_a_whole_workflow_in_order_across_paths(run_store: RunStore) -> None:
     sent = [
         _event("", 0, "started"),

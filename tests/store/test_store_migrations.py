@@ -27,7 +27,7 @@ from orchestration.store.tables import metadata
 from orchestration.testing.servers.postgres import private_database
 
 TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits"}
-HEAD = "0005"
+HEAD = "0007"
 
 
 def _tables(url: str) -> set[str]:
@@ -61,6 +61,13 @@ def test_migrations_go_up_to_head_down_to_base_and_up_again(blank_database_url: 
     upgrade_database(blank_database_url)
     assert current_revision(blank_database_url) == HEAD
     assert _tables(blank_database_url) == TABLES
+
+    downgrade_database(blank_database_url, "0005")
+    assert "principal" not in _columns(blank_database_url, "runs")
+    assert "ix_runs_principal_created_at" not in _indexes(blank_database_url, "runs")
+    upgrade_database(blank_database_url)
+    assert "principal" in _columns(blank_database_url, "runs")
+    assert "ix_runs_principal_created_at" in _indexes(blank_database_url, "runs")
 
     downgrade_database(blank_database_url, "0002")
     assert {"launch_digest", "owner_token"}.isdisjoint(_columns(blank_database_url, "runs"))

@@ -23,12 +23,20 @@ from orchestration.settings_http import HttpSettings, parse_scopes, parse_tokens
 from orchestration.store import RunStore
 from orchestration.web import create_web_app
 
-#: One token per grant the tests use (every scope; one scope each).
+#: One token per grant the tests use (every scope; one scope each), all of one principal,
+#: ``web-tests``, so each reaches the runs the others start (``test_web_ownership.py`` has its own).
 TOKENS = {
     "all": "token-with-every-scope-0001",
     "read": "token-with-read-only-00002",
     "start": "token-with-start-only-0003",
     "cancel": "token-with-cancel-only-004",
+}
+#: The grant of each token of :data:`TOKENS`, as ``AGENTLOOP_HTTP_TOKENS`` writes it after the token.
+GRANTS = {
+    "all": "read+start+cancel+admin:web-tests",
+    "read": "read:web-tests",
+    "start": "start:web-tests",
+    "cancel": "cancel:web-tests",
 }
 MODULES = ("web_workflows", "agentloop.examples.record_search.workflows")
 
@@ -39,8 +47,8 @@ def auth(name: str) -> dict[str, str]:
 
 
 def http_settings(**values: Any) -> HttpSettings:
-    """HTTP settings with every token of :data:`TOKENS` (``read`` holds only read, and so on)."""
-    tokens = ",".join(token if name == "all" else f"{token}:{name}" for name, token in TOKENS.items())
+    """HTTP settings with every token of :data:`TOKENS` and its :data:`GRANTS`."""
+    tokens = ",".join(f"{token}:{GRANTS[name]}" for name, token in TOKENS.items())
     values.setdefault("tokens", parse_tokens(tokens))
     if isinstance(values.get("anonymous_scopes"), str):
         values["anonymous_scopes"] = parse_scopes(values["anonymous_scopes"], what="test")

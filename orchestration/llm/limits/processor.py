@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
 from actions.model import AiResponse, ModelProcessor, ModelRequest
+from orchestration.interruptions import reraise_interruption
 from orchestration.llm.base import BaseProcessor
 from orchestration.llm.limits.window import Permit, RateLimitTimeoutError, duration_seconds
 
@@ -72,7 +73,8 @@ class RateLimitedProcessor(BaseProcessor):
         except RateLimitTimeoutError as error:
             logger.warning("rate limit: %s", error)
             return AiResponse.failure(f"rate limit: {error}", model=self.model)
-        except Exception:  # a limiter must not turn into a model fault: proceed unlimited
+        except Exception as error:  # a limiter must not turn into a model fault: proceed unlimited
+            reraise_interruption(error)
             logger.warning("rate limiter %r failed; the call proceeds unlimited", self.limiter, exc_info=True)
             permit = None
         if permit is not None and permit.waited > 0.001:
@@ -84,7 +86,8 @@ class RateLimitedProcessor(BaseProcessor):
             _permit.reset(token)
         try:
             await self.limiter.record(response.usage.total_tokens)
-        except Exception:
+        except Exception as error:
+            reraise_interruption(error)
             logger.warning("rate limiter %r could not record usage", self.limiter, exc_info=True)
         return response
 

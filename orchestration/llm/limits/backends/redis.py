@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from orchestration.interruptions import reraise_interruption
 from orchestration.llm.limits.window import Denial, DenialReason, Permit, duration_seconds
 from orchestration.redaction import redact_url
 
@@ -170,6 +171,7 @@ class RedisBackend:
             reply = await asyncio.to_thread(self._take_slot_sync, key, args)
             status, index, left_ms, requests, tokens = (int(value) for value in reply)
         except Exception as error:  # fail open: see the module doc
+            reraise_interruption(error)
             self._unavailable(key, "calls proceed", error)
             return _UNCHECKED
         if status == 1:
@@ -184,6 +186,7 @@ class RedisBackend:
         try:
             await asyncio.to_thread(self._add_tokens_sync, key, [_window_ms(window), tokens])
         except Exception as error:  # fail open: see the module doc
+            reraise_interruption(error)
             self._unavailable(key, f"{tokens} tokens go unrecorded", error)
 
     def usage(self, key: str, *, window: float) -> tuple[int, int, int]:
