@@ -41,6 +41,7 @@ clauses written without agentloop in mind also catch it::
     ├── UnknownInputProviderError  [LookupError] a batch named an input provider nobody registered
     ├── ContextSpecError           [ValueError] a context spec that is not a JSON object, or was rejected
     ├── LaunchRequestError         [ValueError] ``agentloop.launch`` arguments the wire contract forbids
+    ├── InvalidNodeError           [ValueError] an internal task's node is malformed, or of the wrong kind
     ├── RunNotFoundError           [KeyError] no run with that id in the run store
     ├── RunExistsError             [ValueError] a run with that id exists already (a run id names one run)
     ├── RunAlreadyEndedError       [ValueError] the run has ended; an ended run is never rewritten
@@ -161,7 +162,7 @@ from orchestration.registry import (
     input_provider,
     register,
 )
-from orchestration.wire import LaunchRequestError
+from orchestration.wire import InvalidNodeError, LaunchRequestError
 from pipelines import (
     BaseActionStage,
     BaseAgentPipeline,
@@ -226,6 +227,7 @@ __all__ = [
     "InlineAgentRunner",
     "InvalidAnswerError",
     "InvalidModelOutputError",
+    "InvalidNodeError",
     "LaunchRequestError",
     "ModelFailure",
     "ModelFailurePolicy",

@@ -4,7 +4,7 @@ A task hands a :class:`~orchestration.wire.WorkflowNode` and its input to the :c
 which answers with an :data:`~orchestration.outcomes.Outcome`: a value, a pipeline's stages to chain,
 branches to fan out, or a :class:`~orchestration.wire.BranchFailure` that travels to the composite
 collecting it. The Celery adapter turns an outcome into a return value or a canvas (``canvas.py``).
-Errors leave the engine without the node's context spec in their text (``redaction.scrub_error``).
+Errors leave the engine without the context spec or the task's ``secrets`` in their text (``scrub_error``).
 
 Every progress event comes from the core: pipelines and composites emit their
 own events through the methods the in-process engine uses
@@ -17,7 +17,7 @@ become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from actions.caching import StepCache
 from actions.context import maybe_await
@@ -35,9 +35,11 @@ from orchestration.registry import RunnableRegistry
 from orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from orchestration.store import LoopRecord, RunStore, StoreUnavailableError
 from orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreCheckpointer, StoreUsageMeter
-from orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
+from orchestration.wire import Ancestor, BranchFailure, DegradedResult, InvalidNodeError, WorkflowNode
 from pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from pipelines.pipeline import BaseAgentPipeline
+
+R = TypeVar("R")
 
 #: The loop record of a node no task has run before.
 _NOTHING_YET = LoopRecord(finished=False, result=None, checkpoint=None)
@@ -58,8 +60,10 @@ class WorkflowEngine:
         tracer: Tracer | None = None,
         cache: StepCache | None = None,
         events_interval: float | None = None,
+        secrets: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.registry, self.store, self.waits, self.tracer = registry, store, waits, tracer
+        self.secrets = secrets or tuple  # the texts of the task's hidden arguments, read on a failure
         self.cache = cache  # where cached steps keep their results (``orchestration/cache.py``)
         self.update_state, self.progress_interval = update_state, progress_interval
         # how long a task's events wait to be written together (default: ``progress_interval``)
@@ -74,6 +78,7 @@ class WorkflowEngine:
             interval=self.events_interval,
             state_interval=self.progress_interval,
             secrets=context_secrets(node.context),
+            failure_secrets=self.secrets,
         )
 
     def scope(
@@ -102,6 +107,12 @@ class WorkflowEngine:
         """The node's runnable, with the context its factory builds from the node's spec."""
         registration = self.registry.get(node.runnable)
         return registration.runnable.create(context=registration.build_context(node.context))
+
+    def instance_of(self, node: WorkflowNode, kind: type[R]) -> R:
+        instance = self.instance(node)
+        if not isinstance(instance, kind):
+            raise InvalidNodeError(f"{node.runnable!r} at {node.path!r} is not a {kind.__name__}")
+        return instance
 
     # ----- the node itself --------------------------------------------------------------------
 
@@ -224,8 +235,7 @@ class WorkflowEngine:
             return failure
         publisher = self.publisher(node)
         try:
-            pipeline = self.instance(node)
-            assert isinstance(pipeline, BaseAgentPipeline)
+            pipeline = self.instance_of(node, BaseAgentPipeline)
             scope = self.scope(node)
             if index > 0:
                 await pipeline.emit_pipeline_event(
@@ -265,8 +275,7 @@ class WorkflowEngine:
         if failure is not None:
             return failure
         publisher = self.publisher(node)
-        pipeline = self.instance(node)
-        assert isinstance(pipeline, BaseAgentPipeline)
+        pipeline = self.instance_of(node, BaseAgentPipeline)
         scope, total = self.scope(node), len(pipeline.stages)
         await pipeline.emit_pipeline_event(
             scope=scope, on_progress=publisher, phase="stage", status=ProgressStatus.PROGRESS, done=total
@@ -290,8 +299,7 @@ class WorkflowEngine:
         """Fan-in: turn branch outputs (collected failures included) into results and merge them."""
         publisher = publisher or self.publisher(node)
         try:
-            composite = self.instance(node)
-            assert isinstance(composite, BaseCompositeAgent)
+            composite = self.instance_of(node, BaseCompositeAgent)
             branches = await composite.resolve_branches(input=input)
             results: list[BranchResult] = []
             for branch, output in zip(branches, outputs, strict=True):
@@ -375,7 +383,8 @@ class WorkflowEngine:
         the run's end and raise)."""
         if isinstance(error, StoreUnavailableError):
             raise error  # the database is away: the task is tried again, the run goes on
-        error, publisher = scrub_error(error, context_secrets(node.context)), self.publisher(node)
+        secrets = sorted({*context_secrets(node.context), *self.secrets()}, key=len, reverse=True)
+        error, publisher = scrub_error(error, secrets), self.publisher(node)
         reported = failed_paths(self.store, node.run_id)
         try:
             for ancestor in reversed(node.ancestors):

@@ -131,7 +131,7 @@ def test_a_forged_node_cannot_flip_a_run_to_failed(rig: Rig) -> None:
     _until_running(rig, run_id)
     forged = {"run_id": run_id, "runnable": "durability.nobody", "path": ""}
 
-    with pytest.raises(Exception, match="unknown runnable"):
+    with pytest.raises(Exception, match="belongs to another launch"):
         rig.app.send_task(RUN, args=(forged, None)).get(timeout=30)
 
     assert result.get(timeout=30) == {"counted": 15}
