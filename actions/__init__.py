@@ -6,6 +6,7 @@ from agentloop.actions.caching import InMemoryStepCache, StepCache, step_cache_k
 from agentloop.actions.context_values import context_value
 from agentloop.actions.degradation import (
     DegradationSink,
+    InvalidModelOutputError,
     ModelFailure,
     ModelFailurePolicy,
     ModelUnavailableError,
@@ -72,6 +73,7 @@ __all__ = [
     "InMemoryStepCache",
     "InMemoryUsageMeter",
     "InvalidAnswerError",
+    "InvalidModelOutputError",
     "ModelFailure",
     "ModelFailurePolicy",
     "ModelProcessor",

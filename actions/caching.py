@@ -21,8 +21,8 @@ What is stored: the value as JSON (pydantic models and dataclasses dumped as a
 step output is) and the tokens its computation used, measured by a meter nested
 in the run's (:mod:`agentloop.actions.usage`). A value that is not JSON is not cached
 (logged). A failure is never cached: an exception, and a step that reported a
-model failure (:func:`~agentloop.actions.report_model_failure`), fell back or had its
-answer rejected (:func:`spoil_step_cache`, which the forced tool action calls).
+model failure (:func:`~agentloop.actions.report_model_failure`: every fallback does),
+which :func:`~agentloop.actions.degradation.watch_step` tells.
 A cache that fails (Redis away) is a miss, logged, never a failed step.
 
 Each cached call reports a ``cache_hit`` or ``cache_miss`` step event
@@ -47,6 +47,7 @@ from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.degradation import watch_step
 from agentloop.actions.model import Usage
 from agentloop.actions.schema import json_output
 from agentloop.actions.step_events import report_step_event
@@ -146,26 +147,6 @@ def ttl_seconds(ttl: timedelta | float | None) -> float | None:
     return None if seconds is None or seconds <= 0 else float(seconds)
 
 
-class _StepWatch:
-    """Whether the step running inside it failed in a way that must not be cached."""
-
-    def __init__(self, parent: _StepWatch | None) -> None:
-        self.parent, self.reason = parent, ""
-
-
-_watch: ContextVar[_StepWatch | None] = ContextVar("agentloop_step_watch", default=None)
-
-
-def spoil_step_cache(reason: str) -> None:
-    """The running step (and any cached step around it) must not be cached: it fell back, or a
-    model call failed. Called by :func:`~agentloop.actions.report_model_failure` and the forced tool
-    action."""
-    watch = _watch.get()
-    while watch is not None:
-        watch.reason = watch.reason or reason
-        watch = watch.parent
-
-
 class _StepMeter:
     """A meter nested in the run's: counts the tokens of one step, forwards everything."""
 
@@ -240,13 +221,9 @@ async def cached_run(action: Any, run: RunMethod, *, arguments: dict[str, Any], 
         value = entry["value"]
         return await maybe_await(action.cache_decode(value)) if entry.get("model") else value
     await _report(name, CACHE_MISS, key)
-    watch, meter = _StepWatch(_watch.get()), _StepMeter(current_meter())
-    token = _watch.set(watch)
-    try:
-        with use_meter(meter):
-            value = await run(action, arguments=arguments, context=context)
-    finally:
-        _watch.reset(token)
+    meter = _StepMeter(current_meter())
+    with watch_step() as watch, use_meter(meter):
+        value = await run(action, arguments=arguments, context=context)
     if watch.reason:
         logger.info("step %s not cached: %s", name, watch.reason)
         return value

@@ -1,14 +1,23 @@
 """Model failures a step survived: reported as values, so a run can end ``degraded``.
 
-A :class:`~actions.ForcedToolAction` whose model call failed after the
-processor's own retries (an HTTP error, a timeout, a reply without the forced
-tool call, arguments that are not a JSON object) follows its action's
-:class:`ModelFailurePolicy`:
+A step never returns a fallback quietly. Each way a step falls back is a
+:class:`ModelFailure` reported with :func:`report_model_failure`, and the run
+goes on and ends ``degraded``, with the failures recorded:
 
-- ``"degrade"`` (the default): the step returns its fallback and reports a
-  :class:`ModelFailure` with :func:`report_model_failure`; the run goes on and
-  ends ``degraded``, with the failures recorded;
-- ``"fail"``: the step raises :class:`ModelUnavailableError`; the run fails.
+- a :class:`~actions.ForcedToolAction` whose model call failed after the
+  processor's own retries (an HTTP error, a timeout, a reply without the forced
+  tool call, arguments that are not a JSON object), or that has no tool schema
+  to send, follows its action's :class:`ModelFailurePolicy`: ``"degrade"`` (the
+  default) returns the fallback and reports the failure, ``"fail"`` raises
+  :class:`ModelUnavailableError` (the run fails);
+- an answer still rejected after its tries follows the action's
+  ``on_invalid_output``: ``"degrade"`` (the default) returns the fallback and
+  reports it, ``"fail"`` raises :class:`InvalidModelOutputError`;
+- a raw request (:meth:`actions.ModelRequest.send`) whose reply is a failure
+  reports it, and the caller reads the failure from the reply.
+
+A step that reported a failure is never cached: :func:`watch_step` tells the
+step cache (:mod:`agentloop.actions.caching`) whether it did.
 
 A report goes to the :class:`DegradationSink` of the enclosing
 :func:`use_degradation_sink` block. The run scope (``loops/scope.py``) opens
@@ -28,7 +37,6 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.awaiting import maybe_await
-from agentloop.actions.caching import spoil_step_cache
 from agentloop.actions.errors import AgentLoopError
 
 logger = logging.getLogger(__name__)
@@ -65,6 +73,15 @@ class ModelUnavailableError(AgentLoopError):
         super().__init__(f"the model is unavailable for {failure.action}: {failure.reason}")
 
 
+class InvalidModelOutputError(AgentLoopError):
+    """A step's answer was still rejected after its tries and its action's ``on_invalid_output``
+    is ``fail``."""
+
+    def __init__(self, failure: ModelFailure) -> None:
+        self.failure = failure
+        super().__init__(f"the model gave no valid answer for {failure.action}: {failure.reason}")
+
+
 @runtime_checkable
 class DegradationSink(Protocol):
     """Where a run's model failures are reported; ``degraded`` may be ``def`` or ``async def``."""
@@ -85,10 +102,35 @@ def use_degradation_sink(sink: DegradationSink | None, *, path: str = "") -> Ite
         _sink.reset(token)
 
 
+class StepWatch:
+    """Whether the step running inside :func:`watch_step` reported a failure (``reason``)."""
+
+    def __init__(self, parent: StepWatch | None) -> None:
+        self.parent, self.reason = parent, ""
+
+
+_watch: ContextVar[StepWatch | None] = ContextVar("agentloop_step_watch", default=None)
+
+
+@contextmanager
+def watch_step() -> Iterator[StepWatch]:
+    """Watch the step run inside the block: its watch's ``reason`` says why it must not be kept
+    (a failure it, or a step inside it, reported), empty when it reported none."""
+    watch = StepWatch(_watch.get())
+    token = _watch.set(watch)
+    try:
+        yield watch
+    finally:
+        _watch.reset(token)
+
+
 async def report_model_failure(*, action: str, reason: str) -> ModelFailure:
-    """Report that ``action``'s model call failed (logged, and told to the run's sink if any);
-    the step's result is not cached (:mod:`agentloop.actions.caching`)."""
-    spoil_step_cache(reason)
+    """Report that ``action`` fell back (logged, and told to the run's sink if any): the run ends
+    ``degraded``, and neither the step nor a cached step around it is kept (:func:`watch_step`)."""
+    watch = _watch.get()
+    while watch is not None:
+        watch.reason = watch.reason or reason
+        watch = watch.parent
     bound = _sink.get()
     failure = ModelFailure(action=action, reason=reason, path="" if bound is None else bound[1])
     logger.warning("model unavailable for %s at %r: %s", action, failure.path, reason)

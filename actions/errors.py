@@ -63,4 +63,5 @@ class BranchFailedError(AgentLoopError):
 
 
 class StateNotSerializableError(AgentLoopError, TypeError):
-    """Loop state that must be checkpointed is not JSON-serialisable."""
+    """Loop state that must be checkpointed is not JSON-serialisable, or is not the loop's declared
+    ``state_type`` (a hook's state, or a checkpoint, that does not validate)."""

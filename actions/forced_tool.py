@@ -6,14 +6,15 @@ failure on the way returns :meth:`ForcedToolAction.fallback` (``None`` unless a
 subclass declares otherwise); a model fault never raises out of :meth:`run`
 unless the action asks for it.
 
+No fallback is quiet (:mod:`agentloop.actions.degradation`): a step that returns its
+fallback reports why, and the run ends ``degraded`` with an event naming the
+step and the reason.
+
 A failed model call (an error after the processor's retries, a reply without
-the forced call, arguments that are not a JSON object) is more than a rejected
-answer: it follows :attr:`ForcedToolAction.on_model_failure`. ``"degrade"``
-(the default) returns :meth:`ForcedToolAction.fallback_when_unavailable` and
-reports the failure to the run (:mod:`agentloop.actions.degradation`), which then ends
-``degraded``; ``"fail"`` raises :class:`~actions.ModelUnavailableError`. A reply
-that :meth:`ForcedToolAction.normalize` rejects is the model's answer, not a
-failure: it falls back without degrading the run.
+the forced call, arguments that are not a JSON object) or a tool schema that
+cannot be loaded follows :attr:`ForcedToolAction.on_model_failure`:
+``"degrade"`` (the default) returns :meth:`ForcedToolAction.fallback_when_unavailable`
+and reports the failure; ``"fail"`` raises :class:`~actions.ModelUnavailableError`.
 
 An answer :meth:`ForcedToolAction.check_output` rejects *with a retry* is
 sent back to the model (its call, then a tool result saying what was wrong)
@@ -21,11 +22,11 @@ for at most :attr:`ForcedToolAction.output_retries` further tries, each one a
 model call metered like any other. A typed action
 (:class:`~actions.TypedToolAction`) asks for a retry when its output model
 refuses the arguments; a plain action's :meth:`~ForcedToolAction.normalize`
-only accepts or rejects. A rejected answer is not a model outage: once the
-tries are spent the step returns :meth:`~ForcedToolAction.fallback` and the
-run goes on ``succeeded``, unless :attr:`~ForcedToolAction.on_invalid_output`
-is ``"degrade"`` (the rejection is then reported as a model failure, and the
-run ends ``degraded``).
+only accepts or rejects. An answer still rejected once the tries are spent
+follows :attr:`~ForcedToolAction.on_invalid_output`: ``"degrade"`` (the
+default) returns :meth:`~ForcedToolAction.fallback` and reports the rejection
+(the run ends ``degraded``); ``"fail"`` raises
+:class:`~actions.InvalidModelOutputError`.
 
 The tool schema is data, not code: it lives in the tool store
 (``context.tool_store``, whose ``get_payload(tool_id)`` returns the payload as
@@ -49,9 +50,10 @@ from typing import Any, ClassVar, Literal
 
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.base import BaseAgentAction
-from agentloop.actions.caching import schema_version, spoil_step_cache, step_cache_key
+from agentloop.actions.caching import schema_version, step_cache_key
 from agentloop.actions.context_values import context_value
 from agentloop.actions.degradation import (
+    InvalidModelOutputError,
     ModelFailure,
     ModelFailurePolicy,
     ModelUnavailableError,
@@ -62,9 +64,10 @@ from agentloop.actions.usage import check_budget, report_usage
 
 logger = logging.getLogger(__name__)
 
-#: What a rejected answer does once its tries are spent: ``"fallback"`` (the run goes on
-#: ``succeeded``) or ``"degrade"`` (reported as a model failure: the run ends ``degraded``).
-InvalidOutputPolicy = Literal["fallback", "degrade"]
+#: What a rejected answer does once its tries are spent: ``"degrade"`` (the fallback, reported:
+#: the run ends ``degraded``) or ``"fail"`` (:class:`~actions.InvalidModelOutputError`).
+InvalidOutputPolicy = Literal["degrade", "fail"]
+INVALID_OUTPUT_POLICIES: tuple[InvalidOutputPolicy, ...] = ("degrade", "fail")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,7 +94,16 @@ class ForcedToolAction(BaseAgentAction):
     #: How many more times an answer rejected with a retry is sent back to the model.
     output_retries: ClassVar[int] = 1
     #: What an answer still rejected after its tries does (see :data:`InvalidOutputPolicy`).
-    on_invalid_output: ClassVar[InvalidOutputPolicy] = "fallback"
+    on_invalid_output: ClassVar[InvalidOutputPolicy] = "degrade"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.on_invalid_output not in INVALID_OUTPUT_POLICIES:
+            raise TypeError(
+                f"{cls.__qualname__}.on_invalid_output must be 'degrade' or 'fail', not "
+                f"{cls.on_invalid_output!r} (a fallback is never quiet: 'degrade' returns it and "
+                "the run ends degraded)"
+            )
 
     async def cache_key(self, *, arguments: dict[str, Any], context: Any) -> str | None:
         """A hash of the action's name, ``arguments``, :attr:`cache_version`, the tool payload it
@@ -199,7 +211,6 @@ class ForcedToolAction(BaseAgentAction):
 
     async def model_failed(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
         """Apply :attr:`on_model_failure` to a failed model call."""
-        spoil_step_cache(reason)
         if ModelFailurePolicy(self.on_model_failure) is ModelFailurePolicy.FAIL:
             raise ModelUnavailableError(ModelFailure(action=self.name, reason=reason))
         failure = await report_model_failure(action=self.name, reason=reason)
@@ -209,10 +220,9 @@ class ForcedToolAction(BaseAgentAction):
 
     async def output_rejected(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
         """Apply :attr:`on_invalid_output` to an answer still rejected after its tries."""
-        logger.info("action %s fell back: %s", self.name, reason)
-        spoil_step_cache(reason)
-        if self.on_invalid_output == "degrade":
-            await report_model_failure(action=self.name, reason=reason)
+        if self.on_invalid_output == "fail":
+            raise InvalidModelOutputError(ModelFailure(action=self.name, reason=reason))
+        await report_model_failure(action=self.name, reason=reason)
         return await maybe_await(self.fallback(arguments=arguments, context=context, reason=reason))
 
     def retry_messages(
@@ -246,14 +256,11 @@ class ForcedToolAction(BaseAgentAction):
             return await unavailable(f"tool store failed: {type(error).__name__}: {error}")
         if tool_payload is None:
             logger.warning(
-                "action %s fell back: no usable tool schema under id %r in context.tool_store "
-                "(typed actions: run `agentloop tools sync`)",
+                "action %s has no usable tool schema under id %r in context.tool_store",
                 self.name,
                 self.stored_tool_id(context=context),
             )
-            reason = "tool schema missing or unparsable"
-            spoil_step_cache(reason)
-            return await maybe_await(self.fallback(arguments=arguments, context=context, reason=reason))
+            return await unavailable("tool schema missing or unparsable")
         tool_name = self.tool_name or tool_payload["name"]
         instruction = await maybe_await(self.build_instruction(arguments=arguments, context=context))
         history = list(context_value(context, "history_messages", []))

@@ -19,7 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from agentloop.actions.degradation import report_model_failure
+
 JsonObject = dict[str, Any]
+#: The step a raw :meth:`ModelRequest.send` reports its failed reply as, unless told another.
+RAW_REQUEST = "model_request"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,8 +136,23 @@ class ModelRequest:
         """The name of the tool the request forces, if it forces one."""
         return str(self.tool_choices[0]["name"]) if self.tool_choices else None
 
-    async def send(self, processor: ModelProcessor) -> AiResponse:
-        """Ask ``processor`` for this turn."""
+    async def send(self, processor: ModelProcessor, *, step: str = RAW_REQUEST) -> AiResponse:
+        """Ask ``processor`` for this turn, as a step of the run.
+
+        A reply that is a failure (``reply.has_error``: the model could not be reached, or
+        answered with an error, after the processor's retries) is reported to the run as a
+        model failure of ``step`` (:func:`~agentloop.actions.report_model_failure`): the run ends
+        ``degraded`` with an event naming the step and the reason. The reply is returned
+        either way; check ``reply.has_error`` before using ``reply.text``.
+        """
+        response = await self.forward(processor)
+        if response.has_error:
+            await report_model_failure(action=step, reason=f"model error: {response.error}")
+        return response
+
+    async def forward(self, processor: ModelProcessor) -> AiResponse:
+        """Pass this turn on to ``processor`` and return its reply as it is, reporting nothing:
+        for a processor that wraps another (its own caller reports what a failure means)."""
         return await processor.send_request(
             instruction=self.instruction,
             tools=self.tools,

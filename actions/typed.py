@@ -6,9 +6,11 @@ output type (``class PlanTrip(TypedToolAction[TripPlan])``, or ``output_type =
 TripPlan``):
 
 - its tool schema is generated from the type (:meth:`TypedToolAction.tool_payload`,
-  :func:`agentloop.actions.schema.tool_schema`) and written to the tool store by
-  ``agentloop tools sync``; at run time the schema is read from the store as for
-  any forced tool (a row edited by hand wins);
+  :func:`agentloop.actions.schema.tool_schema`): it needs no set-up. A row of the tool store
+  under its tool id wins (schemas stay data: ``agentloop tools sync`` writes the
+  generated ones there, an operator may edit them); a row that differs from the
+  generated schema is logged once per process as drift (``agentloop tools sync
+  --check`` fails on it);
 - the model's arguments come back validated, as an instance of the type
   (validated with the run's ``arguments`` and ``context`` as pydantic's
   validation context, so a validator can read them: ``info.context["context"]``);
@@ -25,8 +27,12 @@ receives the arguments validated, as an instance.
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
 import typing
 from abc import abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -36,8 +42,24 @@ from agentloop.actions.base import BaseAgentAction
 from agentloop.actions.forced_tool import ForcedToolAction, OutputRejection
 from agentloop.actions.schema import schema_description, tool_schema, type_adapter, validation_problems
 
+logger = logging.getLogger(__name__)
+
 OutputT = TypeVar("OutputT")
 ArgumentsT = TypeVar("ArgumentsT")
+
+#: The key of the marker ``agentloop tools sync`` adds to a generated row (no model sees it).
+SYNC_MARKER = "x-agentloop"
+_drift_lock = threading.Lock()
+_drift_told: set[tuple[str, str]] = set()
+
+
+def tool_content(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool payload without its sync marker: what two payloads are compared on."""
+    return {key: value for key, value in payload.items() if key != SYNC_MARKER}
+
+
+def _canonical(payload: Mapping[str, Any]) -> str:
+    return json.dumps(tool_content(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _type_argument(cls: type, generic: type) -> Any:
@@ -98,6 +120,32 @@ class TypedToolAction(ForcedToolAction, Generic[OutputT]):
             raise TypeError(f"{cls.__qualname__} declares no output_type")
         description = cls.description or schema_description(cls.output_type) or cls.tool_name
         return {"name": cls.tool_name, "description": description, "parameters": tool_schema(cls.output_type)}
+
+    async def load_tool_payload(self, *, context: Any) -> dict[str, Any] | None:
+        """The tool store's row under its tool id when there is a usable one (the row wins; a row
+        that differs from :meth:`tool_payload` is logged once per process), else the generated
+        payload."""
+        row = await super().load_tool_payload(context=context)
+        generated = self.tool_payload()
+        if row is None:
+            return generated
+        if _canonical(row) != _canonical(generated):
+            self._tell_drift(row)
+        return row
+
+    def _tell_drift(self, row: Mapping[str, Any]) -> None:
+        cls = type(self)
+        told = (f"{cls.__module__}.{cls.__qualname__}", _canonical(row))
+        with _drift_lock:
+            if told in _drift_told:
+                return
+            _drift_told.add(told)
+        logger.warning(
+            "tool %r in the tool store differs from the schema %s generates; the row wins "
+            "(`agentloop tools sync --check` lists drift, `agentloop tools sync --force` overwrites it)",
+            self.default_tool_id(),
+            told[0],
+        )
 
     def cache_decode(self, value: Any) -> Any:
         """A cached result back as an :attr:`output_type` instance (the data as it is when it no

@@ -30,9 +30,10 @@ clauses written without agentloop in mind also catch it::
     │   ├── RunCancelledError      cooperative cancellation was requested
     │   └── RunDeadlineExceededError  the whole-run deadline passed
     ├── BranchFailedError          a composite branch failed under the fail-fast policy
-    ├── StateNotSerializableError  [TypeError] loop state that JSON cannot carry (durable loops)
+    ├── StateNotSerializableError  [TypeError] loop state that JSON cannot carry, or not its state_type
     ├── TokenBudgetExceededError   the run's token budget is spent
     ├── ModelUnavailableError      a step's model call failed and its action's policy is ``fail``
+    ├── InvalidModelOutputError    a step's answer stayed invalid after its tries; its policy is ``fail``
     ├── InvalidAnswerError         an answer to a person's question that does not meet its schema
     ├── QuestionExpiredError       a question's wait ended unanswered and it has no default
     ├── NoOneToAskError            a step asked a question where no one can answer (give ``on_question``)
@@ -40,6 +41,7 @@ clauses written without agentloop in mind also catch it::
     ├── UnknownInputProviderError  [LookupError] a batch named an input provider nobody registered
     ├── ContextSpecError           [ValueError] a context spec that is not a JSON object, or was rejected
     ├── LaunchRequestError         [ValueError] ``agentloop.launch`` arguments the wire contract forbids
+    ├── InvalidNodeError           [ValueError] an internal task's node is malformed, or of the wrong kind
     ├── RunNotFoundError           [KeyError] no run with that id in the run store
     ├── RunExistsError             [ValueError] a run with that id exists already (a run id names one run)
     ├── RunAlreadyEndedError       [ValueError] the run has ended; an ended run is never rewritten
@@ -59,10 +61,12 @@ never exceptions: a misbehaving model cannot crash a loop. :class:`~agentloop.ac
 outside the
 tree, is no error: like ``asyncio.CancelledError`` it is a ``BaseException``, the signal a
 paused run's step raises on Celery so that no ``except Exception`` takes it for a failure.
-A model call that
-failed after the processor's retries ends the run ``degraded`` (the result is
-still returned; see :class:`RunOutcome`), or fails it with
-:class:`ModelUnavailableError` when the action's ``on_model_failure`` is ``"fail"``.
+A step that
+returns its fallback ends the run ``degraded`` (the result is still returned; see
+:class:`RunOutcome`): a model call that failed after the processor's retries, an
+answer still invalid after its tries, a raw request whose reply is a failure. The
+action's ``on_model_failure = "fail"`` raises :class:`ModelUnavailableError` instead,
+its ``on_invalid_output = "fail"`` :class:`InvalidModelOutputError`.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ from agentloop.actions import (
     InMemoryStepCache,
     InMemoryUsageMeter,
     InvalidAnswerError,
+    InvalidModelOutputError,
     ModelFailure,
     ModelFailurePolicy,
     ModelProcessor,
@@ -158,7 +163,7 @@ from agentloop.orchestration.registry import (
     input_provider,
     register,
 )
-from agentloop.orchestration.wire import LaunchRequestError
+from agentloop.orchestration.wire import InvalidNodeError, LaunchRequestError
 from agentloop.pipelines import (
     BaseActionStage,
     BaseAgentPipeline,
@@ -221,6 +226,8 @@ __all__ = [
     "InMemoryUsageMeter",
     "InlineAgentRunner",
     "InvalidAnswerError",
+    "InvalidModelOutputError",
+    "InvalidNodeError",
     "LaunchRequestError",
     "ModelFailure",
     "ModelFailurePolicy",

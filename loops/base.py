@@ -21,6 +21,12 @@ last one. A loop that completes (or stops at its bound) right after an
 iteration writes no checkpoint for it: its result, recorded next, supersedes
 it; a loop that fails or is stopped still saves it on the way out.
 
+A loop may declare its state as a pydantic model, ``state_type``: every hook then
+receives an instance (a state a hook returns as a dict is validated into one),
+checkpoints keep its JSON (``dump_state``) and a resumed loop gets the instance
+back (``load_state``); a state that does not validate is a clear
+:class:`~actions.StateNotSerializableError`. Without it, state is JSON data.
+
 A loop that stops at its bound says so: its last event (phase ``done``) carries
 ``data["stopped_by"] == "bound"`` (``"complete"`` otherwise), a warning is
 logged, and the runner's :class:`~agentloop.loops.run_outcome.BoundRecorder` hears its path
@@ -32,11 +38,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ValidationError
 
 from agentloop.actions.awaiting import maybe_await
-from agentloop.actions.errors import RunStoppedError
+from agentloop.actions.errors import RunStoppedError, StateNotSerializableError
 from agentloop.actions.registry import AgentActionRegistry
+from agentloop.actions.schema import validation_problems
 from agentloop.actions.tracing import iteration_span, traced
 from agentloop.loops.contract import ProgressCallback, RunnableBase
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
@@ -54,6 +63,8 @@ class BaseAgentLoop(RunnableBase, ABC):
     #: How the run ended, readable in ``build_result`` / ``build_bounded_result``:
     #: ``"complete"`` or ``"bound"`` (``None`` until the loop stops).
     stopped_by: str | None = None
+    #: The state's pydantic model; ``None``: the state is plain JSON data.
+    state_type: ClassVar[type[BaseModel] | None] = None
 
     @property
     def registry(self) -> AgentActionRegistry:
@@ -79,6 +90,29 @@ class BaseAgentLoop(RunnableBase, ABC):
     def build_bounded_result(self, *, state: Any) -> Any:
         """The result when the bound was hit before completion."""
         return self.build_result(state=state)
+
+    def dump_state(self, *, state: Any) -> Any:
+        """The JSON data a checkpoint keeps of ``state``: its ``model_dump(mode="json")`` when the
+        loop declares a ``state_type``, the state itself otherwise."""
+        return state.model_dump(mode="json") if self.state_type is not None else state
+
+    def load_state(self, *, data: Any) -> Any:
+        """The state a checkpoint's JSON ``data`` stands for: an instance of ``state_type``."""
+        return self._typed(data, made_by="a checkpoint")
+
+    def _typed(self, state: Any, *, made_by: str) -> Any:
+        """``state`` as an instance of ``state_type`` (validated when it is not one yet)."""
+        state_type = self.state_type
+        if state_type is None or isinstance(state, state_type):
+            return state
+        try:
+            return state_type.model_validate(state)
+        except ValidationError as error:
+            problems = validation_problems(error.errors())
+            message = (
+                f"{self.name}: the state from {made_by} is not a valid {state_type.__name__}: {problems}"
+            )
+            raise StateNotSerializableError(message) from None
 
     def should_compress(self, *, state: Any, iteration: int) -> bool:
         return False
@@ -130,21 +164,19 @@ class BaseAgentLoop(RunnableBase, ABC):
         )
         await self.emit_progress(event=event, on_progress=on_progress)
 
-    @staticmethod
-    def _checkpoint(scope: RunScope, finished: tuple[int, Any]) -> None:
+    def _checkpoint(self, scope: RunScope, finished: tuple[int, Any]) -> None:
         assert scope.checkpointer is not None
         iteration, state = finished
-        scope.checkpointer.save(path=scope.path, iteration=iteration, state=state)
+        scope.checkpointer.save(path=scope.path, iteration=iteration, state=self.dump_state(state=state))
 
-    @classmethod
-    def _checkpoint_on_the_way_out(cls, scope: RunScope, finished: tuple[int, Any] | None) -> None:
+    def _checkpoint_on_the_way_out(self, scope: RunScope, finished: tuple[int, Any] | None) -> None:
         """Save the last finished iteration of a loop that is failing or stopped, so that a task
         tried again resumes after it; a checkpoint that cannot be written then (the store is
         what failed, say) must not hide the loop's own error."""
         if finished is None:
             return
         try:
-            cls._checkpoint(scope, finished)
+            self._checkpoint(scope, finished)
         except Exception:
             logger.warning(
                 "loop at %r: could not checkpoint iteration %d", scope.path, finished[0], exc_info=True
@@ -160,10 +192,11 @@ class BaseAgentLoop(RunnableBase, ABC):
         bound = self.max_iterations
         checkpoint = scope.checkpointer.load(path=scope.path) if scope.checkpointer else None
         if checkpoint is None:
-            iteration, state = 0, await maybe_await(self.create_initial_state(input=input))
+            initial = await maybe_await(self.create_initial_state(input=input))
+            iteration, state = 0, self._typed(initial, made_by="create_initial_state")
             await self._emit(on_progress, iteration=0, phase="start", status=ProgressStatus.STARTED)
         else:
-            iteration, state = checkpoint
+            iteration, state = checkpoint[0], self.load_state(data=checkpoint[1])
             await self._emit(
                 on_progress,
                 iteration=iteration,
@@ -188,7 +221,8 @@ class BaseAgentLoop(RunnableBase, ABC):
                     self._checkpoint(scope, pending)
                     pending = None
                 if await maybe_await(self.should_compress(state=state, iteration=iteration)):
-                    state = await maybe_await(self.compress_state(state=state, iteration=iteration))
+                    compressed = await maybe_await(self.compress_state(state=state, iteration=iteration))
+                    state = self._typed(compressed, made_by="compress_state")
                     await self._emit(
                         on_progress,
                         iteration=iteration,
@@ -197,7 +231,8 @@ class BaseAgentLoop(RunnableBase, ABC):
                         message="compressed the working context",
                     )
                 span = iteration_span(self.name, scope.path, iteration)
-                state = await traced(*span, self.advance_state, state=state, iteration=iteration)
+                advanced = await traced(*span, self.advance_state, state=state, iteration=iteration)
+                state = self._typed(advanced, made_by="advance_state")
                 iteration += 1
                 if scope.checkpointer is not None:
                     pending = (iteration, state)

@@ -1,4 +1,8 @@
-"""The progress event: one JSON-serialisable record of where a run is."""
+"""The progress event: one JSON-serialisable record of where a run is.
+
+Its ``data`` may hold pydantic models and dataclasses (a typed loop's state, say): they are kept as
+their JSON (``model_dump(mode="json")``), so an event reads the same on both runners and in the store.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
+
+from agentloop.actions.schema import json_output
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -23,12 +29,14 @@ class ProgressStatus(StrEnum):
 
 
 def freeze(value: Any) -> Any:
-    """A deep read-only copy of JSON-like data (dicts -> mappingproxy, lists -> tuples)."""
+    """A deep read-only copy of JSON-like data (dicts -> mappingproxy, lists -> tuples; pydantic
+    models and dataclasses -> their JSON data)."""
     if isinstance(value, Mapping):
         return MappingProxyType({str(k): freeze(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
         return tuple(freeze(v) for v in value)
-    return value
+    data = json_output(value)
+    return value if data is value else freeze(data)
 
 
 def thaw(value: Any) -> Any:

@@ -6,7 +6,7 @@ which answers with an :data:`~agentloop.orchestration.task_outcome.Outcome`: a v
 chain,
 branches to fan out, or a :class:`~agentloop.orchestration.wire.BranchFailure` that travels to the composite
 collecting it. The Celery adapter turns an outcome into a return value or a canvas (``canvas.py``).
-Errors leave the engine without the node's context spec in their text (``redaction.scrub_error``).
+Errors leave the engine without the context spec or the task's ``secrets`` in their text (``scrub_error``).
 
 Every progress event comes from the core: pipelines and composites emit their
 own events through the methods the in-process engine uses
@@ -19,7 +19,7 @@ become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.caching import StepCache
@@ -42,9 +42,17 @@ from agentloop.orchestration.store.seams import (
 )
 from agentloop.orchestration.store.waits import WaitStore
 from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
-from agentloop.orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
+from agentloop.orchestration.wire import (
+    Ancestor,
+    BranchFailure,
+    DegradedResult,
+    InvalidNodeError,
+    WorkflowNode,
+)
 from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from agentloop.pipelines.pipeline import BaseAgentPipeline
+
+R = TypeVar("R")
 
 #: The loop record of a node no task has run before.
 _NOTHING_YET = LoopRecord(finished=False, result=None, checkpoint=None)
@@ -65,8 +73,10 @@ class WorkflowEngine:
         tracer: Tracer | None = None,
         cache: StepCache | None = None,
         events_interval: float | None = None,
+        secrets: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.registry, self.store, self.waits, self.tracer = registry, store, waits, tracer
+        self.secrets = secrets or tuple  # the texts of the task's hidden arguments, read on a failure
         self.cache = cache  # where cached steps keep their results (``orchestration/cache.py``)
         self.update_state, self.progress_interval = update_state, progress_interval
         # how long a task's events wait to be written together (default: ``progress_interval``)
@@ -81,6 +91,7 @@ class WorkflowEngine:
             interval=self.events_interval,
             state_interval=self.progress_interval,
             secrets=context_secrets(node.context),
+            failure_secrets=self.secrets,
         )
 
     def scope(
@@ -109,6 +120,12 @@ class WorkflowEngine:
         """The node's runnable, with the context its factory builds from the node's spec."""
         registration = self.registry.get(node.runnable)
         return registration.runnable.create(context=registration.build_context(node.context))
+
+    def instance_of(self, node: WorkflowNode, kind: type[R]) -> R:
+        instance = self.instance(node)
+        if not isinstance(instance, kind):
+            raise InvalidNodeError(f"{node.runnable!r} at {node.path!r} is not a {kind.__name__}")
+        return instance
 
     # ----- the node itself --------------------------------------------------------------------
 
@@ -231,8 +248,7 @@ class WorkflowEngine:
             return failure
         publisher = self.publisher(node)
         try:
-            pipeline = self.instance(node)
-            assert isinstance(pipeline, BaseAgentPipeline)
+            pipeline = self.instance_of(node, BaseAgentPipeline)
             scope = self.scope(node)
             if index > 0:
                 await pipeline.emit_pipeline_event(
@@ -272,8 +288,7 @@ class WorkflowEngine:
         if failure is not None:
             return failure
         publisher = self.publisher(node)
-        pipeline = self.instance(node)
-        assert isinstance(pipeline, BaseAgentPipeline)
+        pipeline = self.instance_of(node, BaseAgentPipeline)
         scope, total = self.scope(node), len(pipeline.stages)
         await pipeline.emit_pipeline_event(
             scope=scope, on_progress=publisher, phase="stage", status=ProgressStatus.PROGRESS, done=total
@@ -297,8 +312,7 @@ class WorkflowEngine:
         """Fan-in: turn branch outputs (collected failures included) into results and merge them."""
         publisher = publisher or self.publisher(node)
         try:
-            composite = self.instance(node)
-            assert isinstance(composite, BaseCompositeAgent)
+            composite = self.instance_of(node, BaseCompositeAgent)
             branches = await composite.resolve_branches(input=input)
             results: list[BranchResult] = []
             for branch, output in zip(branches, outputs, strict=True):
@@ -382,7 +396,8 @@ class WorkflowEngine:
         the run's end and raise)."""
         if isinstance(error, StoreUnavailableError):
             raise error  # the database is away: the task is tried again, the run goes on
-        error, publisher = scrub_error(error, context_secrets(node.context)), self.publisher(node)
+        secrets = sorted({*context_secrets(node.context), *self.secrets()}, key=len, reverse=True)
+        error, publisher = scrub_error(error, secrets), self.publisher(node)
         reported = failed_paths(self.store, node.run_id)
         try:
             for ancestor in reversed(node.ancestors):

@@ -21,10 +21,17 @@ A message for an id that exists is, by what it carries:
   task is ignored instead (``Ignore``), so the result backend keeps the run's
   result, which is then this message's result too.
 
-A run id that the store cannot hold (a NUL character, more than 255
-characters) is refused with :class:`~agentloop.orchestration.wire.LaunchRequestError`
-and nothing is recorded: there is no id to record it under. Any other invalid
-argument is recorded as the run's failure.
+A launch that is malformed (an argument the contract does not know, no
+``runnable``, a value of the wrong type, a runnable nobody registered) is
+refused with :class:`~agentloop.orchestration.wire.LaunchRequestError` (an unregistered
+name with :class:`~agentloop.orchestration.registry.UnknownRunnableError`) and recorded
+as its run's failure, so ``agentloop.progress`` answers ``failed`` with the
+reason. Only a run id that the store cannot hold (not a string, a NUL
+character, more than 255 characters) records no run: there is no id to record
+it under, and nothing could read it back by that id. Its task's result (under
+the task id) is the refusal. The refusal's text never quotes a value it
+refuses (``orchestration/redaction.py``): a secret pasted into the wrong field
+stays out of the logs, the run store and the result backend.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.redaction import describe_hidden, hidden_texts, scrub_error
+from agentloop.orchestration.registry import RunnableRegistry, UnknownRunnableError
 from agentloop.orchestration.store import (
     RunAlreadyEndedError,
     RunExistsError,
@@ -47,12 +56,17 @@ from agentloop.orchestration.store import (
 from agentloop.orchestration.wire import DegradedResult, LaunchRequest, LaunchRequestError, check_name
 
 __all__ = [
+    "LAUNCH_ARGUMENTS",
     "LaunchClaim",
     "RunIdTakenError",
     "attached_result",
     "claim_launch",
     "launch_digest",
 ]
+
+
+#: The keyword arguments ``agentloop.launch`` takes (``LaunchRequest.parse``'s).
+LAUNCH_ARGUMENTS = ("runnable", "input", "context", "run_id", "token_budget", "deadline_seconds", "principal")
 
 
 class RunIdTakenError(AgentLoopError, ValueError):
@@ -77,7 +91,8 @@ class LaunchClaim:
 
     run_id: str
     request: LaunchRequest | None
-    problem: LaunchRequestError | None
+    #: Why the launch is malformed (its text quotes none of its values); ``None`` when it is not.
+    problem: Exception | None
     record: RunRecord
     owner_token: str | None
     #: This launch created the run (it did not find one with its id).
@@ -96,34 +111,59 @@ def launch_digest(kwargs: Mapping[str, Any]) -> str:
 
 
 def _shown(value: Any) -> str:
-    """What a run record keeps of an invalid runnable name: readable, storable, at most 255 chars."""
-    text = value if isinstance(value, str) else repr(value)
-    text = text.replace("\x00", "\\x00") or "(none)"
-    return text if len(text) <= 255 else f"{text[:240]}... (cut)"
+    """What a run record keeps of a runnable name the contract refuses: its kind and size, never
+    its text (``<hidden dict 57 chars>``; ``(none)`` when there is none)."""
+    return "(none)" if value is None or value == "" else describe_hidden(value)
 
 
-def claim_launch(store: RunStore, kwargs: Mapping[str, Any], *, task_id: str) -> LaunchClaim:
-    """Claim the run id of a launch message (see the module doc).
+def refused(error: Exception, kwargs: Mapping[str, Any]) -> Exception:
+    """``error`` with the values of the launch's arguments taken out of its message (in place):
+    its names and knobs (the input and the context spec are hidden wherever they go already)."""
+    shown = {key: value for key, value in kwargs.items() if key not in ("input", "context")}
+    scrub_error(error, hidden_texts((), {"launch": shown}))
+    return error
+
+
+def _request_of(
+    kwargs: Mapping[str, Any], run_id: str, registered: RunnableRegistry
+) -> tuple[LaunchRequest | None, Exception | None]:
+    """The launch's request when it is valid, else why not (with the request when it parses)."""
+    unknown = sorted(repr(key)[:40] for key in kwargs if key not in LAUNCH_ARGUMENTS)
+    if unknown:
+        takes = ", ".join(LAUNCH_ARGUMENTS)
+        return None, LaunchRequestError(
+            f"agentloop.launch takes no argument {', '.join(unknown)}; it takes {takes}"
+        )
+    try:
+        request = LaunchRequest.parse(**{**kwargs, "run_id": run_id})
+    except LaunchRequestError as error:
+        return None, refused(error, kwargs)
+    if request.runnable not in registered:
+        return request, refused(UnknownRunnableError(request.runnable, registered.names), kwargs)
+    return request, None
+
+
+def claim_launch(
+    store: RunStore, kwargs: Mapping[str, Any], *, task_id: str, registered: RunnableRegistry
+) -> LaunchClaim:
+    """Claim the run id of a launch message (see the module doc); ``registered`` holds the
+    runnables a launch may name.
 
     Raises :class:`~agentloop.orchestration.wire.LaunchRequestError` for a run id the store
     cannot hold, :class:`RunIdTakenError` for an id another launch owns.
     """
     given = kwargs.get("run_id")
-    run_id = check_name(str(given) if type(given) is int else given or task_id, "run_id")
-    check_name(task_id, "the launch's task id")
-    request: LaunchRequest | None = None
-    problem: LaunchRequestError | None = None
     try:
-        request = LaunchRequest.parse(**{**kwargs, "run_id": run_id})
+        run_id = check_name(str(given) if type(given) is int else given or task_id, "run_id")
+        check_name(task_id, "the launch's task id")
     except LaunchRequestError as error:
-        problem = error
-    except TypeError as error:  # an argument the contract does not know
-        problem = LaunchRequestError(f"agentloop.launch takes no such argument: {error}")
+        raise refused(error, kwargs) from None
+    request, problem = _request_of(kwargs, run_id, registered)
     owner = RunOwner.new(launch_digest({**kwargs, "run_id": run_id}))  # a given id or the task's: one run
     try:
         record = store.create_run(
             run_id=run_id,
-            runnable=request.runnable if request else _shown(kwargs.get("runnable")),
+            runnable=request.runnable if request and problem is None else _shown(kwargs.get("runnable")),
             input=request.input if request else None,
             token_budget=request.token_budget if request else None,
             celery_task_id=task_id,
@@ -143,7 +183,7 @@ def _claim_existing(
     mine: RunOwner,
     task_id: str,
     request: LaunchRequest | None,
-    problem: LaunchRequestError | None,
+    problem: Exception | None,
 ) -> LaunchClaim:
     """The claim on a run that exists: the same launch goes on, any other is refused."""
     owner = store.run_owner(record.id)

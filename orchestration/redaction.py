@@ -158,7 +158,13 @@ def _describe_node(value: Any) -> str:
     return f"<node {fields}>" if fields else "<node>"
 
 
+#: The shown parameters that are numbers: a string in one is shown as any hidden value is.
+_NUMBERS = frozenset({"index", "after_id", "limit", "offset", "chunk_size", "token_budget", "max_seconds"})
+
+
 def _is_shown(name: str | None, value: Any) -> bool:
+    if name in _NUMBERS and isinstance(value, str):  # a refused value may be a pasted secret
+        return False
     return name in SHOWN_PARAMETERS and _is_short_scalar(value)
 
 

@@ -18,6 +18,12 @@ marker, and no column is needed). For each tool id:
   (``kept``), with a warning when it differs from the generated payload
   (``drifted``); ``force=True`` overwrites it (``updated``).
 
+A typed step needs no row: without one it sends its type's schema. A row wins
+at run time, so :func:`check_tools` (``agentloop tools sync --check``) writes
+nothing and reports, per tool id, ``from the type`` (no row), ``unchanged``
+(the row is the generated schema) or ``drifted`` (the row differs: edited by
+hand, or generated from an older type).
+
 :func:`typed_actions` finds the actions of a deployment: the action of each
 registered action stage, the actions of each registered loop's registry (where
 it can be read without a context), and the typed actions its modules define or
@@ -35,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentloop.actions.typed import TypedToolAction
+from agentloop.actions.typed import SYNC_MARKER, TypedToolAction, tool_content
 from agentloop.loops.base import BaseAgentLoop
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import ToolStore, validate_tool_payload
@@ -44,9 +50,11 @@ from agentloop.pipelines.action_stage import BaseActionStage
 logger = logging.getLogger(__name__)
 
 #: The key of the marker a generated payload carries.
-MARKER = "x-agentloop"
+MARKER = SYNC_MARKER
 #: What :func:`sync_tools` did with each tool id.
 CREATED, UPDATED, UNCHANGED, KEPT, DRIFTED = "created", "updated", "unchanged", "kept", "drifted"
+#: What :func:`check_tools` found for a tool id with no row: the step sends its type's schema.
+FROM_TYPE = "from the type"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,8 +70,7 @@ class ToolSync:
 
 def payload_hash(payload: Mapping[str, Any]) -> str:
     """The SHA-256 of ``payload`` without its marker, as canonical JSON."""
-    content = {key: value for key, value in payload.items() if key != MARKER}
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(tool_content(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -108,6 +115,27 @@ def sync_tool(store: ToolStore, action: type[TypedToolAction[Any]], *, force: bo
         return result(UNCHANGED)
     store.put(tool_id, generated)
     return result(UPDATED)
+
+
+def check_tool(store: ToolStore, action: type[TypedToolAction[Any]]) -> ToolSync:
+    """Whether ``action``'s row differs from its generated schema; nothing is written."""
+    tool_id, generated = action.default_tool_id(), generated_payload(action)
+    name, row = action_path(action), store.get_payload(tool_id)
+    if row is None:
+        return ToolSync(
+            tool_id=tool_id, action=name, status=FROM_TYPE, detail="no row: the type's schema is sent"
+        )
+    if payload_hash(row) == payload_hash(generated):
+        return ToolSync(tool_id=tool_id, action=name, status=UNCHANGED)
+    how = "edited by hand" if _is_hand_edited(row) else "generated from an older type"
+    return ToolSync(
+        tool_id=tool_id, action=name, status=DRIFTED, detail=f"{how}; differs from {name}'s schema"
+    )
+
+
+def check_tools(store: ToolStore, actions: Iterable[type[TypedToolAction[Any]]]) -> list[ToolSync]:
+    """:func:`check_tool` for each of ``actions`` (see the module doc)."""
+    return [check_tool(store, action) for action in dict.fromkeys(actions)]
 
 
 def sync_tools(

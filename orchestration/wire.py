@@ -299,45 +299,45 @@ class WorkflowNode:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> WorkflowNode:
+    def from_dict(cls, data: Any) -> WorkflowNode:
         if not isinstance(data, Mapping):
-            raise ValueError("a workflow node must be a JSON object")
-        context = data.get("context") or {}
-        if not isinstance(context, Mapping):
-            raise ValueError("the context spec must be a JSON object")
-        return cls(
-            run_id=str(data["run_id"]),
-            runnable=str(data["runnable"]),
-            path=str(data.get("path", "")),
-            context=dict(context),
-            ancestors=tuple(Ancestor.from_dict(a) for a in data.get("ancestors", ())),
-            capture=data.get("capture"),
-            deadline=_epoch_or_none(data.get("deadline")),
-            owner_token=_token_or_none(data.get("owner_token")),
-            fresh=_flag(data.get("fresh", False)),
-        )
+            raise InvalidNodeError("a workflow node must be a JSON object")
+        try:
+            return cls(
+                run_id=str(data["run_id"]),
+                runnable=str(data["runnable"]),
+                path=str(data.get("path", "")),
+                context=dict(
+                    _typed(data.get("context") or {}, Mapping, "context spec must be a JSON object")
+                ),
+                ancestors=tuple(Ancestor.from_dict(a) for a in data.get("ancestors", ())),
+                capture=data.get("capture"),
+                deadline=_epoch_or_none(data.get("deadline")),
+                owner_token=_typed(
+                    data.get("owner_token"), (str, type(None)), "owner token must be a string"
+                ),
+                fresh=_typed(data.get("fresh", False), bool, "'fresh' must be true or false"),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise InvalidNodeError(f"a malformed workflow node: {type(error).__name__}: {error}") from None
 
 
-def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
+class InvalidNodeError(AgentLoopError, ValueError):
+    """A task's workflow node is malformed, or names a runnable of a kind its task does not run."""
+
+
+def _typed(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    if isinstance(value, kind):
         return value
-    raise ValueError(f"a workflow node's 'fresh' must be true or false, not {value!r}")
-
-
-def _token_or_none(value: Any) -> str | None:
-    """An owner token read from the wire: a string, or ``None``."""
-    if value is None or isinstance(value, str):
-        return value
-    raise ValueError("a workflow node's owner token must be a string")
+    raise ValueError(f"its {what}, not a {type(value).__name__}")
 
 
 def _epoch_or_none(value: Any) -> float | None:
-    """A deadline read from the wire: a finite number of seconds since the epoch, or ``None``."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"a workflow node's deadline must be an epoch time, not {value!r}")
-    return float(value)
+    if value is None or (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ):
+        return None if value is None else float(value)
+    raise ValueError(f"its deadline must be an epoch time, not a {type(value).__name__}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

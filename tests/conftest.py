@@ -58,7 +58,7 @@ def run_store(tmp_path: Path) -> Iterator[RunStore]:
 
 
 #: The modules whose runnables the in-process Celery rigs can run.
-WORKFLOW_MODULES = ("parity_workflows", "agentloop.examples.record_search.workflows")
+WORKFLOW_MODULES = ("parity_workflows", "fallback_workflows", "agentloop.examples.record_search.workflows")
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ def redis_celery(
             run_worker_process(
                 broker_url=server.url,
                 result_backend=server.url,
-                imports=["parity_workflows"],
+                imports=["parity_workflows", "fallback_workflows"],
                 env=_worker_env(database_url),
                 concurrency=2,
             )

@@ -7,6 +7,8 @@ import os
 import time
 from typing import Any
 
+from pydantic import BaseModel
+
 from agentloop.actions import Usage, check_budget, report_usage
 from agentloop.loops import BaseAgentLoop
 from agentloop.orchestration.registry import register
@@ -97,8 +99,38 @@ class WaitsThenCounts(BaseAgentPipeline):
         return 1 if index == 0 else input
 
 
-register("durable.slow_count", SlowCount)
 register("durable.waits_then_counts", WaitsThenCounts)
+
+
+class CountState(BaseModel):
+    goal: int
+    n: int = 0
+
+
+class TypedSlowCount(SlowCount):
+    """:class:`SlowCount` with its state declared as a pydantic model: its hooks refuse anything else."""
+
+    state_type = CountState
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return CountState(goal=input)
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        assert isinstance(state, CountState), type(state)
+        counted = super().advance_state(state=state.model_dump(), iteration=iteration)
+        return CountState.model_validate(counted)
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        assert isinstance(state, CountState), type(state)
+        return state.n >= state.goal
+
+    def build_result(self, *, state: Any) -> Any:
+        assert isinstance(state, CountState), type(state)
+        return {"counted": state.n}
+
+
+register("durable.slow_count", SlowCount)
+register("durable.typed_slow_count", TypedSlowCount)
 register("durable.not_json_state", NotJsonState)
 register("durable.metered", Metered)
 register("durable.swallows_its_time_limit", SwallowsItsTimeLimit)

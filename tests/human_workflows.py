@@ -94,6 +94,17 @@ class FanWithApproval(BaseCompositeAgent):
         return {result.key: result.output for result in results}
 
 
+class FanWithTwoApprovals(FanWithApproval):
+    """Three branches; ``b`` and ``c`` each ask for an approval, at once."""
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [
+            Branch(runnable=Quick, input="a", key="a"),
+            Branch(runnable=Approve, input="b", key="b"),
+            Branch(runnable=Approve, input="c", key="c"),
+        ]
+
+
 class StageThenApprove(BaseAgentPipeline):
     """A plain stage, then one that asks."""
 
@@ -106,6 +117,7 @@ for _name, _runnable in {
     "human.expiring": Expiring,
     "human.expiring_unanswerable": ExpiringUnanswerable,
     "human.fan": FanWithApproval,
+    "human.fan_of_two_questions": FanWithTwoApprovals,
     "human.pipeline": StageThenApprove,
 }.items():
     register(_name, _runnable)

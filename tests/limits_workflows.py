@@ -60,7 +60,7 @@ class Stamped(BaseProcessor):
             "enforced": permit.enforced if permit is not None else None,
         }
         instruction = f"{request.instruction}\n[limits-stamp {json.dumps(stamp)}]"
-        return await replace(request, instruction=instruction).send(self.inner)
+        return await replace(request, instruction=instruction).forward(self.inner)
 
 
 def read_stamp(body: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ def test_under_ci_a_skip_fails_with_its_reason(
 ) -> None:
     monkeypatch.setenv("CI", "true")
     pytester.makepyfile(SKIPPING)
-    result = pytester.runpytest("-p", "ci_policy")
+    result = pytester.runpytest("-p", "ci_policy", "-rN")  # reasons read in full, not from the summary
     result.assert_outcomes(passed=1, failed=1, errors=1, xfailed=1)  # a skip mark fails at setup
     result.stdout.fnmatch_lines(["*skipped under CI=true*no redis-server on PATH*"])
     result.stdout.fnmatch_lines(["*skipped under CI=true*tool missing*"])

@@ -20,12 +20,14 @@ carries the outputs of its lane so far.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from celery import Signature, Task, chain, chord
 
-from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output
+from agentloop.orchestration.celery_adapter.outgoing import UnsendableMessageError, check_canvas, check_output
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
+from agentloop.orchestration.celery_adapter.run_failures import end_run_on_failure
 from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
 from agentloop.orchestration.wire import LANE, LANE_COLLECT, MERGE, PIPELINE_DONE, RUN, STAGE, BranchFailure
 
@@ -37,7 +39,7 @@ def continue_with(task: Task, outcome: Outcome, then: Signature | None = None) -
     value returned here is the caller's to finish.
     """
     if isinstance(outcome, Done):
-        check_output(outcome.value, task.name)  # it travels on in the next task's message
+        sendable(task, check_output, outcome.value, task.name)  # it travels on in the next task's message
         return outcome.value
     if isinstance(outcome, BranchFailure):
         return outcome.to_wire()  # travels on to the composite that collects it
@@ -46,9 +48,21 @@ def continue_with(task: Task, outcome: Outcome, then: Signature | None = None) -
         canvas = chain(*pipeline_stages(task, outcome), *tail)
     else:
         canvas = chain(fan_out(task, outcome), *tail)
-    check_canvas(canvas)  # a message the workers' edge would refuse fails the run here instead
+    sendable(task, check_canvas, canvas)  # a message the workers' edge would refuse fails the run here
     with unwatched_results(task.app):  # this process never waits on the canvas's results
         raise task.replace(canvas)
+
+
+def sendable(task: Task, check: Callable[..., None], *args: Any) -> None:
+    """``check(*args)``; a message the workers' edge would refuse ends the run with the
+    :class:`UnsendableMessageError` here, before the task's failed result is stored (Celery stores
+    it before ``on_failure`` runs): whoever reads the failed result finds the run ended too."""
+    try:
+        check(*args)
+    except UnsendableMessageError as error:
+        request = task.request
+        end_run_on_failure(task, error, request.id, request.args, request.kwargs, None)
+        raise
 
 
 def pipeline_stages(task: Task, outcome: ChainStages) -> list[Signature]:
@@ -94,7 +108,7 @@ def continue_lane(task: Task, outcome: Outcome, collected: list[Any]) -> Any:
     """A branch run in a lane: the lane's outputs so far with this branch's appended, now or
     (when the branch expands into a canvas) by ``agentloop.lane_collect`` after it."""
     if isinstance(outcome, Done):
-        check_output(outcome.value, task.name)
+        sendable(task, check_output, outcome.value, task.name)
         return [*collected, outcome.value]
     if isinstance(outcome, BranchFailure):
         return [*collected, outcome.to_wire()]

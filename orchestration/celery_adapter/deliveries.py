@@ -48,9 +48,8 @@ def first_delivery(task: Task) -> bool:
     return not delivery.get("redelivered", False)
 
 
-def node_of(task: Task, data: Mapping[str, Any]) -> WorkflowNode:
+def node_of(task: Task, node: WorkflowNode) -> WorkflowNode:
     """The node a task was sent, unmarked (with the chain after it) unless this is its first try."""
-    node = WorkflowNode.from_dict(data)
     if node.fresh and not first_delivery(task):
         unmark_chain(task)
         return replace(node, fresh=False)

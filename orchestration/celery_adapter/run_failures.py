@@ -33,6 +33,7 @@ from celery.exceptions import TimeLimitExceeded
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.launches import RunIdTakenError, claim_launch
+from agentloop.orchestration.redaction import hidden_texts, parameter_names, scrub_error
 from agentloop.orchestration.run_end import end_with_failure
 from agentloop.orchestration.store import RunStore, StoreUnavailableError
 from agentloop.orchestration.wire import (
@@ -66,9 +67,14 @@ RUN_TASKS = frozenset({LAUNCH, RUN, STAGE, PIPELINE_DONE, MERGE, LANE, FINALIZE}
 def _arguments(task: Task, args: Any, kwargs: Any) -> dict[str, Any] | None:
     """The task's arguments by parameter name, ``None`` when they do not fit its signature."""
     try:
-        return dict(inspect.signature(task.run).bind(*(args or ()), **(kwargs or {})).arguments)
+        bound = inspect.signature(task.run).bind(*(args or ()), **(kwargs or {}))
     except (TypeError, ValueError):
         return None
+    arguments = dict(bound.arguments)
+    for name, parameter in bound.signature.parameters.items():
+        if parameter.kind is parameter.VAR_KEYWORD:  # the launch's unknown arguments, as sent
+            arguments.update(arguments.pop(name, {}))
+    return arguments
 
 
 def end_run_on_failure(
@@ -85,6 +91,8 @@ def end_run_on_failure(
         return
     dependencies = dependencies_of(task.app)
     killed = isinstance(exc, TimeLimitExceeded)
+    # what is recorded of the error is what the worker's log shows: without the hidden arguments'
+    scrub_error(exc, hidden_texts(args, kwargs, parameter_names(task.run)))
     try:
         _end_run(task, dependencies.store, hard_time_limit_error(exc) if killed else exc, task_id, arguments)
     finally:
@@ -105,7 +113,8 @@ def _end_run(
 ) -> None:
     if task.name == LAUNCH:
         try:
-            claim = claim_launch(store, arguments, task_id=str(task_id))
+            registered = dependencies_of(task.app).registry
+            claim = claim_launch(store, arguments, task_id=str(task_id), registered=registered)
         except (LaunchRequestError, RunIdTakenError):  # an id no run can have, or another launch's run
             return
         except Exception:  # the store still away

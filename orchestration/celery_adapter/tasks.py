@@ -11,6 +11,7 @@ registers these functions on one app.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -34,9 +35,11 @@ from agentloop.orchestration.celery_adapter.pause import (
 from agentloop.orchestration.celery_adapter.progress_events import progress_events_of
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
 from agentloop.orchestration.engine import WorkflowEngine
-from agentloop.orchestration.launches import LaunchClaim, RunIdTakenError, attached_result, claim_launch
+from agentloop.orchestration.launches import RunIdTakenError, attached_result, claim_launch
+from agentloop.orchestration.redaction import hidden_texts, parameter_names
 from agentloop.orchestration.run_end import end_with_failure
-from agentloop.orchestration.store import RunAlreadyEndedError, RunOwnershipError, RunRecord
+from agentloop.orchestration.run_gate import RunGate
+from agentloop.orchestration.store import RunAlreadyEndedError, RunRecord, RunStatus
 from agentloop.orchestration.task_outcome import Done, Outcome
 from agentloop.orchestration.wire import (
     CANCEL,
@@ -52,7 +55,7 @@ from agentloop.orchestration.wire import (
     RESUME_SETTLED,
     RUN,
     STAGE,
-    LaunchRequest,
+    LaunchRequestError,
     WorkflowNode,
     progress_status,
 )
@@ -62,6 +65,8 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 _loops = threading.local()
+#: The statuses of a run that ended with its result.
+_SUCCESSES = frozenset({RunStatus.SUCCEEDED.value, RunStatus.DEGRADED.value})
 
 #: How long a task's latest progress event waits to become its ``PROGRESS`` state (and a
 #: ``task-progress`` event): at most two a second, so faster iterations are throttled; a task that
@@ -101,7 +106,14 @@ def engine_for(task: Task) -> WorkflowEngine:
         waits=deps.waits,
         tracer=getattr(task.app, "agentloop_tracer", None),  # orchestration/tracing/otel.py
         cache=deps.step_cache,  # orchestration/cache.py
+        secrets=functools.cache(lambda: hidden_of(task)),  # the worker's log hides them: so do records
     )
+
+
+def hidden_of(task: Task) -> tuple[str, ...]:
+    """The texts of ``task``'s hidden arguments (``orchestration/redaction.py``), as errors quote them."""
+    request = task.request
+    return hidden_texts(request.args, request.kwargs, parameter_names(task.run))
 
 
 def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, Outcome]) -> Outcome:
@@ -116,13 +128,14 @@ def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, Outcome]) -
 
 def launch(
     self: Task,
-    runnable: str,
+    runnable: Any = None,
     input: Any = None,
     context: Any = None,
-    run_id: str | None = None,
-    token_budget: int | None = None,
-    deadline_seconds: float | None = None,
-    principal: str | None = None,
+    run_id: Any = None,
+    token_budget: Any = None,
+    deadline_seconds: Any = None,
+    principal: Any = None,
+    **unknown: Any,
 ) -> Any:
     """Start the registered workflow ``runnable``; its final result becomes this task's.
 
@@ -130,13 +143,15 @@ def launch(
     ``deadline_seconds`` (optional) ends the whole run that long after this task starts it;
     ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it).
     The run id (``run_id``, else this task's id) is an idempotency key: see
-    :mod:`agentloop.orchestration.launches` for a message whose id names a run that exists.
+    :mod:`agentloop.orchestration.launches` for a message whose id names a run that exists, and for
+    one that is malformed (``unknown`` arguments, no ``runnable``): it is refused and recorded.
     """
-    store = dependencies_of(self.app).store
+    deps = dependencies_of(self.app)
     arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
     arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds, principal=principal)
+    arguments.update(unknown)
     try:
-        claim = claim_launch(store, arguments, task_id=str(self.request.id))
+        claim = claim_launch(deps.store, arguments, task_id=str(self.request.id), registered=deps.registry)
     except RunIdTakenError as taken:
         if not taken.same_task:
             raise
@@ -144,9 +159,13 @@ def launch(
         raise Ignore() from taken  # the result backend keeps the run's own result
     if claim.record.is_finished:
         return attached_result(claim.record)  # the same launch again: its outcome, not a second run
-    request = _runnable_request(self, claim)
-    if not store.mark_running(claim.run_id):  # a twin of this launch ended it meanwhile
-        return attached_result(store.get_run(claim.run_id) or claim.record)
+    if claim.problem is not None or claim.request is None:  # malformed: the run ends failed with why
+        problem = claim.problem or LaunchRequestError("the launch is malformed")
+        end_with_failure(deps.store, claim.run_id, problem, owner_token=claim.owner_token)
+        raise problem
+    request = claim.request
+    if not deps.store.mark_running(claim.run_id):  # a twin of this launch ended it meanwhile
+        return attached_result(deps.store.get_run(claim.run_id) or claim.record)
     seconds = request.deadline_seconds
     deadline = None if seconds is None else time.time() + seconds  # one epoch time for every task
     node = WorkflowNode(
@@ -164,53 +183,54 @@ def launch(
     return continue_with(self, outcome, then=then)
 
 
-def _runnable_request(task: Task, claim: LaunchClaim) -> LaunchRequest:
-    """The claim's request when it is valid and names a registered runnable; else the run ends
-    failed with the reason, which is raised."""
-    problem: Exception | None = claim.problem
-    if claim.request is not None and problem is None:
-        try:
-            dependencies_of(task.app).registry.get(claim.request.runnable)
-            return claim.request
-        except Exception as error:
-            problem = error
-    assert problem is not None
-    end_with_failure(dependencies_of(task.app).store, claim.run_id, problem, owner_token=claim.owner_token)
-    raise problem
+def admitted(task: Task, data: Any) -> WorkflowNode:
+    """The node ``task`` was sent, when the run gate lets it run (``orchestration/run_gate.py``):
+    a forged or malformed node is refused. A task of a run that has ended runs nothing: after a
+    success it is ignored (the run's result stands); after a failure it fails with
+    :class:`~agentloop.orchestration.store.RunAlreadyEndedError`, so the chord or chain it belongs to ends
+    as every failure ends it (a chord whose part was ignored would never end)."""
+    try:
+        node = RunGate(dependencies_of(task.app).store).admit(data)
+    except RunAlreadyEndedError as ended:
+        logger.info("%s: %s[%s] runs nothing", ended, task.name, task.request.id)
+        if ended.record.status in _SUCCESSES:
+            raise Ignore() from ended
+        raise
+    return node_of(task, node)
 
 
 def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
     """Run one loop or action stage, or expand one pipeline or composite."""
-    work = node_of(self, node)
+    work = admitted(self, node)
     return continue_with(self, run_node(self, work.run_id, engine_for(self).start(work, input)))
 
 
 def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
     """Stage ``index`` of a pipeline, fed the previous stage's output."""
-    work = node_of(self, node)
+    work = admitted(self, node)
     outcome = run_node(self, work.run_id, engine_for(self).stage(previous, work, int(index), input))
     return continue_with(self, outcome)
 
 
 def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
     """Close a pipeline: its result is the last stage's output."""
-    return continue_with(self, run_coroutine(engine_for(self).pipeline_done(previous, node_of(self, node))))
+    return continue_with(self, run_coroutine(engine_for(self).pipeline_done(previous, admitted(self, node))))
 
 
 def merge(
     self: Task, outputs: Any, node: dict[str, Any], input: Any = None, single: bool = False, lanes: int = 0
 ) -> Any:
     """Fan-in of a composite: merge its branches' outputs (from ``lanes`` lanes, when bounded)."""
+    work = admitted(self, node)
     outputs = [outputs] if single else list(outputs)
     if lanes:
         outputs = from_lanes(outputs)
-    engine = engine_for(self)
-    return continue_with(self, run_coroutine(engine.merge(node_of(self, node), outputs, input)))
+    return continue_with(self, run_coroutine(engine_for(self).merge(work, outputs, input)))
 
 
 def lane(self: Task, collected: list[Any], node: dict[str, Any], input: Any = None) -> Any:
     """One branch of a composite run in a lane, after the lane's branches before it."""
-    work = node_of(self, node)
+    work = admitted(self, node)
     outcome = run_node(self, work.run_id, engine_for(self).start(work, input))
     return continue_lane(self, outcome, list(collected))
 
@@ -230,9 +250,7 @@ def finalize(self: Task, result: Any, run_id: str, owner_token: str | None = Non
     Only the canvas its launch built carries the run's ``owner_token``: a finalize without it
     is refused (:class:`~agentloop.orchestration.store.RunOwnershipError`) and the run is not touched.
     """
-    owner = dependencies_of(self.app).store.run_owner(str(run_id))
-    if owner is not None and not owner.holds(owner_token):
-        raise RunOwnershipError(str(run_id))
+    RunGate(dependencies_of(self.app).store).check_owner(str(run_id), owner_token)
     try:
         return run_coroutine(engine_for(self).finish(run_id, result, owner_token=owner_token))
     except RunAlreadyEndedError as ended:

@@ -2,7 +2,8 @@
 
 ``sync`` writes the schemas the typed actions of ``AGENTLOOP_IMPORTS`` generate
 (:mod:`agentloop.orchestration.tool_sync`); a row edited by hand wins, with a warning
-when it has drifted from the generated one.
+when it has drifted from the generated one. ``sync --check`` writes nothing and
+exits 1 when a row has drifted, listing it (a typed step needs no row).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from agentloop.orchestration.cli.common import (
     print_json,
 )
 from agentloop.orchestration.store import open_store, validate_tool_payload
-from agentloop.orchestration.tool_sync import DRIFTED, sync_tools, typed_actions
+from agentloop.orchestration.tool_sync import DRIFTED, check_tools, sync_tools, typed_actions
 
 tools = typer.Typer(help="Tool schemas in the AiTool table (DATABASE_URL).", no_args_is_help=True)
 
@@ -108,14 +109,17 @@ def load(
 def sync(
     force: bool = typer.Option(False, "--force", help="Overwrite rows edited by hand too."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when a row has drifted (for CI)."),
+    check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 when a row has drifted."),
     as_json: bool = json_option(),
 ) -> None:
     """Write the tool schemas the typed actions of AGENTLOOP_IMPORTS generate (rows edited by hand win)."""
+    if check and force:
+        raise fail("--check writes nothing: it cannot --force")
     settings = cli_settings()
     actions = typed_actions(deployment_registry(settings), settings.imports)
     _, store = open_store(settings.database_url)
     try:
-        results = sync_tools(store, actions, force=force)
+        results = check_tools(store, actions) if check else sync_tools(store, actions, force=force)
     except ValueError as error:
         raise fail(str(error)) from None
     finally:
@@ -141,5 +145,5 @@ def sync(
             errors.print(
                 f"[yellow]warning:[/] {escape(f'tool {result.tool_id!r}: {result.detail}')}", soft_wrap=True
             )
-    if strict and any(result.status == DRIFTED for result in results):
+    if (strict or check) and any(result.status == DRIFTED for result in results):
         raise typer.Exit(EXIT_FAILED)

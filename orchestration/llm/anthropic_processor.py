@@ -29,6 +29,8 @@ malformed event, an ``error`` event, a stream cut short) is a failure like any o
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import logging
 from datetime import timedelta
 from typing import Any, Self
@@ -52,6 +54,7 @@ from agentloop.orchestration.llm.anthropic_mapping import (
 )
 from agentloop.orchestration.llm.anthropic_stream import MessageStreamReader
 from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
+from agentloop.orchestration.llm.loop_clients import LoopClients
 from agentloop.orchestration.llm.request_guard import model_requests
 from agentloop.orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
 from agentloop.orchestration.settings import ModelSettings
@@ -88,6 +91,8 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
     ``max_tokens`` bounds each reply (the API requires it). ``base_url``
     selects any server speaking the Messages API (default: Anthropic's); with a
     non-default ``base_url`` the key may be omitted (a placeholder is sent).
+    It keeps one SDK client per event loop (:mod:`~agentloop.orchestration.llm.loop_clients`), so one
+    processor serves any number of ``asyncio.run`` calls and threads.
     ``on_usage`` is called with the usage of every reply, for accounting; its
     failures are logged, never raised. ``stream=True`` streams every reply and
     reports its partial output as ``delta`` events, at most one per
@@ -128,9 +133,15 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
         self._timeout = timedelta(seconds=seconds)
         self.on_usage = on_usage
         # every value explicit: the SDK then reads none of its own ANTHROPIC_* variables
-        self._client = AsyncAnthropic(
-            api_key=api_key, base_url=resolved_url, timeout=seconds, max_retries=max_retries
-        )
+        options: dict[str, Any] = {
+            "api_key": api_key,
+            "base_url": resolved_url,
+            "timeout": seconds,
+            "max_retries": max_retries,
+        }
+        # one client per event loop (loop_clients.py): a connection belongs to the loop that opened it
+        self._clients = LoopClients(AsyncAnthropic(**options), lambda: AsyncAnthropic(**options))
+        self._owns_client = True
         self._api_key = api_key if api_key != PLACEHOLDER_API_KEY else None
 
     @classmethod
@@ -165,7 +176,7 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
     @property
     def base_url(self) -> str:
         """The server's base URL, e.g. ``https://api.anthropic.com/``."""
-        return str(self._client.base_url)
+        return str(self._clients.first.base_url)
 
     @property
     def timeout(self) -> timedelta:
@@ -175,7 +186,7 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
     @property
     def max_retries(self) -> int:
         """How many times a retryable failure is retried."""
-        return int(self._client.max_retries)
+        return int(self._clients.first.max_retries)
 
     @property
     def max_tokens(self) -> int:
@@ -184,8 +195,12 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
 
     @property
     def client(self) -> AsyncAnthropic:
-        """The underlying SDK client."""
-        return self._client
+        """The SDK client of the running event loop (one per loop); outside a loop, the first one."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._clients.first
+        return self._clients.current()
 
     def __repr__(self) -> str:
         return f"<AnthropicProcessor model={self._model!r} base_url={self.base_url!r}>"
@@ -231,7 +246,7 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
     async def _whole(self, create: dict[str, Any]) -> AiResponse | str:
         """One message sent whole: the reply, or why there is none."""
         try:
-            message = await self._client.messages.create(**create)
+            message = await self._clients.current().messages.create(**create)
         except Exception as error:  # the contract: a model fault is a value, never an exception
             reraise_interruption(error)
             return self._described(error)
@@ -246,7 +261,7 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
         """One message streamed (``anthropic_stream.py``), its pieces reported as ``delta`` events."""
         reporter = delta_reporter(self._model, self._stream_interval)
         try:
-            stream = await self._client.messages.create(**create, stream=True)
+            stream = await self._clients.current().messages.create(**create, stream=True)
             async with stream:
                 return await read_stream(
                     stream, MessageStreamReader(default_model=self._model, reporter=reporter), reporter
@@ -258,9 +273,16 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
             reraise_interruption(error)
             return self._described(error, mid_stream=True)
 
+    def sharing_clients(self) -> Self:
+        """A processor like this one on the same per-loop clients; closing it leaves them open."""
+        twin = copy.copy(self)
+        twin._owns_client = False
+        return twin
+
     async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self._client.close()
+        """Close this loop's HTTP client (unless it is shared: :meth:`sharing_clients`)."""
+        if self._owns_client:
+            await self._clients.aclose(AsyncAnthropic.close)
 
     async def __aenter__(self) -> Self:
         return self

@@ -3,7 +3,7 @@
 The processor protocol (:class:`agentloop.actions.model.ModelProcessor`) is a method of
 seven keywords. A subclass implements :meth:`BaseProcessor.process` instead,
 which receives them as one value, so wrappers can pass a request on
-(``await request.send(inner)``) or change one field (``dataclasses.replace``)
+(``await request.forward(inner)``) or change one field (``dataclasses.replace``)
 without spelling the keywords again.
 """
 

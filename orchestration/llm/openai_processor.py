@@ -45,6 +45,8 @@ malformed chunk, an error event, a stream cut short) is a failure like any other
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
@@ -56,6 +58,7 @@ from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.model import AiResponse, ModelRequest, Usage
 from agentloop.orchestration.interruptions import reraise_interruption
 from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
+from agentloop.orchestration.llm.loop_clients import LoopClients
 from agentloop.orchestration.llm.openai_errors import OPENAI_ERRORS
 from agentloop.orchestration.llm.openai_mapping import (
     from_chat_completion,
@@ -96,9 +99,12 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
     failure, so a request makes at most ``max_retries + 1`` attempts.
     ``base_url`` selects any OpenAI-compatible server (default: OpenAI's); with
     a non-default ``base_url`` the key may be omitted (a placeholder is sent).
+    The processor keeps one SDK client per event loop (:mod:`~agentloop.orchestration.llm.loop_clients`),
+    so one processor serves any number of ``asyncio.run`` calls and threads.
     Pass ``client`` to reuse an existing ``AsyncOpenAI`` (then ``api_key`` and
     ``base_url`` must not be given; ``timeout``/``max_retries`` override the
-    client's own when given). ``on_usage`` is called with the usage of every
+    client's own when given): it is used as it is on every loop, so its
+    connections are its owner's to keep on one loop. ``on_usage`` is called with the usage of every
     completion the server returned, for accounting; its failures are logged,
     never raised. ``stream=True`` streams every reply and reports its partial
     output as ``delta`` events, at most one per ``stream_interval`` (seconds or a
@@ -137,7 +143,7 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
                     timeout=timeout_seconds if timeout_seconds is not None else client.timeout,
                     max_retries=max_retries if max_retries is not None else client.max_retries,
                 )
-            self._client = client
+            self._clients: LoopClients[AsyncOpenAI] = LoopClients(client, None)
             self._owns_client = False
         else:
             resolved_url = base_url or DEFAULT_BASE_URL
@@ -145,14 +151,15 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
                 if resolved_url.rstrip("/") == DEFAULT_BASE_URL:
                     raise ValueError("an OpenAI API key is required (pass api_key or set OPENAI_API_KEY)")
                 api_key = PLACEHOLDER_API_KEY
-            self._client = AsyncOpenAI(
-                api_key=api_key,
-                base_url=resolved_url,
-                timeout=timeout_seconds if timeout_seconds is not None else DEFAULT_TIMEOUT.total_seconds(),
-                max_retries=max_retries if max_retries is not None else DEFAULT_MAX_RETRIES,
-            )
+            options: dict[str, Any] = {
+                "api_key": api_key,
+                "base_url": resolved_url,
+                "timeout": DEFAULT_TIMEOUT.total_seconds() if timeout_seconds is None else timeout_seconds,
+                "max_retries": max_retries if max_retries is not None else DEFAULT_MAX_RETRIES,
+            }
+            self._clients = LoopClients(AsyncOpenAI(**options), lambda: AsyncOpenAI(**options))
             self._owns_client = True
-        self._api_key = self._client.api_key
+        self._api_key = self._clients.first.api_key
 
     @classmethod
     def from_settings(
@@ -206,18 +213,18 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
     @property
     def base_url(self) -> str:
         """The server's base URL, e.g. ``https://api.openai.com/v1/``."""
-        return str(self._client.base_url)
+        return str(self._clients.first.base_url)
 
     @property
     def timeout(self) -> timedelta | None:
         """The per-attempt timeout (``None`` when the client has none)."""
-        seconds = _timeout_seconds(self._client.timeout)
+        seconds = _timeout_seconds(self._clients.first.timeout)
         return timedelta(seconds=seconds) if seconds is not None else None
 
     @property
     def max_retries(self) -> int:
         """How many times a retryable failure is retried."""
-        return int(self._client.max_retries)
+        return int(self._clients.first.max_retries)
 
     @property
     def temperature(self) -> float | None:
@@ -226,8 +233,13 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
 
     @property
     def client(self) -> AsyncOpenAI:
-        """The underlying SDK client."""
-        return self._client
+        """The SDK client of the running event loop (one per loop, see
+        :mod:`~agentloop.orchestration.llm.loop_clients`); outside a loop, the one it was built with."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._clients.first
+        return self._clients.current()
 
     def __repr__(self) -> str:
         return f"<OpenAIProcessor model={self._model!r} base_url={self.base_url!r}>"
@@ -282,7 +294,7 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
     async def _whole(self, create: dict[str, Any]) -> AiResponse | str:
         """One completion sent whole: the reply, or why there is none."""
         try:
-            completion = await self._client.chat.completions.create(**create)
+            completion = await self._clients.current().chat.completions.create(**create)
         except Exception as error:  # the contract: a model fault is a value, never an exception
             reraise_interruption(error)
             return self._described(error)
@@ -297,7 +309,7 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
         """One completion streamed (``openai_stream.py``), its pieces reported as ``delta`` events."""
         reporter = delta_reporter(self._model, self._stream_interval)
         try:
-            stream = await self._client.chat.completions.create(
+            stream = await self._clients.current().chat.completions.create(
                 **create, stream=True, stream_options={"include_usage": True}
             )
             async with stream:
@@ -311,10 +323,16 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
             reraise_interruption(error)
             return self._described(error)
 
+    def sharing_clients(self) -> Self:
+        """A processor like this one on the same per-loop clients; closing it leaves them open."""
+        twin = copy.copy(self)
+        twin._owns_client = False
+        return twin
+
     async def aclose(self) -> None:
-        """Close the HTTP client, unless it was passed in (then its owner closes it)."""
+        """Close this loop's HTTP client, unless it was passed in (then its owner closes it)."""
         if self._owns_client:
-            await self._client.close()
+            await self._clients.aclose(AsyncOpenAI.close)
 
     async def __aenter__(self) -> Self:
         return self

@@ -29,12 +29,12 @@ stream its replies, reporting partial output as ``delta`` events.
   call waits for a slot before it fails (default 120).
 
 Build one provider per process (or per app) and ask it for processors: they
-all share its limiter, and so its Redis connection pool. OpenAI processors asked
-for while an event loop runs also share one SDK client (and its HTTP connection
-pool) per event loop: a thread-pool worker runs one loop per thread, so a task
-costs no client or connection set-up. Closing such a processor leaves the shared
-client open; it lives as long as its loop. Asked for outside a loop, a
-processor has a client of its own, and whoever asks for one closes it.
+all share its limiter, and so its Redis connection pool. Its OpenAI or Anthropic
+processors also share one SDK client (and its HTTP connection pool) per event
+loop (:mod:`~agentloop.orchestration.llm.loop_clients`): a thread-pool worker runs one loop
+per thread, so a task costs no client or connection set-up, and a processor built
+once serves any number of ``asyncio.run`` calls and threads. Closing such a
+processor leaves the shared clients open; each lives as long as its loop.
 
 :func:`processor_from_env` is the short way for a script: settings loaded from
 the environment, one provider, one processor. :func:`describe_processor` says
@@ -43,10 +43,8 @@ in one line what a processor is, for display (never a key or a password).
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -79,8 +77,8 @@ class ModelProvider:
         self._offline = offline
         self._lock = threading.Lock()
         self._limiter: WindowRateLimiter | None = None
-        # per event loop: the processor whose client the processors built on that loop share
-        self._shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        # the processor whose SDK clients (one per event loop) every processor built here shares
+        self._sdk_processor: Any = None
 
     @property
     def kind(self) -> ProviderName:
@@ -137,31 +135,26 @@ class ModelProvider:
         return model if limiter is None else RateLimitedProcessor(model, limiter)
 
     def _model(self) -> ModelProcessor:
-        # imported here: an SDK is loaded only by deployments that call it
         kind = self.kind
-        if kind == "openai":
-            return self._openai()
+        if kind == "offline":
+            return self._offline() if self._offline is not None else OfflineModel()
+        with self._lock:
+            base = self._sdk_processor
+            if base is None:
+                base = self._sdk_processor = self._sdk(kind)
+        shared: ModelProcessor = base.sharing_clients()
+        return shared
+
+    def _sdk(self, kind: ProviderName) -> Any:
+        """The processor whose per-loop SDK clients this provider's processors share (module doc)."""
+        # imported here: an SDK is loaded only by deployments that call it
         if kind == "anthropic":
             from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
 
             return AnthropicProcessor.from_settings(self.settings)
-        return self._offline() if self._offline is not None else OfflineModel()
-
-    def _openai(self) -> ModelProcessor:
-        """An OpenAI processor on the client shared by this event loop's processors (module doc)."""
         from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
 
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop to bind a shared client to
-            return OpenAIProcessor.from_settings(self.settings)
-        with self._lock:
-            base = self._shared.get(loop)
-            if base is None:
-                base = self._shared[loop] = OpenAIProcessor.from_settings(self.settings)
-        return OpenAIProcessor(
-            client=base.client, model=base.model, stream=base.stream, stream_interval=base.stream_interval
-        )
+        return OpenAIProcessor.from_settings(self.settings)
 
     def close(self) -> None:
         """Close the limiter's connections (a later processor opens them again)."""

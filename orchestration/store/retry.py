@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -116,11 +117,17 @@ class StoreRetry:
 
     ``initial`` is the first wait and ``maximum`` the longest; each wait doubles
     and gets up to ``initial`` of random jitter, so workers that lost the
-    database together do not all come back at the same instant.
+    database together do not all come back at the same instant. ``sleep`` waits between tries
+    (a test records the waits with it).
     """
 
     def __init__(
-        self, seconds: float = DEFAULT_STORE_RETRY_SECONDS, *, initial: float = 0.05, maximum: float = 2.0
+        self,
+        seconds: float = DEFAULT_STORE_RETRY_SECONDS,
+        *,
+        initial: float = 0.05,
+        maximum: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if seconds < 0:
             raise ValueError(f"seconds must not be negative, got {seconds}")
@@ -130,6 +137,7 @@ class StoreRetry:
             stop=stop_before_delay(seconds),
             wait=wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial),
             before_sleep=_log_retry,
+            sleep=sleep,
             reraise=True,
         )
 

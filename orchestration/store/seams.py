@@ -236,10 +236,12 @@ class ProgressPublisher:
         interval: float = 0.2,
         state_interval: float | None = None,
         secrets: Sequence[str] = (),
+        failure_secrets: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.store, self.run_id, self.update_state, self.interval = store, run_id, update_state, interval
         self.state_interval = interval if state_interval is None else state_interval
         self.secrets = tuple(secrets)  # texts never written: the node's context spec, as errors quote it
+        self.failure_secrets = failure_secrets  # and in a failure's message: the task's hidden arguments
         self._pending: list[dict[str, Any]] = []
         self._first_pending_at = 0.0
         self._unshown: dict[str, Any] | None = None  # the latest event not published as the state yet
@@ -255,6 +257,8 @@ class ProgressPublisher:
         payload = event.to_dict()
         if self.secrets:
             payload["message"] = scrub(payload["message"], self.secrets)
+        if self.failure_secrets is not None and payload.get("status") == "failed":
+            payload["message"] = scrub(payload["message"], self.failure_secrets())
         if not self._pending:
             self._first_pending_at = now
             self._arm("events", self.interval, self._write)

@@ -84,13 +84,15 @@ def check_page(limit: Any, offset: Any) -> tuple[int, int]:
     return int(limit), int(offset)
 
 
-def parse_json_body(body: bytes) -> Any:
-    """A request body as JSON; 422 when it is not JSON or too deep."""
+def parse_json_body(body: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A request body as JSON; 422 when it is not JSON or nests deeper than ``max_depth`` levels."""
     try:
         value = json.loads(body or b"null")
-    except (ValueError, RecursionError):
+    except RecursionError:  # the decoder's own limit, far deeper than ours
+        raise invalid_input(f"the body is nested more than {max_depth} levels deep") from None
+    except ValueError:
         raise invalid_input("the body is not JSON") from None
-    return check_json(value, what="the body")
+    return check_json(value, what="the body", max_depth=max_depth)
 
 
 class StreamSlots:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
+from functools import partial
 from typing import Any
 
 from celery import Celery
@@ -28,6 +29,7 @@ from starlette.exceptions import HTTPException
 
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
 from agentloop.orchestration.graph import graph_of, to_mermaid
+from agentloop.orchestration.launches import launch_digest
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunRecord, RunStore
 from agentloop.orchestration.web.auth import CANCEL, START, Principal
@@ -41,7 +43,7 @@ from agentloop.orchestration.web.limits import (
 )
 from agentloop.orchestration.web.progress import EventItem, ProgressHub, RunEnded
 from agentloop.orchestration.web.views import event_view, pending_view, run_view
-from agentloop.orchestration.wire import LaunchRequestError
+from agentloop.orchestration.wire import LaunchRequest, LaunchRequestError
 
 __all__ = ["LAUNCH_FIELDS", "RunService"]
 
@@ -70,8 +72,8 @@ class RunService:
     ) -> None:
         self.celery_app, self.store, self.registry = celery_app, store, registry
         self.hub, self.slots = hub, slots
-        #: run id -> (runnable, principal) of the runs launched here
-        self._launched: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        #: run id -> (runnable, principal, launch digest) of the runs launched here
+        self._launched: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
 
     # ----- starting --------------------------------------------------------------------------
 
@@ -89,45 +91,67 @@ class RunService:
         if context is not None and not isinstance(context, dict):
             raise invalid_input("context must be a JSON object")
         run_id = request.get("run_id")
+        context = check_json(context or {}, what="context")
+        input = check_json(request.get("input"), what="input")
+        budget = check_token_budget(request.get("token_budget"))
+
+        def digest(run_id: str, starter: str | None) -> str:  # what a worker compares (launches.py)
+            launch = LaunchRequest(
+                runnable=name,
+                input=input,
+                context=context,
+                run_id=run_id,
+                token_budget=budget,
+                principal=starter,
+            )
+            return launch_digest(launch.to_kwargs())
+
         if run_id is not None:
             run_id = check_identifier(run_id, what="run_id")
-            existing = await self._attach(principal, run_id, name)
+            existing = await self._attach(principal, run_id, name, partial(digest, run_id))
             if existing is not None:
                 return existing, False
         runner = CeleryAgentRunner.create(
-            runnable=name,
-            context=check_json(context or {}, what="context"),
-            app=self.celery_app,
-            store=self.store,
+            runnable=name, context=context, app=self.celery_app, store=self.store
         )
         try:
             handle = await runner.request(
-                input=check_json(request.get("input"), what="input"),
-                run_id=run_id,
-                token_budget=check_token_budget(request.get("token_budget")),
-                principal=principal.name,
+                input=input, run_id=run_id, token_budget=budget, principal=principal.name
             )
         except LaunchRequestError as error:
             raise invalid_input(str(error)) from None
-        self._remember(handle.run_id, name, principal.name)
+        self._remember(handle.run_id, name, principal.name, digest(handle.run_id, principal.name))
         return pending_view(handle.run_id, name, principal.name), True
 
-    async def _attach(self, principal: Principal, run_id: str, name: str) -> dict[str, Any] | None:
+    async def _attach(
+        self, principal: Principal, run_id: str, name: str, digest: Callable[[str | None], str]
+    ) -> dict[str, Any] | None:
+        """The run ``run_id`` when this start asks for the launch that made it (a retried request;
+        ``digest(starter)`` is this start's digest as that run's starter's); ``None`` when there is
+        none; 409 when it is another workflow's, or was started with other arguments."""
         record = await asyncio.to_thread(self.store.get_run, run_id)
-        known = (record.runnable, record.principal) if record is not None else self._launched.get(run_id)
+        known: tuple[str, str | None, str | None] | None
+        if record is None:
+            known = self._launched.get(run_id)
+        else:
+            run_owner = await asyncio.to_thread(self.store.run_owner, run_id)
+            made_by = run_owner.launch_digest if run_owner is not None else None
+            known = (record.runnable, record.principal, made_by)
         if known is None:
             return None
-        runnable, owner = known
+        runnable, owner, made_by = known
         if not principal.may_act_on(owner):  # taken, but whose and by what is not this caller's business
             raise conflict(f"run id {run_id!r} is taken; start the run with another id")
         if runnable != name:
             raise conflict(f"run id {run_id!r} belongs to a run of {runnable!r}")
+        if made_by is not None and made_by != digest(owner):
+            raise conflict(f"run id {run_id!r} belongs to a run of {runnable!r} started with other arguments")
         if record is None:
             return pending_view(run_id, name, owner)
         return run_view(record, can_read=principal.can_read)
 
-    def _remember(self, run_id: str, name: str, principal: str) -> None:
-        self._launched[run_id] = (name, principal)
+    def _remember(self, run_id: str, name: str, principal: str, digest: str) -> None:
+        self._launched[run_id] = (name, principal, digest)
         while len(self._launched) > _LAUNCHED_KEPT:
             self._launched.popitem(last=False)
 
@@ -148,7 +172,7 @@ class RunService:
             return run_view(record, can_read=principal.can_read)
         launched = self._launched.get(run_id)
         if launched is not None and principal.may_act_on(launched[1]):
-            return pending_view(run_id, *launched)
+            return pending_view(run_id, launched[0], launched[1])
         raise _no_run(run_id)
 
     async def check_reach(self, principal: Principal, run_id: Any) -> None:

@@ -1,12 +1,11 @@
 """Real workers on a private Redis, their run store a private PostgreSQL database behind a TCP
 proxy the test stops and starts; the test reads the store directly (never through the proxy).
 
-Without PostgreSQL or ``redis-server`` the tests skip, except under ``CI=true``, where they fail.
+Without PostgreSQL or ``redis-server`` the tests skip (``tests/ci_policy.py`` fails a skip under ``CI=true``).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -44,9 +43,7 @@ def redis_url() -> Iterator[str]:
         try:
             server = stack.enter_context(private_redis_server())
         except ServiceUnavailable as unavailable:
-            if os.environ.get("CI"):
-                pytest.fail(unavailable.reason)
-            pytest.skip(unavailable.reason)
+            pytest.skip(unavailable.reason)  # a failure under CI=true (tests/ci_policy.py)
         yield server.url
 
 

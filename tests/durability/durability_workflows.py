@@ -7,7 +7,7 @@ from typing import Any
 
 from agentloop.loops import BaseAgentLoop
 from agentloop.orchestration.registry import register
-from agentloop.pipelines import BaseAgentPipeline
+from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
 
 
 class Count(BaseAgentLoop):
@@ -59,7 +59,29 @@ class TwoCounts(BaseAgentPipeline):
         return input if index == 0 else previous_output["counted"] + 1
 
 
+class Connect(Count):
+    """Fails as a driver does, quoting what it was given: ``could not connect to <input>``."""
+
+    def build_result(self, *, state: Any) -> Any:
+        raise ConnectionError(f"could not connect to {state['goal']!r}")
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return True
+
+
+class Pair(BaseCompositeAgent):
+    """Two counts side by side; the merge sums them."""
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=Count, input=input, key=key) for key in ("a", "b")]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return sum(result.output["counted"] for result in results)
+
+
 register("durability.count", Count)
+register("durability.connect", Connect)
+register("durability.pair", Pair)
 register("durability.other", Other)
 register("durability.fail_after", FailAfter)
 register("durability.set_result", SetResult)

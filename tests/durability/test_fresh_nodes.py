@@ -127,7 +127,7 @@ def test_only_a_first_try_of_a_message_is_a_first_delivery(
     task.push_request(**{"called_directly": False, "retries": 0, **request_fields})
     try:
         assert first_delivery(task) is first
-        assert node_of(task, _marked()).fresh is first
+        assert node_of(task, WorkflowNode.from_dict(_marked())).fresh is first
     finally:
         task.pop_request()
 
@@ -143,7 +143,7 @@ def test_a_later_try_unmarks_every_node_of_the_chain_celery_sends_after_it(app: 
     task = app.tasks["probe"]
     task.push_request(called_directly=False, retries=0, delivery_info={"redelivered": True}, chain=links)
     try:
-        assert node_of(task, _marked()).fresh is False
+        assert node_of(task, WorkflowNode.from_dict(_marked())).fresh is False
     finally:
         task.pop_request()
 
@@ -163,7 +163,7 @@ def test_a_first_delivery_leaves_the_chain_after_it_marked(app: Celery) -> None:
     task = app.tasks["probe"]
     task.push_request(called_directly=False, retries=0, delivery_info={}, chain=links)
     try:
-        assert node_of(task, _marked()).fresh is True
+        assert node_of(task, WorkflowNode.from_dict(_marked())).fresh is True
     finally:
         task.pop_request()
     assert links[0]["args"][0]["fresh"] is True

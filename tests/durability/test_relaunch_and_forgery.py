@@ -131,7 +131,7 @@ def test_a_forged_node_cannot_flip_a_run_to_failed(rig: Rig) -> None:
     _until_running(rig, run_id)
     forged = {"run_id": run_id, "runnable": "durability.nobody", "path": ""}
 
-    with pytest.raises(Exception, match="unknown runnable"):
+    with pytest.raises(Exception, match="belongs to another launch"):
         rig.app.send_task(RUN, args=(forged, None)).get(timeout=30)
 
     assert result.get(timeout=30) == {"counted": 15}
@@ -149,3 +149,28 @@ def test_a_relaunch_of_a_failed_run_does_not_run_it_again(rig: Rig) -> None:
 
     assert "has already ended (failed" in _refusal(again)
     assert rig.store.get_run(run_id) == before
+
+
+def test_a_second_copy_of_a_launch_while_its_run_goes_on_runs_nothing_finished_again(rig: Rig) -> None:
+    # the same message twice (a producer's retry, a redelivery): its first stage has finished and
+    # its second is counting when the copy arrives
+    run_id = new_id()
+    context = {"step_seconds": 0.3}
+    first = rig.launch("durability.two_counts", 3, task_id=run_id, context=context)
+
+    def second_stage_counting() -> bool:
+        return any(
+            event["path"] == "pipeline/1" and event["phase"] == "iteration"
+            for _, event in rig.store.events(run_id)
+        )
+
+    _until(second_stage_counting)
+    copy = rig.launch("durability.two_counts", 3, task_id=run_id, context=context)
+
+    assert first.get(timeout=60) == copy.get(timeout=60) == {"counted": 4}
+    record = rig.ended(run_id)
+    assert (record.status, record.output) == ("succeeded", {"counted": 4})
+    events = [event for _, event in rig.store.events(run_id)]
+    first_stage = [(e["phase"], e["iteration"]) for e in events if e["path"] == "pipeline/0"]
+    assert first_stage == [("start", 0), ("iteration", 1), ("iteration", 2), ("iteration", 3), ("done", 3)]
+    assert [e["phase"] for e in events if e["path"] == "" and e["status"] == "completed"] == ["done"]

@@ -8,7 +8,6 @@ is recorded as a failed run.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -30,14 +29,14 @@ def deep_json(depth: int) -> bytes:
 
 
 def assert_rejected_promptly(rig: EdgeRig, task_id: str, *, reason: str) -> None:
-    started = time.monotonic()
+    """The sender's ``get()`` raises the refusal: the worker stored it as the result (a message left
+    unanswered would end in ``get``'s timeout, its ceiling, with a ``TimeoutError`` instead)."""
     try:
         with pytest.raises(InvalidTaskError, match=reason):
             rig.app.AsyncResult(task_id).get(timeout=15)
     except BaseException as error:
         error.add_note(f"worker log tail:\n{rig.worker.log_text()[-4000:]}")
         raise
-    assert time.monotonic() - started < 10
 
 
 def assert_worker_still_works(rig: EdgeRig) -> None:

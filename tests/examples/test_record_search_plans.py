@@ -49,7 +49,6 @@ HOSTILE_PLANS: dict[str, Any] = {
     },
     "steps not a list": {"steps": {"category_id": "companies"}},
     "steps a string": {"steps": "companies"},
-    "no steps": {"steps": []},
     "missing steps": {"limit": 5},
     "step not an object": {"steps": ["companies"]},
     "too many steps": {
@@ -169,12 +168,20 @@ async def test_plan_search_action_says_the_model_was_unavailable_when_its_call_f
     assert await plan_with(make_context(ScriptedModel([reply]))) == {"model_unavailable": reason}
 
 
-async def test_a_missing_tool_schema_means_no_plan_and_no_model_call(
+async def test_a_missing_tool_schema_is_a_model_failure_with_no_model_call(
     make_context: Callable[..., RecordSearchContext],
 ) -> None:
     model = ScriptedModel([tool_call("plan_record_search", VALID)])
-    assert await plan_with(make_context(model, plan_search_tool_id="record_search.nope")) is None
+    plan = await plan_with(make_context(model, plan_search_tool_id="record_search.nope"))
+    assert plan == {"model_unavailable": "tool schema missing or unparsable"}
     assert model.requests == []
+
+
+async def test_an_empty_steps_list_is_the_models_answer_not_a_rejection(
+    make_context: Callable[..., RecordSearchContext],
+) -> None:
+    model = ScriptedModel([tool_call("plan_record_search", {"steps": []})])
+    assert await plan_with(make_context(model)) == {"steps": []}
 
 
 async def test_a_valid_plan_comes_back_normalized(make_context: Callable[..., RecordSearchContext]) -> None:

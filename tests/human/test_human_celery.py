@@ -34,6 +34,33 @@ def test_a_branch_pauses_its_chord_until_answered(human_worker) -> None:
     assert [w.status for w in waits(rig.store, handle.run_id)] == ["answered"]
 
 
+def test_a_run_with_two_questions_waiting_stays_waiting_until_both_are_answered(human_worker) -> None:
+    rig = human_worker
+    handle = start(rig.app, rig.store, "human.fan_of_two_questions")
+    wait_for_status(rig.store, handle.run_id, "waiting")
+    wait_until(lambda: len(waits(rig.store, handle.run_id)) == 2)
+    assert sorted((w.path, w.status) for w in waits(rig.store, handle.run_id)) == [
+        ("branch/b", "pending"),
+        ("branch/c", "pending"),
+    ]
+
+    assert answer(rig.app, handle.run_id, True, path="branch/b")["accepted"] is True
+    wait_until(lambda: rig.store.loop_record(handle.run_id, "branch/b").finished)
+    # b went on and finished; c still waits for its answer, and so does the run
+    assert rig.store.get_run(handle.run_id).status == "waiting"
+    assert not handle.result.ready()
+    statuses = {w.path: w.status for w in waits(rig.store, handle.run_id)}
+    assert statuses == {"branch/b": "answered", "branch/c": "pending"}
+
+    assert answer(rig.app, handle.run_id, False, path="branch/c")["accepted"] is True
+    assert handle.wait_sync(timeout=30) == {
+        "a": "quick:a",
+        "b": APPROVED,
+        "c": {"input": "c", "steps": ["step0", "approved=False", "step2"]},
+    }
+    assert rig.store.get_run(handle.run_id).status == "succeeded"
+
+
 def test_a_pipeline_stage_pauses_and_resumes(human_worker) -> None:
     rig = human_worker
     handle = start(rig.app, rig.store, "human.pipeline", "x")

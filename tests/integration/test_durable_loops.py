@@ -54,12 +54,11 @@ def test_a_redelivered_task_that_already_finished_is_not_run_again(durable: RunS
     assert len(durable.events("r-done")) == events_after_first
 
 
-def test_a_loop_resumes_from_its_last_checkpoint(durable: RunStore, tmp_path: Path) -> None:
+@pytest.mark.parametrize("runnable", ["durable.slow_count", "durable.typed_slow_count"])
+def test_a_loop_resumes_from_its_last_checkpoint(durable: RunStore, tmp_path: Path, runnable: str) -> None:
     log = tmp_path / "iterations.log"
-    node = WorkflowNode(
-        run_id="r-resume", runnable="durable.slow_count", context={"log": str(log), "step_seconds": 0}
-    )
-    durable.create_run(run_id="r-resume", runnable="durable.slow_count", input=5)
+    node = WorkflowNode(run_id="r-resume", runnable=runnable, context={"log": str(log), "step_seconds": 0})
+    durable.create_run(run_id="r-resume", runnable=runnable, input=5)
     durable.save_checkpoint("r-resume", "", 3, {"goal": 5, "n": 3})
 
     answer = asyncio.run(engine(durable).start(node, 5))
@@ -81,7 +80,8 @@ def test_state_that_is_not_json_is_a_clear_error_when_durable(durable: RunStore)
 
 
 @pytest.mark.integration
-def test_a_loop_whose_worker_died_resumes_on_another_worker(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runnable", ["durable.slow_count", "durable.typed_slow_count"])
+def test_a_loop_whose_worker_died_resumes_on_another_worker(tmp_path: Path, runnable: str) -> None:
     import durable_workflows  # noqa: F401
 
     log = tmp_path / "iterations.log"
@@ -103,19 +103,19 @@ def test_a_loop_whose_worker_died_resumes_on_another_worker(tmp_path: Path) -> N
     except ServiceUnavailable as unavailable:
         pytest.skip(unavailable.reason)
     try:
-        _run_kill_and_resume(server.url, env, store, log)
+        _run_kill_and_resume(server.url, env, store, log, runnable)
     finally:
         server_cm.__exit__(None, None, None)
 
 
-def _run_kill_and_resume(url: str, env: dict[str, str], store: RunStore, log: Path) -> None:
+def _run_kill_and_resume(url: str, env: dict[str, str], store: RunStore, log: Path, runnable: str) -> None:
     app = create_app(overrides={"broker_url": url, "result_backend": url})
     context = {"log": str(log), "step_seconds": 0.3}
     with run_worker_process(
         broker_url=url, result_backend=url, imports=["durable_workflows"], env=env, concurrency=1
     ) as first:
         handle = CeleryAgentRunner.create(
-            runnable="durable.slow_count", context=context, app=app, store=store
+            runnable=runnable, context=context, app=app, store=store
         ).request_sync(input=12)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 4):

@@ -6,11 +6,14 @@ pace are throttled."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from agentloop.loops import ProgressEvent, ProgressStatus
 from agentloop.orchestration.celery_adapter.tasks import EVENTS_INTERVAL, PROGRESS_INTERVAL
-from agentloop.orchestration.store import InMemoryRunStore
+from agentloop.orchestration.store import InMemoryRunStore, seams
 from agentloop.orchestration.store.seams import ProgressPublisher
 
 
@@ -68,23 +71,22 @@ def test_events_written_while_a_long_task_runs_and_its_state_keep_their_own_pace
     assert states == []  # the state's pace is ten seconds
 
 
-def test_iterations_faster_than_the_states_pace_are_throttled() -> None:
+def test_iterations_faster_than_the_states_pace_are_throttled(monkeypatch: pytest.MonkeyPatch) -> None:
     store, states = CountingStore(), []
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(seams, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    publisher = ProgressPublisher(
+        store=store, run_id="r", update_state=states.append, interval=10, state_interval=0.125
+    )
 
-    async def fast_task() -> None:
-        publisher = ProgressPublisher(
-            store=store, run_id="r", update_state=states.append, interval=10, state_interval=0.1
-        )
-        for n in range(30):
-            publisher(progress(n))
-            await asyncio.sleep(0.01)
-        publisher.flush(final=True)
+    for n in range(30):  # an iteration every 1/32 s on the fake clock (no event loop: no timers)
+        clock.now = n / 32
+        publisher(progress(n))
+    publisher.flush(final=True)
 
-    asyncio.run(fast_task())
-    assert 1 <= len(states) <= 4  # about 0.3 s of iterations: one state per 0.1 s, not 30
     assert store.writes == [30]
-    shown = [state["iteration"] for state in states]
-    assert shown == sorted(shown)  # each the latest event when its turn came
+    # one state per 0.125 s, each the latest event when its turn came (the task's end follows the last)
+    assert [state["iteration"] for state in states] == [4, 9, 14, 19, 24, 29]
 
 
 def test_a_celery_task_writes_its_events_less_often_than_it_shows_its_state_and_at_most_ten_a_second() -> (

@@ -67,7 +67,7 @@ def test_an_unknown_runnable_is_a_clear_failure_and_the_worker_stays_up(redis_ce
     result = app.send_task("agentloop.launch", kwargs={"runnable": "no.such.workflow", "input": 1})
     with pytest.raises(Exception) as failure:
         result.get(timeout=30)
-    assert "unknown runnable 'no.such.workflow'" in str(failure.value)
+    assert "unknown runnable '<hidden>'; registered: " in str(failure.value)  # never echoed
     record = redis_celery.store.get_run(result.id)
     assert record is not None and record.status == "failed"
     assert record.error["type"] == "UnknownRunnableError"

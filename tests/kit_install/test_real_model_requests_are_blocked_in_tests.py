@@ -138,14 +138,18 @@ def test_a_users_suite_fails_on_real_requests_even_swallowed_and_passes_on_local
     pytester.makepyfile(test_user=USER_SUITE)
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
 
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-s")
+    # -rN: no short summary, whose lines pytest cuts to the terminal's width unless CI is set; the
+    # failures are read from their sections (a test's header, then its error in full)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-s", "-rN")
 
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(
         [
-            "*test_direct_call*ModelRequestsBlockedError: real model requests are blocked in tests: "
+            "*_ test_direct_call _*",
+            "E   *ModelRequestsBlockedError: real model requests are blocked in tests: "
             "AnthropicProcessor would send a request to https://api.anthropic.com*",
-            f"*test_swallowed_call*OpenAIProcessor would send a request to https://api.openai.com/v1*{ALLOW_OPTION}*",
+            "*_ test_swallowed_call _*",
+            f"*OpenAIProcessor would send a request to https://api.openai.com/v1*{ALLOW_OPTION}*",
         ]
     )
     result.stdout.fnmatch_lines(["*BLOCKED True*"])

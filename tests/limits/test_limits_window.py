@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections import Counter
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -116,14 +117,24 @@ async def test_acquire_fails_at_once_when_the_next_window_is_further_than_max_wa
     assert "1 requests per 30s window" in str(caught.value)
 
 
-async def test_acquire_waits_for_the_next_window_when_it_is_within_max_wait() -> None:
-    limiter = WindowRateLimiter(MemoryBackend(), requests_per_minute=1, window=0.2, max_wait=1)
+async def test_acquire_waits_for_the_next_window_when_it_is_within_max_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, slept = FakeClock(1000.1), list[float]()
+
+    async def sleep(seconds: float) -> None:  # the limiter's sleeps pass on the backend's clock
+        slept.append(seconds)
+        clock.now += seconds
+
+    monkeypatch.setattr("agentloop.orchestration.llm.limits.window.asyncio", SimpleNamespace(sleep=sleep))
+    limiter = WindowRateLimiter(MemoryBackend(clock=clock), requests_per_minute=1, window=0.2, max_wait=1)
     first = await limiter.acquire()
 
     second = await limiter.acquire()
 
-    assert second.window > first.window
-    assert 0 < second.waited < 0.5
+    assert second.window == first.window + 1
+    # one sleep: to the next window (0.1 s away), with at most 2 % of a window of jitter
+    assert len(slept) == 1 and 0.1 - 1e-9 <= slept[0] <= 0.1 + 0.02 * 0.2 + 1e-9, slept
 
 
 @pytest.mark.parametrize(

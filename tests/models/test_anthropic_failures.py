@@ -4,7 +4,6 @@ malformed or wrong tool calls returned as they came, for the step to reject."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -84,13 +83,11 @@ async def test_a_slow_server_times_out_quickly_and_a_timeout_is_retried(
     anthropic_server: AnthropicCompatibleServer, make_anthropic: Callable[..., AnthropicProcessor]
 ) -> None:
     anthropic_server.enqueue(reply_delay(3.0), reply_delay(3.0), reply_tool_call("plan_search", "{}"))
-    started = time.monotonic()
     timed_out = await send_forced(make_anthropic(timeout=timedelta(milliseconds=200)))
-    elapsed = time.monotonic() - started
 
     retried = await send_forced(make_anthropic(timeout=0.2, max_retries=1))
 
-    assert elapsed < 1.5
+    # the error is the client's timeout, not the server's late answer (a text reply, 3 s later)
     assert timed_out.error == "anthropic: request timed out after 1 attempt (timeout 0.2s)"
     assert retried.error is None and retried.function_calls[0].name == "plan_search"
     assert len(anthropic_server.requests) == 3

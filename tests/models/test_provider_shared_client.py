@@ -1,4 +1,4 @@
-"""One OpenAI client per event loop: processors built on a loop share it; outside a loop each has its own."""
+"""One SDK client per event loop: a provider's processors share it, wherever they were built."""
 
 from __future__ import annotations
 
@@ -29,16 +29,21 @@ def test_processors_on_one_loop_share_one_client_and_closing_one_keeps_it_open()
     assert first.model == second.model == provider.model_name
 
 
-def test_each_loop_has_its_own_client_and_no_loop_means_a_client_of_its_own() -> None:
+def test_each_loop_has_its_own_client_and_processors_built_outside_a_loop_share_them() -> None:
     provider = _provider()
 
-    async def one() -> OpenAIProcessor:
+    async def one() -> object:
         processor = provider.processor()
         assert isinstance(processor, OpenAIProcessor)
-        return processor
+        return processor.client
 
     on_first, on_second = asyncio.run(one()), asyncio.run(one())
-    assert on_first.client is not on_second.client
+    assert on_first is not on_second
     outside_a, outside_b = provider.processor(), provider.processor()
     assert isinstance(outside_a, OpenAIProcessor) and isinstance(outside_b, OpenAIProcessor)
-    assert outside_a.client is not outside_b.client
+
+    async def clients() -> tuple[object, object]:
+        return outside_a.client, outside_b.client
+
+    client_a, client_b = asyncio.run(clients())
+    assert client_a is client_b

@@ -139,3 +139,11 @@ def test_redact_url_hides_passwords_key_like_query_values_and_fragments_and_keep
     url: str, expected: str
 ) -> None:
     assert redact_url(url) == expected
+
+
+def test_a_string_in_a_numeric_parameter_is_hidden_like_any_content() -> None:
+    _, kwargsrepr = redact_call((), {"runnable": "parity.count", "token_budget": "postgres://a:pw@db"})
+    assert kwargsrepr == "{'runnable': 'parity.count', 'token_budget': <hidden str 18 chars>}"
+    assert "postgres" not in scrub(
+        "got 'postgres://a:pw@db'", hidden_texts((), {"token_budget": "postgres://a:pw@db"})
+    )

@@ -161,13 +161,15 @@ async def test_every_kind_of_failed_call_degrades(reply: AiResponse, reason: str
     assert [failure.reason for failure in outcome.failures] == [reason]
 
 
-async def test_an_answer_that_normalize_rejects_is_not_a_model_failure() -> None:
+async def test_an_answer_that_normalize_rejects_falls_back_and_degrades_the_run() -> None:
     outcome = await InlineAgentRunner.create(
         runnable=Ask, context=context(tool_call("answer", {"text": ""}))
     ).request_outcome(input="q")
 
     assert outcome.result == {"text": "no answer"}
-    assert outcome.status == "succeeded" and outcome.failures == () and outcome.error is None
+    assert outcome.status == "degraded"
+    rejected = ("answer", "model output rejected by normalize")
+    assert [(f.action, f.reason) for f in outcome.failures] == [rejected]
 
 
 async def test_a_healthy_run_succeeds_without_a_degraded_event() -> None:

@@ -103,3 +103,27 @@ def test_each_level_of_a_run_fails_once_when_its_tasks_fail_together(run_store: 
     assert len([event for event in events if event["status"] == "progress"]) == WRITERS  # the rest is kept
     run_store.append_events("root", [{"path": "", "phase": "cancelled", "status": "failed"}])
     assert len(run_store.events("root")) == len(events)  # later, too
+
+
+def test_two_failed_events_for_one_path_in_one_batch_leave_one(run_store: RunStore) -> None:
+    # a task that fails as it is cancelled reports its path twice in the batch it writes last
+    run_store.create_run(run_id="root", runnable="fan", input=None)
+
+    run_store.append_events(
+        "root",
+        [
+            {"path": "branch/0", "phase": "iteration", "status": "progress"},
+            {"path": "branch/0", "phase": "error", "status": "failed", "message": "first"},
+            {"path": "branch/1", "phase": "error", "status": "failed"},
+            {"path": "branch/0", "phase": "cancelled", "status": "failed", "message": "second"},
+            {"path": "", "phase": "error", "status": "failed"},
+        ],
+    )
+
+    events = [(event["path"], event["status"], event.get("message")) for _, event in run_store.events("root")]
+    assert events == [
+        ("branch/0", "progress", None),
+        ("branch/0", "failed", "first"),  # the first failure of a path is the one kept
+        ("branch/1", "failed", None),
+        ("", "failed", None),
+    ]

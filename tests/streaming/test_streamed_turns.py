@@ -4,7 +4,6 @@ server in streaming mode): the same result as unstreamed, and its pieces as ``de
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -12,7 +11,7 @@ import pytest
 from streaming_support import KeptEvents, send
 
 from agentloop.actions import AiResponse, FunctionCall, Usage
-from agentloop.orchestration.llm import stream_deltas
+from agentloop.orchestration.llm import openai_processor, stream_deltas
 from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
 from agentloop.orchestration.testing.servers.openai_server import (
     CompletionReply,
@@ -141,19 +140,30 @@ async def test_chunks_slower_than_the_interval_each_get_an_event(
 
 
 async def test_the_default_interval_joins_a_fast_reply_and_the_events_stay_ordered(
-    server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
+    server: OpenAICompatibleServer,
+    make_processor: Callable[..., OpenAIProcessor],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    server.stream_chunk_size, server.stream_chunk_delay = 2, 0.01
-    server.enqueue(reply_text("x" * 120))  # 60 chunks over 0.6 s or more
+    server.stream_chunk_size = 2
+    server.enqueue(reply_text("x" * 120))  # 60 chunks, each 1/16 s after the last on the fake clock
     sink = KeptEvents()
     processor = make_processor()
+    ticks: list[float] = []  # the fake clock's readings: one per piece of the reply
 
-    started = time.monotonic()
+    def clock() -> float:
+        ticks.append(len(ticks) / 16)
+        return ticks[-1]
+
+    def reporter(action: str, interval: timedelta) -> stream_deltas.DeltaReporter:
+        return stream_deltas.DeltaReporter(action=action, interval=interval, clock=clock)
+
+    monkeypatch.setattr(openai_processor, "delta_reporter", reporter)
     await send(processor, sink=sink)
-    elapsed = time.monotonic() - started
 
     assert processor.stream_interval == timedelta(milliseconds=100)
-    assert 2 <= len(sink.events) <= elapsed / 0.1 + 2 < 60  # one per 100 ms at most, not one per chunk
+    assert len(ticks) == 60
+    # the first piece at once, then one event per 100 ms (two pieces), the rest at the end: not one per chunk
+    assert [data["seq"] for data in sink.data()] == list(range(1, 32))
     assert sink.text() == "x" * 120
 
 

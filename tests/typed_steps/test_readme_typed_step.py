@@ -121,16 +121,17 @@ def run_commands(folder: Path, env: dict[str, str]) -> list[subprocess.Completed
     return done
 
 
-def test_the_sections_commands_sync_the_schema_and_run_the_step(
+def test_the_sections_commands_run_the_step_before_any_sync_then_sync_the_schema(
     user_folder: tuple[Path, dict[str, str]],
 ) -> None:
     folder, env = user_folder
 
-    synced, triggered = run_commands(folder, env)
+    triggered, synced = run_commands(folder, env)
 
+    assert triggered.returncode == 0, triggered.stdout + triggered.stderr  # no sync needed first
+    assert '"city"' in triggered.stdout and "degraded" not in triggered.stdout + triggered.stderr
     assert synced.returncode == 0, synced.stdout + synced.stderr
     assert "plan_trip" in synced.stdout and "created" in synced.stdout
-    assert triggered.returncode == 0, triggered.stdout + triggered.stderr
     again = subprocess.run(
         [
             str(Path(sys.executable).parent / "agentloop"),

@@ -4,7 +4,6 @@ and whose refused answers go back to the model for another try."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from agentloop import (
     InlineAgentRunner,
     InMemoryToolStore,
     InMemoryUsageMeter,
+    InvalidModelOutputError,
     OfflineModel,
     ProgressEvent,
     TypedToolAction,
@@ -118,21 +118,28 @@ class NoRetry(Fallback):
 
 
 class Strict(Fallback):
-    on_invalid_output = "degrade"
+    on_invalid_output = "fail"
 
 
 BAD = {"label": "nonsense", "confidence": 0.5}
 
 
-async def test_once_its_tries_are_spent_a_refused_answer_falls_back_and_the_run_still_succeeds() -> None:
+async def test_once_its_tries_are_spent_a_refused_answer_falls_back_and_the_run_degrades() -> None:
     model = ScriptedModel([tool_call("label_ticket", BAD), tool_call("label_ticket", BAD)])
+    events: list[ProgressEvent] = []
     runner = InlineAgentRunner.create(runnable=_stage(Fallback), context=context_for(model, Fallback))
 
-    outcome = await runner.request_outcome(input={"text": "?"})
+    outcome = await runner.request_outcome(input={"text": "?"}, on_progress=events.append)
 
-    assert outcome.status == "succeeded"
+    assert outcome.status == "degraded"
     assert outcome.result["fallback"].startswith("invalid arguments: label: Input should be 'bug' or")
     assert outcome.result["fallback"].endswith("(after 2 tries)")
+    (failure,) = outcome.failures
+    assert failure.action == "label_ticket" and failure.reason == outcome.result["fallback"]
+    assert [e.phase for e in events if e.phase in ("model_unavailable", "degraded")] == [
+        "model_unavailable",
+        "degraded",
+    ]
     assert len(model.requests) == 2
 
 
@@ -145,17 +152,22 @@ async def test_output_retries_zero_asks_once() -> None:
     assert len(model.requests) == 1
 
 
-async def test_on_invalid_output_degrade_reports_the_spent_tries_as_a_model_failure() -> None:
+async def test_on_invalid_output_fail_raises_a_typed_error_naming_the_step() -> None:
     model = ScriptedModel([tool_call("label_ticket", BAD), tool_call("label_ticket", BAD)])
-    events: list[ProgressEvent] = []
     runner = InlineAgentRunner.create(runnable=_stage(Strict), context=context_for(model, Strict))
 
-    outcome = await runner.request_outcome(input={"text": "?"}, on_progress=events.append)
+    with pytest.raises(InvalidModelOutputError) as raised:
+        await runner.request_outcome(input={"text": "?"})
 
-    assert outcome.status == "degraded"
-    (failure,) = outcome.failures
-    assert failure.action == "label_ticket" and failure.reason.endswith("(after 2 tries)")
-    assert events[-1].phase == "degraded"
+    assert raised.value.failure.action == "label_ticket"
+    assert raised.value.failure.reason.endswith("(after 2 tries)")
+
+
+def test_an_on_invalid_output_that_would_fall_back_quietly_is_refused_at_the_declaration() -> None:
+    with pytest.raises(TypeError, match="on_invalid_output must be 'degrade' or 'fail', not 'fallback'"):
+
+        class Quiet(LabelTicket):
+            on_invalid_output = "fallback"  # type: ignore[assignment]
 
 
 async def test_a_model_outage_still_degrades_the_run_as_for_any_forced_tool() -> None:
@@ -227,18 +239,15 @@ async def test_a_row_edited_by_hand_is_what_the_model_is_sent() -> None:
     assert context["processor"].requests[0].tools[0]["description"] == "Label it, carefully."
 
 
-async def test_without_its_row_in_the_tool_store_the_step_falls_back_and_says_to_sync(
-    watch_logs: Callable[..., pytest.LogCaptureFixture],
-) -> None:
-    logs = watch_logs("agentloop.actions.forced_tool")
-    model = ScriptedModel()
+async def test_without_its_row_in_the_tool_store_the_step_sends_its_types_schema() -> None:
+    model = ScriptedModel([tool_call("label_ticket", {"label": "bug", "confidence": 1})])
 
     value = await Fallback().run(
         arguments={}, context={"processor": model, "tool_store": InMemoryToolStore()}
     )
 
-    assert value == {"fallback": "tool schema missing or unparsable"} and model.requests == []
-    assert "run `agentloop tools sync`" in logs.text
+    assert value == Label(label="bug", confidence=1)
+    assert model.requests[0].tools == (LabelTicket.tool_payload(),)
 
 
 def _stage(action: type[TypedToolAction[Any]]) -> type:

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import httpx
-from sse_client import collect
+from sse_client import Frame, collect, frames
 from web_support import WebRig, auth, live_server, wait_for
 
 
@@ -114,3 +114,43 @@ async def test_a_client_that_leaves_gives_its_follower_and_stream_slot_back_at_o
                 what="the follower to leave",
             )
         gate.touch()
+
+
+async def test_a_client_resuming_while_another_follows_gets_exactly_the_events_after_its_id(
+    rig: WebRig,
+) -> None:
+    with live_server(rig.web()) as base, httpx.Client(base_url=base) as client:
+        run_id, gate = start_gated(client, rig, ["a", "b", "c"])
+        url = f"/runs/{run_id}/events"
+        async with (
+            httpx.AsyncClient(base_url=base, timeout=30) as follower_client,
+            httpx.AsyncClient(base_url=base, timeout=30) as resumer_client,
+        ):
+            following = asyncio.Event()
+            follower_frames: list[Frame] = []
+
+            async def follow() -> None:
+                async with follower_client.stream("GET", url, headers=auth("read")) as response:
+                    async for frame in frames(response):
+                        follower_frames.append(frame)
+                        following.set()
+                        if frame.event == "end":
+                            return
+
+            follower = asyncio.create_task(follow())
+            await asyncio.wait_for(following.wait(), 30)  # the run's poller serves the follower
+            wait_for(lambda: len(rig.store.events(run_id)) >= 4, what="a few events")
+            seen = rig.store.events(run_id)[1][0]
+            resuming = asyncio.create_task(
+                collect(resumer_client, url, {**auth("read"), "Last-Event-ID": str(seen)})
+            )
+            await asyncio.sleep(0.2)  # not a verdict: lets the resumer join before the run goes on
+            gate.touch()
+            resumed, status = await asyncio.wait_for(resuming, 60)
+            await asyncio.wait_for(follower, 60)
+
+    everything = [event_id for event_id, _ in rig.store.events(run_id)]
+    assert status == 200
+    assert progress_ids(resumed) == [event_id for event_id in everything if event_id > seen]
+    assert progress_ids(follower_frames) == everything
+    assert resumed[-1].event == follower_frames[-1].event == "end"

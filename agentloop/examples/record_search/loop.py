@@ -136,7 +136,7 @@ class RecordSearchAgentLoop(ProceduralAgentLoop):
         if plan is not None and MODEL_UNAVAILABLE in plan:
             await self.notify_progress(phase="plan", status="failed", message="the model is unavailable")
             return {**state, "result": self.build_no_plan_result(message=MODEL_UNAVAILABLE_MESSAGE)}
-        if plan is None:
+        if plan is None or not plan["steps"]:
             await self.notify_progress(phase="plan", status="failed", message="no usable search plan")
             return {**state, "result": self.build_no_plan_result()}
         await self.notify_progress(

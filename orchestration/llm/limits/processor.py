@@ -81,7 +81,7 @@ class RateLimitedProcessor(BaseProcessor):
             logger.debug("rate limit: waited %.3fs for a slot in window %d", permit.waited, permit.window)
         token = _permit.set(permit)
         try:
-            response = await request.send(self.inner)
+            response = await request.forward(self.inner)
         finally:
             _permit.reset(token)
         try:

@@ -32,7 +32,7 @@ arrives. A request without a key (``x-api-key``, or ``Authorization: Bearer`` as
 newer SDKs send it; or a wrong one, when the server was given ``api_key``) gets
 a 401, one without ``anthropic-version`` or without ``model``/``max_tokens``/
 ``messages`` a 400, an unknown path a 404, all in Anthropic's error shape.
-Responses carry ``Connection: close``.
+Responses carry ``Connection: close`` (a whole reply keeps its connection open with ``keep_alive=True``).
 
 A request with ``"stream": true`` gets its reply as Server-Sent Events in a
 chunked body (:mod:`~agentloop.orchestration.testing.servers.anthropic_events`):
@@ -231,11 +231,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, reply: JsonReply) -> None:
         data = json.dumps(reply.body).encode()
+        keep_alive = self.server.owner.keep_alive
         try:
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
+            if not keep_alive:
+                self.send_header("Connection", "close")
             self.send_header("request-id", f"req_{self.server.owner._next_id()}")
             for name, value in reply.headers:
                 self.send_header(name, value)
@@ -243,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except OSError:  # the client gave up (e.g. it timed out)
             logger.debug("anthropic test server: client went away before the reply")
-        self.close_connection = True
+        self.close_connection = not keep_alive
 
 
 class AnthropicCompatibleServer(ScriptedReplyServer):

@@ -44,7 +44,8 @@ path, lower-cased headers, parsed JSON body) when it arrives, before any
 scripted delay. A request without an ``Authorization: Bearer ...`` header gets
 OpenAI's 401 (and so does a wrong key when the server was given ``api_key``);
 an unknown path gets a 404 and a body that is not a JSON object a 400, all with
-OpenAI's error shape. Responses carry ``Connection: close``, so no connection
+OpenAI's error shape. Responses carry ``Connection: close`` (unless ``keep_alive=True``, as
+a real server: a whole reply then leaves its connection open for the next request), so no connection
 outlives its request and :meth:`OpenAICompatibleServer.stop` returns promptly
 (a reply still waiting in a delay is abandoned).
 """
@@ -197,18 +198,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, status: int, body: Any, headers: Iterable[tuple[str, str]] = ()) -> None:
         data = json.dumps(body).encode()
+        keep_alive = self.server.owner.keep_alive
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
+            if not keep_alive:
+                self.send_header("Connection", "close")
             for name, value in headers:
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except OSError:  # the client gave up (e.g. it timed out): nothing to answer
             logger.debug("openai test server: client went away before the reply")
-        self.close_connection = True
+        self.close_connection = not keep_alive
 
 
 #: What a broken stream sends after its good chunks (nothing: the connection drops).

@@ -6,7 +6,9 @@ authentication and rendering."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import socket
 import threading
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
@@ -27,6 +29,30 @@ class OwnedHTTPServer(ThreadingHTTPServer):
     block_on_close = True
     owner: Any
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = super().get_request()
+        with self._open_lock:
+            self._open.add(connection)
+        return connection, address
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        """End every open connection (a kept-alive one waits for its client's next request)."""
+        with self._open_lock:
+            open_now = list(self._open)
+        for connection in open_now:
+            with contextlib.suppress(OSError):  # already gone
+                connection.shutdown(socket.SHUT_RDWR)
+
 
 class ScriptedReplyServer:
     """Serve in a background thread; replies come from the script, the responder or the default.
@@ -34,7 +60,8 @@ class ScriptedReplyServer:
     Subclasses set :attr:`handler` and :attr:`thread_name`, and give :meth:`default_reply` and
     ``base_url``. A streamed reply comes in pieces of ``stream_chunk_size`` characters,
     ``stream_chunk_delay`` seconds apart (attributes a test may change between requests). Use
-    it as a context manager, or call :meth:`start` and :meth:`stop`.
+    it as a context manager, or call :meth:`start` and :meth:`stop`. With ``keep_alive`` a whole
+    reply leaves its connection open, as a real server does; :meth:`stop` ends such connections.
     """
 
     handler: ClassVar[type[BaseHTTPRequestHandler]]
@@ -50,6 +77,7 @@ class ScriptedReplyServer:
         port: int = 0,
         stream_chunk_size: int = 4,
         stream_chunk_delay: float = 0.0,
+        keep_alive: bool = False,
     ) -> None:
         if stream_chunk_size < 1 or stream_chunk_delay < 0:
             raise ValueError("stream_chunk_size must be positive and stream_chunk_delay not negative")
@@ -57,6 +85,9 @@ class ScriptedReplyServer:
         self.stream_chunk_size = stream_chunk_size
         #: Seconds between two streamed events.
         self.stream_chunk_delay = stream_chunk_delay
+        #: Whether a whole (unstreamed) reply keeps its connection open for the next request, as a
+        #: real server does (a client then reuses it); by default every reply closes it.
+        self.keep_alive = keep_alive
         self.responder: Responder | None = responder
         self.api_key = api_key
         self._host, self._port = host, port
@@ -95,6 +126,7 @@ class ScriptedReplyServer:
             return
         self._closing.set()
         httpd.shutdown()
+        httpd.drop_connections()
         httpd.server_close()
         if thread is not None:
             thread.join()

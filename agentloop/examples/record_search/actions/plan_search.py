@@ -25,7 +25,9 @@ class PlanSearchAction(BaseRecordSearchAction):
     ``searchable_categories`` (default ``context.searchable_categories``).
     Whatever the model sends is re-validated against that catalog in
     :meth:`normalize`: one unknown id, field, operator or relation, one value
-    of the wrong type, or too many steps, and the plan is ``None``. When the
+    of the wrong type, or too many steps, and the plan is ``None`` (a fallback:
+    the run degrades). An empty ``steps`` list is an answer, not a fallback: the
+    model says nothing in the catalog fits, and the plan is ``{"steps": []}``. When the
     model could not be asked at all (an error after the processor's retries, a
     reply without the forced call, arguments that are not a JSON object) the
     value is ``{"model_unavailable": reason}`` instead, and the run degrades.
@@ -67,6 +69,8 @@ class PlanSearchAction(BaseRecordSearchAction):
         )
 
     def normalize(self, *, parsed: dict[str, Any], arguments: dict[str, Any], context: Any) -> Any:
+        if parsed.get("steps") == []:
+            return {"steps": []}  # the model's answer: the request is not a search of this catalog
         return validate_plan(parsed, self.searchable_categories(arguments=arguments, context=context))
 
     def fallback_when_unavailable(

@@ -1,0 +1,86 @@
+"""Whether an internal task may run the node it was sent: well-formed, owned, of a run still going.
+
+Only the canvas a launch builds carries the run's owner token (``orchestration/launches.py``),
+in every :class:`~agentloop.orchestration.wire.WorkflowNode` it sends. :meth:`RunGate.admit` lets a node
+through to the engine only when:
+
+* it is a well-formed node (else :class:`~agentloop.orchestration.wire.InvalidNodeError`);
+* its run exists (else :class:`~agentloop.orchestration.store.RunNotFoundError`) and the node holds the
+  token of the launch that owns it (else :class:`~agentloop.orchestration.store.RunOwnershipError`): a
+  forged node runs no code, writes no event, no loop result, no checkpoint. A run created
+  without an owner (by a release before run owners) admits any node, as ``finish_run`` does;
+* the run has not ended (else :class:`~agentloop.orchestration.store.RunAlreadyEndedError`): an ended
+  run's record never changes, so a task of it that comes late (a redelivery, a sibling of a
+  failed fail-fast branch) runs nothing (``celery_adapter/tasks.py`` says what it returns).
+
+A run's owner never changes, so it is read once per run and process; whether the run has ended
+is read at most every ``interval`` seconds per run and process (an ended run stays ended), like
+the cancel flag (``store/seams.py``): a task pays no extra round trip in the common case.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, ClassVar
+from weakref import WeakKeyDictionary
+
+from agentloop.orchestration.store import (
+    RunAlreadyEndedError,
+    RunNotFoundError,
+    RunOwner,
+    RunOwnershipError,
+    RunStore,
+)
+from agentloop.orchestration.store.seams import _answers_of
+from agentloop.orchestration.wire import WorkflowNode
+
+__all__ = ["RunGate"]
+
+
+class RunGate:
+    """The check every internal task's node passes before the engine sees it (see the module doc)."""
+
+    _owners: ClassVar[WeakKeyDictionary[RunStore, dict[str, RunOwner | None]]] = WeakKeyDictionary()
+    _going: ClassVar[WeakKeyDictionary[RunStore, dict[str, float]]] = WeakKeyDictionary()
+    _lock = threading.Lock()
+
+    def __init__(self, store: RunStore, *, interval: float = 0.5) -> None:
+        self.store, self.interval = store, interval
+
+    def admit(self, data: Any) -> WorkflowNode:
+        """The node ``data`` carries, when its task may run it; else the error saying why not."""
+        node = WorkflowNode.from_dict(data)
+        self.check_owner(node.run_id, node.owner_token)
+        self._check_going(node.run_id)
+        return node
+
+    def check_owner(self, run_id: str, token: str | None) -> None:
+        """:class:`~agentloop.orchestration.store.RunOwnershipError` unless ``token`` is the run owner's."""
+        owner = self._owner(run_id)
+        if owner is not None and not owner.holds(token):
+            raise RunOwnershipError(run_id)
+
+    def _owner(self, run_id: str) -> RunOwner | None:
+        with self._lock:
+            owners = _answers_of(self._owners, self.store)
+            if run_id in owners:
+                return owners[run_id]
+        owner = self.store.run_owner(run_id)  # RunNotFoundError for a run that does not exist
+        with self._lock:
+            _answers_of(self._owners, self.store)[run_id] = owner
+        return owner
+
+    def _check_going(self, run_id: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            seen_at = _answers_of(self._going, self.store).get(run_id)
+            if seen_at is not None and now - seen_at < self.interval:
+                return
+        record = self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFoundError(run_id)
+        if record.is_finished:
+            raise RunAlreadyEndedError(record)
+        with self._lock:
+            _answers_of(self._going, self.store)[run_id] = now
