@@ -38,6 +38,7 @@ ROOMS = {
     "run_end": 4,
     "graph": 4,
     "tool_sync": 4,
+    "run_gate": 4,
     "engine": 5,
     "context": 5,
     "client": 5,

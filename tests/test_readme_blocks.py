@@ -42,6 +42,7 @@ RUN_BY = {
     ("## A person in the loop", "import agentloop"): "tests/human/test_readme_human.py",
     ("## Step caching", "import agentloop"): "tests/caching/test_readme_step_caching.py",
     ("## Streamed model output", "import agentloop"): "tests/streaming/test_readme_streaming.py",
+    ("## Tests", "# conftest.py (or run pytest with -p agentloop.testing)"): "tests/test_readme_blocks.py",
     ("## Tests", "import pytest"): "tests/test_readme_blocks.py",
 }
 
@@ -137,8 +138,10 @@ def test_the_typed_state_example_runs_and_prints_what_it_says() -> None:
 
 
 def test_the_testing_kit_example_runs_as_a_users_test(tmp_path: Path) -> None:
-    [install, example] = section("## Tests")
-    assert install.not_run is not None and example.language == "python"
+    [install, conftest, example] = section("## Tests")
+    assert install.not_run is not None and (conftest.language, example.language) == ("python", "python")
+    # the suite opts in to the kit's plugin in its conftest.py, as the README says
+    (tmp_path / "conftest.py").write_text(conftest.code + "\n", encoding="utf-8")
     (tmp_path / "test_my_step.py").write_text(example.code + "\n", encoding="utf-8")
 
     done = subprocess.run(

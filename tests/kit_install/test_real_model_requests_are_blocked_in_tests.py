@@ -136,6 +136,7 @@ def test_a_users_suite_fails_on_real_requests_even_swallowed_and_passes_on_local
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(test_user=USER_SUITE)
+    pytester.makeconftest('pytest_plugins = ["agentloop.testing"]')  # a user's suite opts in
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
 
     # -rN: no short summary, whose lines pytest cuts to the terminal's width unless CI is set; the
@@ -161,6 +162,7 @@ def test_the_option_or_the_variable_turns_the_block_off(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     pytester.makepyfile(test_user=USER_SUITE)
+    pytester.makeconftest('pytest_plugins = ["agentloop.testing"]')  # a user's suite opts in
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     if how == "variable":
         monkeypatch.setenv(ALLOW_VARIABLE, "1")

@@ -87,6 +87,8 @@ def test_the_sections_tests_pass_with_the_kits_plugin(user_folder: tuple[Path, d
             "-q",
             "-p",
             "no:cacheprovider",
+            "-p",
+            "agentloop.testing",  # the kit's plugin, opted in to as the README's "Tests" says
             "-o",
             "asyncio_mode=auto",
             "test_trips.py",
