@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from pathlib import Path
 from typing import Any
 
 import griffe
 from mkdocs.exceptions import PluginError
-
-ROOT = Path(__file__).resolve().parents[2]
 
 #: The headings of the groups, in page order.
 KINDS = ("Errors", "Classes", "Functions", "Types and values")
@@ -30,7 +27,7 @@ def kind_of(value: Any) -> str:
 
 def undocumented(package: str, names: list[str]) -> list[str]:
     """The names of ``package`` whose object has no docstring of its own, as griffe reads it."""
-    loader = griffe.GriffeLoader(search_paths=[str(ROOT)])
+    loader = griffe.GriffeLoader()  # on sys.path, as mkdocstrings finds it (the hook puts the repository there)
     module = loader.load(package)
     loader.resolve_aliases(implicit=False, external=None)
     missing = []
