@@ -20,14 +20,20 @@ KINDS = ("Errors", "Classes", "Functions", "Types and values")
 def kind_of(value: Any) -> str:
     if inspect.isclass(value):
         return "Errors" if issubclass(value, BaseException) else "Classes"
-    if inspect.isfunction(value) or inspect.isbuiltin(value) or callable(value) and hasattr(value, "__wrapped__"):
+    if (
+        inspect.isfunction(value)
+        or inspect.isbuiltin(value)
+        or (callable(value) and hasattr(value, "__wrapped__"))
+    ):
         return "Functions"
     return "Types and values"
 
 
 def undocumented(package: str, names: list[str]) -> list[str]:
     """The names of ``package`` whose object has no docstring of its own, as griffe reads it."""
-    loader = griffe.GriffeLoader()  # on sys.path, as mkdocstrings finds it (the hook puts the repository there)
+    loader = (
+        griffe.GriffeLoader()
+    )  # on sys.path, as mkdocstrings finds it (the hook puts the repository there)
     module = loader.load(package)
     loader.resolve_aliases(implicit=False, external=None)
     missing = []

@@ -11,10 +11,8 @@ from typing import Any
 
 import typer
 
-from docs.hooks.text import cell
 from agentloop.orchestration.cli import app
-
-
+from docs.hooks.text import cell
 
 
 def params_table(command: Any, context: Any) -> list[str]:

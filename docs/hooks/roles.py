@@ -14,7 +14,6 @@ import griffe
 
 from docs.hooks.text import roles_to_code
 
-
 LITERAL_BLOCK = re.compile(r"(?<=\S)::$", re.MULTILINE)
 
 

@@ -13,11 +13,10 @@ from typing import Any
 
 from pydantic_core import PydanticUndefined
 
-from docs.hooks.text import cell
 from agentloop.orchestration.settings.deployment import Settings
 from agentloop.orchestration.settings.group import SettingsGroup
 from agentloop.orchestration.settings.loading import GROUPS, env_names
-
+from docs.hooks.text import cell
 
 
 def type_name(annotation: Any) -> str:
@@ -56,9 +55,8 @@ def group_table(group: type[SettingsGroup]) -> list[str]:
         description = cell(field.description or "").removeprefix(f"``{field.validation_alias}``: ")
         if not description:
             raise ValueError(f"{group.__name__}.{name} ({field.validation_alias}) has no description")
-        rows.append(
-            f"| `{field.validation_alias}` | {type_name(field.annotation)} | {default_of(field)} | {description} |"
-        )
+        variable, kind = field.validation_alias, type_name(field.annotation)
+        rows.append(f"| `{variable}` | {kind} | {default_of(field)} | {description} |")
     return ["| variable | type | default | description |", "| --- | --- | --- | --- |", *rows, ""]
 
 
@@ -69,9 +67,16 @@ def settings_reference() -> str:
     listed: list[str] = []
     for path, group in groups.items():
         where = f"`Settings.{path}`" if path else "`Settings`"
-        lines += [f"## {group.__name__}", "", f"{where}: {cell(inspect.getdoc(group) or '').split('. ')[0].rstrip('.')}.", ""]
+        lines += [
+            f"## {group.__name__}",
+            "",
+            f"{where}: {cell(inspect.getdoc(group) or '').split('. ')[0].rstrip('.')}.",
+            "",
+        ]
         lines += group_table(group)
-        listed += [f.validation_alias for f in group.model_fields.values() if isinstance(f.validation_alias, str)]
+        listed += [
+            f.validation_alias for f in group.model_fields.values() if isinstance(f.validation_alias, str)
+        ]
     missing = set(env_names()) - set(listed)
     if missing:
         raise ValueError(f"variables read but not listed: {sorted(missing)}")

@@ -42,7 +42,9 @@ def expand(markdown: str, where: str) -> str:
     def generated(match: re.Match[str]) -> str:
         name = match["name"]
         if name not in GENERATORS:
-            raise PluginError(f"{where}: no generator for <!-- generated: {name} --> (known: {sorted(GENERATORS)})")
+            raise PluginError(
+                f"{where}: no generator for <!-- generated: {name} --> (known: {sorted(GENERATORS)})"
+            )
         return GENERATORS[name]()
 
     return MARKER.sub(generated, markdown)

@@ -12,7 +12,6 @@ from typing import Any
 
 from celery import Celery
 
-from docs.hooks.text import cell, roles_to_code
 from agentloop.loops.progress import ProgressEvent
 from agentloop.orchestration import wire
 from agentloop.orchestration.celery_adapter.app import create_app
@@ -20,8 +19,7 @@ from agentloop.orchestration.celery_adapter.tasks import INTERNAL_TASKS
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.store.memory import InMemoryRunStore
-
-
+from docs.hooks.text import cell, roles_to_code
 
 
 def annotation(value: Any) -> str:
@@ -60,7 +58,9 @@ def task_reference() -> str:
     rows = ["| task | sent by | keyword arguments | what it does |", "| --- | --- | --- | --- |"]
     for name, task in tasks.items():
         function = task.run
-        sender = "the framework's own canvases" if name in INTERNAL_TASKS else "clients, beat or the framework"
+        sender = (
+            "the framework's own canvases" if name in INTERNAL_TASKS else "clients, beat or the framework"
+        )
         rows.append(f"| `{name}` | {sender} | `{signature(function)}` | {summary(function)} |")
     return "\n".join(rows) + "\n"
 

@@ -48,7 +48,9 @@ def blocks_of(path: Path) -> list[Block]:
         if fence is not None:
             if line.startswith("```"):
                 marker = NOT_RUN.fullmatch(before.strip())
-                blocks.append(Block(page, heading, fence, "\n".join(body), marker["reason"] if marker else None))
+                blocks.append(
+                    Block(page, heading, fence, "\n".join(body), marker["reason"] if marker else None)
+                )
                 fence, body, before = None, [], line
             else:
                 body.append(line)

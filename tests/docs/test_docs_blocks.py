@@ -18,15 +18,36 @@ import subprocess
 import sys
 from pathlib import Path
 
-from docs_pages import RUNNABLE, ROOT, Block, all_blocks, section
+from docs_pages import ROOT, RUNNABLE, Block, all_blocks, section
 
 THIS = "tests/docs/test_docs_blocks.py"
 #: ``(page, heading, first line of the block)`` -> the test that runs the block as it is written.
 RUN_BY = {
-    ("README.md", "## A loop in five minutes", "from agentloop import BaseAgentLoop, InlineAgentRunner"): THIS,
-    ("docs/tutorial.md", "## A loop in five minutes", "from agentloop import BaseAgentLoop, InlineAgentRunner"): THIS,
-    ("docs/tutorial.md", "## A typed step, end to end", "# trips.py"): "tests/typed_steps/test_readme_typed_step.py",
-    ("docs/tutorial.md", "## A typed step, end to end", "# test_trips.py"): "tests/typed_steps/test_readme_typed_step.py",
+    (
+        "README.md",
+        "## A loop in five minutes",
+        "from agentloop import BaseAgentLoop, InlineAgentRunner",
+    ): THIS,
+    (
+        "docs/tutorial.md",
+        "## A loop in five minutes",
+        "from agentloop import BaseAgentLoop, InlineAgentRunner",
+    ): THIS,
+    (
+        "docs/tutorial.md",
+        "## A typed step, end to end",
+        "# trips.py",
+    ): "tests/typed_steps/test_readme_typed_step.py",
+    (
+        "docs/tutorial.md",
+        "## A typed step, end to end",
+        "# conftest.py",
+    ): "tests/typed_steps/test_readme_typed_step.py",
+    (
+        "docs/tutorial.md",
+        "## A typed step, end to end",
+        "# test_trips.py",
+    ): "tests/typed_steps/test_readme_typed_step.py",
     (
         "docs/tutorial.md",
         "## A typed step, end to end",
@@ -37,11 +58,19 @@ RUN_BY = {
     ("docs/tutorial.md", "## On a worker", "export AGENTLOOP_IMPORTS=counting"): THIS,
     ("docs/concepts/wire.md", "# The wire contract", "import uuid"): "tests/edge/test_readme_wire_example.py",
     ("docs/how-to/human.md", "# People in the loop", "import agentloop"): "tests/human/test_readme_human.py",
-    ("docs/how-to/caching.md", "# Cache steps", "import agentloop"): "tests/caching/test_readme_step_caching.py",
+    (
+        "docs/how-to/caching.md",
+        "# Cache steps",
+        "import agentloop",
+    ): "tests/caching/test_readme_step_caching.py",
     ("docs/how-to/streaming.md", "# Stream model output", "import agentloop"): (
         "tests/streaming/test_readme_streaming.py"
     ),
-    ("docs/how-to/testing.md", "# Test your agents with the kit", "# conftest.py (or run pytest with -p agentloop.testing)"): THIS,
+    (
+        "docs/how-to/testing.md",
+        "# Test your agents with the kit",
+        "# conftest.py (or run pytest with -p agentloop.testing)",
+    ): THIS,
     ("docs/how-to/testing.md", "# Test your agents with the kit", "import pytest"): THIS,
 }
 #: The machine's settings a new user's shell would not have.
@@ -97,7 +126,9 @@ def test_every_runnable_block_is_run_by_a_test_or_says_why_not() -> None:
         if runner is None:
             unaccounted.append(block.key)
             continue
-        assert block.page in (ROOT / runner).read_text(encoding="utf-8"), f"{runner} does not read {block.page}"
+        assert block.page in (ROOT / runner).read_text(encoding="utf-8"), (
+            f"{runner} does not read {block.page}"
+        )
     assert unaccounted == [], "blocks no test runs (list them in RUN_BY, or mark them not run)"
 
 
@@ -124,7 +155,9 @@ def test_the_readme_and_tutorial_loops_run_as_written_and_agree() -> None:
 def write_the_composite(folder: Path) -> tuple[str, str]:
     module, script = section("docs/tutorial.md", "## A composite: fan out, merge")
     for block in (module, script):
-        (folder / block.code.splitlines()[0].removeprefix("# ")).write_text(block.code + "\n", encoding="utf-8")
+        (folder / block.code.splitlines()[0].removeprefix("# ")).write_text(
+            block.code + "\n", encoding="utf-8"
+        )
     return module.code, script.code
 
 

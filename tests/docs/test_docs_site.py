@@ -107,9 +107,7 @@ def test_an_unknown_generated_part_fails_the_build() -> None:
 
 def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
     """The site's own validation rules, on a one-page site whose page links to a page that is not there."""
-    config = yaml.safe_load(
-        (ROOT / "mkdocs.yml").read_text(encoding="utf-8").replace("!!python/name:", "")
-    )
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8").replace("!!python/name:", ""))
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "index.md").write_text("# Home\n\nSee [the guide](guide.md).\n", encoding="utf-8")
     small = {key: config[key] for key in ("site_name", "strict", "validation", "use_directory_urls")}
@@ -139,7 +137,9 @@ async def test_the_index_and_a_reference_page_open_in_a_browser(site: Path) -> N
             "document.readyState === 'complete' && document.querySelector('article h1')?.textContent",
             what="the index's heading",
         )
-        nav = await page.evaluate("[...document.querySelectorAll('.md-nav__link')].map(a => a.textContent.trim())")
+        nav = await page.evaluate(
+            "[...document.querySelectorAll('.md-nav__link')].map(a => a.textContent.trim())"
+        )
         index_shot = await page.screenshot(ARTIFACTS / "docs-index.png")
 
         await page.navigate((site / "reference" / "api.html").as_uri())

@@ -1,6 +1,7 @@
 """The tutorial's "A typed step, end to end" (``docs/tutorial.md``, once in the README), run as a new
 user would: its module and its tests written to a fresh folder, the tests run by pytest with the
-kit's plugin, then its commands run by the ``agentloop`` command on the embedded defaults (no server, no key: the offline model answers).
+kit's plugin, then its commands run by the ``agentloop`` command on the embedded defaults (no server,
+no key: the offline model answers).
 
 The code is read from the page, so the section and this test cannot drift apart.
 """
@@ -72,7 +73,7 @@ def user_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 
 def test_the_section_has_a_module_its_tests_and_its_commands() -> None:
-    assert sorted(files_of_the_section()) == ["test_trips.py", "trips.py"]
+    assert sorted(files_of_the_section()) == ["conftest.py", "test_trips.py", "trips.py"]
     assert any("agentloop tools sync" in command for command in commands_of_the_section())
 
 
