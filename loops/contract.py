@@ -21,8 +21,8 @@ from agentloop.loops.scope import RunScope
 
 logger = logging.getLogger(__name__)
 
-#: What ``on_progress`` accepts: called with each :class:`ProgressEvent`; it may be ``def`` or ``async def``.
 ProgressCallback = Callable[[ProgressEvent], Awaitable[None] | None]
+"""What ``on_progress`` accepts: called with each :class:`ProgressEvent`; ``def`` or ``async def``."""
 
 
 @runtime_checkable

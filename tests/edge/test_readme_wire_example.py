@@ -1,7 +1,8 @@
-"""The README's wire-contract example, run exactly as it is written, against a real worker.
+"""The wire contract's example (``docs/concepts/wire.md``, once in the README), run exactly as it
+is written, against a real worker.
 
-The block is read from README.md (the first ``python`` block under "The wire contract"), so the
-example and this test cannot drift apart. The worker has the README's runnable
+The block is read from the page (its first ``python`` block), so the example and this test cannot
+drift apart. The worker has the example's runnable
 (``record_search.demo``) registered and no model key: the offline model answers.
 """
 
@@ -18,21 +19,19 @@ from edge_support import EdgeRig
 
 from agentloop.orchestration.client import mark_launch_sent
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "wire.md"
 
 
 def wire_example() -> str:
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("### The wire contract") :]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "README.md's wire-contract section has no python block"
+    match = re.search(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.DOTALL)
+    assert match is not None, "docs/concepts/wire.md has no python block"
     return match.group(1)
 
 
 def test_the_readmes_wire_example_runs_as_written(edge_rig: EdgeRig) -> None:
     namespace: dict[str, Any] = {"REDIS_URL": edge_rig.broker_url}
     try:
-        exec(compile(wire_example(), "README.md (wire contract)", "exec"), namespace)
+        exec(compile(wire_example(), "docs/concepts/wire.md", "exec"), namespace)
     finally:
         if "app" in namespace:
             namespace["app"].close()

@@ -1,5 +1,5 @@
 """Smoke test on RabbitMQ: a composite workflow (a chord, expanded at run time) runs on a
-real worker whose broker is RabbitMQ, with results in Redis, as the README documents."""
+real worker whose broker is RabbitMQ, with results in Redis, as ``docs/deployment.md`` documents."""
 
 from __future__ import annotations
 

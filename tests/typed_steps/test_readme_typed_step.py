@@ -1,8 +1,9 @@
-"""The README's "A typed step, end to end", run as a new user would: its module and its tests written
-to a fresh folder, the tests run by pytest with the kit's plugin, then its commands run by the
-``agentloop`` command on the embedded defaults (no server, no key: the offline model answers).
+"""The tutorial's "A typed step, end to end" (``docs/tutorial.md``, once in the README), run as a new
+user would: its module and its tests written to a fresh folder, the tests run by pytest with the
+kit's plugin, then its commands run by the ``agentloop`` command on the embedded defaults (no server,
+no key: the offline model answers).
 
-The code is read from README.md, so the section and this test cannot drift apart.
+The code is read from the page, so the section and this test cannot drift apart.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "tutorial.md"
 SECTION = "## A typed step, end to end"
 #: The machine's settings a new user's shell would not have.
 CLEARED = (
@@ -38,7 +39,7 @@ CLEARED = (
 
 def section_blocks() -> list[tuple[str, str]]:
     """``(language, code)`` of each fenced block of the section, in order."""
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     start = text.index(SECTION)
     end = text.index("\n## ", start + len(SECTION))
     return re.findall(r"```(\w+)\n(.*?)```", text[start:end], re.DOTALL)
@@ -72,7 +73,7 @@ def user_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 
 def test_the_section_has_a_module_its_tests_and_its_commands() -> None:
-    assert sorted(files_of_the_section()) == ["test_trips.py", "trips.py"]
+    assert sorted(files_of_the_section()) == ["conftest.py", "test_trips.py", "trips.py"]
     assert any("agentloop tools sync" in command for command in commands_of_the_section())
 
 

@@ -1,0 +1,214 @@
+"""The README and the site cannot drift from the code: every block a user would run is run as
+written by a test, or says why not.
+
+A runnable block (python, sh, bash) carries a ``<!-- not run: REASON -->`` line just before it,
+naming the test that covers what it does, or is listed in :data:`RUN_BY` with the test that reads
+it from its page and runs it. A new block with neither fails here. The blocks no other test runs
+are run below: the five-minute loop (README and tutorial), the tutorial's composite in-process and
+on a worker, and the testing kit's example as a user's test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from docs_pages import ROOT, RUNNABLE, Block, all_blocks, section
+
+THIS = "tests/docs/test_docs_blocks.py"
+#: ``(page, heading, first line of the block)`` -> the test that runs the block as it is written.
+RUN_BY = {
+    (
+        "README.md",
+        "## A loop in five minutes",
+        "from agentloop import BaseAgentLoop, InlineAgentRunner",
+    ): THIS,
+    (
+        "docs/tutorial.md",
+        "## A loop in five minutes",
+        "from agentloop import BaseAgentLoop, InlineAgentRunner",
+    ): THIS,
+    (
+        "docs/tutorial.md",
+        "## A typed step, end to end",
+        "# trips.py",
+    ): "tests/typed_steps/test_readme_typed_step.py",
+    (
+        "docs/tutorial.md",
+        "## A typed step, end to end",
+        "# conftest.py",
+    ): "tests/typed_steps/test_readme_typed_step.py",
+    (
+        "docs/tutorial.md",
+        "## A typed step, end to end",
+        "# test_trips.py",
+    ): "tests/typed_steps/test_readme_typed_step.py",
+    (
+        "docs/tutorial.md",
+        "## A typed step, end to end",
+        "export AGENTLOOP_IMPORTS=trips",
+    ): "tests/typed_steps/test_readme_typed_step.py",
+    ("docs/tutorial.md", "## A composite: fan out, merge", "# counting.py"): THIS,
+    ("docs/tutorial.md", "## A composite: fan out, merge", "# run_inline.py"): THIS,
+    ("docs/tutorial.md", "## On a worker", "export AGENTLOOP_IMPORTS=counting"): THIS,
+    ("docs/concepts/wire.md", "# The wire contract", "import uuid"): "tests/edge/test_readme_wire_example.py",
+    ("docs/how-to/human.md", "# People in the loop", "import agentloop"): "tests/human/test_readme_human.py",
+    (
+        "docs/how-to/caching.md",
+        "# Cache steps",
+        "import agentloop",
+    ): "tests/caching/test_readme_step_caching.py",
+    ("docs/how-to/streaming.md", "# Stream model output", "import agentloop"): (
+        "tests/streaming/test_readme_streaming.py"
+    ),
+    (
+        "docs/how-to/testing.md",
+        "# Test your agents with the kit",
+        "# conftest.py (or run pytest with -p agentloop.testing)",
+    ): THIS,
+    ("docs/how-to/testing.md", "# Test your agents with the kit", "import pytest"): THIS,
+}
+#: The machine's settings a new user's shell would not have.
+CLEARED = (
+    "BROKER_URL",
+    "REDIS_URL",
+    "RESULT_BACKEND",
+    "DATABASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "AGENTLOOP_MODEL_PROVIDER",
+    "AGENTLOOP_IMPORTS",
+    "PYTEST_ADDOPTS",
+)
+
+
+def a_users_environment(folder: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in CLEARED}
+    env.update({"AGENTLOOP_HOME": str(folder / ".agentloop"), "PYTHONPATH": str(folder), "COLUMNS": "120"})
+    return env
+
+
+def run_python(code: str, folder: Path = ROOT) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=folder, timeout=120,
+        env=a_users_environment(folder) if folder != ROOT else None,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def printed_by(code: str) -> list[str]:
+    """What a block says it prints: its comment lines after its last line of code."""
+    lines = code.splitlines()
+    last_code = max(index for index, line in enumerate(lines) if line and not line.startswith("#"))
+    return [line[2:] for line in lines[last_code + 1 :] if line.startswith("# ")]
+
+
+def test_every_runnable_block_is_run_by_a_test_or_says_why_not() -> None:
+    unaccounted = []
+    for block in all_blocks():
+        if block.language not in RUNNABLE:
+            continue
+        if block.not_run is not None:
+            assert block.key not in RUN_BY, f"{block.key} is marked not run but listed as run"
+            assert "tests/" in block.not_run or ".ci/run" in block.not_run, (
+                f"{block.key}: say which test covers it ({block.not_run})"
+            )
+            continue
+        runner = RUN_BY.get(block.key)
+        if runner is None:
+            unaccounted.append(block.key)
+            continue
+        assert block.page in (ROOT / runner).read_text(encoding="utf-8"), (
+            f"{runner} does not read {block.page}"
+        )
+    assert unaccounted == [], "blocks no test runs (list them in RUN_BY, or mark them not run)"
+
+
+def test_every_block_listed_as_run_is_on_its_page() -> None:
+    assert set(RUN_BY) <= {block.key for block in all_blocks()}
+
+
+def loop_in_five_minutes(page: str) -> Block:
+    [block] = section(page, "## A loop in five minutes")
+    return block
+
+
+def test_the_readme_and_tutorial_loops_run_as_written_and_agree() -> None:
+    readme, tutorial = loop_in_five_minutes("README.md"), loop_in_five_minutes("docs/tutorial.md")
+    assert readme.code == tutorial.code
+
+    *events, result = run_python(readme.code)
+
+    assert result == "3"  # after started/progress/completed events, as its comment says
+    statuses = [re.search(r"status=<ProgressStatus\.(\w+)", event)[1] for event in events]  # type: ignore[index]
+    assert statuses == ["STARTED", "PROGRESS", "PROGRESS", "PROGRESS", "COMPLETED"]
+
+
+def write_the_composite(folder: Path) -> tuple[str, str]:
+    module, script = section("docs/tutorial.md", "## A composite: fan out, merge")
+    for block in (module, script):
+        (folder / block.code.splitlines()[0].removeprefix("# ")).write_text(
+            block.code + "\n", encoding="utf-8"
+        )
+    return module.code, script.code
+
+
+def test_the_tutorials_composite_runs_in_process_as_written(tmp_path: Path) -> None:
+    _, script = write_the_composite(tmp_path)
+
+    printed = run_python(script, tmp_path)
+
+    assert printed == printed_by(script) == ["{'to-1': 1, 'to-2': 2, 'to-3': 3}"]
+
+
+def test_the_tutorials_composite_runs_on_a_worker_with_its_commands(tmp_path: Path) -> None:
+    write_the_composite(tmp_path)
+    [commands] = section("docs/tutorial.md", "## On a worker")[:1]
+    env = a_users_environment(tmp_path)
+    agentloop = str(Path(sys.executable).parent / "agentloop")
+    done = []
+    for line in commands.code.splitlines():
+        words = shlex.split(line)
+        if words[0] == "export":
+            name, _, value = words[1].partition("=")
+            env[name] = value
+            continue
+        assert words[0] == "agentloop", line
+        done.append(
+            subprocess.run(
+                [agentloop, *words[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+            )
+        )
+
+    [triggered] = done
+    assert triggered.returncode == 0, triggered.stdout + triggered.stderr
+    answer = json.loads(triggered.stdout)
+    assert answer["status"] == "succeeded"
+    assert answer["result"] == {"to-1": 1, "to-2": 2, "to-3": 3}  # what the page says it prints
+
+
+def test_the_testing_kit_example_runs_as_a_users_test_suite(tmp_path: Path) -> None:
+    install, conftest, example = section("docs/how-to/testing.md", "# Test your agents with the kit")
+    assert install.not_run is not None and conftest.language == example.language == "python"
+    (tmp_path / "conftest.py").write_text(conftest.code + "\n", encoding="utf-8")
+    (tmp_path / "test_my_step.py").write_text(example.code + "\n", encoding="utf-8")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_step.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=a_users_environment(tmp_path),
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
