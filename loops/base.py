@@ -190,21 +190,7 @@ class BaseAgentLoop(RunnableBase, ABC):
 
     async def _iterate(self, *, scope: RunScope, input: Any, on_progress: ProgressCallback | None) -> Any:
         bound = self.max_iterations
-        checkpoint = scope.checkpointer.load(path=scope.path) if scope.checkpointer else None
-        if checkpoint is None:
-            initial = await maybe_await(self.create_initial_state(input=input))
-            iteration, state = 0, self._typed(initial, made_by="create_initial_state")
-            await self._emit(on_progress, iteration=0, phase="start", status=ProgressStatus.STARTED)
-        else:
-            iteration, state = checkpoint[0], self.load_state(data=checkpoint[1])
-            await self._emit(
-                on_progress,
-                iteration=iteration,
-                phase="resume",
-                status=ProgressStatus.STARTED,
-                message=f"resumed after iteration {iteration}",
-                data={"resumed_from": iteration},
-            )
+        iteration, state = await self._start(scope=scope, input=input, on_progress=on_progress)
         pending: tuple[int, Any] | None = None  # the finished iteration not checkpointed yet
         try:
             while True:
@@ -238,36 +224,11 @@ class BaseAgentLoop(RunnableBase, ABC):
                     pending = (iteration, state)
                 event = await maybe_await(self.build_progress_event(state=state, iteration=iteration))
                 await self.emit_progress(event=event, on_progress=on_progress)
-        except RunStoppedError as stop:
+        except (Exception, asyncio.CancelledError) as error:  # a failure, a stop, a cancellation from outside
             self._checkpoint_on_the_way_out(scope, pending)
+            phase, message = self._failure(error, scope)
             await self._emit(
-                on_progress,
-                iteration=iteration,
-                phase=stop.status,
-                status=ProgressStatus.FAILED,
-                message=str(stop),
-            )
-            raise
-        except Exception as error:
-            self._checkpoint_on_the_way_out(scope, pending)
-            await self._emit(
-                on_progress,
-                iteration=iteration,
-                phase=failure_phase(error, scope),
-                status=ProgressStatus.FAILED,
-                message=f"{type(error).__name__}: {error}",
-            )
-            raise
-        except asyncio.CancelledError as error:  # cancelled from outside: the deadline, or a sibling failed
-            self._checkpoint_on_the_way_out(scope, pending)
-            phase = failure_phase(error, scope)
-            deadline_passed = phase == "deadline_exceeded"
-            await self._emit(
-                on_progress,
-                iteration=iteration,
-                phase=phase,
-                status=ProgressStatus.FAILED,
-                message="the run passed its deadline" if deadline_passed else "the run was cancelled",
+                on_progress, iteration=iteration, phase=phase, status=ProgressStatus.FAILED, message=message
             )
             raise
         bounded = self.stopped_by == STOPPED_BY_BOUND
@@ -285,3 +246,37 @@ class BaseAgentLoop(RunnableBase, ABC):
             data={"stopped_by": self.stopped_by},
         )
         return result
+
+    async def _start(
+        self, *, scope: RunScope, input: Any, on_progress: ProgressCallback | None
+    ) -> tuple[int, Any]:
+        """The iteration and state the loop starts from: its last checkpoint, or a new state."""
+        checkpoint = scope.checkpointer.load(path=scope.path) if scope.checkpointer else None
+        if checkpoint is None:
+            initial = await maybe_await(self.create_initial_state(input=input))
+            state = self._typed(initial, made_by="create_initial_state")
+            await self._emit(on_progress, iteration=0, phase="start", status=ProgressStatus.STARTED)
+            return 0, state
+        iteration, state = checkpoint[0], self.load_state(data=checkpoint[1])
+        await self._emit(
+            on_progress,
+            iteration=iteration,
+            phase="resume",
+            status=ProgressStatus.STARTED,
+            message=f"resumed after iteration {iteration}",
+            data={"resumed_from": iteration},
+        )
+        return iteration, state
+
+    @staticmethod
+    def _failure(error: BaseException, scope: RunScope) -> tuple[str, str]:
+        """The phase and message of the ``failed`` event a loop ends with when ``error`` stops it:
+        the run stopped (cancel, deadline, budget), a step failed, or the task was cancelled from
+        outside (the deadline passed, or a sibling branch failed)."""
+        if isinstance(error, RunStoppedError):
+            return error.status, str(error)
+        phase = failure_phase(error, scope)
+        if isinstance(error, asyncio.CancelledError):
+            passed = phase == "deadline_exceeded"
+            return phase, "the run passed its deadline" if passed else "the run was cancelled"
+        return phase, f"{type(error).__name__}: {error}"
