@@ -28,6 +28,7 @@ from agentloop.actions.arguments import argument_problem
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.base import BaseAgentAction
 from agentloop.actions.context_values import context_value
+from agentloop.actions.degradation import report_model_failure
 from agentloop.actions.errors import UnknownActionError
 from agentloop.actions.model import AiResponse, FunctionCall, Usage
 from agentloop.actions.prompt import embed_user_text
@@ -120,6 +121,11 @@ class AiDrivenAgentLoop(BaseAgentLoop):
         report_usage(response.usage)
         usage = (Usage.from_dict(state["usage"]) + response.usage).to_dict()
         if response.has_error:
+            # the turn is tried again next iteration, and the run says a model call failed: a loop that
+            # recovers ends ``degraded``, never ``succeeded`` as if nothing had happened
+            await report_model_failure(
+                action=f"{self.name} turn {iteration + 1}", reason=f"model error: {response.error}"
+            )
             return {**state, "usage": usage, "model_errors": [*state["model_errors"], str(response.error)]}
         if not response.function_calls:
             return {

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentloop.actions import AiResponse, ForcedToolAction, FunctionCall, ModelRequest, TypedToolAction
-from agentloop.loops import ProceduralAgentLoop
+from agentloop.loops import AiDrivenAgentLoop, ProceduralAgentLoop
 from agentloop.orchestration.registry import register
 from agentloop.pipelines import BaseActionStage
 
@@ -100,6 +100,30 @@ class PlainReplyStage(BaseActionStage):
     action = PlainReply
 
 
+class DownOnceModel:
+    """Its first turn fails (the provider was away), its second answers in plain text."""
+
+    model_name = "down-once"
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    async def send_request(self, **request: Any) -> AiResponse:
+        self.turns += 1
+        if self.turns == 1:
+            return AiResponse.failure("openai: 503 server error after 4 attempts: upstream unavailable")
+        return AiResponse(text="answered on the second turn")
+
+
+def down_once_context(spec: Mapping[str, Any]) -> Any:
+    return SimpleNamespace(processor=DownOnceModel())
+
+
+class AskAround(AiDrivenAgentLoop):
+    """An AI-driven loop with no actions: the model answers in plain text."""
+
+
 register("fallbacks.raw", RawAsk, context_factory=fallback_context)
+register("fallbacks.ai_down_once", AskAround, context_factory=down_once_context)
 register("fallbacks.typed", TypedReplyStage, context_factory=fallback_context)
 register("fallbacks.plain", PlainReplyStage, context_factory=fallback_context)

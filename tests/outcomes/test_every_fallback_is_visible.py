@@ -102,3 +102,11 @@ def test_a_model_failure_of_a_typed_step_degrades_the_run(run: Any) -> None:
 
     assert (outcome.status, outcome.result) == ("degraded", None)
     assert outcome.failures == [("", "reply", f"model error: {DOWN}")]
+
+
+def test_an_ai_driven_turn_whose_model_call_failed_degrades_the_run_it_recovers_in(run: Any) -> None:
+    outcome = run("fallbacks.ai_down_once", "why?")
+
+    # the loop tried again and answered, but the record says a model call failed on the way
+    assert (outcome.status, outcome.result["answer"]) == ("degraded", "answered on the second turn")
+    assert outcome.failures == [("", "AskAround turn 1", f"model error: {DOWN}")]
