@@ -61,6 +61,11 @@ RUN_BY = {
     ("docs/tutorial.md", "## A composite: fan out, merge", "# counting.py"): THIS,
     ("docs/tutorial.md", "## A composite: fan out, merge", "# run_inline.py"): THIS,
     ("docs/tutorial.md", "## On a worker", "export AGENTLOOP_IMPORTS=counting"): THIS,
+    (
+        "docs/tutorial.md",
+        "## On a worker",
+        "AGENTLOOP_IMPORTS=counting REDIS_URL=redis://127.0.0.1:6379/0 celery -A agentloop worker &",
+    ): ON_CELERY,
     ("docs/concepts/runners.md", "## On Celery", "# counting.py"): ON_CELERY,
     (
         "docs/concepts/runners.md",
