@@ -121,9 +121,10 @@ def redact_secrets(text: str, *, api_key: str | None) -> str:
 
     Gone are: the configured ``api_key``'s full value (as is, URL-encoded or
     JSON-escaped), wherever it appears when it has 8 characters or more, else
-    where it stands as a whole token (never a piece of a word); the value of an ``Authorization`` header and of any bearer
-    token; the value given under a secret's name (``key=...``, ``api_key=...``,
-    ``"api-key": "..."``, ``x-api-key: ...``, ``token=...``, ``password: ...``);
+    where it stands as a whole token (never a piece of a word); the value of an
+    ``Authorization`` header and of any bearer token; the value given under a
+    secret's name (``key=...``, ``api_key=...``, ``"api-key": "..."``,
+    ``x-api-key: ...``, ``token=...``, ``password: ...``);
     and anything shaped like a provider's key (``sk-...``), whatever its name.
     """
     if api_key:

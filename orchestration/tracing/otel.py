@@ -7,9 +7,9 @@ the launch's span (a client that traces its own send puts the launch under its s
 a task the core's spans (loop iterations, model calls; ``actions/tracing.py``) nest under the
 task's span through :class:`OtelTracer`, each carrying the run's id and the node's path
 (``agentloop.run_id``, ``agentloop.path``). The console exporter writes to stderr, so a
-command's stdout stays its own (``trigger --json`` prints only JSON). Nothing happens unless an exporter is configured
-(``AGENTLOOP_TRACING_EXPORTER``) or a tracer provider is given (tests: the SDK's in-memory
-exporter).
+command's stdout stays its own (``trigger --json`` prints only JSON). Nothing happens unless
+an exporter is configured (``AGENTLOOP_TRACING_EXPORTER``) or a tracer provider is given
+(tests: the SDK's in-memory exporter).
 """
 
 from __future__ import annotations

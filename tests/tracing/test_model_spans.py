@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from actions.tracing import use_tracer
-from orchestration.llm.offline import OfflineModel
 from loops.scope import RunScope, use_scope
+from orchestration.llm.offline import OfflineModel
 from orchestration.settings_tracing import TracingSettings
 from orchestration.tracing.otel import OtelTracer, exporter_for
 
