@@ -58,6 +58,8 @@ _AUTHORIZATION = re.compile(
 _BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;]+")
 _SECRET_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 _REDACTED = "[redacted]"
+#: The HTTP libraries the SDKs run on, whose ``TransportError`` is a connection failing mid-body.
+_HTTP_LIBRARIES = frozenset({"httpx", "httpx2"})
 #: A configured secret at least this long is taken out wherever it appears; a shorter one only where
 #: it stands as a whole token, so ``ANTHROPIC_API_KEY=x`` leaves "exceeded" a word.
 _ANYWHERE_CHARS = 8
@@ -77,6 +79,15 @@ class SdkErrors:
     #: The server's message in an error body (a mapping or a string).
     body_message: Callable[[Mapping[str, Any]], Any]
     status_labels: Mapping[int, str] = field(default_factory=lambda: STATUS_LABELS)
+
+    def broke_stream(self, error: BaseException) -> bool:
+        """Whether ``error`` broke a stream part-way and is worth reading again: a dropped
+        connection or a read timeout (a stalled stream), as the SDK wraps it or as its HTTP
+        library (``httpx``, or the ``httpx2`` newer SDKs run on) raised it mid-body."""
+        return isinstance(error, self.connection) or any(
+            kind.__name__ == "TransportError" and kind.__module__.split(".")[0] in _HTTP_LIBRARIES
+            for kind in type(error).__mro__
+        )
 
     def describe(self, error: Exception, *, timeout: timedelta | None) -> str:
         """What went wrong in one call (``timeout``: the per-attempt limit)."""
