@@ -92,7 +92,7 @@ async def test_the_runs_list_does_not_overlap_the_run_pane(rig: WebRig, width: i
     names = ["record_search.demo", "agentloop.examples.record_search.workflows.RecordSearchBatch"]
     run_ids = [f"layout-{width}-{n}-{uuid.uuid4().hex}" for n in range(len(names))]
     for run_id, name in zip(run_ids, names, strict=True):
-        rig.store.create_run(run_id=run_id, runnable=name, input=None)
+        rig.store.create_run(run_id=run_id, runnable=name, input=None, principal="web-tests")
         rig.store.finish_run(run_id, status="succeeded", output=None)
     with live_server(rig.web()) as base:
         async with headless_chromium(binary, width=width, height=900) as page:

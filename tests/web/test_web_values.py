@@ -14,7 +14,7 @@ RUN = "query Run($id: String!) { run(id: $id) { id status result input } }"
 
 def a_run_that_returned_null(rig: WebRig) -> str:
     run_id = f"null-{uuid.uuid4().hex}"
-    rig.store.create_run(run_id=run_id, runnable="web.echo", input=None)
+    rig.store.create_run(run_id=run_id, runnable="web.echo", input=None, principal="web-tests")
     rig.store.finish_run(run_id, status="succeeded", output=None)
     return run_id
 
