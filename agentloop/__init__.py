@@ -153,6 +153,7 @@ from loops import (
     use_scope,
 )
 from orchestration.context import StandardContext, StandardContextFactory, standard_context
+from orchestration.degraded import DegradedBody
 from orchestration.llm import OfflineModel, RateLimitTimeoutError
 from orchestration.registry import (
     ContextSpecError,
@@ -162,7 +163,7 @@ from orchestration.registry import (
     input_provider,
     register,
 )
-from orchestration.wire import InvalidNodeError, LaunchRequestError
+from orchestration.wire import DegradedResult, InvalidNodeError, LaunchRequestError
 from pipelines import (
     BaseActionStage,
     BaseAgentPipeline,
@@ -217,6 +218,8 @@ __all__ = [
     "ContextSpecError",
     "DegradationRecorder",
     "DegradationSink",
+    "DegradedBody",
+    "DegradedResult",
     "FailurePolicy",
     "ForcedToolAction",
     "FunctionCall",

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
+import platformdirs
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode
@@ -36,11 +37,25 @@ from orchestration.settings_provider import ProviderSettings
 from orchestration.settings_store import StoreSettings
 from orchestration.settings_tracing import TracingSettings
 
-__all__ = ["ModelSettings", "Settings", "SettingsError", "env_names", "load_settings"]
+__all__ = [
+    "ModelSettings",
+    "Settings",
+    "SettingsError",
+    "default_home",
+    "env_names",
+    "load_settings",
+]
 
 G = TypeVar("G", bound=_Group)
-_DEFAULT_HOME = ".agentloop"
+_APP_NAME = "agentloop"
 _SQLITE_FILENAME = "agentloop.sqlite3"
+
+
+def default_home() -> Path:
+    """The per-user home of the default store and the demo's files: ``platformdirs``' user data
+    folder (``$XDG_DATA_HOME/agentloop``, else ``~/.local/share/agentloop`` on Linux;
+    ``~/Library/Application Support/agentloop`` on macOS; ``%LOCALAPPDATA%\\agentloop`` on Windows)."""
+    return Path(platformdirs.user_data_dir(_APP_NAME, appauthor=False))
 
 
 class SettingsError(AgentLoopError, ValueError):
@@ -182,8 +197,9 @@ class Settings(_Group):
     """``AGENTLOOP_CACHE_URL``: where cached steps keep their results (``orchestration/cache.py``):
     ``redis://...``, ``memory://`` (one process) or ``none``. Default: the result backend when it
     is Redis, else the broker when it is, else ``memory://``."""
-    home: Path = _env("AGENTLOOP_HOME", Path(_DEFAULT_HOME))
-    """``AGENTLOOP_HOME``: the folder of the default SQLite store. Default: ``./.agentloop``."""
+    home: Path = Field(default_factory=default_home, validation_alias="AGENTLOOP_HOME")
+    """``AGENTLOOP_HOME``: the folder of the default SQLite store and the demo's files, one per user
+    whatever the working folder. Default: :func:`default_home` (``~/.local/share/agentloop``)."""
     database_url: str = Field(default_factory=_sqlite_under, validation_alias="DATABASE_URL")
     """``DATABASE_URL``: the run store. Default: the file ``agentloop.sqlite3`` under ``AGENTLOOP_HOME``."""
     imports: Annotated[tuple[str, ...], NoDecode] = _env("AGENTLOOP_IMPORTS", ())

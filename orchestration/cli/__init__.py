@@ -22,6 +22,7 @@ from __future__ import annotations
 import typer
 
 from orchestration.cli.cancel import cancel
+from orchestration.cli.common import JsonErrorsGroup
 from orchestration.cli.demo import demo
 from orchestration.cli.graph import graph
 from orchestration.cli.resume import resume
@@ -36,6 +37,7 @@ app = typer.Typer(
     help="Agent loops and composite agent workflows, in-process or on Celery.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    cls=JsonErrorsGroup,
 )
 app.command("demo")(demo)
 app.command("trigger")(trigger)
