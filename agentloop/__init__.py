@@ -154,6 +154,7 @@ from agentloop.loops import (
     use_scope,
 )
 from agentloop.orchestration.context import StandardContext, StandardContextFactory, standard_context
+from agentloop.orchestration.degraded import DegradedBody
 from agentloop.orchestration.llm import OfflineModel, RateLimitTimeoutError
 from agentloop.orchestration.registry import (
     ContextSpecError,
@@ -163,7 +164,7 @@ from agentloop.orchestration.registry import (
     input_provider,
     register,
 )
-from agentloop.orchestration.wire import InvalidNodeError, LaunchRequestError
+from agentloop.orchestration.wire import DegradedResult, InvalidNodeError, LaunchRequestError
 from agentloop.pipelines import (
     BaseActionStage,
     BaseAgentPipeline,
@@ -217,6 +218,8 @@ __all__ = [
     "ContextSpecError",
     "DegradationRecorder",
     "DegradationSink",
+    "DegradedBody",
+    "DegradedResult",
     "FailurePolicy",
     "ForcedToolAction",
     "FunctionCall",
