@@ -110,10 +110,24 @@ def engine_for(task: Task) -> WorkflowEngine:
     )
 
 
+#: Arguments a task only carries on for others: a lane's ``collected``, the outputs of the branches
+#: before it. Hidden from logs and Flower like any content, but no error of this task's branch can
+#: quote them, so its records are not scrubbed of them: a branch failing with the same message as
+#: one before it (two branches over one token budget) would otherwise read ``<hidden>``.
+CARRIED = frozenset({"collected"})
+
+
 def hidden_of(task: Task) -> tuple[str, ...]:
-    """The texts of ``task``'s hidden arguments (``orchestration/redaction.py``), as errors quote them."""
+    """The texts of ``task``'s hidden arguments (``orchestration/redaction.py``) its errors may quote:
+    taken out of what its run records (:data:`CARRIED` aside)."""
     request = task.request
-    return hidden_texts(request.args, request.kwargs, parameter_names(task.run))
+    names = parameter_names(task.run) or ()
+    args = [
+        None if position < len(names) and names[position] in CARRIED else value
+        for position, value in enumerate(request.args or ())
+    ]
+    kwargs = {name: value for name, value in (request.kwargs or {}).items() if name not in CARRIED}
+    return hidden_texts(args, kwargs, names)
 
 
 def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, Outcome]) -> Outcome:

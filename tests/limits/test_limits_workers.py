@@ -110,7 +110,7 @@ def test_a_token_budget_is_shared_by_all_branches_on_both_workers(
     assert ok and failed, results
     assert all(r["output"]["answers"] == calls and r["output"]["fallbacks"] == 0 for r in ok)
     assert {r["error"]["type"] for r in failed} == {"TokenBudgetExceededError"}
-    assert all("token budget exceeded" in r["error"]["message"] for r in failed)
+    assert all("token budget exceeded" in r["error"]["message"] for r in failed), failed
     budget_events = [
         event
         for _, event in two_workers.store.events(handle.run_id)
