@@ -157,6 +157,7 @@ from agentloop.loops import (
 )
 from agentloop.orchestration.cache import RedisStepCache
 from agentloop.orchestration.context import StandardContext, StandardContextFactory, standard_context
+from agentloop.orchestration.degraded import DegradedBody
 from agentloop.orchestration.errors import (
     ContextSpecError,
     InvalidNodeError,
@@ -179,6 +180,7 @@ from agentloop.orchestration.errors import (
 )
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
+from agentloop.orchestration.wire import DegradedResult
 from agentloop.pipelines import (
     BaseActionStage,
     BaseAgentPipeline,
@@ -222,6 +224,8 @@ __all__ = [
     "ContextSpecError",
     "DegradationRecorder",
     "DegradationSink",
+    "DegradedBody",
+    "DegradedResult",
     "FailurePolicy",
     "ForcedToolAction",
     "FunctionCall",

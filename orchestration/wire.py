@@ -8,7 +8,7 @@ Task names are public and stable. Other services, importing only Celery::
                        "deadline_seconds": number (optional)})
     send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": 0}).get()
     send_task("agentloop.cancel", kwargs={"run_id": result.id})
-    result.get()   # the workflow's result
+    result.get()   # its result; a degraded run's {"__agentloop_degraded__": DegradedBody}
 
 The launch's task id is the run id (pass ``task_id=run_id`` when you choose the
 run id). ``agentloop.progress`` answers a ``status``: the run's
@@ -59,8 +59,8 @@ LANE_COLLECT = "agentloop.lane_collect"
 FINALIZE = "agentloop.finalize"
 PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
-#: Answer the question a paused run waits for, and continue it
-#: (``orchestration/celery_adapter/pause.py``, ``orchestration/store/waits.py``).
+#: Answer the question a paused run waits for, and continue it (``orchestration/celery_adapter/pause.py``,
+#: ``orchestration/store/waits.py``).
 RESUME = "agentloop.resume"
 #: Send on the paused tasks of questions settled and never resumed (beat runs it every minute).
 RESUME_SETTLED = "agentloop.resume_settled"
@@ -371,7 +371,7 @@ class DegradedResult:
     show that the run degraded. On the wire ``{"__agentloop_degraded__": {"status": "degraded",
     "output": ..., "error": {"type": "ModelUnavailable", "message", "failures"}}}``;
     :meth:`~agentloop.orchestration.client.RunHandle.wait` returns the ``output`` alone, and
-    :attr:`~agentloop.orchestration.client.RunHandle.status` says ``degraded``."""
+    :attr:`~agentloop.orchestration.client.RunHandle.status` says ``degraded`` (typed: ``degraded.py``)."""
 
     output: Any
     error: Mapping[str, Any]

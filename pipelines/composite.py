@@ -73,6 +73,20 @@ class BranchResult:
         return cls(key=key, ok=False, error={"type": type(error).__name__, "message": str(error)})
 
 
+#: What a branch key may not hold: it is one step of the branch's path (``<path>/branch/<key>``).
+_PATH_SEPARATORS = ("/", "\\")
+
+
+def _check_key(key: object) -> None:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"a branch key must be a non-empty string, not {key!r}")
+    if any(separator in key for separator in _PATH_SEPARATORS):
+        raise ValueError(
+            f"branch key {key!r} holds a path separator ('/' or '\\'): "
+            "a key is one step of the branch's path; use another character"
+        )
+
+
 class BaseCompositeAgent(RunnableBase):
     """Implement ``build_branches``; override ``merge_results`` to shape the fan-in."""
 
@@ -94,8 +108,9 @@ class BaseCompositeAgent(RunnableBase):
         return scope.child(f"branch/{key}")
 
     async def resolve_branches(self, *, input: Any) -> list[Branch]:
-        """``build_branches`` checked: branches are :class:`Branch` values with unique keys
-        (and ``max_concurrency``, when set, is at least 1)."""
+        """``build_branches`` checked: branches are :class:`Branch` values with unique keys, each a
+        non-empty string without a path separator (a key is one step of the branch's path), and
+        ``max_concurrency``, when set, is at least 1."""
         if self.max_concurrency is not None and self.max_concurrency < 1:
             bound = self.max_concurrency
             raise ValueError(f"max_concurrency must be at least 1 (or None for no bound), not {bound}")
@@ -104,6 +119,7 @@ class BaseCompositeAgent(RunnableBase):
         for branch in branches:
             if not isinstance(branch, Branch):
                 raise TypeError(f"build_branches must return Branch values, got {branch!r}")
+            _check_key(branch.key)
             if branch.key in seen:
                 raise ValueError(f"duplicate branch key {branch.key!r}")
             seen.add(branch.key)

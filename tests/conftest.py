@@ -32,6 +32,20 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _a_home_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``AGENTLOOP_HOME`` for the session (unless set): the default store of whatever a test runs
+    (the CLI, a worker process) is a folder of the tests', never the user's per-user home."""
+    if os.environ.get("AGENTLOOP_HOME"):
+        yield
+        return
+    os.environ["AGENTLOOP_HOME"] = str(tmp_path_factory.mktemp("agentloop-home"))
+    try:
+        yield
+    finally:
+        os.environ.pop("AGENTLOOP_HOME", None)
+
+
 @dataclass
 class CeleryRig:
     """A Celery app with a worker consuming its queue, and the run store both sides share."""

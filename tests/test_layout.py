@@ -28,6 +28,7 @@ ROOMS = {
     "task_outcome": 1,
     "errors": 0,
     "interruptions": 0,
+    "degraded": 0,
     "settings": 2,
     "registry": 2,
     "tracing": 3,

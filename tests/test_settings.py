@@ -152,12 +152,14 @@ def test_nothing_set_gives_defaults_that_need_no_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     settings = load_settings({})
 
     assert (settings.broker_url, settings.result_backend) == ("memory://", "cache+memory://")
     assert settings.redis_url is None
-    assert settings.database_url == f"sqlite:///{tmp_path.resolve() / '.agentloop' / 'agentloop.sqlite3'}"
-    assert not (tmp_path / ".agentloop").exists()  # reading settings creates nothing
+    home = tmp_path.resolve() / "data" / "agentloop"  # the per-user home (platformdirs)
+    assert settings.database_url == f"sqlite:///{home / 'agentloop.sqlite3'}"
+    assert not home.exists() and not (tmp_path / ".agentloop").exists()  # reading settings creates nothing
     assert settings.imports == () and schedule_entries(settings.beat_schedule_json) == []
     assert settings.task_default_queue == "agentloop"
     assert (settings.task_soft_time_limit, settings.task_time_limit, settings.visibility_timeout) == (
@@ -330,3 +332,18 @@ def test_every_variable_is_documented_with_its_field() -> None:
         for name, field in group.model_fields.items():
             if name not in ("model", "http", "store", "provider", "tracing"):
                 assert field.description and f"``{group.env_name(name)}``" in field.description, name
+
+
+def test_the_default_home_is_one_per_user_whatever_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    seen = set()
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        seen.add(load_settings({}).database_url)
+
+    assert seen == {f"sqlite:///{tmp_path.resolve() / 'data' / 'agentloop' / 'agentloop.sqlite3'}"}
+    chosen = load_settings({"AGENTLOOP_HOME": str(tmp_path / "mine")})
+    assert chosen.database_url == f"sqlite:///{tmp_path.resolve() / 'mine' / 'agentloop.sqlite3'}"

@@ -111,7 +111,8 @@ def resume(
     ``path`` and ``key`` pick the question when several wait; ``expire`` (the expiry's own
     message) ends a wait whose time is up. Returns ``{"accepted": True, "wait": ...}``, or
     ``{"accepted": False, "reason": ...}`` with nothing changed (no such wait, a wrong answer,
-    already answered).
+    already answered; ``"not_found": True`` too when the store knows no run ``run_id``). An
+    accepted answer's ``status`` is its wait's, as settled (``answered`` or ``expired``).
     """
     deps = dependencies_of(self.app)
     run_id, waits = str(run_id), deps.waits
@@ -123,6 +124,8 @@ def resume(
         if (path is None or wait.path == path) and (key is None or wait.key == key)
     ]
     candidates = [wait for wait in matching if wait.status == PENDING]
+    if not matching and deps.store.get_run(run_id) is None:
+        return {"accepted": False, "reason": f"no such run {run_id}", "not_found": True}
     if not candidates:
         return _again(self, deps, run_id, matching, answer, expire)
     if len(candidates) != 1:
@@ -141,8 +144,9 @@ def resume(
     if not waits.settle(run_id, wait.path, wait.key, status=status, answer=settled):
         # settled meanwhile: by another resume, or by this one's write whose reply was lost
         return _again(self, deps, run_id, waits.waits(run_id), answer, expire, only=wait)
-    _send_on(self.app, deps, replace(wait, status=status, answer=settled))
-    return {"accepted": True, "status": status, "wait": wait.describe()}
+    wait = replace(wait, status=status, answer=settled)
+    _send_on(self.app, deps, wait)
+    return {"accepted": True, "status": status, "wait": wait.describe()}  # the wait as settled
 
 
 def _again(

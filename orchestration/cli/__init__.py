@@ -22,6 +22,7 @@ from __future__ import annotations
 import typer
 
 from agentloop.orchestration.cli.cancel import cancel
+from agentloop.orchestration.cli.common import JsonErrorsGroup
 from agentloop.orchestration.cli.demo import demo
 from agentloop.orchestration.cli.graph import graph
 from agentloop.orchestration.cli.resume import resume
@@ -36,6 +37,7 @@ app = typer.Typer(
     help="Agent loops and composite agent workflows, in-process or on Celery.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    cls=JsonErrorsGroup,
 )
 app.command("demo")(demo)
 app.command("trigger")(trigger)

@@ -2,16 +2,24 @@
 
 Every command that prints something takes ``--json``: then stdout holds only
 JSON (one document, or one per line for a stream of events), for scripts;
-messages and progress go to stderr. Exit codes are the same either way
-(:data:`EXIT_FAILED`, :data:`EXIT_USAGE`, :data:`EXIT_TIMEOUT`).
+messages and progress go to stderr, and an error is one JSON object on stdout,
+``{"error": "...", "exit_code": 2}`` (:func:`fail`, :class:`JsonErrorsGroup`). Exit codes
+are the same either way (:data:`EXIT_FAILED`, :data:`EXIT_USAGE`, :data:`EXIT_TIMEOUT`).
+
+The default store is under the per-user home (``AGENTLOOP_HOME``); a store left in the
+working folder's ``./.agentloop/`` by an earlier version is pointed out on stderr, with how to
+move it or read it (:func:`legacy_store`).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -25,6 +33,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from typer.core import TyperGroup
 
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.orchestration.errors import SettingsError
@@ -39,9 +48,44 @@ errors = Console(stderr=True)
 EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 1, 2, 3
 
 
+#: Click's base of the errors it reports itself (a usage error, a bad option value), whichever click
+#: typer runs on (its own copy since typer 0.16, the ``click`` package before).
+_CLICK_ERROR: type[Exception] = next(
+    error for error in typer.BadParameter.__mro__ if error.__name__ == "ClickException"
+)
+#: Whether the command line being run asked for ``--json`` (set by :class:`JsonErrorsGroup`).
+_json_errors: ContextVar[bool] = ContextVar("agentloop_cli_json_errors", default=False)
+
+
 def fail(message: str, *, code: int = EXIT_USAGE) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    """The exit for an error: said on stderr, or under ``--json`` as one JSON object on stdout."""
+    if _json_errors.get():
+        print_json({"error": message, "exit_code": code})
+    else:
+        errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
+
+
+class JsonErrorsGroup(TyperGroup):
+    """The ``agentloop`` command group: under ``--json``, errors (click's usage errors too) are JSON
+    on stdout, with their non-zero exit code."""
+
+    def main(self, args: Sequence[str] | None = None, *more: Any, **options: Any) -> Any:
+        given = list(sys.argv[1:] if args is None else args)
+        token = _json_errors.set("--json" in given)
+        try:
+            return super().main(given, *more, **options)
+        finally:
+            _json_errors.reset(token)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _CLICK_ERROR as error:
+            if not _json_errors.get():
+                raise
+            failure: Any = error
+            raise fail(failure.format_message(), code=failure.exit_code) from None
 
 
 #: ``--json``, the same on every command.
@@ -69,11 +113,37 @@ def parse_json(text: str | None, *, what: str, default: Any = None) -> Any:
 
 
 def cli_settings() -> Settings:
-    """The environment's settings, or a usage error naming the malformed variable."""
+    """The environment's settings, or a usage error naming the malformed variable (a store an
+    earlier version left in ``./.agentloop/`` is pointed out on stderr)."""
     try:
-        return load_settings()
+        settings = load_settings()
     except SettingsError as error:
         raise fail(str(error)) from None
+    legacy = legacy_store(settings)
+    if legacy is not None:
+        errors.print(
+            f"note: {legacy} holds runs of the old default home (./.agentloop); the store is now "
+            f"{settings.home / legacy.name}. Move it there (mv .agentloop/{legacy.name}* "
+            f"{settings.home}/) or read it with AGENTLOOP_HOME=.agentloop",
+            markup=False,
+            soft_wrap=True,
+        )
+    return settings
+
+
+#: Where the store lived by default before the per-user home: ``./.agentloop`` of the working folder.
+LEGACY_HOME = Path(".agentloop")
+
+
+def legacy_store(settings: Settings) -> Path | None:
+    """The SQLite file of ``./.agentloop/`` when it exists and is not the store ``settings`` use:
+    left by an earlier version, whose default home was the working folder's (``None`` when
+    ``AGENTLOOP_HOME`` or ``DATABASE_URL`` is set: whoever set them chose)."""
+    if {"home", "database_url"} & settings.model_fields_set:
+        return None
+    legacy = (LEGACY_HOME / "agentloop.sqlite3").resolve()
+    current = (settings.home / legacy.name).resolve()
+    return legacy if legacy.is_file() and legacy != current else None
 
 
 def deployment_registry(settings: Settings) -> RunnableRegistry:

@@ -3,8 +3,9 @@
 Without ``--answer`` it shows the questions the run waits for (from the run store). With it,
 the ``agentloop.resume`` task checks the answer against the question's schema and continues
 the run where it stopped. ``--path`` and ``--key`` pick the question when several wait.
-Exit codes: 0 accepted, 1 refused (a wrong answer, already answered, no such question; the
-run goes on waiting), 2 usage, 3 no worker answered in time.
+Exit codes: 0 accepted, or queued (no worker answered within ``--timeout``: the answer waits
+on the broker and is checked when a worker takes it), 1 refused (a wrong answer, already
+answered, no such question; the run goes on waiting), 2 usage or no such run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 
 from agentloop.orchestration.cli.common import (
     EXIT_FAILED,
-    EXIT_TIMEOUT,
+    EXIT_USAGE,
     celery_app,
     cli_settings,
     console,
@@ -36,7 +37,9 @@ def resume(
     answer: str | None = typer.Option(None, help='The answer, as JSON (true, "a choice", {...}).'),
     path: str | None = typer.Option(None, help="The workflow path of the question (when several wait)."),
     key: str | None = typer.Option(None, help="The question's key (when several wait at one path)."),
-    timeout: float = typer.Option(30.0, min=0.1, help="Seconds to wait for a worker's answer."),
+    timeout: float = typer.Option(
+        30.0, min=0.1, help="Seconds to wait for a worker's answer (then the answer stays queued)."
+    ),
     as_json: bool = json_option(),
 ) -> None:
     """Answer a paused run's question and continue the run, or show what it waits for."""
@@ -50,16 +53,31 @@ def resume(
         try:
             result: dict[str, Any] = app.send_task(RESUME, kwargs=kwargs).get(timeout=timeout)
         except (TimeoutError, CeleryTimeoutError):
-            raise fail(
-                f"no worker answered within {timeout:g}s on {redact_url(str(app.conf.broker_url))}",
-                code=EXIT_TIMEOUT,
-            ) from None
-    if as_json:
+            _queued(run_id, timeout=timeout, broker=redact_url(str(app.conf.broker_url)), as_json=as_json)
+            return
+    code = EXIT_USAGE if result.get("not_found") else None if result.get("accepted") else EXIT_FAILED
+    if as_json:  # the answer as JSON says it all, a refusal too
         print_json(result)
+        if code is not None:
+            raise typer.Exit(code)
     elif result.get("accepted"):
         console.print(f"answered; run {run_id} goes on")
-    if not result.get("accepted"):
+    elif result.get("not_found"):
+        raise fail(str(result.get("reason")), code=EXIT_USAGE)
+    else:
         raise fail(f"refused: {result.get('reason')}", code=EXIT_FAILED)
+
+
+def _queued(run_id: str, *, timeout: float, broker: str, as_json: bool) -> None:
+    """No worker answered in time: the answer is on the broker, checked when a worker takes it."""
+    message = (
+        f"answer queued: no worker answered within {timeout:g}s on {broker}; "
+        "a worker checks it when it takes it"
+    )
+    if as_json:
+        print_json({"run_id": run_id, "accepted": None, "queued": True, "reason": message})
+    else:
+        console.print(message, markup=False)
 
 
 def _show_waits(run_id: str, *, as_json: bool) -> None:

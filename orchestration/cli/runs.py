@@ -28,7 +28,7 @@ from agentloop.orchestration.cli.common import (
     print_json,
     run_store,
 )
-from agentloop.orchestration.store import TERMINAL_STATUSES, RunRecord
+from agentloop.orchestration.store import TERMINAL_STATUSES, RunRecord, RunStatus
 
 runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_args_is_help=True)
 
@@ -84,6 +84,9 @@ def list_runs(
     as_json: bool = json_option(),
 ) -> None:
     """The latest runs, newest first."""
+    statuses = [value.value for value in RunStatus]
+    if status is not None and status not in statuses:
+        raise fail(f"--status {status!r} is no run status; one of: {', '.join(statuses)}")
     records = run_store(cli_settings()).list_runs(limit=limit, status=status)
     if as_json:
         print_json([record.to_dict() for record in records])

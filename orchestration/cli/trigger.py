@@ -38,6 +38,8 @@ def trigger(
     ),
 ) -> None:
     """Start NAME on Celery and print its run id (with --wait: follow it and print its result)."""
+    if timeout is not None and not wait:
+        raise fail("--timeout needs --wait: it bounds how long the run is followed")
     payload = parse_json(input, what="--input")
     spec = parse_json(context, what="--context", default={})
     if not isinstance(spec, dict):
@@ -76,14 +78,16 @@ def _wait(handle: RunHandle, *, name: str, timeout: float | None, as_json: bool)
     try:
         return follow(handle, timeout=timeout, title=name, quiet=as_json)
     except TimeoutError:
-        if as_json:
+        if as_json:  # the run as JSON is the error
             print_json(
                 {"run_id": handle.run_id, "status": "running", "error": f"still running after {timeout}s"}
             )
+            raise typer.Exit(EXIT_TIMEOUT) from None
         raise fail(f"run {handle.run_id} still running after {timeout}s", code=EXIT_TIMEOUT) from None
     except Exception as error:
         if as_json:
             print_json({"run_id": handle.run_id, "status": _status(handle, "failed"), "error": str(error)})
+            raise typer.Exit(EXIT_FAILED) from None
         raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
 
 

@@ -24,7 +24,8 @@ With ``stream=True`` the same request is streamed and read back by
 :mod:`agentloop.orchestration.llm.anthropic_stream` into the same :class:`AiResponse`; while a run
 listens, the partial text and tool input are reported as throttled ``delta`` progress events
 (:mod:`agentloop.orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
-malformed event, an ``error`` event, a stream cut short) is a failure like any other.
+malformed event, an ``error`` event, a stream cut short) is a failure like any other; one cut
+short, disconnected or stalled is read again first, up to ``max_retries`` times.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from agentloop.orchestration.llm.anthropic_stream import MessageStreamReader
 from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
 from agentloop.orchestration.llm.loop_clients import LoopClients
 from agentloop.orchestration.llm.request_guard import model_requests
-from agentloop.orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
+from agentloop.orchestration.llm.stream_deltas import StreamedReplies, stream_reply
 from agentloop.orchestration.settings import ModelSettings
 from agentloop.orchestration.settings.provider import DEFAULT_ANTHROPIC_MODEL
 
@@ -259,13 +260,15 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
 
     async def _streamed(self, create: dict[str, Any]) -> AiResponse | str:
         """One message streamed (``anthropic_stream.py``), its pieces reported as ``delta`` events."""
-        reporter = delta_reporter(self._model, self._stream_interval)
         try:
-            stream = await self._clients.current().messages.create(**create, stream=True)
-            async with stream:
-                return await read_stream(
-                    stream, MessageStreamReader(default_model=self._model, reporter=reporter), reporter
-                )
+            return await stream_reply(
+                lambda: self._clients.current().messages.create(**create, stream=True),
+                lambda reporter: MessageStreamReader(default_model=self._model, reporter=reporter),
+                action=self._model,
+                interval=self._stream_interval,
+                retries=self.max_retries,
+                broken=ANTHROPIC_ERRORS.broke_stream,
+            )
         except ValueError as error:  # an event that is not JSON, or not an event
             logger.warning("anthropic processor: unreadable stream event", exc_info=True)
             return f"unreadable stream event: {type(error).__name__}: {error}"

@@ -40,7 +40,8 @@ With ``stream=True`` the same request is streamed (``stream_options.include_usag
 back by :mod:`agentloop.orchestration.llm.openai_stream` into the same :class:`AiResponse`; while a run
 listens, the partial text and tool arguments are reported as throttled ``delta`` progress
 events (:mod:`agentloop.orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
-malformed chunk, an error event, a stream cut short) is a failure like any other.
+malformed chunk, an error event, a stream cut short) is a failure like any other; one cut short,
+disconnected or stalled is read again first, up to ``max_retries`` times.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from agentloop.orchestration.llm.openai_mapping import (
 )
 from agentloop.orchestration.llm.openai_stream import ChatStreamReader
 from agentloop.orchestration.llm.request_guard import model_requests
-from agentloop.orchestration.llm.stream_deltas import StreamedReplies, delta_reporter, read_stream
+from agentloop.orchestration.llm.stream_deltas import StreamedReplies, stream_reply
 from agentloop.orchestration.settings import ModelSettings, load_settings
 
 logger = logging.getLogger(__name__)
@@ -307,15 +308,17 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
 
     async def _streamed(self, create: dict[str, Any]) -> AiResponse | str:
         """One completion streamed (``openai_stream.py``), its pieces reported as ``delta`` events."""
-        reporter = delta_reporter(self._model, self._stream_interval)
         try:
-            stream = await self._clients.current().chat.completions.create(
-                **create, stream=True, stream_options={"include_usage": True}
+            return await stream_reply(
+                lambda: self._clients.current().chat.completions.create(
+                    **create, stream=True, stream_options={"include_usage": True}
+                ),
+                lambda reporter: ChatStreamReader(default_model=self._model, reporter=reporter),
+                action=self._model,
+                interval=self._stream_interval,
+                retries=self.max_retries,
+                broken=OPENAI_ERRORS.broke_stream,
             )
-            async with stream:
-                return await read_stream(
-                    stream, ChatStreamReader(default_model=self._model, reporter=reporter), reporter
-                )
         except ValueError as error:  # a chunk that is not JSON, or not a chunk
             logger.warning("openai processor: unreadable stream chunk", exc_info=True)
             return f"unreadable stream chunk: {type(error).__name__}: {error}"

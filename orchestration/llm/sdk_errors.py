@@ -58,6 +58,12 @@ _AUTHORIZATION = re.compile(
 _BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;]+")
 _SECRET_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 _REDACTED = "[redacted]"
+#: The HTTP libraries the SDKs run on, whose ``TransportError`` is a connection failing mid-body.
+_HTTP_LIBRARIES = frozenset({"httpx", "httpx2"})
+#: A configured secret at least this long is taken out wherever it appears; a shorter one only where
+#: it stands as a whole token, so ``ANTHROPIC_API_KEY=x`` leaves "exceeded" a word.
+_ANYWHERE_CHARS = 8
+_TOKEN_CHAR = r"[A-Za-z0-9_\-]"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +79,15 @@ class SdkErrors:
     #: The server's message in an error body (a mapping or a string).
     body_message: Callable[[Mapping[str, Any]], Any]
     status_labels: Mapping[int, str] = field(default_factory=lambda: STATUS_LABELS)
+
+    def broke_stream(self, error: BaseException) -> bool:
+        """Whether ``error`` broke a stream part-way and is worth reading again: a dropped
+        connection or a read timeout (a stalled stream), as the SDK wraps it or as its HTTP
+        library (``httpx``, or the ``httpx2`` newer SDKs run on) raised it mid-body."""
+        return isinstance(error, self.connection) or any(
+            kind.__name__ == "TransportError" and kind.__module__.split(".")[0] in _HTTP_LIBRARIES
+            for kind in type(error).__mro__
+        )
 
     def describe(self, error: Exception, *, timeout: timedelta | None) -> str:
         """What went wrong in one call (``timeout``: the per-attempt limit)."""
@@ -115,15 +130,20 @@ class SdkErrors:
 def redact_secrets(text: str, *, api_key: str | None) -> str:
     """``text`` without a secret that a server or a library echoed into it.
 
-    Gone are: the configured ``api_key`` wherever it appears (as is, URL-encoded
-    or JSON-escaped); the value of an ``Authorization`` header and of any bearer
-    token; the value given under a secret's name (``key=...``, ``api_key=...``,
-    ``"api-key": "..."``, ``x-api-key: ...``, ``token=...``, ``password: ...``);
+    Gone are: the configured ``api_key``'s full value (as is, URL-encoded or
+    JSON-escaped), wherever it appears when it has 8 characters or more, else
+    where it stands as a whole token (never a piece of a word); the value of an
+    ``Authorization`` header and of any bearer token; the value given under a
+    secret's name (``key=...``, ``api_key=...``, ``"api-key": "..."``,
+    ``x-api-key: ...``, ``token=...``, ``password: ...``);
     and anything shaped like a provider's key (``sk-...``), whatever its name.
     """
     if api_key:
         for form in {api_key, quote(api_key, safe=""), json.dumps(api_key)[1:-1]}:
-            text = text.replace(form, _REDACTED)
+            if len(form) >= _ANYWHERE_CHARS:
+                text = text.replace(form, _REDACTED)
+            else:
+                text = re.sub(rf"(?<!{_TOKEN_CHAR}){re.escape(form)}(?!{_TOKEN_CHAR})", _REDACTED, text)
     text = _AUTHORIZATION.sub(lambda m: f"{m['name']}{m['scheme'] or ''}{_REDACTED}", text)
     text = _BEARER.sub(f"Bearer {_REDACTED}", text)
     text = _NAMED_SECRET.sub(lambda m: f"{m['name']}{m['sep']}{_REDACTED}", text)

@@ -10,7 +10,13 @@ concatenate to its text and its arguments. Each event carries one stream:
 - text: ``{"seq": 3, "text": "<text since the last event>"}``
 - a tool call: ``{"seq": 4, "tool": "plan_search", "call_id": "call_1", "arguments": "<more>"}``
 
-``seq`` counts the reply's events from 1. The event's ``action`` is the model's name: a processor
+``seq`` counts the reply's events from 1. A reply that is abandoned after some of its deltas went
+out (its stream broke, or could not be read) gets one more event, ``{"seq": 5, "discard": true}``:
+a client drops what that reply's deltas showed, since it did not become a result. A stream that
+breaks part-way (cut short without a finish reason, disconnected, stalled past the read timeout)
+is read again from the start, as the SDK retries a failed request (:func:`stream_reply`: up to the
+processor's ``max_retries`` times, with backoff); each new try is a new reply, its ``seq`` from 1.
+The event's ``action`` is the model's name: a processor
 is shared by every step of a run and is not told which one calls it; the event's ``path`` says
 where in the workflow the step runs. When nobody listens
 (:func:`agentloop.actions.step_events.step_events_wanted`
@@ -19,8 +25,10 @@ is false, e.g. outside a run), the reporter is :data:`None` and nothing is built
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
@@ -37,7 +45,10 @@ __all__ = [
     "as_stream_interval",
     "delta_reporter",
     "read_stream",
+    "stream_reply",
 ]
+
+logger = logging.getLogger(__name__)
 
 Piece = TypeVar("Piece", contravariant=True)
 
@@ -108,6 +119,13 @@ class DeltaReporter:
         for _, tool in tools:
             await self._report({"tool": tool.name, "call_id": tool.call_id, "arguments": tool.arguments})
 
+    async def discard(self) -> None:
+        """The reply is abandoned: what was not reported is dropped, and when deltas went out, one
+        more event says to drop them (``{"seq": n, "discard": true}``)."""
+        self._text, self._tools = "", {}
+        if self._seq:
+            await self._report({"discard": True})
+
     async def _maybe_flush(self) -> None:
         now = self.clock()
         if self._last is None or now - self._last >= self.interval.total_seconds():
@@ -144,6 +162,62 @@ async def read_stream(
         if reporter is not None:
             await reporter.flush()
     return reader.response()
+
+
+#: The first wait before a broken stream is read again, doubled each time up to the last.
+_FIRST_BACKOFF, _LAST_BACKOFF = 0.5, 8.0
+
+
+async def stream_reply(
+    open_stream: Callable[[], Awaitable[Any]],
+    reader_for: Callable[[DeltaReporter | None], StreamReader[Any]],
+    *,
+    action: str,
+    interval: timedelta,
+    retries: int,
+    broken: Callable[[BaseException], bool],
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+) -> AiResponse:
+    """One streamed reply: ``open_stream()`` (the SDK's request, which it retries itself) read by
+    ``reader_for(reporter)``, read again from the start up to ``retries`` times when it breaks
+    part-way: cut short (a reply without its end) or by an error ``broken`` says broke it (a
+    dropped connection, a read timeout). An abandoned reply's deltas are followed by a discard
+    event. Returns the reply, or the last cut-short one; raises what opening the stream raised (the
+    SDK retried it), what reading it raised when it did not break it, or the last break."""
+    attempt = 0
+    while True:
+        reporter = delta_reporter(action, interval)
+        stream = await open_stream()
+        failure: AiResponse | Exception
+        try:
+            async with stream:
+                response = await read_stream(stream, reader_for(reporter), reporter)
+            if not response.has_error:
+                return response
+            failure = response  # cut short
+        except Exception as error:
+            if reporter is not None:
+                await reporter.discard()
+            if not broken(error):
+                raise
+            failure = error
+        else:
+            if reporter is not None:
+                await reporter.discard()
+        if attempt >= retries:
+            if isinstance(failure, Exception):
+                raise failure
+            return failure
+        attempt += 1
+        reason = failure.error if isinstance(failure, AiResponse) else type(failure).__name__
+        logger.info(
+            "%s: the stream broke part-way (%s); reading the reply again (%d of %d)",
+            action,
+            reason,
+            attempt,
+            retries,
+        )
+        await sleep(min(_FIRST_BACKOFF * 2 ** (attempt - 1), _LAST_BACKOFF))
 
 
 class StreamedReplies:

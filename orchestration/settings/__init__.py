@@ -14,7 +14,7 @@ The groups: :class:`Settings` (``deployment.py``: brokers, results, the run stor
 :class:`TracingSettings` (``tracing.py``), all on :class:`SettingsGroup` (``group.py``).
 """
 
-from agentloop.orchestration.settings.deployment import Settings, schedule_entries
+from agentloop.orchestration.settings.deployment import Settings, default_home, schedule_entries
 from agentloop.orchestration.settings.group import SettingsGroup
 from agentloop.orchestration.settings.http import HttpSettings
 from agentloop.orchestration.settings.loading import GROUPS, env_names, load_settings
@@ -32,6 +32,7 @@ __all__ = [
     "SettingsGroup",
     "StoreSettings",
     "TracingSettings",
+    "default_home",
     "env_names",
     "load_settings",
     "schedule_entries",

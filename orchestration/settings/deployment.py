@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
+import platformdirs
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import NoDecode
 
@@ -25,10 +26,17 @@ from agentloop.orchestration.settings.model import ModelSettings
 from agentloop.orchestration.settings.store import StoreSettings
 from agentloop.orchestration.settings.tracing import TracingSettings
 
-__all__ = ["SCHEDULE_KEYS", "Settings", "schedule_entries"]
+__all__ = ["SCHEDULE_KEYS", "Settings", "default_home", "schedule_entries"]
 
-_DEFAULT_HOME = ".agentloop"
+_APP_NAME = "agentloop"
 _SQLITE_FILENAME = "agentloop.sqlite3"
+
+
+def default_home() -> Path:
+    """The per-user home of the default store and the demo's files: ``platformdirs``' user data
+    folder (``$XDG_DATA_HOME/agentloop``, else ``~/.local/share/agentloop`` on Linux;
+    ``~/Library/Application Support/agentloop`` on macOS; ``%LOCALAPPDATA%\\agentloop`` on Windows)."""
+    return Path(platformdirs.user_data_dir(_APP_NAME, appauthor=False))
 
 
 #: The keys a schedule entry may have (``celery_adapter/schedule.py`` says what each does).
@@ -138,8 +146,9 @@ class Settings(_Group):
     """``AGENTLOOP_CACHE_URL``: where cached steps keep their results (``orchestration/cache.py``):
     ``redis://...``, ``memory://`` (one process) or ``none``. Default: the result backend when it
     is Redis, else the broker when it is, else ``memory://``."""
-    home: Path = _env("AGENTLOOP_HOME", Path(_DEFAULT_HOME))
-    """``AGENTLOOP_HOME``: the folder of the default SQLite store. Default: ``./.agentloop``."""
+    home: Path = Field(default_factory=default_home, validation_alias="AGENTLOOP_HOME")
+    """``AGENTLOOP_HOME``: the folder of the default SQLite store and the demo's files, one per user
+    whatever the working folder. Default: :func:`default_home` (``~/.local/share/agentloop``)."""
     database_url: str = Field(default_factory=_sqlite_under, validation_alias="DATABASE_URL")
     """``DATABASE_URL``: the run store. Default: the file ``agentloop.sqlite3`` under ``AGENTLOOP_HOME``."""
     imports: Annotated[tuple[str, ...], NoDecode] = _env("AGENTLOOP_IMPORTS", ())

@@ -1,7 +1,7 @@
 """Tracing's settings: off unless an exporter is named.
 
-``AGENTLOOP_TRACING_EXPORTER``: ``""`` (off, the default), ``console`` (spans printed, for a
-look) or ``otlp`` (the OTLP exporter, configured by OpenTelemetry's own ``OTEL_EXPORTER_OTLP_*``
+``AGENTLOOP_TRACING_EXPORTER``: ``""`` (off, the default), ``console`` (spans printed on
+stderr, for a look) or ``otlp`` (the OTLP exporter, configured by OpenTelemetry's own ``OTEL_EXPORTER_OTLP_*``
 variables; needs ``opentelemetry-exporter-otlp``). ``AGENTLOOP_TRACING_CAPTURE_PROMPTS``
 (off by default) puts a model call's instruction on its span.
 """

@@ -2,7 +2,7 @@
 
 ``Settings.database_url`` picks the database (``DATABASE_URL``; without it
 a SQLite file at ``$AGENTLOOP_HOME/agentloop.sqlite3``, ``AGENTLOOP_HOME``
-defaulting to ``./.agentloop``: see :mod:`agentloop.orchestration.settings`). Plain
+defaulting to the per-user data folder: see :mod:`agentloop.orchestration.settings`). Plain
 ``postgresql://`` URLs are rewritten to use psycopg 3. SQLite files are opened
 in WAL mode with a busy timeout so several worker processes can share one
 file.

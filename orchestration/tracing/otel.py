@@ -5,14 +5,17 @@ span per task (``run/agentloop.stage`` ...) and per publish, the trace context c
 every task message's headers, so the tasks a launch's canvas sends, on any worker, nest under
 the launch's span (a client that traces its own send puts the launch under its span). Inside
 a task the core's spans (loop iterations, model calls; ``actions/tracing.py``) nest under the
-task's span through :class:`OtelTracer`. Nothing happens unless an exporter is configured
-(``AGENTLOOP_TRACING_EXPORTER``) or a tracer provider is given (tests: the SDK's in-memory
-exporter).
+task's span through :class:`OtelTracer`, each carrying the run's id and the node's path
+(``agentloop.run_id``, ``agentloop.path``). The console exporter writes to stderr, so a
+command's stdout stays its own (``trigger --json`` prints only JSON). Nothing happens unless
+an exporter is configured (``AGENTLOOP_TRACING_EXPORTER``) or a tracer provider is given
+(tests: the SDK's in-memory exporter).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -22,6 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from agentloop.actions.tracing import Span
+from agentloop.loops.scope import current_scope
 from agentloop.orchestration.settings.tracing import TracingSettings
 
 logger = logging.getLogger(__name__)
@@ -39,14 +43,18 @@ class OtelTracer:
 
     @contextmanager
     def span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Span]:
-        with self.tracer.start_as_current_span(name, attributes=dict(attributes)) as span:
+        values, scope = dict(attributes), current_scope()
+        if scope is not None:  # where in which run: every span of a run says so
+            values.setdefault("agentloop.run_id", scope.run_id)
+            values.setdefault("agentloop.path", scope.path)
+        with self.tracer.start_as_current_span(name, attributes=values) as span:
             yield span
 
 
 def exporter_for(settings: TracingSettings) -> SpanExporter:
-    """The span exporter ``settings`` name."""
+    """The span exporter ``settings`` name (the console's writes to stderr: stdout is the program's)."""
     if settings.exporter == "console":
-        return ConsoleSpanExporter()
+        return ConsoleSpanExporter(out=sys.stderr)
     import importlib  # opentelemetry-exporter-otlp, installed by whoever picks otlp
 
     module = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")

@@ -4,8 +4,9 @@
 ::
 
     POST /runs/{id}/resume   {"answer", "path"?, "key"?}
-                             -> 200 {"accepted": true, "wait"}; 409 refused (a wrong answer, answered
-                                already, no such question: the run goes on waiting)
+                             -> 200 {"accepted": true, "status", "wait"}; 409 refused (a wrong answer,
+                                answered already, no such question: the run goes on waiting);
+                                404 no such run
 
 GraphQL's ``resumeRun(id, answer, path, key): JSON`` goes the same way. It needs the
 ``start`` scope (an answer steers a run as a start does) and a run the caller may
@@ -24,7 +25,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentloop.orchestration.web.auth import START, Principal
-from agentloop.orchestration.web.errors import conflict, invalid_input, unavailable, unsupported_media_type
+from agentloop.orchestration.web.errors import (
+    conflict,
+    invalid_input,
+    not_found,
+    unavailable,
+    unsupported_media_type,
+)
 from agentloop.orchestration.web.limits import check_identifier, parse_json_body
 from agentloop.orchestration.web.service import RunService
 from agentloop.orchestration.web.state import caller, web_state
@@ -39,8 +46,8 @@ RESUME_TIMEOUT = 30.0
 async def resume_through_workers(
     service: RunService, principal: Principal, run_id: Any, answer: Any, *, path: Any = None, key: Any = None
 ) -> dict[str, Any]:
-    """``agentloop.resume``'s answer for ``answer``; 404 when the run is not the caller's to reach,
-    409 when refused, 503 when no worker answers."""
+    """``agentloop.resume``'s answer for ``answer``; 404 when the run is not the caller's to reach
+    (or the workers' store has no such run), 409 when refused, 503 when no worker answers."""
     principal.require(START)
     await service.check_reach(principal, run_id)
     celery_app = service.celery_app
@@ -52,6 +59,8 @@ async def resume_through_workers(
         )
     except Exception as error:
         raise unavailable(f"no worker resumed the run: {type(error).__name__}") from None
+    if result.get("not_found"):
+        raise not_found(str(result.get("reason")))
     if not result.get("accepted"):
         raise conflict(f"refused: {result.get('reason')}")
     return result

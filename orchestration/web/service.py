@@ -122,7 +122,8 @@ class RunService:
         except LaunchRequestError as error:
             raise invalid_input(str(error)) from None
         self._remember(handle.run_id, name, principal.name, digest(handle.run_id, principal.name))
-        return pending_view(handle.run_id, name, principal.name), True
+        view = pending_view(handle.run_id, name, principal.name, input=input, can_read=principal.can_read)
+        return view, True
 
     async def _attach(
         self, principal: Principal, run_id: str, name: str, digest: Callable[[str | None], str]

@@ -25,6 +25,11 @@ def _time(value: Any) -> str | None:
     return None if value is None else value.isoformat()
 
 
+def _content(value: Any, can_read: bool) -> Any:
+    """An input or a result: itself for a reader, else its size hint (``null`` stays ``null``)."""
+    return value if can_read or value is None else describe_hidden(value)
+
+
 def _error(error: Any, can_read: bool) -> Any:
     if error is None or can_read:
         return error
@@ -54,14 +59,17 @@ def run_view(record: RunRecord, *, can_read: bool) -> dict[str, Any]:
         "token_budget": record.token_budget,
         "cancel_requested": record.cancel_requested,
         "principal": record.principal,
-        "input": record.input if can_read else describe_hidden(record.input),
-        "result": record.output if can_read else describe_hidden(record.output),
+        "input": _content(record.input, can_read),
+        "result": _content(record.output, can_read),
         "error": _error(record.error, can_read),
     }
 
 
-def pending_view(run_id: str, runnable: str, principal: str | None = None) -> dict[str, Any]:
-    """A run launched from this server (by ``principal``) that no worker has recorded yet."""
+def pending_view(
+    run_id: str, runnable: str, principal: str | None = None, *, input: Any = None, can_read: bool = False
+) -> dict[str, Any]:
+    """A run launched from this server (by ``principal``) that no worker has recorded yet
+    (``input``: the one it was launched with, when known; hidden unless ``can_read``)."""
     return {
         "id": run_id,
         "runnable": runnable,
@@ -81,7 +89,7 @@ def pending_view(run_id: str, runnable: str, principal: str | None = None) -> di
         "token_budget": None,
         "cancel_requested": False,
         "principal": principal,
-        "input": None,
+        "input": _content(input, can_read),
         "result": None,
         "error": None,
     }

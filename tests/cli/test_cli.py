@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_support import invoke
+from cli_support import add_run, home_store, invoke
 
 
 def test_the_demo_runs_on_embedded_defaults_and_prints_real_records(home: Path) -> None:
@@ -93,3 +93,20 @@ def test_tools_load_rejects_a_file_that_is_not_json(home: Path) -> None:
     broken.write_text("{")
     result = invoke("tools", "load", str(broken))
     assert result.exit_code == 2 and "not valid JSON" in result.output
+
+
+def test_a_store_left_in_dot_agentloop_is_pointed_out_with_how_to_move_it(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENTLOOP_HOME")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    add_run(home_store(home), "run-of-the-old-home", status="succeeded")  # ./.agentloop/agentloop.sqlite3
+
+    moved = invoke("runs", "list", "--json")
+    kept = invoke("runs", "list", "--json", env={"AGENTLOOP_HOME": str(home / ".agentloop")})
+
+    assert json.loads(moved.stdout) == []  # the per-user home is another store
+    assert "holds runs of the old default home (./.agentloop)" in moved.stderr
+    assert f"mv .agentloop/agentloop.sqlite3* {home.resolve() / 'data' / 'agentloop'}/" in moved.stderr
+    assert [run["id"] for run in json.loads(kept.stdout)] == ["run-of-the-old-home"]
+    assert "old default home" not in kept.stderr

@@ -1,4 +1,5 @@
-"""Every command's ``--json`` output for scripts, and run ids never cut at 80 columns."""
+"""Every command's ``--json`` output for scripts (errors too: JSON on stdout, non-zero exit), run ids
+never cut at 80 columns, and options checked before anything runs."""
 
 from __future__ import annotations
 
@@ -55,7 +56,47 @@ def test_runs_show_and_watch_in_json(two_runs: list[str]) -> None:
     assert shown["run"]["id"] == LONG and shown["events"] == []
     assert watched == [{"run": shown["run"]}]
     missing = invoke("runs", "show", "nope", "--json")
-    assert missing.exit_code == 2 and missing.stdout == ""
+    assert missing.exit_code == 2
+    assert json.loads(missing.stdout) == {"error": "no run 'nope' in the run store", "exit_code": 2}
+
+
+def test_runs_list_refuses_a_status_that_is_none(two_runs: list[str]) -> None:
+    said = invoke("runs", "list", "--status", "bogus")
+    as_json = invoke("runs", "list", "--status", "bogus", "--json")
+
+    assert said.exit_code == 2 and "'bogus' is no run status" in said.stderr and "succeeded" in said.stderr
+    assert as_json.exit_code == 2 and "'bogus' is no run status" in json.loads(as_json.stdout)["error"]
+
+
+def test_trigger_refuses_a_timeout_without_wait(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+
+    result = invoke("trigger", "parity.three_stages", "--input", "1", "--timeout", "5")
+
+    assert result.exit_code == 2 and "--timeout needs --wait" in result.stderr
+    assert home_store(home).list_runs(limit=5) == []  # nothing started
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("trigger", "parity.three_stages", "--input", "{not json", "--json"),
+        ("trigger", "parity.three_stages", "--json", "--timeout", "0"),  # click's own range check
+        ("runs", "list", "--json", "--limit", "0"),
+        ("runs", "show", "--json"),  # a missing argument
+    ],
+    ids=["bad input", "bad timeout", "bad limit", "missing argument"],
+)
+def test_under_json_an_error_is_json_on_stdout_with_a_non_zero_exit(
+    home: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+
+    result = invoke(*args)
+
+    assert result.exit_code == 2, result.output
+    printed = json.loads(result.stdout)
+    assert printed["exit_code"] == 2 and printed["error"]
 
 
 def test_trigger_json_waits_on_the_in_memory_broker_and_prints_id_status_and_result(

@@ -49,6 +49,23 @@ def test_runnables_table_shows_whole_names_at_80_columns(parity: Path) -> None:
     assert "pipeline" in row and "stages: parity.count" in row
 
 
+def test_runnables_keeps_every_column_at_80_columns_with_long_derived_names(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "agentloop.examples.record_search.workflows")
+
+    result = invoke("runnables")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    rows = [line for line in lines if "action stage" in line]
+    assert len(rows) == 1 and "workflows.SummarizeAnswers " in rows[0]  # the kind whole beside the name
+    assert "action stage*" in rows[0]
+    assert any("actions: summarize_answers" in line for line in lines)  # what it holds, still shown
+    assert any("up to 4 iterations" in line for line in lines)
+
+
 def test_runnables_without_imports_says_why_the_table_is_empty(home: Path) -> None:
     result = invoke("runnables")
 
@@ -90,7 +107,9 @@ def test_cancelling_an_unknown_run_without_a_broker_is_a_usage_error(home: Path)
     result = invoke("cancel", "no-such-run", "--json")
 
     assert result.exit_code == 2
-    assert result.stdout == "" and "no run 'no-such-run' in the run store" in result.stderr
+    printed = json.loads(result.stdout)
+    assert printed["exit_code"] == 2 and printed["error"].startswith("no run 'no-such-run' in the run store")
+    assert invoke("cancel", "no-such-run").stdout == ""  # without --json, the error is on stderr
 
 
 @pytest.mark.integration

@@ -173,6 +173,25 @@ def test_branch_keys_must_be_unique() -> None:
         run(Twins, None)
 
 
+@pytest.mark.parametrize("key", ["north/east", "a\\b", "/", ""])
+def test_a_branch_key_holding_a_path_separator_is_refused_when_branches_are_built(key: str) -> None:
+    class Slashed(BaseCompositeAgent):
+        def build_branches(self, *, input: Any) -> list[Branch]:
+            return [
+                Branch(runnable=Work, input={"n": 1}, key="fine"),
+                Branch(runnable=Work, input={"n": 2}, key=key),
+            ]
+
+    recorder = ProgressRecorder()
+    with pytest.raises(ValueError, match="branch key") as refused:
+        InlineAgentRunner.create(runnable=Slashed, context=None).request_sync(
+            input=None, on_progress=recorder
+        )
+
+    assert repr(key) in str(refused.value)
+    assert not [event for event in recorder.events if "/branch/" in f"/{event.path}"]  # no branch started
+
+
 def test_build_branches_must_return_branches() -> None:
     class Sloppy(BaseCompositeAgent):
         def build_branches(self, *, input: Any) -> list[Any]:

@@ -13,9 +13,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 NOT_RUN = re.compile(r"<!-- not run: (?P<reason>.+?) -->")
-#: The languages of blocks a user would run; the others (diagrams, configuration excerpts, SSE
-#: transcripts, schema excerpts) are read, not run.
-RUNNABLE = frozenset({"python", "sh", "bash", "shell", "console"})
 
 
 @dataclass(frozen=True)

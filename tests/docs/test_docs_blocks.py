@@ -1,11 +1,14 @@
-"""The README and the site cannot drift from the code: every block a user would run is run as
-written by a test, or says why not.
+"""The README and the site cannot drift from the code: every code block of README.md and of every
+page under docs/ is run as written by a test, or says why not.
 
-A runnable block (python, sh, bash) carries a ``<!-- not run: REASON -->`` line just before it,
-naming the test that covers what it does, or is listed in :data:`RUN_BY` with the test that reads
-it from its page and runs it. A new block with neither fails here. The blocks no other test runs
-are run below: the five-minute loop (README and tutorial), the tutorial's composite in-process and
-on a worker, and the testing kit's example as a user's test suite.
+A block that is not run carries a ``<!-- not run: REASON -->`` line just before it (an HTML
+comment: readers do not see it), whose reason names the test that covers what it does, or says
+the block is not code (a diagram, a listing, an excerpt). Every other block is listed in
+:data:`RUN_BY` with the test that reads it from its page, under its heading, and runs it. A new
+block with neither fails here. The blocks no other test runs are run below: the five-minute loop
+(README and tutorial, the same code), the typed-state loop, the tutorial's composite in-process
+and on a worker, and the testing kit's example as a user's test suite whose conftest opts in to
+the kit's plugin.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from docs_pages import ROOT, RUNNABLE, Block, all_blocks, section
+from docs_pages import ROOT, Block, all_blocks, section
 
 THIS = "tests/docs/test_docs_blocks.py"
+ON_CELERY = "tests/integration/test_readme_on_celery.py"
 #: ``(page, heading, first line of the block)`` -> the test that runs the block as it is written.
 RUN_BY = {
     (
@@ -33,6 +37,7 @@ RUN_BY = {
         "## A loop in five minutes",
         "from agentloop import BaseAgentLoop, InlineAgentRunner",
     ): THIS,
+    ("docs/concepts/loops.md", "## Typed state", "from pydantic import BaseModel"): THIS,
     (
         "docs/tutorial.md",
         "## A typed step, end to end",
@@ -56,6 +61,17 @@ RUN_BY = {
     ("docs/tutorial.md", "## A composite: fan out, merge", "# counting.py"): THIS,
     ("docs/tutorial.md", "## A composite: fan out, merge", "# run_inline.py"): THIS,
     ("docs/tutorial.md", "## On a worker", "export AGENTLOOP_IMPORTS=counting"): THIS,
+    (
+        "docs/tutorial.md",
+        "## On a worker",
+        "AGENTLOOP_IMPORTS=counting REDIS_URL=redis://127.0.0.1:6379/0 celery -A agentloop worker &",
+    ): ON_CELERY,
+    ("docs/concepts/runners.md", "## On Celery", "# counting.py"): ON_CELERY,
+    (
+        "docs/concepts/runners.md",
+        "## On Celery",
+        "AGENTLOOP_IMPORTS=counting REDIS_URL=redis://127.0.0.1:6379/0 celery -A agentloop worker &",
+    ): ON_CELERY,
     ("docs/concepts/wire.md", "# The wire contract", "import uuid"): "tests/edge/test_readme_wire_example.py",
     ("docs/how-to/human.md", "# People in the loop", "import agentloop"): "tests/human/test_readme_human.py",
     (
@@ -111,24 +127,23 @@ def printed_by(code: str) -> list[str]:
     return [line[2:] for line in lines[last_code + 1 :] if line.startswith("# ")]
 
 
-def test_every_runnable_block_is_run_by_a_test_or_says_why_not() -> None:
+def test_every_block_is_run_by_a_test_or_says_why_not() -> None:
     unaccounted = []
     for block in all_blocks():
-        if block.language not in RUNNABLE:
-            continue
         if block.not_run is not None:
             assert block.key not in RUN_BY, f"{block.key} is marked not run but listed as run"
-            assert "tests/" in block.not_run or ".ci/run" in block.not_run, (
-                f"{block.key}: say which test covers it ({block.not_run})"
+            assert len(block.not_run) > 20, f"{block.key}: say why it is not run"
+            assert any(word in block.not_run for word in ("tests/", ".ci/run", "not code")), (
+                f"{block.key}: say which test covers it, or that it is not code ({block.not_run})"
             )
             continue
         runner = RUN_BY.get(block.key)
         if runner is None:
             unaccounted.append(block.key)
             continue
-        assert block.page in (ROOT / runner).read_text(encoding="utf-8"), (
-            f"{runner} does not read {block.page}"
-        )
+        test = (ROOT / runner).read_text(encoding="utf-8")
+        heading = block.heading.lstrip("# ").split(" (")[0]
+        assert block.page in test and heading in test, f"{runner} does not read {block.page}'s {heading!r}"
     assert unaccounted == [], "blocks no test runs (list them in RUN_BY, or mark them not run)"
 
 
@@ -150,6 +165,14 @@ def test_the_readme_and_tutorial_loops_run_as_written_and_agree() -> None:
     assert result == "3"  # after started/progress/completed events, as its comment says
     statuses = [re.search(r"status=<ProgressStatus\.(\w+)", event)[1] for event in events]  # type: ignore[index]
     assert statuses == ["STARTED", "PROGRESS", "PROGRESS", "PROGRESS", "COMPLETED"]
+
+
+def test_the_typed_state_loop_runs_and_prints_what_it_says() -> None:
+    [block] = section("docs/concepts/loops.md", "## Typed state")
+
+    printed = run_python(block.code)
+
+    assert printed == printed_by(block.code) == ["goal=2 n=2"]
 
 
 def write_the_composite(folder: Path) -> tuple[str, str]:
@@ -198,6 +221,8 @@ def test_the_tutorials_composite_runs_on_a_worker_with_its_commands(tmp_path: Pa
 def test_the_testing_kit_example_runs_as_a_users_test_suite(tmp_path: Path) -> None:
     install, conftest, example = section("docs/how-to/testing.md", "# Test your agents with the kit")
     assert install.not_run is not None and conftest.language == example.language == "python"
+    # the suite opts in to the kit's plugin in its conftest.py, as the page says: no -p below
+    assert 'pytest_plugins = ["agentloop.testing"]' in conftest.code.splitlines()
     (tmp_path / "conftest.py").write_text(conftest.code + "\n", encoding="utf-8")
     (tmp_path / "test_my_step.py").write_text(example.code + "\n", encoding="utf-8")
 

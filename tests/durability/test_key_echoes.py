@@ -49,6 +49,11 @@ def test_the_configured_key_is_redacted_wherever_it_appears(form: str) -> None:
     assert text.startswith("openai: 401 authentication failed: the server saw ")
 
 
+def test_a_short_configured_key_is_taken_out_as_a_token_never_out_of_words() -> None:
+    text = failure_message("429 rate limited: Rate limit exceeded for key x (x)", api_key="x")
+    assert text == "openai: 429 rate limited: Rate limit exceeded for key [redacted] ([redacted])"
+
+
 def test_words_that_are_not_secrets_are_kept() -> None:
     text = "max_tokens=100 monkey=5 keyboard: ok; the key provided is wrong"
     assert redact_secrets(text, api_key=None) == text

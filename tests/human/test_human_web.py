@@ -29,6 +29,9 @@ def test_the_route_refuses_a_wrong_answer_and_resumes_with_the_right_one(human_w
         assert rig.store.get_run(handle.run_id).status == "waiting"
         right = client.post(url, json={"answer": True}, headers=headers)
         assert right.status_code == 200 and right.json()["accepted"] is True
+        assert right.json()["status"] == right.json()["wait"]["status"] == "answered"
+        nobody = client.post("/runs/run-that-never-was/resume", json={"answer": True}, headers=headers)
+        assert nobody.status_code == 404, nobody.text
         assert handle.wait_sync(timeout=30)["steps"][1] == "approved=True"
         assert client.post(url, json={"answer": True}, headers=headers).status_code == 409
 

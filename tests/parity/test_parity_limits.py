@@ -3,12 +3,16 @@ inline: the same results, the same per-path events, the same recorded status."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
+from celery import Celery
 from parity_support import most_at_once, run_inline, run_on_celery, shape
 
+import agentloop
 from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.degraded import DegradedError
 from agentloop.orchestration.wire import DegradedResult
 
 pytestmark = pytest.mark.integration
@@ -145,3 +149,31 @@ def test_a_healthy_model_run_succeeds_without_a_mark(parity_celery: Any) -> None
     assert distributed.result == ["a", "b"]
     assert distributed.status == "succeeded"
     assert all(event.phase not in ("degraded", "model_unavailable") for event in distributed.events)
+
+
+def test_a_raw_celery_client_reads_a_degraded_run_in_the_typed_shape(parity_celery: Any) -> None:
+    broker = str(parity_celery.app.conf.broker_url)
+    client = Celery(broker=broker, backend=str(parity_celery.app.conf.result_backend))  # only celery
+    client.conf.task_default_queue = parity_celery.app.conf.task_default_queue
+    run_id = str(uuid.uuid4())
+    try:
+        result = client.send_task(
+            "agentloop.launch",
+            kwargs={"runnable": "parity.ask_all", "input": ["a", "[down] b"], "run_id": run_id},
+            task_id=run_id,
+        )
+        raw = result.get(timeout=60)
+        page = client.send_task("agentloop.progress", kwargs={"run_id": run_id, "after_id": 0}).get(
+            timeout=30
+        )
+    finally:
+        client.close()
+
+    body = raw["__agentloop_degraded__"]  # the wire contract's key
+    assert set(body) == set(agentloop.DegradedBody.__annotations__) == {"status", "output", "error"}
+    assert set(body["error"]) == set(DegradedError.__annotations__)
+    assert body["status"] == page["status"] == parity_celery.store.get_run(run_id).status == "degraded"
+    assert body["error"] == page["error"] and body["error"]["type"] == "ModelUnavailable"
+    assert set(body["error"]["failures"][0]) == {"action", "reason", "path"}
+    typed = agentloop.DegradedResult.from_wire(raw)
+    assert typed is not None and typed.output == ["a", "the model is unavailable"]

@@ -126,9 +126,10 @@ def test_database_url_defaults_to_a_sqlite_file_under_agentloop_home(tmp_path: P
     assert home.is_dir()
 
 
-def test_database_url_defaults_to_dot_agentloop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_database_url_defaults_to_the_per_user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    expected = f"sqlite:///{tmp_path.resolve() / '.agentloop' / 'agentloop.sqlite3'}"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    expected = f"sqlite:///{tmp_path.resolve() / 'data' / 'agentloop' / 'agentloop.sqlite3'}"
     assert database_url(load_settings({})) == expected
 
 

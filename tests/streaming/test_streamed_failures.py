@@ -133,8 +133,9 @@ async def test_a_run_whose_stream_breaks_ends_degraded_like_any_model_failure(
     assert API_KEY not in failure.reason
     phases = [event.phase for event in recorder.events]
     assert phases.index("delta") < phases.index("model_unavailable") < phases.index("degraded")
-    deltas = [dict(event.data) for event in recorder.events if event.phase == "delta"]
+    *deltas, discard = [dict(event.data) for event in recorder.events if event.phase == "delta"]
     assert "".join(data["arguments"] for data in deltas) == '{"steps": ["a", "b"]}'[:8]
+    assert discard == {"seq": len(deltas) + 1, "discard": True}  # the abandoned reply's text is dropped
 
 
 async def test_a_run_whose_stream_completes_succeeds_with_its_deltas_in_the_progress(

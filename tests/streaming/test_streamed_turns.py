@@ -11,7 +11,7 @@ import pytest
 from streaming_support import KeptEvents, send
 
 from agentloop.actions import AiResponse, FunctionCall, Usage
-from agentloop.orchestration.llm import openai_processor, stream_deltas
+from agentloop.orchestration.llm import stream_deltas
 from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
 from agentloop.orchestration.testing.servers.openai_server import (
     CompletionReply,
@@ -157,7 +157,7 @@ async def test_the_default_interval_joins_a_fast_reply_and_the_events_stay_order
     def reporter(action: str, interval: timedelta) -> stream_deltas.DeltaReporter:
         return stream_deltas.DeltaReporter(action=action, interval=interval, clock=clock)
 
-    monkeypatch.setattr(openai_processor, "delta_reporter", reporter)
+    monkeypatch.setattr(stream_deltas, "delta_reporter", reporter)  # stream_reply builds each reply's
     await send(processor, sink=sink)
 
     assert processor.stream_interval == timedelta(milliseconds=100)

@@ -87,9 +87,7 @@ def test_the_sections_tests_pass_with_the_kits_plugin(user_folder: tuple[Path, d
             "pytest",
             "-q",
             "-p",
-            "no:cacheprovider",
-            "-p",
-            "agentloop.testing",  # the kit's plugin, opted in to as the README's "Tests" says
+            "no:cacheprovider",  # the kit's plugin comes from the page's conftest.py, as a user's would
             "-o",
             "asyncio_mode=auto",
             "test_trips.py",

@@ -25,6 +25,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def listening(port: int, timeout: float = 60.0) -> None:
+    """Wait until something accepts connections on ``port`` (the deadline only ends a hung test)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on port {port}"
+            time.sleep(0.05)
+
+
 def read_until(process: subprocess.Popen[str], pattern: str, timeout: float = 60.0) -> re.Match[str]:
     """Read the process's output (on a thread: a pipe's buffered lines are invisible to select)
     until ``pattern`` shows."""
@@ -62,6 +74,7 @@ def test_serve_on_the_embedded_defaults_runs_the_demo_for_a_newcomer(tmp_path: P
     try:
         token = read_until(process, r"/ui/#token=(\S+)").group(1)
         base = f"http://127.0.0.1:{port}"
+        listening(port)  # the banner is printed before uvicorn binds its socket
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=base, timeout=30) as client:
             assert client.get("/runs").status_code == 401  # closed by default

@@ -1,6 +1,6 @@
 """The run viewer in a real headless Chromium: a composite started on the worker, its branches
-watched going from running to done in the page, over SSE, with no reload; a screenshot is kept
-under ``tests/artifacts/``.
+watched going from running to done in the page, over SSE, with no reload; at 1280 and 1400 px the
+runs list stays out of the run pane. Screenshots are kept under ``tests/artifacts/``.
 
 Needs Debian's ``chromium`` (``.ci/run`` installs it); elsewhere the test is skipped with the reason.
 """
@@ -8,6 +8,7 @@ Needs Debian's ``chromium`` (``.ci/run`` installs it); elsewhere the test is ski
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import httpx
@@ -72,3 +73,37 @@ async def test_the_viewer_shows_a_composite_s_branches_go_from_running_to_done(r
     assert dict(json.loads(done))[""] == "done"  # the root pipeline
     assert same_document, "the page reloaded"
     assert graph_boxes == 4 and listed  # pipeline, composite, its branch loop, the tally stage
+
+
+#: Every cell of the runs list that reaches into the run pane: ``[text, right edge, pane's left edge]``.
+OVERLAPS = """(() => {
+  const pane = document.getElementById('run').getBoundingClientRect().left;
+  const cells = [...document.querySelectorAll('#runs th, #runs td')];
+  return JSON.stringify(cells.filter(c => c.getBoundingClientRect().right > pane + 0.5)
+    .map(c => [c.textContent, c.getBoundingClientRect().right, pane]));
+})()"""
+
+
+@pytest.mark.parametrize("width", [1280, 1400])
+async def test_the_runs_list_does_not_overlap_the_run_pane(rig: WebRig, width: int) -> None:
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("no chromium on the PATH: apt-get install chromium (.ci/run does)")
+    names = ["record_search.demo", "agentloop.examples.record_search.workflows.RecordSearchBatch"]
+    run_ids = [f"layout-{width}-{n}-{uuid.uuid4().hex}" for n in range(len(names))]
+    for run_id, name in zip(run_ids, names, strict=True):
+        rig.store.create_run(run_id=run_id, runnable=name, input=None, principal="web-tests")
+        rig.store.finish_run(run_id, status="succeeded", output=None)
+    with live_server(rig.web()) as base:
+        async with headless_chromium(binary, width=width, height=900) as page:
+            await page.navigate(f"{base}/ui/#token={TOKENS['read']}&run={run_ids[0]}")
+            await page.wait_for(
+                f"document.querySelector('#runs tr[data-run=\"{run_ids[1]}\"]') !== null"
+                " && !document.getElementById('run').hidden",
+                what="the runs listed and one shown",
+            )
+            overlaps = json.loads(await page.evaluate(OVERLAPS))
+            shot = await page.screenshot(ARTIFACTS / f"web-viewer-layout-{width}.png")
+
+    print(f"\nviewer layout screenshot: {shot}")
+    assert overlaps == [], f"cells of the runs list reach into the run pane at {width} px: {overlaps}"
