@@ -6,30 +6,31 @@ from agentloop.actions.caching import InMemoryStepCache, StepCache, step_cache_k
 from agentloop.actions.context_values import context_value
 from agentloop.actions.degradation import (
     DegradationSink,
-    InvalidModelOutputError,
     ModelFailure,
     ModelFailurePolicy,
-    ModelUnavailableError,
     report_model_failure,
     use_degradation_sink,
 )
 from agentloop.actions.errors import (
     AgentLoopError,
     BranchFailedError,
+    InvalidAnswerError,
+    InvalidModelOutputError,
+    ModelUnavailableError,
+    NoOneToAskError,
+    QuestionExpiredError,
     RunCancelledError,
     RunDeadlineExceededError,
     RunStoppedError,
     StateNotSerializableError,
+    TokenBudgetExceededError,
     UnknownActionError,
 )
 from agentloop.actions.forced_tool import ForcedToolAction, OutputRejection
 from agentloop.actions.human import (
     CallbackChannel,
     HumanChannel,
-    InvalidAnswerError,
-    NoOneToAskError,
     Question,
-    QuestionExpiredError,
     QuestionKind,
     ask_human,
     check_answer,
@@ -50,7 +51,6 @@ from agentloop.actions.typed import TypedAction, TypedToolAction
 from agentloop.actions.usage import (
     CacheUsage,
     InMemoryUsageMeter,
-    TokenBudgetExceededError,
     UsageMeter,
     check_budget,
     current_meter,

@@ -37,7 +37,6 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.awaiting import maybe_await
-from agentloop.actions.errors import AgentLoopError
 
 logger = logging.getLogger(__name__)
 
@@ -63,23 +62,6 @@ class ModelFailure:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelFailure:
         return cls(action=str(data["action"]), reason=str(data["reason"]), path=str(data.get("path", "")))
-
-
-class ModelUnavailableError(AgentLoopError):
-    """A step's model call failed and its action's policy is ``fail``."""
-
-    def __init__(self, failure: ModelFailure) -> None:
-        self.failure = failure
-        super().__init__(f"the model is unavailable for {failure.action}: {failure.reason}")
-
-
-class InvalidModelOutputError(AgentLoopError):
-    """A step's answer was still rejected after its tries and its action's ``on_invalid_output``
-    is ``fail``."""
-
-    def __init__(self, failure: ModelFailure) -> None:
-        self.failure = failure
-        super().__init__(f"the model gave no valid answer for {failure.action}: {failure.reason}")
 
 
 @runtime_checkable

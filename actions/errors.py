@@ -1,8 +1,14 @@
-"""The root of the project's one error tree, and the errors of the core.
+"""The root of the project's one error tree, and every error of the core, in one place.
 
 Every error the framework raises on purpose derives from :class:`AgentLoopError`.
-The whole tree, these errors and those the orchestration adds, is drawn once:
-in the docstring of the ``agentloop`` package, which exports every one of them.
+The whole tree, these errors and those the orchestration adds
+(``orchestration/errors.py``), is drawn once: in the docstring of the ``agentloop``
+package, which exports every one of them.
+
+An error that carries a value of the core (a :class:`~agentloop.actions.degradation.ModelFailure`,
+a :class:`~agentloop.actions.human.Question`) types it with a narrow protocol of what it reads
+(:class:`ModelFailureLike`, :class:`QuestionLike`): this module imports nothing of the core,
+so every module of the core may import it.
 
 Model faults inside an action are *values* (``None`` or a declared fallback),
 never exceptions: a misbehaving model cannot crash a loop.
@@ -11,6 +17,30 @@ never exceptions: a misbehaving model cannot crash a loop.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
+
+
+class ModelFailureLike(Protocol):
+    """A failed model call as an error reads it: a :class:`~agentloop.actions.degradation.ModelFailure`."""
+
+    @property
+    def action(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+
+class QuestionLike(Protocol):
+    """A question to a person as an error reads it: a :class:`~agentloop.actions.human.Question`."""
+
+    @property
+    def prompt(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
 
 
 class AgentLoopError(Exception):
@@ -65,3 +95,52 @@ class BranchFailedError(AgentLoopError):
 class StateNotSerializableError(AgentLoopError, TypeError):
     """Loop state that must be checkpointed is not JSON-serialisable, or is not the loop's declared
     ``state_type`` (a hook's state, or a checkpoint, that does not validate)."""
+
+
+class TokenBudgetExceededError(AgentLoopError):
+    """The run's token budget is spent; the step that hit it ends with this status."""
+
+    status = "budget_exceeded"
+
+    def __init__(self, *, used: int, budget: int) -> None:
+        self.used, self.budget = used, budget
+        super().__init__(f"token budget exceeded: {used} of {budget} tokens used")
+
+
+class ModelUnavailableError(AgentLoopError):
+    """A step's model call failed and its action's policy is ``fail``."""
+
+    def __init__(self, failure: ModelFailureLike) -> None:
+        self.failure = failure
+        super().__init__(f"the model is unavailable for {failure.action}: {failure.reason}")
+
+
+class InvalidModelOutputError(AgentLoopError):
+    """A step's answer was still rejected after its tries and its action's ``on_invalid_output``
+    is ``fail``."""
+
+    def __init__(self, failure: ModelFailureLike) -> None:
+        self.failure = failure
+        super().__init__(f"the model gave no valid answer for {failure.action}: {failure.reason}")
+
+
+class InvalidAnswerError(AgentLoopError):
+    """An answer that does not meet its question's schema."""
+
+    def __init__(self, question: QuestionLike, reason: str) -> None:
+        self.question, self.reason = question, reason
+        super().__init__(f"the answer to {question.prompt!r} is refused: {reason}")
+
+
+class QuestionExpiredError(AgentLoopError):
+    """A question's wait ended unanswered, and it has no default."""
+
+    status = "question_expired"
+
+    def __init__(self, question: QuestionLike, *, path: str = "") -> None:
+        self.question, self.path = question, path
+        super().__init__(f"nobody answered {question.key!r} ({question.prompt!r}) in time")
+
+
+class NoOneToAskError(AgentLoopError):
+    """A step asked a question where no channel to a person exists (give the runner ``on_question``)."""

@@ -52,13 +52,8 @@ from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.base import BaseAgentAction
 from agentloop.actions.caching import schema_version, step_cache_key
 from agentloop.actions.context_values import context_value
-from agentloop.actions.degradation import (
-    InvalidModelOutputError,
-    ModelFailure,
-    ModelFailurePolicy,
-    ModelUnavailableError,
-    report_model_failure,
-)
+from agentloop.actions.degradation import ModelFailure, ModelFailurePolicy, report_model_failure
+from agentloop.actions.errors import InvalidModelOutputError, ModelUnavailableError
 from agentloop.actions.model import AiResponse, FunctionCall
 from agentloop.actions.usage import check_budget, report_usage
 

@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import jsonschema
 
 from agentloop.actions.awaiting import maybe_await
-from agentloop.actions.errors import AgentLoopError
+from agentloop.actions.errors import InvalidAnswerError, NoOneToAskError
 
 
 class QuestionKind(StrEnum):
@@ -121,28 +121,6 @@ class Question:
         body.update(choices=list(self.choices), schema=None if self.schema is None else dict(self.schema))
         text = json.dumps(body, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-class InvalidAnswerError(AgentLoopError):
-    """An answer that does not meet its question's schema."""
-
-    def __init__(self, question: Question, reason: str) -> None:
-        self.question, self.reason = question, reason
-        super().__init__(f"the answer to {question.prompt!r} is refused: {reason}")
-
-
-class QuestionExpiredError(AgentLoopError):
-    """A question's wait ended unanswered, and it has no default."""
-
-    status = "question_expired"
-
-    def __init__(self, question: Question, *, path: str = "") -> None:
-        self.question, self.path = question, path
-        super().__init__(f"nobody answered {question.key!r} ({question.prompt!r}) in time")
-
-
-class NoOneToAskError(AgentLoopError):
-    """A step asked a question where no channel to a person exists (give the runner ``on_question``)."""
 
 
 class RunPaused(BaseException):

@@ -22,20 +22,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from agentloop.actions.errors import AgentLoopError
+from agentloop.actions.errors import TokenBudgetExceededError
 from agentloop.actions.model import Usage
 
 logger = logging.getLogger(__name__)
-
-
-class TokenBudgetExceededError(AgentLoopError):
-    """The run's token budget is spent; the step that hit it ends with this status."""
-
-    status = "budget_exceeded"
-
-    def __init__(self, *, used: int, budget: int) -> None:
-        self.used, self.budget = used, budget
-        super().__init__(f"token budget exceeded: {used} of {budget} tokens used")
 
 
 @runtime_checkable

@@ -12,17 +12,19 @@ Everything an application uses is importable from here::
 The modules behind these names (``actions``, ``loops``, ``pipelines``,
 ``orchestration``) are the implementation; ``agentloop.__all__`` is the public
 surface, and ``tests/test_exports.py`` keeps it honest. The names whose
-modules import Celery, SQLAlchemy, pydantic-settings or the OpenAI SDK
+modules import Celery, SQLAlchemy, pydantic-settings or a model SDK
 (:func:`create_app`, :class:`CeleryAgentRunner`, :class:`OpenAIProcessor`,
-:func:`load_settings`, ...) are imported on first use, so ``import agentloop``
-stays cheap for in-process use.
+:func:`load_settings`, ...) are imported on first use, from one table, so
+``import agentloop`` stays cheap for in-process use; everything else, every
+error included, is imported at once.
 
 Errors
 ------
 
 Every error the framework raises on purpose derives from
 :class:`AgentLoopError`; a builtin base in brackets says which ``except``
-clauses written without agentloop in mind also catch it::
+clauses written without agentloop in mind also catch it. The core's errors are
+defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors.py``::
 
     AgentLoopError                 root: catch this to catch them all
     ├── UnknownActionError         [KeyError] a loop asked its action registry for an unknown name
@@ -153,18 +155,32 @@ from agentloop.loops import (
     new_run_id,
     use_scope,
 )
+from agentloop.orchestration.cache import RedisStepCache
 from agentloop.orchestration.context import StandardContext, StandardContextFactory, standard_context
 from agentloop.orchestration.degraded import DegradedBody
-from agentloop.orchestration.llm import OfflineModel, RateLimitTimeoutError
-from agentloop.orchestration.registry import (
+from agentloop.orchestration.errors import (
     ContextSpecError,
-    RunnableRegistry,
+    InvalidNodeError,
+    LaunchRequestError,
+    ModelRequestsBlockedError,
+    RateLimitTimeoutError,
+    RunAlreadyEndedError,
+    RunExistsError,
+    RunIdTakenError,
+    RunNotFoundError,
+    RunOwnershipError,
+    ScheduleError,
+    SettingsError,
+    StoreUnavailableError,
     UnknownInputProviderError,
     UnknownRunnableError,
-    input_provider,
-    register,
+    UnsendableMessageError,
+    WorkerStartError,
+    WorkflowFailedError,
 )
-from agentloop.orchestration.wire import DegradedResult, InvalidNodeError, LaunchRequestError
+from agentloop.orchestration.llm.offline import OfflineModel
+from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
+from agentloop.orchestration.wire import DegradedResult
 from agentloop.pipelines import (
     BaseActionStage,
     BaseAgentPipeline,
@@ -175,24 +191,14 @@ from agentloop.pipelines import (
     step,
 )
 
-if TYPE_CHECKING:
-    from agentloop.orchestration.cache import RedisStepCache
+if TYPE_CHECKING:  # the names of _LAZY, each from its module there (tests/test_exports.py checks)
     from agentloop.orchestration.celery_adapter.app import create_app
-    from agentloop.orchestration.celery_adapter.embedded import WorkerStartError
-    from agentloop.orchestration.celery_adapter.outgoing import UnsendableMessageError
-    from agentloop.orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
-    from agentloop.orchestration.launches import RunIdTakenError
-    from agentloop.orchestration.llm import AnthropicProcessor, OpenAIProcessor, processor_from_env
-    from agentloop.orchestration.llm.request_guard import ModelRequestsBlockedError
-    from agentloop.orchestration.settings import ScheduleError, Settings, SettingsError, load_settings
-    from agentloop.orchestration.store import (
-        InMemoryToolStore,
-        RunAlreadyEndedError,
-        RunExistsError,
-        RunNotFoundError,
-        RunOwnershipError,
-        StoreUnavailableError,
-    )
+    from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+    from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+    from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+    from agentloop.orchestration.llm.provider import processor_from_env
+    from agentloop.orchestration.settings import Settings, load_settings
+    from agentloop.orchestration.store.tool_store import InMemoryToolStore
     from agentloop.orchestration.tool_sync import sync_tools
 
 __all__ = [
@@ -318,30 +324,19 @@ __all__ = [
     "use_step_events",
 ]
 
-#: Names whose modules import Celery, SQLAlchemy or the OpenAI SDK: loaded on first access.
+#: The names whose modules import Celery, SQLAlchemy, pydantic-settings or a model SDK, each with
+#: that module: loaded on first access, by ``__getattr__``. The ``if TYPE_CHECKING:`` imports above
+#: give them their types and must name the same modules (``tests/test_exports.py`` checks).
 _LAZY = {
-    "AnthropicProcessor": "agentloop.orchestration.llm",
-    "InMemoryToolStore": "agentloop.orchestration.store",
-    "ModelRequestsBlockedError": "agentloop.orchestration.llm.request_guard",
+    "AnthropicProcessor": "agentloop.orchestration.llm.anthropic_processor",
     "CeleryAgentRunner": "agentloop.orchestration.client",
-    "OpenAIProcessor": "agentloop.orchestration.llm",
+    "InMemoryToolStore": "agentloop.orchestration.store.tool_store",
+    "OpenAIProcessor": "agentloop.orchestration.llm.openai_processor",
     "RunHandle": "agentloop.orchestration.client",
-    "RunAlreadyEndedError": "agentloop.orchestration.store",
-    "RunExistsError": "agentloop.orchestration.store",
-    "RunIdTakenError": "agentloop.orchestration.launches",
-    "RunNotFoundError": "agentloop.orchestration.store",
-    "RunOwnershipError": "agentloop.orchestration.store",
-    "StoreUnavailableError": "agentloop.orchestration.store",
-    "ScheduleError": "agentloop.orchestration.celery_adapter.schedule",
     "Settings": "agentloop.orchestration.settings",
-    "SettingsError": "agentloop.orchestration.settings",
-    "WorkerStartError": "agentloop.orchestration.celery_adapter.embedded",
-    "UnsendableMessageError": "agentloop.orchestration.celery_adapter.outgoing",
-    "WorkflowFailedError": "agentloop.orchestration.client",
     "create_app": "agentloop.orchestration.celery_adapter.app",
     "load_settings": "agentloop.orchestration.settings",
-    "processor_from_env": "agentloop.orchestration.llm",
-    "RedisStepCache": "agentloop.orchestration.cache",
+    "processor_from_env": "agentloop.orchestration.llm.provider",
     "sync_tools": "agentloop.orchestration.tool_sync",
 }
 

@@ -30,7 +30,6 @@ from celery.result import AsyncResult
 
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.errors import (
-    AgentLoopError,
     RunCancelledError,
     RunDeadlineExceededError,
     RunStoppedError,
@@ -39,6 +38,7 @@ from agentloop.loops.contract import ProgressCallback, Runnable
 from agentloop.loops.progress import ProgressEvent
 from agentloop.loops.run_outcome import STOPPED_BY_BOUND, STOPPED_COMPLETE, bounded_paths
 from agentloop.loops.scope import new_run_id
+from agentloop.orchestration.errors import WorkflowFailedError
 from agentloop.orchestration.registry import declared_name
 from agentloop.orchestration.wire import (
     CANCEL,
@@ -52,14 +52,6 @@ from agentloop.orchestration.wire import (
 
 if TYPE_CHECKING:
     from agentloop.orchestration.store import RunStore
-
-
-class WorkflowFailedError(AgentLoopError):
-    """A run on Celery failed; ``error_type`` and ``message`` are what the failing step raised."""
-
-    def __init__(self, error_type: str, message: str, *, run_id: str) -> None:
-        self.error_type, self.message, self.run_id = error_type, message, run_id
-        super().__init__(f"{error_type}: {message}")
 
 
 _STOPPED: dict[str, type[RunStoppedError]] = {

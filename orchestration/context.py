@@ -10,7 +10,7 @@ A :class:`StandardContext` holds what the framework's steps read from
 ``context`` (:func:`agentloop.actions.context_value`):
 
 - ``processor``: a new processor from the process's
-  :class:`~agentloop.orchestration.llm.ModelProvider` (OpenAI or a compatible server,
+  :class:`~agentloop.orchestration.llm.provider.ModelProvider` (OpenAI or a compatible server,
   Anthropic, or the offline model without a key; rate-limited when
   configured; every processor of the process shares one limiter);
 - ``tool_store``: the ``AiTool`` table on ``DATABASE_URL``, where forced-tool
@@ -112,7 +112,7 @@ class StandardContextFactory:
 
     ``settings`` default to :func:`~agentloop.orchestration.settings.load_settings` (read on first
     use); ``offline`` builds the model used without a key (default a plain
-    :class:`~agentloop.orchestration.llm.OfflineModel`). The stores are opened, and the database
+    :class:`~agentloop.orchestration.llm.offline.OfflineModel`). The stores are opened, and the database
     migrated, on the first call; :meth:`close` lets them go.
     """
 

@@ -29,10 +29,11 @@ from agentloop.actions.usage import use_meter
 from agentloop.loops.progress import ProgressStatus
 from agentloop.loops.run_outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
 from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
+from agentloop.orchestration.errors import InvalidNodeError, StoreUnavailableError
 from agentloop.orchestration.redaction import context_secrets, scrub_error
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
-from agentloop.orchestration.store import LoopRecord, RunStore, StoreUnavailableError
+from agentloop.orchestration.store import LoopRecord, RunStore
 from agentloop.orchestration.store.human_channel import StoreHumanChannel
 from agentloop.orchestration.store.seams import (
     ProgressPublisher,
@@ -42,13 +43,7 @@ from agentloop.orchestration.store.seams import (
 )
 from agentloop.orchestration.store.waits import WaitStore
 from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
-from agentloop.orchestration.wire import (
-    Ancestor,
-    BranchFailure,
-    DegradedResult,
-    InvalidNodeError,
-    WorkflowNode,
-)
+from agentloop.orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
 from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from agentloop.pipelines.pipeline import BaseAgentPipeline
 

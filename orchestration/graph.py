@@ -125,7 +125,7 @@ def _node(registry: RunnableRegistry, cls: type, name: str, above: tuple[type, .
 
 def graph_of(registry: RunnableRegistry, name: str) -> GraphNode:
     """The tree of the runnable registered as ``name``
-    (:class:`~agentloop.orchestration.registry.UnknownRunnableError`
+    (:class:`~agentloop.orchestration.errors.UnknownRunnableError`
     when there is none)."""
     return _node(registry, registry.get(name).runnable, name, ())
 

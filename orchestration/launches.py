@@ -23,8 +23,8 @@ A message for an id that exists is, by what it carries:
 
 A launch that is malformed (an argument the contract does not know, no
 ``runnable``, a value of the wrong type, a runnable nobody registered) is
-refused with :class:`~agentloop.orchestration.wire.LaunchRequestError` (an unregistered
-name with :class:`~agentloop.orchestration.registry.UnknownRunnableError`) and recorded
+refused with :class:`~agentloop.orchestration.errors.LaunchRequestError` (an unregistered
+name with :class:`~agentloop.orchestration.errors.UnknownRunnableError`) and recorded
 as its run's failure, so ``agentloop.progress`` answers ``failed`` with the
 reason. Only a run id that the store cannot hold (not a string, a NUL
 character, more than 255 characters) records no run: there is no id to record
@@ -42,23 +42,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentloop.actions.errors import AgentLoopError
-from agentloop.orchestration.redaction import describe_hidden, hidden_texts, scrub_error
-from agentloop.orchestration.registry import RunnableRegistry, UnknownRunnableError
-from agentloop.orchestration.store import (
+from agentloop.orchestration.errors import (
+    LaunchRequestError,
     RunAlreadyEndedError,
     RunExistsError,
-    RunOwner,
-    RunRecord,
-    RunStatus,
-    RunStore,
+    RunIdTakenError,
+    RunRecordLike,
+    UnknownRunnableError,
 )
-from agentloop.orchestration.wire import DegradedResult, LaunchRequest, LaunchRequestError, check_name
+from agentloop.orchestration.redaction import describe_hidden, hidden_texts, scrub_error
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.store import RunOwner, RunStatus, RunStore
+from agentloop.orchestration.wire import DegradedResult, LaunchRequest, check_name
 
 __all__ = [
     "LAUNCH_ARGUMENTS",
     "LaunchClaim",
-    "RunIdTakenError",
     "attached_result",
     "claim_launch",
     "launch_digest",
@@ -69,22 +68,6 @@ __all__ = [
 LAUNCH_ARGUMENTS = ("runnable", "input", "context", "run_id", "token_budget", "deadline_seconds", "principal")
 
 
-class RunIdTakenError(AgentLoopError, ValueError):
-    """The launch named the id of a run that another launch owns; the run is left as it was.
-
-    ``record`` is that run; ``same_task`` says the message even carried the run's
-    own Celery task id (then its task is ignored rather than failed).
-    """
-
-    def __init__(self, record: RunRecord, *, same_task: bool, why: str) -> None:
-        self.record, self.same_task = record, same_task
-        super().__init__(
-            f"run id {record.id!r} is taken by a run of {record.runnable!r} ({record.status}) "
-            f"launched as task {record.celery_task_id}: {why}; launch with a new run id, "
-            "or follow that run"
-        )
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchClaim:
     """A launch's hold on its run: the request (or why it is invalid), the run, the owner's token."""
@@ -93,7 +76,7 @@ class LaunchClaim:
     request: LaunchRequest | None
     #: Why the launch is malformed (its text quotes none of its values); ``None`` when it is not.
     problem: Exception | None
-    record: RunRecord
+    record: RunRecordLike
     owner_token: str | None
     #: This launch created the run (it did not find one with its id).
     created: bool = False
@@ -149,7 +132,7 @@ def claim_launch(
     """Claim the run id of a launch message (see the module doc); ``registered`` holds the
     runnables a launch may name.
 
-    Raises :class:`~agentloop.orchestration.wire.LaunchRequestError` for a run id the store
+    Raises :class:`~agentloop.orchestration.errors.LaunchRequestError` for a run id the store
     cannot hold, :class:`RunIdTakenError` for an id another launch owns.
     """
     given = kwargs.get("run_id")
@@ -179,7 +162,7 @@ def claim_launch(
 
 def _claim_existing(
     store: RunStore,
-    record: RunRecord,
+    record: RunRecordLike,
     mine: RunOwner,
     task_id: str,
     request: LaunchRequest | None,
@@ -201,7 +184,7 @@ def _claim_existing(
     raise RunIdTakenError(record, same_task=same_task, why=why)
 
 
-def attached_result(record: RunRecord) -> Any:
+def attached_result(record: RunRecordLike) -> Any:
     """What a launch attached to an ended run returns: the run's result, or its failure raised."""
     if record.status == RunStatus.SUCCEEDED:
         return record.output

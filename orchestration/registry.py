@@ -24,6 +24,7 @@ from typing import Any, TypeVar, overload
 
 from agentloop.actions.errors import AgentLoopError
 from agentloop.loops.contract import Runnable
+from agentloop.orchestration.errors import ContextSpecError, UnknownInputProviderError, UnknownRunnableError
 from agentloop.pipelines.composite import BaseCompositeAgent
 from agentloop.pipelines.pipeline import BaseAgentPipeline
 
@@ -37,25 +38,6 @@ F = TypeVar("F", bound=Callable[..., Iterable[Any]])
 
 _DECLARED = "__agentloop_registrations__"
 _PROVIDES = "__agentloop_input_provider__"
-
-
-class UnknownRunnableError(AgentLoopError, LookupError):
-    """A message or a call named a runnable that is not registered."""
-
-    def __init__(self, name: object, known: Iterable[str]) -> None:
-        self.name = name
-        self.known = tuple(sorted(known))
-        super().__init__(f"unknown runnable {name!r}; registered: {', '.join(self.known) or '(none)'}")
-
-
-class UnknownInputProviderError(AgentLoopError, LookupError):
-    """A batch named an input provider that is not registered."""
-
-
-class ContextSpecError(AgentLoopError, ValueError):
-    """A context spec that is not a JSON object, or whose content the factory rejected (with a
-    ``ValueError``, ``TypeError`` or ``LookupError``). Any other error of the factory, such as
-    its database failing, is not relabelled: it passes as it is."""
 
 
 def default_context_factory(spec: Mapping[str, Any]) -> Any:

@@ -3,7 +3,7 @@
 The task whose step failed records the end (:meth:`WorkflowEngine.fail
 <orchestration.engine.WorkflowEngine.fail>`). When the database stays away past
 the store's retries, :func:`end_with_failure` raises
-:class:`~agentloop.orchestration.store.StoreUnavailableError`, and the task is tried
+:class:`~agentloop.orchestration.errors.StoreUnavailableError`, and the task is tried
 again later (``celery_adapter/run_failures.py``): a step's failure is recorded
 once the store is back, never lost. A task that fails without reaching the
 engine's recording is ended by its Celery ``on_failure``. Neither rewrites a
@@ -18,16 +18,10 @@ from typing import Any
 from agentloop.actions.errors import BranchFailedError, RunStoppedError
 from agentloop.loops.contract import ProgressCallback
 from agentloop.loops.scope import RunScope
+from agentloop.orchestration.errors import RunAlreadyEndedError, RunOwnershipError, StoreUnavailableError
 from agentloop.orchestration.interruptions import reraise_interruption
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.store import (
-    TERMINAL_STATUSES,
-    RunAlreadyEndedError,
-    RunOwnershipError,
-    RunStatus,
-    RunStore,
-    StoreUnavailableError,
-)
+from agentloop.orchestration.store import TERMINAL_STATUSES, RunStatus, RunStore
 from agentloop.orchestration.wire import Ancestor
 
 __all__ = ["end_with_failure", "failed_paths", "failure_status", "report_ancestor_failure"]
@@ -47,7 +41,7 @@ def end_with_failure(store: RunStore, run_id: str, error: BaseException, *, owne
     A run that ended meanwhile is left as it is; a caller that does not own the
     run is refused (``False``, logged), and so is any other failure to record
     but one: a store that stayed unreachable raises
-    :class:`~agentloop.orchestration.store.StoreUnavailableError`, for the task to be tried again.
+    :class:`~agentloop.orchestration.errors.StoreUnavailableError`, for the task to be tried again.
     """
     try:
         store.finish_run(

@@ -4,12 +4,12 @@ Only the canvas a launch builds carries the run's owner token (``orchestration/l
 in every :class:`~agentloop.orchestration.wire.WorkflowNode` it sends. :meth:`RunGate.admit` lets a node
 through to the engine only when:
 
-* it is a well-formed node (else :class:`~agentloop.orchestration.wire.InvalidNodeError`);
-* its run exists (else :class:`~agentloop.orchestration.store.RunNotFoundError`) and the node holds the
-  token of the launch that owns it (else :class:`~agentloop.orchestration.store.RunOwnershipError`): a
+* it is a well-formed node (else :class:`~agentloop.orchestration.errors.InvalidNodeError`);
+* its run exists (else :class:`~agentloop.orchestration.errors.RunNotFoundError`) and the node holds the
+  token of the launch that owns it (else :class:`~agentloop.orchestration.errors.RunOwnershipError`): a
   forged node runs no code, writes no event, no loop result, no checkpoint. A run created
   without an owner (by a release before run owners) admits any node, as ``finish_run`` does;
-* the run has not ended (else :class:`~agentloop.orchestration.store.RunAlreadyEndedError`): an ended
+* the run has not ended (else :class:`~agentloop.orchestration.errors.RunAlreadyEndedError`): an ended
   run's record never changes, so a task of it that comes late (a redelivery, a sibling of a
   failed fail-fast branch) runs nothing (``celery_adapter/tasks.py`` says what it returns).
 
@@ -25,13 +25,8 @@ import time
 from typing import Any, ClassVar
 from weakref import WeakKeyDictionary
 
-from agentloop.orchestration.store import (
-    RunAlreadyEndedError,
-    RunNotFoundError,
-    RunOwner,
-    RunOwnershipError,
-    RunStore,
-)
+from agentloop.orchestration.errors import RunAlreadyEndedError, RunNotFoundError, RunOwnershipError
+from agentloop.orchestration.store import RunOwner, RunStore
 from agentloop.orchestration.store.seams import _answers_of
 from agentloop.orchestration.wire import WorkflowNode
 
@@ -56,7 +51,7 @@ class RunGate:
         return node
 
     def check_owner(self, run_id: str, token: str | None) -> None:
-        """:class:`~agentloop.orchestration.store.RunOwnershipError` unless ``token`` is the run owner's."""
+        """:class:`~agentloop.orchestration.errors.RunOwnershipError` unless ``token`` is the run owner's."""
         owner = self._owner(run_id)
         if owner is not None and not owner.holds(token):
             raise RunOwnershipError(run_id)

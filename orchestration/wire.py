@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.errors import InvalidNodeError, LaunchRequestError
 
 LAUNCH = "agentloop.launch"
 RUN = "agentloop.run"
@@ -109,10 +109,6 @@ def progress_status(recorded: str | None, launch_state: str | None) -> str:
     if recorded is not None:
         return recorded
     return RUN_PENDING if launch_state in _LAUNCH_ON_ITS_WAY else RUN_NOT_FOUND
-
-
-class LaunchRequestError(AgentLoopError, ValueError):
-    """The keyword arguments of ``agentloop.launch`` are not what the contract allows."""
 
 
 #: Longest run id and runnable name the contract accepts (what the run store keeps of them).
@@ -320,10 +316,6 @@ class WorkflowNode:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InvalidNodeError(f"a malformed workflow node: {type(error).__name__}: {error}") from None
-
-
-class InvalidNodeError(AgentLoopError, ValueError):
-    """A task's workflow node is malformed, or names a runnable of a kind its task does not run."""
 
 
 def _typed(value: Any, kind: type | tuple[type, ...], what: str) -> Any:

@@ -2,7 +2,7 @@
 
 Imported by the test process and, through ``AGENTLOOP_IMPORTS``, by real
 worker processes. Every branch makes a few forced tool calls through the
-processor that :func:`agentloop.orchestration.llm.processor_from_env` builds from the
+processor that :func:`agentloop.orchestration.llm.provider.processor_from_env` builds from the
 JSON context spec (so the env-driven wiring runs in the workers), wrapped so
 each request carries a stamp the test server reads: the worker's pid and
 parent pid, and the rate-limit window the call's slot was counted in.
@@ -20,12 +20,9 @@ from typing import Any
 
 from agentloop.actions import AgentActionRegistry, AiResponse, ForcedToolAction, ModelProcessor, ModelRequest
 from agentloop.loops import ProceduralAgentLoop
-from agentloop.orchestration.llm import (
-    BaseProcessor,
-    RateLimitedProcessor,
-    current_permit,
-    processor_from_env,
-)
+from agentloop.orchestration.llm.base import BaseProcessor
+from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor, current_permit
+from agentloop.orchestration.llm.provider import processor_from_env
 from agentloop.orchestration.registry import register
 from agentloop.pipelines import BaseCompositeAgent, Branch, FailurePolicy
 

@@ -18,7 +18,8 @@ import pytest
 from agentloop import CancelSignal, Checkpointer, new_run_id
 from agentloop.actions import TokenBudgetExceededError, Usage
 from agentloop.loops import ProgressEvent, ProgressStatus
-from agentloop.orchestration.store import InMemoryRunStore, StoreUnavailableError
+from agentloop.orchestration.errors import StoreUnavailableError
+from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.store.seams import (
     ProgressPublisher,
     StoreCancelSignal,

@@ -35,7 +35,9 @@ INSTALLED_TOP_LEVEL = {"agentloop"}
 #: Packages whose front a user imports: each must declare ``__all__``.
 FRONTS = {"agentloop", "agentloop.actions", "agentloop.loops", "agentloop.pipelines"}
 #: What ``import agentloop`` must not pull in: the infrastructure behind the lazily loaded names.
-HEAVY = ("celery", "kombu", "sqlalchemy", "alembic", "openai", "redis")
+HEAVY = ("celery", "kombu", "sqlalchemy", "alembic", "pydantic_settings", "openai", "anthropic", "redis")
+#: The one home of the core's errors and the one home of the infrastructure's.
+ERROR_MODULES = ("agentloop.actions.errors", "agentloop.orchestration.errors")
 
 
 @cache
@@ -161,6 +163,66 @@ def test_importing_agentloop_loads_no_infrastructure() -> None:
     assert loaded == "[]"
 
 
+def _type_checking_imports(package: str) -> dict[str, str]:
+    """Name -> module of what ``package``'s ``__init__`` imports under ``if TYPE_CHECKING:``."""
+    found: dict[str, str] = {}
+    for node in ast.parse(_init_path(package).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom) and statement.module:
+                    found.update({alias.asname or alias.name: statement.module for alias in statement.names})
+    return found
+
+
+def test_the_lazy_table_and_the_type_checking_imports_name_the_same_modules() -> None:
+    """One table says which names load on first use and from where; the imports that give them
+    their types must say the same, name for name and module for module."""
+    import agentloop
+
+    assert _type_checking_imports("agentloop") == agentloop._LAZY
+
+
+def test_a_lazily_loaded_name_is_not_imported_at_once_too() -> None:
+    import agentloop
+
+    eager = {
+        alias.asname or alias.name
+        for node in ast.parse(_init_path("agentloop").read_text(encoding="utf-8")).body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+    assert sorted(eager & set(agentloop._LAZY)) == []
+
+
+def test_importing_agentloop_binds_every_name_but_the_lazy_ones() -> None:
+    """Every error, and every name whose module is light, is there as soon as agentloop is imported."""
+    code = "import agentloop; print(sorted(set(agentloop.__all__) - set(vars(agentloop))))"
+    missing = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+    import agentloop
+
+    assert missing == repr(sorted(agentloop._LAZY))
+
+
+def _lazy_modules() -> list[str]:
+    import agentloop
+
+    return sorted(set(agentloop._LAZY.values()))
+
+
+@pytest.mark.parametrize("module", _lazy_modules())
+def test_a_name_loads_lazily_only_when_its_module_is_heavy(module: str) -> None:
+    code = f"import sys, {module}; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+    assert loaded != "[]", f"{module} imports nothing heavy: import its names at once"
+
+
 def _defining_module(package: str, name: str) -> Path:
     """The file that defines ``name``, following the from-imports of the packages in between."""
     module, original = _bound(package)[name]
@@ -253,6 +315,21 @@ def test_the_error_tree_drawn_in_agentloops_docstring_is_the_real_hierarchy() ->
         others = {base.__name__ for base in cls.__bases__ if not issubclass(base, agentloop.AgentLoopError)}
         assert ours == ([parent] if parent else []), name
         assert brackets == (others - {"Exception"}), name
+
+
+def test_every_error_is_defined_in_one_of_the_two_errors_modules() -> None:
+    """The core's errors live in ``actions/errors.py``, the infrastructure's in ``orchestration/errors.py``
+    (a test kit's own errors aside: they are not exported)."""
+    import agentloop
+
+    errors = [getattr(agentloop, name) for name in agentloop.__all__]
+    elsewhere = sorted(
+        f"{cls.__name__} ({cls.__module__})"
+        for cls in errors
+        if isinstance(cls, type) and issubclass(cls, BaseException) and cls.__module__ not in ERROR_MODULES
+    )
+
+    assert elsewhere == []
 
 
 def _framework_classes() -> dict[str, set[str]]:

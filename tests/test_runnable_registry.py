@@ -11,11 +11,9 @@ from typing import Any
 import pytest
 
 from agentloop.loops import ProceduralAgentLoop
+from agentloop.orchestration.errors import ContextSpecError, UnknownInputProviderError, UnknownRunnableError
 from agentloop.orchestration.registry import (
-    ContextSpecError,
     RunnableRegistry,
-    UnknownInputProviderError,
-    UnknownRunnableError,
     declared_name,
     derived_name,
     input_provider,

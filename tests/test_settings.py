@@ -9,10 +9,10 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from agentloop.orchestration.celery_adapter.schedule import schedule_from_json
+from agentloop.orchestration.errors import SettingsError
 from agentloop.orchestration.settings import (
     ModelSettings,
     Settings,
-    SettingsError,
     env_names,
     load_settings,
     schedule_entries,

@@ -23,8 +23,9 @@ from celery import Celery, Task
 
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.errors import RunExistsError
 from agentloop.orchestration.launches import launch_digest
-from agentloop.orchestration.store import CHILD_SUMS, TERMINAL_STATUSES, RunExistsError, RunOwner, RunStore
+from agentloop.orchestration.store import CHILD_SUMS, TERMINAL_STATUSES, RunOwner, RunStore
 from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
 
 #: The priority of a batch's chunks and launches. On Redis a worker takes messages of priority 0

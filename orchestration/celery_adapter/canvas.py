@@ -25,9 +25,10 @@ from typing import Any
 
 from celery import Signature, Task, chain, chord
 
-from agentloop.orchestration.celery_adapter.outgoing import UnsendableMessageError, check_canvas, check_output
+from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
 from agentloop.orchestration.celery_adapter.run_failures import end_run_on_failure
+from agentloop.orchestration.errors import UnsendableMessageError
 from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
 from agentloop.orchestration.wire import LANE, LANE_COLLECT, MERGE, PIPELINE_DONE, RUN, STAGE, BranchFailure
 

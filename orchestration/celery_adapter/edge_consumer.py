@@ -48,7 +48,8 @@ from celery.worker.consumer import Consumer
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.edge import Rejection, check_message, describe, rejection_of
-from agentloop.orchestration.store import RunExistsError, RunStore, open_store
+from agentloop.orchestration.errors import RunExistsError
+from agentloop.orchestration.store import RunStore, open_store
 from agentloop.orchestration.wire import LAUNCH_SENT_STATE
 
 __all__ = ["EdgeConsumer", "RejectionRecorder", "install_edge", "recorder_of"]

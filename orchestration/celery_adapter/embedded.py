@@ -12,14 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.errors import WorkerStartError
 from agentloop.orchestration.wire import PING
 
-__all__ = ["WorkerStartError", "embedded_worker"]
-
-
-class WorkerStartError(AgentLoopError, RuntimeError):
-    """A worker did not come up (it exited, or never answered the ping)."""
+__all__ = ["embedded_worker"]
 
 
 def _wake_for_shutdown(app: Any) -> None:

@@ -28,17 +28,13 @@ from typing import Any
 
 from celery import Signature
 
-from agentloop.actions.errors import AgentLoopError
 from agentloop.orchestration.celery_adapter.edge import MAX_BODY_BYTES, MAX_DEPTH, nests_deeper_than
+from agentloop.orchestration.errors import UnsendableMessageError
 
-__all__ = ["MAX_OUTPUT_DEPTH", "UnsendableMessageError", "check_canvas", "check_output"]
+__all__ = ["MAX_OUTPUT_DEPTH", "check_canvas", "check_output"]
 
 #: How deep an output handed on to the next task may nest.
 MAX_OUTPUT_DEPTH = MAX_DEPTH - 3
-
-
-class UnsendableMessageError(AgentLoopError, ValueError):
-    """A message the run needs would be refused at every worker's edge; the run fails with this."""
 
 
 def _size(signature: Signature) -> int:

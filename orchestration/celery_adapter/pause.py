@@ -31,11 +31,12 @@ from celery import Task
 from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError
 
-from agentloop.actions.human import InvalidAnswerError, RunPaused, check_answer
+from agentloop.actions.errors import InvalidAnswerError
+from agentloop.actions.human import RunPaused, check_answer
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.orchestration.celery_adapter.deliveries import unmarked_signature
 from agentloop.orchestration.celery_adapter.dependencies import AppDependencies, dependencies_of
-from agentloop.orchestration.store import StoreUnavailableError
+from agentloop.orchestration.errors import StoreUnavailableError
 from agentloop.orchestration.store.waits import ANSWERED, EXPIRED, PENDING, Wait
 from agentloop.orchestration.wire import RESUME
 

@@ -4,7 +4,7 @@ run by whichever path can still reach the store.
 Every task that carries a run (:data:`RUN_TASKS`) is registered with
 :data:`RUN_TASK_OPTIONS`:
 
-* a :class:`~agentloop.orchestration.store.StoreUnavailableError` (the database stayed
+* a :class:`~agentloop.orchestration.errors.StoreUnavailableError` (the database stayed
   away past the store's own retries, ``AGENTLOOP_STORE_RETRY_SECONDS``) retries
   the task, up to :data:`MAX_STORE_RETRIES` times with a delay growing from 5 s
   to 60 s (with the store's own retries, some 18 minutes by default): the
@@ -32,20 +32,12 @@ from celery import Task
 from celery.exceptions import TimeLimitExceeded
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
-from agentloop.orchestration.launches import RunIdTakenError, claim_launch
+from agentloop.orchestration.errors import LaunchRequestError, RunIdTakenError, StoreUnavailableError
+from agentloop.orchestration.launches import claim_launch
 from agentloop.orchestration.redaction import hidden_texts, parameter_names, scrub_error
 from agentloop.orchestration.run_end import end_with_failure
-from agentloop.orchestration.store import RunStore, StoreUnavailableError
-from agentloop.orchestration.wire import (
-    FINALIZE,
-    LANE,
-    LAUNCH,
-    MERGE,
-    PIPELINE_DONE,
-    RUN,
-    STAGE,
-    LaunchRequestError,
-)
+from agentloop.orchestration.store import RunStore
+from agentloop.orchestration.wire import FINALIZE, LANE, LAUNCH, MERGE, PIPELINE_DONE, RUN, STAGE
 
 __all__ = [
     "MAX_STORE_RETRIES",

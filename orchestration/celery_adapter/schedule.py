@@ -21,7 +21,8 @@ from typing import Any
 
 from celery.schedules import crontab, schedule
 
-from agentloop.orchestration.settings import ScheduleError, schedule_entries
+from agentloop.orchestration.errors import ScheduleError
+from agentloop.orchestration.settings import schedule_entries
 from agentloop.orchestration.wire import BATCH, RESUME_SETTLED
 
 #: The framework's own beat entry: every minute, the paused tasks of questions answered and never

@@ -35,11 +35,12 @@ from agentloop.orchestration.celery_adapter.pause import (
 from agentloop.orchestration.celery_adapter.progress_events import progress_events_of
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
 from agentloop.orchestration.engine import WorkflowEngine
-from agentloop.orchestration.launches import RunIdTakenError, attached_result, claim_launch
+from agentloop.orchestration.errors import LaunchRequestError, RunAlreadyEndedError, RunIdTakenError
+from agentloop.orchestration.launches import attached_result, claim_launch
 from agentloop.orchestration.redaction import hidden_texts, parameter_names
 from agentloop.orchestration.run_end import end_with_failure
 from agentloop.orchestration.run_gate import RunGate
-from agentloop.orchestration.store import RunAlreadyEndedError, RunRecord, RunStatus
+from agentloop.orchestration.store import RunRecord, RunStatus
 from agentloop.orchestration.task_outcome import Done, Outcome
 from agentloop.orchestration.wire import (
     CANCEL,
@@ -55,7 +56,6 @@ from agentloop.orchestration.wire import (
     RESUME_SETTLED,
     RUN,
     STAGE,
-    LaunchRequestError,
     WorkflowNode,
     progress_status,
 )
@@ -201,7 +201,7 @@ def admitted(task: Task, data: Any) -> WorkflowNode:
     """The node ``task`` was sent, when the run gate lets it run (``orchestration/run_gate.py``):
     a forged or malformed node is refused. A task of a run that has ended runs nothing: after a
     success it is ignored (the run's result stands); after a failure it fails with
-    :class:`~agentloop.orchestration.store.RunAlreadyEndedError`, so the chord or chain it belongs to ends
+    :class:`~agentloop.orchestration.errors.RunAlreadyEndedError`, so the chord or chain it belongs to ends
     as every failure ends it (a chord whose part was ignored would never end)."""
     try:
         node = RunGate(dependencies_of(task.app).store).admit(data)
@@ -262,7 +262,7 @@ def finalize(self: Task, result: Any, run_id: str, owner_token: str | None = Non
     :class:`~agentloop.orchestration.wire.DegradedResult`).
 
     Only the canvas its launch built carries the run's ``owner_token``: a finalize without it
-    is refused (:class:`~agentloop.orchestration.store.RunOwnershipError`) and the run is not touched.
+    is refused (:class:`~agentloop.orchestration.errors.RunOwnershipError`) and the run is not touched.
     """
     RunGate(dependencies_of(self.app).store).check_owner(str(run_id), owner_token)
     try:

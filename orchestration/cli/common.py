@@ -36,8 +36,9 @@ from rich.progress import (
 from typer.core import TyperGroup
 
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.orchestration.errors import SettingsError
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.settings import Settings, SettingsError, load_settings
+from agentloop.orchestration.settings import Settings, load_settings
 from agentloop.orchestration.store import RunStore, open_store
 
 console = Console()

@@ -27,7 +27,7 @@ from agentloop.orchestration.cli.common import (
     follow,
 )
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.llm import ModelProvider, describe_processor
+from agentloop.orchestration.llm.provider import ModelProvider, describe_processor
 from agentloop.orchestration.redaction import redact_url
 from agentloop.orchestration.store import database_url
 

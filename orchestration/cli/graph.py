@@ -8,8 +8,8 @@ import typer
 
 from agentloop.orchestration.cli.common import cli_settings, deployment_registry, fail
 from agentloop.orchestration.cli.demo import DEMO_MODULE
+from agentloop.orchestration.errors import UnknownRunnableError
 from agentloop.orchestration.graph import graph_of, to_mermaid
-from agentloop.orchestration.registry import UnknownRunnableError
 
 
 def graph(

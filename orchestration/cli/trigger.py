@@ -22,7 +22,7 @@ from agentloop.orchestration.cli.common import (
     print_json,
 )
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
-from agentloop.orchestration.registry import UnknownRunnableError
+from agentloop.orchestration.errors import UnknownRunnableError
 
 
 def trigger(

@@ -15,78 +15,10 @@
   :class:`RedisBackend`, and :class:`RateLimitedProcessor`, which asks it for
   a slot before each call.
 
-Names are imported on first use, so importing this package stays cheap (the
-SDKs and ``redis`` load only when a processor or limiter needs them).
+The package exports nothing itself, so importing it loads no SDK and no ``redis``: the public
+names (the processors, :func:`processor_from_env`) are imported from ``agentloop``, which loads
+those that import a model SDK on first use; every other name from the module that defines it. The
+errors of this package (:class:`~agentloop.orchestration.errors.RateLimitTimeoutError`,
+:class:`~agentloop.orchestration.errors.ModelRequestsBlockedError`) live in
+``orchestration/errors.py``.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
-    from agentloop.orchestration.llm.base import BaseProcessor
-    from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
-    from agentloop.orchestration.llm.limits.backends.redis import RedisBackend
-    from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor, RateLimiter, current_permit
-    from agentloop.orchestration.llm.limits.window import (
-        Permit,
-        RateLimitTimeoutError,
-        WindowRateLimiter,
-        limit_key,
-    )
-    from agentloop.orchestration.llm.offline import OfflineModel
-    from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
-    from agentloop.orchestration.llm.provider import ModelProvider, describe_processor, processor_from_env
-
-__all__ = [
-    "AnthropicProcessor",
-    "BaseProcessor",
-    "MemoryBackend",
-    "ModelProvider",
-    "OfflineModel",
-    "OpenAIProcessor",
-    "Permit",
-    "RateLimitTimeoutError",
-    "RateLimitedProcessor",
-    "RateLimiter",
-    "RedisBackend",
-    "WindowRateLimiter",
-    "current_permit",
-    "describe_processor",
-    "limit_key",
-    "processor_from_env",
-]
-
-_HOMES = {
-    "AnthropicProcessor": "agentloop.orchestration.llm.anthropic_processor",
-    "BaseProcessor": "agentloop.orchestration.llm.base",
-    "MemoryBackend": "agentloop.orchestration.llm.limits.backends.memory",
-    "ModelProvider": "agentloop.orchestration.llm.provider",
-    "OfflineModel": "agentloop.orchestration.llm.offline",
-    "OpenAIProcessor": "agentloop.orchestration.llm.openai_processor",
-    "Permit": "agentloop.orchestration.llm.limits.window",
-    "RateLimitTimeoutError": "agentloop.orchestration.llm.limits.window",
-    "RateLimitedProcessor": "agentloop.orchestration.llm.limits.processor",
-    "RateLimiter": "agentloop.orchestration.llm.limits.processor",
-    "RedisBackend": "agentloop.orchestration.llm.limits.backends.redis",
-    "WindowRateLimiter": "agentloop.orchestration.llm.limits.window",
-    "current_permit": "agentloop.orchestration.llm.limits.processor",
-    "describe_processor": "agentloop.orchestration.llm.provider",
-    "limit_key": "agentloop.orchestration.llm.limits.window",
-    "processor_from_env": "agentloop.orchestration.llm.provider",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOMES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})

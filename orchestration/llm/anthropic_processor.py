@@ -211,7 +211,7 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
     async def process(self, request: ModelRequest) -> AiResponse:
         """One Messages API turn; every failure is returned as :meth:`AiResponse.failure`.
 
-        Raises :class:`~agentloop.orchestration.llm.request_guard.ModelRequestsBlockedError`
+        Raises :class:`~agentloop.orchestration.errors.ModelRequestsBlockedError`
         (a test set-up error, not a model fault) while tests block real model requests.
         """
         model_requests.check(url=self.base_url, sender="AnthropicProcessor")

@@ -253,7 +253,7 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
         ``files`` are not sent yet (logged at debug level). The processor never
         executes tools, whatever ``is_auto_handle_function_call`` says: function
         calls are returned in :attr:`AiResponse.function_calls`. Raises
-        :class:`~agentloop.orchestration.llm.request_guard.ModelRequestsBlockedError` (a test
+        :class:`~agentloop.orchestration.errors.ModelRequestsBlockedError` (a test
         set-up error, not a model fault) while tests block real model requests.
         """
         model_requests.check(url=self.base_url, sender="OpenAIProcessor")

@@ -24,24 +24,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.errors import ModelRequestsBlockedError
 from agentloop.orchestration.redaction import redact_url
 
 __all__ = [
     "LOCAL_HOSTS",
     "GuardState",
     "ModelRequestGuard",
-    "ModelRequestsBlockedError",
     "is_local_url",
     "model_requests",
 ]
 
 #: Host names that always mean this machine.
 LOCAL_HOSTS = frozenset({"localhost", "localhost.localdomain"})
-
-
-class ModelRequestsBlockedError(AgentLoopError, RuntimeError):
-    """A processor was about to send a request to a real model server while requests are blocked."""
 
 
 def is_local_url(url: str) -> bool:

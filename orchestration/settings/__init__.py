@@ -14,7 +14,6 @@ The groups: :class:`Settings` (``deployment.py``: brokers, results, the run stor
 :class:`TracingSettings` (``tracing.py``), all on :class:`SettingsGroup` (``group.py``).
 """
 
-from agentloop.orchestration.errors import ScheduleError, SettingsError
 from agentloop.orchestration.settings.deployment import Settings, default_home, schedule_entries
 from agentloop.orchestration.settings.group import SettingsGroup
 from agentloop.orchestration.settings.http import HttpSettings
@@ -29,9 +28,7 @@ __all__ = [
     "HttpSettings",
     "ModelSettings",
     "ProviderSettings",
-    "ScheduleError",
     "Settings",
-    "SettingsError",
     "SettingsGroup",
     "StoreSettings",
     "TracingSettings",

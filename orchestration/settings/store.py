@@ -3,7 +3,7 @@
 A call to the SQL run store that fails on a connection-level error (the server
 refused or dropped the connection, a lock timed out) is tried again with
 exponential backoff for up to ``AGENTLOOP_STORE_RETRY_SECONDS``; then it raises
-:class:`~agentloop.orchestration.store.StoreUnavailableError`, and the task that made the
+:class:`~agentloop.orchestration.errors.StoreUnavailableError`, and the task that made the
 call is retried by Celery (see ``docs/deployment.md``). Errors in the data
 (an integrity or data error) are never tried again.
 """

@@ -12,7 +12,8 @@ Typical use::
 A run id names one run: creating it again raises :class:`RunExistsError`, and a
 run that has ended is never rewritten (:class:`RunAlreadyEndedError`). The SQL
 store rides out a database that is briefly away (:class:`StoreRetry`, then
-:class:`StoreUnavailableError`).
+:class:`StoreUnavailableError`). These errors, like every error of the
+infrastructure, are defined in ``orchestration/errors.py``.
 
 :class:`RunStore` and :class:`ToolStore` are the protocols; each SQL store has
 an in-memory twin (:class:`InMemoryRunStore`, :class:`InMemoryToolStore`) for
@@ -20,13 +21,6 @@ tests and offline runs.
 """
 
 from agentloop.orchestration.store.database import create_engine_for, database_url, normalize_url
-from agentloop.orchestration.store.errors import (
-    RunAlreadyEndedError,
-    RunExistsError,
-    RunNotFoundError,
-    RunOwnershipError,
-    StoreUnavailableError,
-)
 from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.memory import InMemoryRunStore
 from agentloop.orchestration.store.migrate import current_revision, downgrade_database, upgrade_database
@@ -56,18 +50,13 @@ __all__ = [
     "InMemoryToolStore",
     "JsonValue",
     "LoopRecord",
-    "RunAlreadyEndedError",
-    "RunExistsError",
-    "RunNotFoundError",
     "RunOwner",
-    "RunOwnershipError",
     "RunRecord",
     "RunStatus",
     "RunStore",
     "SqlRunStore",
     "SqlToolStore",
     "StoreRetry",
-    "StoreUnavailableError",
     "TERMINAL_STATUSES",
     "ToolRecord",
     "ToolStore",

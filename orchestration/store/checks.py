@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentloop.orchestration.store.errors import RunAlreadyEndedError, RunNotFoundError, RunOwnershipError
+from agentloop.orchestration.errors import RunAlreadyEndedError, RunNotFoundError, RunOwnershipError
 from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.protocol import TERMINAL_STATUSES, RunOwner, RunRecord
 from agentloop.orchestration.store.tables import utcnow

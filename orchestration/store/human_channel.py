@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentloop.actions.human import Question, QuestionExpiredError, RunPaused, check_answer
+from agentloop.actions.errors import QuestionExpiredError
+from agentloop.actions.human import Question, RunPaused, check_answer
 from agentloop.orchestration.store.waits import ANSWERED, EXPIRED, WaitStore
 
 
@@ -12,7 +13,7 @@ class StoreHumanChannel:
     """The channel of a run on Celery.
 
     An answered question returns its recorded answer (checked again), an expired one its
-    default or :class:`~agentloop.actions.human.QuestionExpiredError`; any other raises
+    default or :class:`~agentloop.actions.errors.QuestionExpiredError`; any other raises
     :class:`~agentloop.actions.human.RunPaused`, which the task turns into a recorded wait
     (``orchestration/celery_adapter/pause.py``).
     """

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
 from agentloop.orchestration.store.checks import (
     check_count,
     check_finish,
@@ -25,7 +26,6 @@ from agentloop.orchestration.store.checks import (
     new_run_values,
     run_key,
 )
-from agentloop.orchestration.store.errors import RunExistsError, RunNotFoundError
 from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
@@ -81,7 +81,7 @@ class InMemoryRunStore:
         owner: RunOwner | None = None,
         principal: str | None = None,
     ) -> RunRecord:
-        """Record a pending run; :class:`~agentloop.orchestration.store.RunExistsError` when the id exists."""
+        """Record a pending run; :class:`~agentloop.orchestration.errors.RunExistsError` if the id exists."""
         values = new_run_values(
             run_id=run_id,
             runnable=runnable,

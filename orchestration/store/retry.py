@@ -9,7 +9,7 @@ middle of a transaction (psycopg's ``can't change 'autocommit' now``: the pool
 discards that connection, so another try gets a new one). A call that fails so
 is tried again at once (a connection that died in the pool is replaced), then
 with backoff; it stops before ``seconds`` have passed since that first retry
-and raises :class:`~agentloop.orchestration.store.StoreUnavailableError` from the last
+and raises :class:`~agentloop.orchestration.errors.StoreUnavailableError` from the last
 error. The first try runs outside tenacity: its bookkeeping costs about as much
 as a store round trip, and nearly every call succeeds at once.
 Anything else (an integrity or data error, a missing table, a bug) is raised at
@@ -36,8 +36,8 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_before_delay, wait_exponential_jitter
 
+from agentloop.orchestration.errors import StoreUnavailableError
 from agentloop.orchestration.settings.store import DEFAULT_STORE_RETRY_SECONDS
-from agentloop.orchestration.store.errors import StoreUnavailableError
 
 __all__ = ["StoreRetry", "is_connection_error", "retried"]
 
@@ -144,7 +144,7 @@ class StoreRetry:
     def call(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``function(*args, **kwargs)``, tried again while the database is unreachable.
 
-        Raises :class:`~agentloop.orchestration.store.StoreUnavailableError` when it still
+        Raises :class:`~agentloop.orchestration.errors.StoreUnavailableError` when it still
         is after ``seconds``; any other error as it was raised.
         """
         try:  # the first try outside tenacity: its bookkeeping costs more than a store round trip

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 from weakref import WeakKeyDictionary
 
+from agentloop.actions.errors import TokenBudgetExceededError
 from agentloop.actions.model import Usage
-from agentloop.actions.usage import TokenBudgetExceededError
 from agentloop.loops.progress import ProgressEvent
 from agentloop.orchestration.interruptions import INTERRUPTIONS, reraise_interruption
 from agentloop.orchestration.redaction import scrub

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, Row, RowMapping, Update, func, literal, or_, select, update
 
+from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
 from agentloop.orchestration.store.checks import (
     check_count,
     check_finish,
@@ -36,7 +37,6 @@ from agentloop.orchestration.store.dialects import (
     pg_event_batch,
     upserts,
 )
-from agentloop.orchestration.store.errors import RunExistsError, RunNotFoundError
 from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
@@ -98,7 +98,7 @@ class SqlRunStore:
         owner: RunOwner | None = None,
         principal: str | None = None,
     ) -> RunRecord:
-        """Record a pending run; :class:`~agentloop.orchestration.store.RunExistsError` when the id exists."""
+        """Record a pending run; :class:`~agentloop.orchestration.errors.RunExistsError` if the id exists."""
         values = new_run_values(
             run_id=run_id,
             runnable=runnable,

@@ -9,7 +9,7 @@ Fixtures: ``offline_model``, ``scripted_model``, ``function_model`` (a factory),
 
 Real model requests are blocked while tests run: a processor that would send
 one to a server off this machine (not ``127.0.0.1``/``localhost``) raises
-:class:`~agentloop.orchestration.llm.request_guard.ModelRequestsBlockedError`, and the
+:class:`~agentloop.orchestration.errors.ModelRequestsBlockedError`, and the
 test fails with a message naming the switches that allow them, even when the
 code under test swallowed the error. Allow them for the whole run with
 ``pytest --agentloop-allow-model-requests`` or ``AGENTLOOP_ALLOW_MODEL_REQUESTS=1``,
@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 
+from agentloop.orchestration.errors import SettingsError
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.llm.request_guard import GuardState, model_requests
-from agentloop.orchestration.settings import SettingsError, load_settings
+from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.testing import contract
 from agentloop.orchestration.testing.doubles import FunctionModel, ScriptedModel, TurnFunction
 from agentloop.orchestration.testing.recorder import ProgressRecorder

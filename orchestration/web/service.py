@@ -28,6 +28,7 @@ from celery import Celery
 from starlette.exceptions import HTTPException
 
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+from agentloop.orchestration.errors import LaunchRequestError
 from agentloop.orchestration.graph import graph_of, to_mermaid
 from agentloop.orchestration.launches import launch_digest
 from agentloop.orchestration.registry import RunnableRegistry
@@ -43,7 +44,7 @@ from agentloop.orchestration.web.limits import (
 )
 from agentloop.orchestration.web.progress import EventItem, ProgressHub, RunEnded
 from agentloop.orchestration.web.views import event_view, pending_view, run_view
-from agentloop.orchestration.wire import LaunchRequest, LaunchRequestError
+from agentloop.orchestration.wire import LaunchRequest
 
 __all__ = ["LAUNCH_FIELDS", "RunService"]
 

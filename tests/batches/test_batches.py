@@ -18,7 +18,8 @@ import pytest
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.batches import summarize
-from agentloop.orchestration.celery_adapter.schedule import ScheduleError, batch_entry, schedule_from_json
+from agentloop.orchestration.celery_adapter.schedule import batch_entry, schedule_from_json
+from agentloop.orchestration.errors import ScheduleError
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunStore, open_store
 from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY

@@ -14,7 +14,8 @@ from redis import Redis
 
 from agentloop.actions import InMemoryStepCache
 from agentloop.orchestration.cache import CACHE_KEY_PREFIX, RedisStepCache, step_cache_for
-from agentloop.orchestration.settings import SettingsError, load_settings
+from agentloop.orchestration.errors import SettingsError
+from agentloop.orchestration.settings import load_settings
 from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ from types import ModuleType
 import pytest
 
 from agentloop import celeryconfig
-from agentloop.orchestration.settings import SettingsError, env_names
+from agentloop.orchestration.errors import SettingsError
+from agentloop.orchestration.settings import env_names
 
 LoadConfig = Callable[..., ModuleType]
 

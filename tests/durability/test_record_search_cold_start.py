@@ -13,7 +13,8 @@ from durability_support import running_rig
 from durability_workflows import Count
 from sqlalchemy.exc import IntegrityError
 
-from agentloop.orchestration.registry import ContextSpecError, RunnableRegistry
+from agentloop.orchestration.errors import ContextSpecError
+from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.wire import LAUNCH
 from tests.servers.postgres import (
     PostgresUnavailableError,

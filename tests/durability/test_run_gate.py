@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from agentloop.orchestration.errors import RunAlreadyEndedError, RunOwnershipError
 from agentloop.orchestration.run_gate import RunGate
-from agentloop.orchestration.store import InMemoryRunStore, RunAlreadyEndedError, RunOwner, RunOwnershipError
+from agentloop.orchestration.store import InMemoryRunStore, RunOwner
 from agentloop.orchestration.wire import WorkflowNode
 
 

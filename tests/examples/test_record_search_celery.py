@@ -11,8 +11,9 @@ import pytest
 
 from agentloop.examples.record_search import NO_PLAN_MESSAGE, workflows
 from agentloop.examples.record_search.resources import dispose_shared_resources
-from agentloop.orchestration.client import CeleryAgentRunner, WorkflowFailedError
-from agentloop.orchestration.registry import ContextSpecError, RunnableRegistry
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.errors import ContextSpecError, WorkflowFailedError
+from agentloop.orchestration.registry import RunnableRegistry
 
 QUESTIONS = [
     "Which software companies are in Germany?",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from human_support import answer, phases_at, start, wait_for_status, wait_until, waits
 
-from agentloop.orchestration.client import WorkflowFailedError
+from agentloop.orchestration.errors import WorkflowFailedError
 
 APPROVED = {"input": "b", "steps": ["step0", "approved=True", "step2"]}
 

@@ -9,14 +9,8 @@ from typing import Any
 import pytest
 from human_workflows import Approve, FanWithApproval, Typed
 
-from agentloop.actions.human import (
-    CallbackChannel,
-    InvalidAnswerError,
-    NoOneToAskError,
-    Question,
-    QuestionKind,
-    check_answer,
-)
+from agentloop.actions.errors import InvalidAnswerError, NoOneToAskError
+from agentloop.actions.human import CallbackChannel, Question, QuestionKind, check_answer
 from agentloop.loops import InlineAgentRunner
 
 APPROVED = {"input": "b", "steps": ["step0", "approved=True", "step2"]}

@@ -22,8 +22,9 @@ from kombu.exceptions import OperationalError
 from agentloop.actions.human import Question, QuestionKind
 from agentloop.orchestration.celery_adapter import pause
 from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.errors import StoreUnavailableError
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.store import InMemoryRunStore, StoreUnavailableError
+from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.store.waits import ANSWERED, InMemoryWaitStore, Wait
 from agentloop.orchestration.wire import PING, RESUME, RESUME_SETTLED
 from tests.servers.redis_server import RedisServer

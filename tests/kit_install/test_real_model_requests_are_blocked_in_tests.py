@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from agentloop.orchestration.errors import ModelRequestsBlockedError
 from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
-from agentloop.orchestration.llm.request_guard import (
-    ModelRequestGuard,
-    ModelRequestsBlockedError,
-    is_local_url,
-    model_requests,
-)
+from agentloop.orchestration.llm.request_guard import ModelRequestGuard, is_local_url, model_requests
 from agentloop.orchestration.testing.plugin import ALLOW_FIXTURE, ALLOW_OPTION, ALLOW_VARIABLE
 
 

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agentloop.orchestration.llm import (
-    MemoryBackend,
-    ModelProvider,
-    OfflineModel,
-    OpenAIProcessor,
-    RateLimitedProcessor,
-    RedisBackend,
-    WindowRateLimiter,
-    describe_processor,
-    processor_from_env,
-)
+from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
+from agentloop.orchestration.llm.limits.backends.redis import RedisBackend
+from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor
+from agentloop.orchestration.llm.limits.window import WindowRateLimiter
+from agentloop.orchestration.llm.offline import OfflineModel
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.provider import ModelProvider, describe_processor, processor_from_env
 from agentloop.orchestration.settings import ModelSettings, load_settings
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from agentloop.orchestration.errors import RateLimitTimeoutError
 from agentloop.orchestration.llm.limits import (
     Denial,
     MemoryBackend,
     Permit,
-    RateLimitTimeoutError,
     RedisBackend,
     WindowRateLimiter,
     limit_key,

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from limits_support import ModelCall, RecordingModel, TwoWorkers
 
-from agentloop.orchestration.client import CeleryAgentRunner, RunHandle, WorkflowFailedError
+from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+from agentloop.orchestration.errors import WorkflowFailedError
 
 pytestmark = pytest.mark.integration
 

@@ -10,14 +10,10 @@ from datetime import timedelta
 import pytest
 from anthropic_support import send_forced, sent_key
 
-from agentloop.orchestration.llm import (
-    ModelProvider,
-    OfflineModel,
-    OpenAIProcessor,
-    describe_processor,
-    processor_from_env,
-)
 from agentloop.orchestration.llm.anthropic_processor import PLACEHOLDER_API_KEY, AnthropicProcessor
+from agentloop.orchestration.llm.offline import OfflineModel
+from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.provider import ModelProvider, describe_processor, processor_from_env
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from agentloop.actions import RunStoppedError
 from agentloop.loops import InlineAgentRunner, ProgressEvent
-from agentloop.orchestration.client import CeleryAgentRunner, WorkflowFailedError
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.errors import WorkflowFailedError
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.testing import ProgressRecorder
 

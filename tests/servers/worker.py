@@ -24,7 +24,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from agentloop.orchestration.celery_adapter.app import create_app
-from agentloop.orchestration.celery_adapter.embedded import WorkerStartError
+from agentloop.orchestration.errors import WorkerStartError
 from agentloop.orchestration.settings import env_names
 
 __all__ = [

@@ -9,13 +9,8 @@ from typing import Any
 import pytest
 
 from agentloop.actions import StateNotSerializableError
-from agentloop.orchestration.store import (
-    RunAlreadyEndedError,
-    RunExistsError,
-    RunOwner,
-    RunOwnershipError,
-    RunStore,
-)
+from agentloop.orchestration.errors import RunAlreadyEndedError, RunExistsError, RunOwnershipError
+from agentloop.orchestration.store import RunOwner, RunStore
 
 
 def test_finishing_an_ended_run_again_is_refused_and_changes_nothing(run_store: RunStore) -> None:

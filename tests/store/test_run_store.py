@@ -11,12 +11,10 @@ import pytest
 from sqlalchemy import Engine, select
 
 from agentloop.actions import StateNotSerializableError
+from agentloop.orchestration.errors import RunAlreadyEndedError, RunExistsError, RunNotFoundError
 from agentloop.orchestration.store import (
     TERMINAL_STATUSES,
     LoopRecord,
-    RunAlreadyEndedError,
-    RunExistsError,
-    RunNotFoundError,
     RunRecord,
     RunStatus,
     RunStore,

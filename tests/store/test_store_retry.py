@@ -20,7 +20,8 @@ from retry_support import counting
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 
-from agentloop.orchestration.store import SqlRunStore, StoreRetry, StoreUnavailableError, create_engine_for
+from agentloop.orchestration.errors import StoreUnavailableError
+from agentloop.orchestration.store import SqlRunStore, StoreRetry, create_engine_for
 from agentloop.orchestration.store.retry import is_connection_error
 from tests.servers.tcp_proxy import TcpProxy
 

@@ -16,7 +16,8 @@ from retry_support import counting
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import ProgrammingError
 
-from agentloop.orchestration.store import SqlRunStore, StoreRetry, StoreUnavailableError, create_engine_for
+from agentloop.orchestration.errors import StoreUnavailableError
+from agentloop.orchestration.store import SqlRunStore, StoreRetry, create_engine_for
 from agentloop.orchestration.store.retry import is_connection_error
 
 LEFT_BUSY = "can't change 'autocommit' now: connection in transaction status INTRANS"

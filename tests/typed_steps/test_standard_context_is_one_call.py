@@ -22,7 +22,8 @@ from agentloop import (
     use_meter,
 )
 from agentloop.orchestration.context import process_context_factory
-from agentloop.orchestration.registry import ContextSpecError, RunnableRegistry
+from agentloop.orchestration.errors import ContextSpecError
+from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import SqlRunStore, SqlToolStore
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentloop.orchestration.settings import SettingsError, load_settings
+from agentloop.orchestration.errors import SettingsError
+from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.web.auth import Authenticator
 
 

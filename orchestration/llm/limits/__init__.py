@@ -1,7 +1,8 @@
 """Provider rate limits: one fixed-window algorithm over a memory or a Redis backend.
 
 - :mod:`~agentloop.orchestration.llm.limits.window`: :class:`WindowRateLimiter` (the
-  algorithm), :class:`Permit`, :class:`RateLimitTimeoutError`.
+  algorithm), :class:`Permit`; it raises
+  :class:`~agentloop.orchestration.errors.RateLimitTimeoutError` when a slot is too far off.
 - :mod:`~agentloop.orchestration.llm.limits.backends`: :class:`MemoryBackend` (this
   process) and :class:`RedisBackend` (every worker on one Redis).
 - :mod:`~agentloop.orchestration.llm.limits.processor`: :class:`RateLimitedProcessor`,
@@ -14,7 +15,6 @@ from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor, R
 from agentloop.orchestration.llm.limits.window import (
     Denial,
     Permit,
-    RateLimitTimeoutError,
     WindowBackend,
     WindowRateLimiter,
     limit_key,
@@ -24,7 +24,6 @@ __all__ = [
     "Denial",
     "MemoryBackend",
     "Permit",
-    "RateLimitTimeoutError",
     "RateLimitedProcessor",
     "RateLimiter",
     "RedisBackend",

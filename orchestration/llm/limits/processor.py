@@ -8,9 +8,10 @@ from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
 from agentloop.actions.model import AiResponse, ModelProcessor, ModelRequest
+from agentloop.orchestration.errors import RateLimitTimeoutError
 from agentloop.orchestration.interruptions import reraise_interruption
 from agentloop.orchestration.llm.base import BaseProcessor
-from agentloop.orchestration.llm.limits.window import Permit, RateLimitTimeoutError, duration_seconds
+from agentloop.orchestration.llm.limits.window import Permit, duration_seconds
 
 logger = logging.getLogger(__name__)
 

@@ -50,18 +50,16 @@ import random
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, Protocol
+from typing import Protocol
 
-from agentloop.actions.errors import AgentLoopError
+from agentloop.orchestration.errors import DenialReason, RateLimitTimeoutError
 
 __all__ = [
     "DEFAULT_KEY_PREFIX",
     "DEFAULT_MAX_WAIT",
     "DEFAULT_WINDOW",
     "Denial",
-    "DenialReason",
     "Permit",
-    "RateLimitTimeoutError",
     "WindowBackend",
     "WindowRateLimiter",
     "duration_seconds",
@@ -72,8 +70,6 @@ DEFAULT_WINDOW = timedelta(minutes=1)
 DEFAULT_MAX_WAIT = timedelta(minutes=2)
 DEFAULT_KEY_PREFIX = "agentloop:ratelimit:"
 _MIN_SLEEP = 0.001
-
-DenialReason = Literal["requests", "tokens"]
 
 
 def limit_key(name: str) -> str:
@@ -124,14 +120,6 @@ class Denial:
     window: int
     reason: DenialReason
     retry_after: float
-
-
-class RateLimitTimeoutError(AgentLoopError, TimeoutError):
-    """Getting a slot would take longer than ``max_wait``."""
-
-    def __init__(self, message: str, *, waited: float, max_wait: float, reason: DenialReason) -> None:
-        self.waited, self.max_wait, self.reason = waited, max_wait, reason
-        super().__init__(message)
 
 
 class WindowBackend(Protocol):

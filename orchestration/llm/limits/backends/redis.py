@@ -30,8 +30,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentloop.orchestration.errors import DenialReason
 from agentloop.orchestration.interruptions import reraise_interruption
-from agentloop.orchestration.llm.limits.window import Denial, DenialReason, Permit, duration_seconds
+from agentloop.orchestration.llm.limits.window import Denial, Permit, duration_seconds
 from agentloop.orchestration.redaction import redact_url
 
 if TYPE_CHECKING:
