@@ -25,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+    from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
     from agentloop.orchestration.llm.base import BaseProcessor
     from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
     from agentloop.orchestration.llm.limits.backends.redis import RedisBackend
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         limit_key,
     )
     from agentloop.orchestration.llm.offline import OfflineModel
-    from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+    from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
     from agentloop.orchestration.llm.provider import ModelProvider, describe_processor, processor_from_env
 
 __all__ = [
@@ -60,12 +60,12 @@ __all__ = [
 ]
 
 _HOMES = {
-    "AnthropicProcessor": "agentloop.orchestration.llm.anthropic_processor",
+    "AnthropicProcessor": "agentloop.orchestration.llm.anthropic.processor",
     "BaseProcessor": "agentloop.orchestration.llm.base",
     "MemoryBackend": "agentloop.orchestration.llm.limits.backends.memory",
     "ModelProvider": "agentloop.orchestration.llm.provider",
     "OfflineModel": "agentloop.orchestration.llm.offline",
-    "OpenAIProcessor": "agentloop.orchestration.llm.openai_processor",
+    "OpenAIProcessor": "agentloop.orchestration.llm.openai.processor",
     "Permit": "agentloop.orchestration.llm.limits.window",
     "RateLimitTimeoutError": "agentloop.orchestration.llm.limits.window",
     "RateLimitedProcessor": "agentloop.orchestration.llm.limits.processor",

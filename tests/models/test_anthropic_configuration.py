@@ -17,7 +17,7 @@ from agentloop.orchestration.llm import (
     describe_processor,
     processor_from_env,
 )
-from agentloop.orchestration.llm.anthropic_processor import PLACEHOLDER_API_KEY, AnthropicProcessor
+from agentloop.orchestration.llm.anthropic.processor import PLACEHOLDER_API_KEY, AnthropicProcessor
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 
@@ -115,12 +115,12 @@ async def test_a_processor_from_the_environment_talks_to_a_local_server_without_
 def test_without_the_sdk_the_error_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [name for name in sys.modules if name == "anthropic" or name.startswith("anthropic.")]:
         monkeypatch.delitem(sys.modules, name)
-    for name in ("anthropic_processor", "anthropic_mapping", "anthropic_errors"):
-        monkeypatch.delitem(sys.modules, f"agentloop.orchestration.llm.{name}", raising=False)
+    for name in [name for name in sys.modules if name.startswith("agentloop.orchestration.llm.anthropic.")]:
+        monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "anthropic", None)  # type: ignore[arg-type]
 
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'agentloop\[anthropic\]'"):
-        importlib.import_module("agentloop.orchestration.llm.anthropic_processor")
+        importlib.import_module("agentloop.orchestration.llm.anthropic.processor")
     with pytest.raises(ModuleNotFoundError, match="agentloop"):
         processor_from_env(ANTHROPIC)
     assert isinstance(processor_from_env({}), OfflineModel)  # nothing else needs it

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from streaming_support import API_KEY, KeptEvents, send
 
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.provider import ModelProvider, describe_processor
 from agentloop.orchestration.settings import SettingsError, load_settings
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text

@@ -37,7 +37,7 @@ not JSON), ``usage`` from ``prompt_tokens``/``completion_tokens``, and
 ``model`` from the response.
 
 With ``stream=True`` the same request is streamed (``stream_options.include_usage``) and read
-back by :mod:`agentloop.orchestration.llm.openai_stream` into the same :class:`AiResponse`; while a run
+back by :mod:`agentloop.orchestration.llm.openai.stream` into the same :class:`AiResponse`; while a run
 listens, the partial text and tool arguments are reported as throttled ``delta`` progress
 events (:mod:`agentloop.orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
 malformed chunk, an error event, a stream cut short) is a failure like any other; one cut short,
@@ -60,14 +60,14 @@ from agentloop.actions.model import AiResponse, ModelRequest, Usage
 from agentloop.orchestration.interruptions import reraise_interruption
 from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
 from agentloop.orchestration.llm.loop_clients import LoopClients
-from agentloop.orchestration.llm.openai_errors import OPENAI_ERRORS
-from agentloop.orchestration.llm.openai_mapping import (
+from agentloop.orchestration.llm.openai.errors import OPENAI_ERRORS
+from agentloop.orchestration.llm.openai.mapping import (
     from_chat_completion,
     to_openai_messages,
     to_openai_tool_choice,
     to_openai_tools,
 )
-from agentloop.orchestration.llm.openai_stream import ChatStreamReader
+from agentloop.orchestration.llm.openai.stream import ChatStreamReader
 from agentloop.orchestration.llm.request_guard import model_requests
 from agentloop.orchestration.llm.stream_deltas import StreamedReplies, stream_reply
 from agentloop.orchestration.settings import ModelSettings, load_settings
@@ -307,7 +307,7 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
             return f"unreadable response: {type(error).__name__}: {error}"
 
     async def _streamed(self, create: dict[str, Any]) -> AiResponse | str:
-        """One completion streamed (``openai_stream.py``), its pieces reported as ``delta`` events."""
+        """One completion streamed (``openai/stream.py``), its pieces reported as ``delta`` events."""
         try:
             return await stream_reply(
                 lambda: self._clients.current().chat.completions.create(

@@ -14,14 +14,14 @@ map, anything unexpected) comes back as :meth:`AiResponse.failure` with a short
 message such as ``"anthropic: 429 rate limited after 4 attempts: slow down"``.
 Messages never contain the API key.
 
-The mapping (:mod:`agentloop.orchestration.llm.anthropic_mapping`): the instruction and
+The mapping (:mod:`agentloop.orchestration.llm.anthropic.mapping`): the instruction and
 documents are the system prompt; a forced tool is ``tool_choice={"type": "tool",
 "name": ...}``; ``tool_use`` blocks come back as :attr:`AiResponse.function_calls`
 (their ``input`` JSON-encoded), ``usage`` from ``input_tokens``/``output_tokens``.
 ``files`` are not sent yet; tools are never executed here.
 
 With ``stream=True`` the same request is streamed and read back by
-:mod:`agentloop.orchestration.llm.anthropic_stream` into the same :class:`AiResponse`; while a run
+:mod:`agentloop.orchestration.llm.anthropic.stream` into the same :class:`AiResponse`; while a run
 listens, the partial text and tool input are reported as throttled ``delta`` progress events
 (:mod:`agentloop.orchestration.llm.stream_deltas`). A failure mid-stream (a dropped connection, a
 malformed event, an ``error`` event, a stream cut short) is a failure like any other; one cut
@@ -46,14 +46,14 @@ except ModuleNotFoundError as missing:  # the optional extra is not installed
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.model import AiResponse, ModelRequest, Usage
 from agentloop.orchestration.interruptions import reraise_interruption
-from agentloop.orchestration.llm.anthropic_errors import ANTHROPIC_ERRORS
-from agentloop.orchestration.llm.anthropic_mapping import (
+from agentloop.orchestration.llm.anthropic.errors import ANTHROPIC_ERRORS
+from agentloop.orchestration.llm.anthropic.mapping import (
     from_message,
     to_anthropic_request,
     to_anthropic_tool_choice,
     to_anthropic_tools,
 )
-from agentloop.orchestration.llm.anthropic_stream import MessageStreamReader
+from agentloop.orchestration.llm.anthropic.stream import MessageStreamReader
 from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
 from agentloop.orchestration.llm.loop_clients import LoopClients
 from agentloop.orchestration.llm.request_guard import model_requests
@@ -259,7 +259,7 @@ class AnthropicProcessor(StreamedReplies, BaseProcessor):
             return f"unreadable response: {type(error).__name__}: {error}"
 
     async def _streamed(self, create: dict[str, Any]) -> AiResponse | str:
-        """One message streamed (``anthropic_stream.py``), its pieces reported as ``delta`` events."""
+        """One message streamed (``anthropic/stream.py``), its pieces reported as ``delta`` events."""
         try:
             return await stream_reply(
                 lambda: self._clients.current().messages.create(**create, stream=True),
