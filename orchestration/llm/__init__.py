@@ -9,7 +9,9 @@
   :class:`AnthropicProcessor` (the Messages API on the ``anthropic`` SDK, an
   optional extra) and :class:`OfflineModel` (deterministic, no key) implement the processor
   protocol on :class:`BaseProcessor`, which hands them one
-  :class:`~agentloop.actions.model.ModelRequest` per turn.
+  :class:`~agentloop.actions.model.ModelRequest` per turn. Each provider is a subpackage
+  (``openai/``, ``anthropic/``: processor, mapping, stream, errors) over one base,
+  :class:`~agentloop.orchestration.llm.sdk_processor.SdkProcessor`, which holds what both do alike.
 - Rate limits (:mod:`agentloop.orchestration.llm.limits`): :class:`WindowRateLimiter`,
   one fixed-window algorithm over a :class:`MemoryBackend` or a
   :class:`RedisBackend`, and :class:`RateLimitedProcessor`, which asks it for

@@ -17,7 +17,8 @@ from agentloop.orchestration.llm import (
     describe_processor,
     processor_from_env,
 )
-from agentloop.orchestration.llm.anthropic.processor import PLACEHOLDER_API_KEY, AnthropicProcessor
+from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
+from agentloop.orchestration.llm.sdk_processor import PLACEHOLDER_API_KEY
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 

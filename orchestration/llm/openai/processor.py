@@ -7,6 +7,8 @@ server (``base_url``). The SDK does the transport work: it retries 408, 409,
 exponential backoff, honouring ``Retry-After``/``retry-after-ms``, and applies
 ``timeout`` to every attempt.
 
+What every SDK processor does alike (the per-loop clients, the request guard, the failures as
+values, the usage hook, streaming) is :class:`~agentloop.orchestration.llm.sdk_processor.SdkProcessor`'s.
 The processor never raises for a model fault. Every failure — an HTTP error
 after the retries, a connection error, a timeout, a response with no choices,
 a history message it cannot map, anything unexpected — comes back as
@@ -46,20 +48,14 @@ disconnected or stalled is read again first, up to ``max_retries`` times.
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import logging
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Self
 
-from openai import AsyncOpenAI, OpenAIError, omit
+from openai import AsyncOpenAI, omit
 
-from agentloop.actions.awaiting import maybe_await
-from agentloop.actions.model import AiResponse, ModelRequest, Usage
-from agentloop.orchestration.interruptions import reraise_interruption
-from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
-from agentloop.orchestration.llm.loop_clients import LoopClients
+from agentloop.actions.model import AiResponse, ModelRequest
+from agentloop.orchestration.llm.base import UsageHook
 from agentloop.orchestration.llm.openai.errors import OPENAI_ERRORS
 from agentloop.orchestration.llm.openai.mapping import (
     from_chat_completion,
@@ -68,31 +64,18 @@ from agentloop.orchestration.llm.openai.mapping import (
     to_openai_tools,
 )
 from agentloop.orchestration.llm.openai.stream import ChatStreamReader
-from agentloop.orchestration.llm.request_guard import model_requests
-from agentloop.orchestration.llm.stream_deltas import StreamedReplies, stream_reply
+from agentloop.orchestration.llm.sdk_processor import SdkProcessor, offered_tools
+from agentloop.orchestration.llm.stream_deltas import DeltaReporter
 from agentloop.orchestration.settings import ModelSettings, load_settings
 
-logger = logging.getLogger(__name__)
-
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "DEFAULT_MAX_RETRIES",
-    "DEFAULT_MODEL",
-    "DEFAULT_TIMEOUT",
-    "PLACEHOLDER_API_KEY",
-    "OpenAIProcessor",
-]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "OpenAIProcessor"]
 
 
 DEFAULT_MODEL = "gpt-4o-mini"
-DEFAULT_TIMEOUT = timedelta(seconds=60)
-DEFAULT_MAX_RETRIES = 3
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-# Sent when a local OpenAI-compatible server needs no key: the SDK insists on one.
-PLACEHOLDER_API_KEY = "not-needed"
 
 
-class OpenAIProcessor(StreamedReplies, BaseProcessor):
+class OpenAIProcessor(SdkProcessor[AsyncOpenAI]):
     """A :class:`~agentloop.actions.model.ModelProcessor` backed by ``openai.AsyncOpenAI`` (Chat Completions).
 
     ``timeout`` (seconds or a ``timedelta``, default 60 s) bounds each attempt;
@@ -113,6 +96,11 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
     same as without streaming.
     """
 
+    errors = OPENAI_ERRORS
+    default_base_url = DEFAULT_BASE_URL
+    missing_key = "an OpenAI API key is required (pass api_key or set OPENAI_API_KEY)"
+    stream_piece = "chunk"
+
     def __init__(
         self,
         *,
@@ -127,40 +115,28 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
         stream: bool = False,
         stream_interval: float | timedelta | None = None,
     ) -> None:
-        if not model:
-            raise ValueError("model must be a non-empty model name")
-        self.streams_replies(stream, stream_interval)
-        timeout_seconds = _seconds(timeout) if timeout is not None else None
-        if max_retries is not None and (isinstance(max_retries, bool) or max_retries < 0):
-            raise ValueError(f"max_retries must be a non-negative integer, not {max_retries!r}")
-        self._model = model
+        seconds = self._configure(
+            model=model,
+            timeout=timeout,
+            max_retries=max_retries,
+            on_usage=on_usage,
+            stream=stream,
+            stream_interval=stream_interval,
+        )
         self._temperature = temperature
-        self.on_usage = on_usage
-        if client is not None:
-            if api_key is not None or base_url is not None:
-                raise ValueError("pass either client or api_key/base_url, not both")
-            if timeout_seconds is not None or max_retries is not None:
-                client = client.with_options(
-                    timeout=timeout_seconds if timeout_seconds is not None else client.timeout,
-                    max_retries=max_retries if max_retries is not None else client.max_retries,
-                )
-            self._clients: LoopClients[AsyncOpenAI] = LoopClients(client, None)
-            self._owns_client = False
-        else:
-            resolved_url = base_url or DEFAULT_BASE_URL
-            if not api_key:
-                if resolved_url.rstrip("/") == DEFAULT_BASE_URL:
-                    raise ValueError("an OpenAI API key is required (pass api_key or set OPENAI_API_KEY)")
-                api_key = PLACEHOLDER_API_KEY
-            options: dict[str, Any] = {
-                "api_key": api_key,
-                "base_url": resolved_url,
-                "timeout": DEFAULT_TIMEOUT.total_seconds() if timeout_seconds is None else timeout_seconds,
-                "max_retries": max_retries if max_retries is not None else DEFAULT_MAX_RETRIES,
-            }
-            self._clients = LoopClients(AsyncOpenAI(**options), lambda: AsyncOpenAI(**options))
-            self._owns_client = True
-        self._api_key = self._clients.first.api_key
+        if client is None:
+            self._own_clients(
+                AsyncOpenAI, api_key=api_key, base_url=base_url, timeout=seconds, max_retries=max_retries
+            )
+            return
+        if api_key is not None or base_url is not None:
+            raise ValueError("pass either client or api_key/base_url, not both")
+        if seconds is not None or max_retries is not None:
+            client = client.with_options(
+                timeout=seconds if seconds is not None else client.timeout,
+                max_retries=max_retries if max_retries is not None else client.max_retries,
+            )
+        self._use_client(client)
 
     @classmethod
     def from_settings(
@@ -207,174 +183,39 @@ class OpenAIProcessor(StreamedReplies, BaseProcessor):
     # configuration, read-only
 
     @property
-    def model(self) -> str:
-        """The model name sent with every request."""
-        return self._model
-
-    @property
-    def base_url(self) -> str:
-        """The server's base URL, e.g. ``https://api.openai.com/v1/``."""
-        return str(self._clients.first.base_url)
-
-    @property
-    def timeout(self) -> timedelta | None:
-        """The per-attempt timeout (``None`` when the client has none)."""
-        seconds = _timeout_seconds(self._clients.first.timeout)
-        return timedelta(seconds=seconds) if seconds is not None else None
-
-    @property
-    def max_retries(self) -> int:
-        """How many times a retryable failure is retried."""
-        return int(self._clients.first.max_retries)
-
-    @property
     def temperature(self) -> float | None:
         """The sampling temperature, or ``None`` for the server's default."""
         return self._temperature
 
-    @property
-    def client(self) -> AsyncOpenAI:
-        """The SDK client of the running event loop (one per loop, see
-        :mod:`~agentloop.orchestration.llm.loop_clients`); outside a loop, the one it was built with."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return self._clients.first
-        return self._clients.current()
+    # the wire
 
-    def __repr__(self) -> str:
-        return f"<OpenAIProcessor model={self._model!r} base_url={self.base_url!r}>"
-
-    # the protocol
-
-    async def process(self, request: ModelRequest) -> AiResponse:
-        """One Chat Completions turn; every failure is returned as :meth:`AiResponse.failure`.
-
-        ``files`` are not sent yet (logged at debug level). The processor never
-        executes tools, whatever ``is_auto_handle_function_call`` says: function
-        calls are returned in :attr:`AiResponse.function_calls`. Raises
-        :class:`~agentloop.orchestration.llm.request_guard.ModelRequestsBlockedError` (a test
-        set-up error, not a model fault) while tests block real model requests.
-        """
-        model_requests.check(url=self.base_url, sender="OpenAIProcessor")
-        if request.files:
-            logger.debug(
-                "openai processor: %d file(s) ignored (files are not supported yet)", len(request.files)
-            )
-        if request.is_auto_handle_function_call:
-            logger.debug("openai processor: function calls are returned, never executed here")
-        try:
-            messages = to_openai_messages(
-                instruction=request.instruction,
-                history_messages=request.history_messages,
-                documents=request.documents,
-            )
-            openai_tools = to_openai_tools(request.tools)
-            tool_choice = to_openai_tool_choice(request.tool_choices, openai_tools)
-            if request.tool_choices and len(request.tool_choices) > 1:
-                chosen = {str(choice.get("name")) for choice in request.tool_choices}
-                openai_tools = [tool for tool in openai_tools if tool["function"]["name"] in chosen]
-        except (TypeError, ValueError) as error:
-            return self._failure(f"invalid request: {error}")
-
-        create: dict[str, Any] = {
+    def _request_body(self, request: ModelRequest) -> dict[str, Any]:
+        messages = to_openai_messages(
+            instruction=request.instruction,
+            history_messages=request.history_messages,
+            documents=request.documents,
+        )
+        tools = to_openai_tools(request.tools)
+        tool_choice = to_openai_tool_choice(request.tool_choices, tools)
+        tools = offered_tools(tools, request.tool_choices, lambda tool: tool["function"]["name"])
+        return {
             "model": self._model,
             "messages": messages,
-            "tools": openai_tools if openai_tools else omit,
+            "tools": tools if tools else omit,
             "tool_choice": tool_choice if tool_choice is not None else omit,
             "temperature": self._temperature if self._temperature is not None else omit,
         }
-        response = await (self._streamed(create) if self._stream else self._whole(create))
-        if isinstance(response, str):  # no reply: why
-            return self._failure(response)
-        await self._report_usage(response.usage)
-        if response.has_error:
-            logger.warning("openai processor: %s", response.error)
-        return response
 
-    async def _whole(self, create: dict[str, Any]) -> AiResponse | str:
-        """One completion sent whole: the reply, or why there is none."""
-        try:
-            completion = await self._clients.current().chat.completions.create(**create)
-        except Exception as error:  # the contract: a model fault is a value, never an exception
-            reraise_interruption(error)
-            return self._described(error)
-        try:
-            return from_chat_completion(completion, default_model=self._model)
-        except Exception as error:  # a malformed body the SDK let through
-            reraise_interruption(error)
-            logger.warning("openai processor: could not read the completion", exc_info=True)
-            return f"unreadable response: {type(error).__name__}: {error}"
+    async def _send(self, client: AsyncOpenAI, body: dict[str, Any]) -> Any:
+        return await client.chat.completions.create(**body)
 
-    async def _streamed(self, create: dict[str, Any]) -> AiResponse | str:
-        """One completion streamed (``openai/stream.py``), its pieces reported as ``delta`` events."""
-        try:
-            return await stream_reply(
-                lambda: self._clients.current().chat.completions.create(
-                    **create, stream=True, stream_options={"include_usage": True}
-                ),
-                lambda reporter: ChatStreamReader(default_model=self._model, reporter=reporter),
-                action=self._model,
-                interval=self._stream_interval,
-                retries=self.max_retries,
-                broken=OPENAI_ERRORS.broke_stream,
-            )
-        except ValueError as error:  # a chunk that is not JSON, or not a chunk
-            logger.warning("openai processor: unreadable stream chunk", exc_info=True)
-            return f"unreadable stream chunk: {type(error).__name__}: {error}"
-        except Exception as error:  # the contract: a model fault is a value, never an exception
-            reraise_interruption(error)
-            return self._described(error)
+    async def _open_stream(self, client: AsyncOpenAI, body: dict[str, Any]) -> Any:
+        return await client.chat.completions.create(
+            **body, stream=True, stream_options={"include_usage": True}
+        )
 
-    def sharing_clients(self) -> Self:
-        """A processor like this one on the same per-loop clients; closing it leaves them open."""
-        twin = copy.copy(self)
-        twin._owns_client = False
-        return twin
+    def _read_reply(self, reply: Any) -> AiResponse:
+        return from_chat_completion(reply, default_model=self._model)
 
-    async def aclose(self) -> None:
-        """Close this loop's HTTP client, unless it was passed in (then its owner closes it)."""
-        if self._owns_client:
-            await self._clients.aclose(AsyncOpenAI.close)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    # helpers
-
-    def _described(self, error: Exception) -> str:
-        if not isinstance(error, OpenAIError):
-            logger.warning("openai processor: unexpected error", exc_info=True)
-        return OPENAI_ERRORS.describe(error, timeout=self.timeout)
-
-    def _failure(self, message: str) -> AiResponse:
-        api_key = self._api_key if self._api_key != PLACEHOLDER_API_KEY else None
-        text = OPENAI_ERRORS.failure_message(message, api_key=api_key)
-        logger.warning("openai processor: %s", text)
-        return AiResponse.failure(text, model=self._model)
-
-    async def _report_usage(self, usage: Usage) -> None:
-        if self.on_usage is None:
-            return
-        try:
-            await maybe_await(self.on_usage(usage))
-        except Exception as error:  # accounting must not turn a good answer into a failure
-            reraise_interruption(error)
-            logger.warning("openai processor: on_usage hook failed", exc_info=True)
-
-
-def _seconds(timeout: float | timedelta) -> float:
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-    if not seconds > 0:
-        raise ValueError(f"timeout must be positive, not {timeout!r}")
-    return seconds
-
-
-def _timeout_seconds(timeout: Any) -> float | None:
-    if isinstance(timeout, int | float):
-        return float(timeout)
-    read = getattr(timeout, "read", None)  # an httpx Timeout
-    return float(read) if isinstance(read, int | float) else None
+    def _stream_reader(self, reporter: DeltaReporter | None) -> ChatStreamReader:
+        return ChatStreamReader(default_model=self._model, reporter=reporter)
