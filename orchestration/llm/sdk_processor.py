@@ -34,7 +34,7 @@ import asyncio
 import copy
 import logging
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
@@ -58,7 +58,6 @@ __all__ = [
     "PLACEHOLDER_API_KEY",
     "SdkClient",
     "SdkProcessor",
-    "offered_tools",
 ]
 
 DEFAULT_TIMEOUT = timedelta(seconds=60)
@@ -86,18 +85,6 @@ class SdkClient(Protocol):
 
 
 ClientT = TypeVar("ClientT", bound=SdkClient)
-ToolT = TypeVar("ToolT")
-
-
-def offered_tools(
-    tools: list[ToolT], tool_choices: Sequence[Mapping[str, Any]] | None, name: Callable[[ToolT], str]
-) -> list[ToolT]:
-    """The mapped ``tools`` a request offers: all of them, or, when several tools are chosen (the
-    model must call one of them), only those (``name`` reads a mapped tool's name)."""
-    if not tool_choices or len(tool_choices) < 2:
-        return tools
-    chosen = {str(choice.get("name")) for choice in tool_choices}
-    return [tool for tool in tools if name(tool) in chosen]
 
 
 class SdkProcessor(StreamedReplies, BaseProcessor, Generic[ClientT]):

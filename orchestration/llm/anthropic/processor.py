@@ -56,9 +56,9 @@ from agentloop.orchestration.llm.sdk_processor import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
     SdkProcessor,
-    offered_tools,
 )
 from agentloop.orchestration.llm.stream_deltas import DeltaReporter
+from agentloop.orchestration.llm.tool_shapes import offered_tools
 from agentloop.orchestration.settings import ModelSettings
 from agentloop.orchestration.settings.provider import DEFAULT_ANTHROPIC_MODEL
 

@@ -64,8 +64,9 @@ from agentloop.orchestration.llm.openai.mapping import (
     to_openai_tools,
 )
 from agentloop.orchestration.llm.openai.stream import ChatStreamReader
-from agentloop.orchestration.llm.sdk_processor import SdkProcessor, offered_tools
+from agentloop.orchestration.llm.sdk_processor import SdkProcessor
 from agentloop.orchestration.llm.stream_deltas import DeltaReporter
+from agentloop.orchestration.llm.tool_shapes import offered_tools
 from agentloop.orchestration.settings import ModelSettings, load_settings
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "OpenAIProcessor"]

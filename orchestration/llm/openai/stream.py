@@ -16,7 +16,6 @@ connection, a malformed chunk, an error event) are the caller's to turn into a f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from agentloop.actions.model import AiResponse, FunctionCall, Usage
 from agentloop.orchestration.llm.stream_deltas import DeltaReporter
+from agentloop.orchestration.llm.tool_shapes import raw_arguments
 
 __all__ = ["ChatStreamReader"]
 
@@ -87,7 +87,7 @@ class ChatStreamReader:
         call.name = call.name or (name or "")
         if arguments is None:
             return
-        piece = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        piece = raw_arguments(arguments)
         call.arguments += piece
         if self.reporter is not None:
             await self.reporter.arguments(index, name=call.name, call_id=call.id, piece=piece)
