@@ -194,8 +194,8 @@ from agentloop.pipelines import (
 if TYPE_CHECKING:  # the names of _LAZY, each from its module there (tests/test_exports.py checks)
     from agentloop.orchestration.celery_adapter.app import create_app
     from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
-    from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
-    from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+    from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
+    from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
     from agentloop.orchestration.llm.provider import processor_from_env
     from agentloop.orchestration.settings import Settings, load_settings
     from agentloop.orchestration.store.tool_store import InMemoryToolStore
@@ -328,10 +328,10 @@ __all__ = [
 #: that module: loaded on first access, by ``__getattr__``. The ``if TYPE_CHECKING:`` imports above
 #: give them their types and must name the same modules (``tests/test_exports.py`` checks).
 _LAZY = {
-    "AnthropicProcessor": "agentloop.orchestration.llm.anthropic_processor",
+    "AnthropicProcessor": "agentloop.orchestration.llm.anthropic.processor",
     "CeleryAgentRunner": "agentloop.orchestration.client",
     "InMemoryToolStore": "agentloop.orchestration.store.tool_store",
-    "OpenAIProcessor": "agentloop.orchestration.llm.openai_processor",
+    "OpenAIProcessor": "agentloop.orchestration.llm.openai.processor",
     "RunHandle": "agentloop.orchestration.client",
     "Settings": "agentloop.orchestration.settings",
     "create_app": "agentloop.orchestration.celery_adapter.app",

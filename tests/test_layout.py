@@ -284,3 +284,16 @@ def test_no_module_imports_a_design_folder_by_its_top_level_name(name: str) -> N
         if target.split(".")[0] == name
     ]
     assert found == []
+
+
+def test_every_import_is_absolute() -> None:
+    """``agentloop.orchestration.llm.openai`` and ``.anthropic`` are named like the SDKs they wrap:
+    with absolute imports only, ``import openai`` is always the SDK (a relative ``from . import
+    openai`` in ``llm/`` would be the subpackage)."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in python_files()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level
+    ]
+    assert found == []

@@ -2,7 +2,7 @@
 
 * ``bench.model.loop``: a loop of :data:`CALLS` iterations, each one model-shaped wait:
   ``asyncio.sleep(LATENCY)``, or, when ``OPENAI_BASE_URL`` is set, one call through the
-  context's :class:`~agentloop.orchestration.llm.openai_processor.OpenAIProcessor` (the local
+  context's :class:`~agentloop.orchestration.llm.openai.processor.OpenAIProcessor` (the local
   OpenAI-protocol server adds the latency);
 * ``bench.model.fan``: a composite of ``input`` such loops, all at once (``max_concurrency = None``:
   the default bound of 8 would run them in 8 lanes on Celery);

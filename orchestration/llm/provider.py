@@ -6,10 +6,10 @@ the first that applies (:attr:`ModelProvider.kind`):
 
 - ``AGENTLOOP_MODEL_PROVIDER`` set (``openai``, ``anthropic`` or ``offline``): that one.
 - ``OPENAI_API_KEY`` and/or ``OPENAI_BASE_URL`` set: an
-  :class:`~agentloop.orchestration.llm.openai_processor.OpenAIProcessor` (with
+  :class:`~agentloop.orchestration.llm.openai.processor.OpenAIProcessor` (with
   ``OPENAI_TIMEOUT_SECONDS``, ``OPENAI_MAX_RETRIES``).
 - ``ANTHROPIC_API_KEY`` and/or ``ANTHROPIC_BASE_URL`` set: an
-  :class:`~agentloop.orchestration.llm.anthropic_processor.AnthropicProcessor` (the
+  :class:`~agentloop.orchestration.llm.anthropic.processor.AnthropicProcessor` (the
   ``anthropic`` extra; with ``ANTHROPIC_TIMEOUT_SECONDS``, ``ANTHROPIC_MAX_RETRIES``,
   ``ANTHROPIC_MAX_TOKENS``).
 - otherwise the :class:`~agentloop.orchestration.llm.offline.OfflineModel`
@@ -149,10 +149,10 @@ class ModelProvider:
         """The processor whose per-loop SDK clients this provider's processors share (module doc)."""
         # imported here: an SDK is loaded only by deployments that call it
         if kind == "anthropic":
-            from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+            from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
 
             return AnthropicProcessor.from_settings(self.settings)
-        from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+        from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 
         return OpenAIProcessor.from_settings(self.settings)
 
@@ -193,11 +193,11 @@ def describe_processor(processor: object) -> str:
         return f"{describe_processor(processor.inner)}; rate-limited: {processor.limiter.describe()}"
     if isinstance(processor, OfflineModel):
         return OFFLINE_DESCRIPTION
-    openai = _loaded_class("agentloop.orchestration.llm.openai_processor", "OpenAIProcessor")
+    openai = _loaded_class("agentloop.orchestration.llm.openai.processor", "OpenAIProcessor")
     streamed = "; streamed" if getattr(processor, "stream", False) is True else ""
     if openai is not None and isinstance(processor, openai):
         return f"OpenAI-compatible model {processor.model} at {redact_url(processor.base_url)}{streamed}"
-    anthropic = _loaded_class("agentloop.orchestration.llm.anthropic_processor", "AnthropicProcessor")
+    anthropic = _loaded_class("agentloop.orchestration.llm.anthropic.processor", "AnthropicProcessor")
     if anthropic is not None and isinstance(processor, anthropic):
         return f"Anthropic model {processor.model} at {redact_url(processor.base_url)}{streamed}"
     kind = type(processor).__name__

@@ -2,8 +2,8 @@
 
 The agentloop pytest plugin (:mod:`agentloop.orchestration.testing.plugin`) blocks real
 model requests while tests run; the processors that talk to a provider
-(:class:`~agentloop.orchestration.llm.openai_processor.OpenAIProcessor`,
-:class:`~agentloop.orchestration.llm.anthropic_processor.AnthropicProcessor`) ask
+(:class:`~agentloop.orchestration.llm.openai.processor.OpenAIProcessor`,
+:class:`~agentloop.orchestration.llm.anthropic.processor.AnthropicProcessor`) ask
 :meth:`ModelRequestGuard.check` before each request. A request to a server on
 this machine (``127.0.0.1``, ``localhost``, ``::1``: the local wire-protocol
 servers of tests) always goes through; any other raises

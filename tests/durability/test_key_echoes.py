@@ -9,8 +9,8 @@ from urllib.parse import quote
 import pytest
 
 from agentloop.actions import ModelRequest
-from agentloop.orchestration.llm.openai_errors import OPENAI_ERRORS
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.errors import OPENAI_ERRORS
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.sdk_errors import redact_secrets
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_error
 

@@ -19,7 +19,7 @@ from agentloop.examples.record_search import (
 from agentloop.examples.record_search.sample_data import count_records, generate_sample_data
 from agentloop.examples.record_search.schema import companies_table, contacts_table, deals_table
 from agentloop.orchestration.llm.offline import LABEL, OfflineModel
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from agentloop.examples.record_search import MODEL_UNAVAILABLE_MESSAGE, NO_PLAN_MESSAGE, RecordSearchGenerator
 from agentloop.examples.record_search.offline import extract_embedded_text, offline_responders
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agentloop.orchestration.errors import ModelRequestsBlockedError
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.request_guard import ModelRequestGuard, is_local_url, model_requests
 from agentloop.orchestration.testing.plugin import ALLOW_FIXTURE, ALLOW_OPTION, ALLOW_VARIABLE
 
@@ -90,8 +90,8 @@ USER_SUITE = """
 import pytest
 
 from agentloop.actions import ForcedToolAction
-from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.request_guard import model_requests
 from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 

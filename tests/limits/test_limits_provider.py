@@ -9,7 +9,7 @@ from agentloop.orchestration.llm.limits.backends.redis import RedisBackend
 from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor
 from agentloop.orchestration.llm.limits.window import WindowRateLimiter
 from agentloop.orchestration.llm.offline import OfflineModel
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.provider import ModelProvider, describe_processor, processor_from_env
 from agentloop.orchestration.settings import ModelSettings, load_settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentloop.actions import AiResponse, ModelRequest
-from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
 from agentloop.orchestration.testing.servers.openai_replies import RecordedRequest
 
 ANTHROPIC_KEY = "sk-ant-test-9d2e4b7c1a8f3e6d"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentloop.actions import AiResponse, ModelRequest
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 
 API_KEY = "sk-test-4f1c9a7e2b6d8c0e5a3f"
 FAST = {"retry-after-ms": "5"}  # the SDK honours it, so retries take milliseconds

@@ -10,10 +10,11 @@ from datetime import timedelta
 import pytest
 from anthropic_support import send_forced, sent_key
 
-from agentloop.orchestration.llm.anthropic_processor import PLACEHOLDER_API_KEY, AnthropicProcessor
+from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
 from agentloop.orchestration.llm.offline import OfflineModel
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.provider import ModelProvider, describe_processor, processor_from_env
+from agentloop.orchestration.llm.sdk_processor import PLACEHOLDER_API_KEY
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 
@@ -116,7 +117,7 @@ def test_without_the_sdk_the_error_names_the_extra_to_install(monkeypatch: pytes
     monkeypatch.setitem(sys.modules, "anthropic", None)  # type: ignore[arg-type]
 
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'agentloop\[anthropic\]'"):
-        importlib.import_module("agentloop.orchestration.llm.anthropic_processor")
+        importlib.import_module("agentloop.orchestration.llm.anthropic.processor")
     with pytest.raises(ModuleNotFoundError, match="agentloop"):
         processor_from_env(ANTHROPIC)
     assert isinstance(processor_from_env({}), OfflineModel)  # nothing else needs it

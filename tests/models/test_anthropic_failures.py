@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from anthropic_support import ANTHROPIC_KEY, FAST, send, send_forced
 
-from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
 from agentloop.orchestration.testing.servers.anthropic_server import (
     AnthropicCompatibleServer,
     reply_delay,

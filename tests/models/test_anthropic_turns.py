@@ -10,7 +10,7 @@ from collections.abc import Callable
 from anthropic_support import ANTHROPIC_KEY, PLAN_TOOL, send, send_forced, sent_key
 
 from agentloop.actions import AiResponse, FunctionCall, Usage
-from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
 from agentloop.orchestration.llm.documents import render_documents
 from agentloop.orchestration.testing.servers.anthropic_server import (
     AnthropicCompatibleServer,

@@ -9,7 +9,7 @@ from typing import Any
 from openai_support import FAST, PLAN_TOOL, send_forced
 
 from agentloop.actions import ForcedToolAction
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     reply_error,

@@ -10,7 +10,7 @@ from openai_support import API_KEY, send
 from pydantic import SecretStr
 
 from agentloop.actions import ModelProcessor
-from agentloop.orchestration.llm.openai_processor import DEFAULT_MODEL, OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import DEFAULT_MODEL, OpenAIProcessor
 from agentloop.orchestration.settings import ModelSettings
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
 

@@ -12,7 +12,7 @@ import pytest
 from openai_support import API_KEY, FAST, send, send_forced
 
 from agentloop.actions import AiResponse, Usage
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,
@@ -216,7 +216,7 @@ async def test_files_are_ignored_with_a_debug_line(
     make_processor: Callable[..., OpenAIProcessor],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.DEBUG, logger="agentloop.orchestration.llm.openai_processor"):
+    with caplog.at_level(logging.DEBUG, logger="agentloop.orchestration.llm.openai.processor"):
         response = await send(make_processor(), files=["https://example.invalid/a.pdf"])
 
     assert response.text == "ok"

@@ -13,7 +13,7 @@ from openai_support import API_KEY, PLAN_TOOL, send, send_forced
 
 from agentloop.actions import AiResponse, FunctionCall, Usage
 from agentloop.orchestration.llm.documents import render_documents
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     reply_text,

@@ -14,8 +14,8 @@ import pytest
 
 from agentloop.actions import ModelRequest
 from agentloop.loops import InlineAgentRunner, ProceduralAgentLoop
-from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.provider import processor_from_env
 from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text

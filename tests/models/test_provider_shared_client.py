@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.provider import ModelProvider
 from agentloop.orchestration.settings import load_settings
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from streaming_support import API_KEY
 
-from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
 

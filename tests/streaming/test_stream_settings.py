@@ -9,7 +9,7 @@ import pytest
 from streaming_support import API_KEY, KeptEvents, send
 
 from agentloop.orchestration.errors import SettingsError
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.provider import ModelProvider, describe_processor
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text

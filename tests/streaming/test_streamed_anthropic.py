@@ -14,7 +14,7 @@ import pytest
 from streaming_support import API_KEY, KeptEvents, send
 
 from agentloop.actions import AiResponse, FunctionCall, Usage
-from agentloop.orchestration.llm.anthropic_processor import AnthropicProcessor
+from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.testing.servers.anthropic_server import (
     AnthropicCompatibleServer,

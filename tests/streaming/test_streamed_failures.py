@@ -13,7 +13,7 @@ from streaming_support import API_KEY, PLAN_TOOL, KeptEvents, send
 
 from agentloop.actions import ForcedToolAction, Usage
 from agentloop.loops import BaseAgentLoop, InlineAgentRunner
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     reply_broken_stream,

@@ -20,7 +20,7 @@ from agentloop.examples.record_search.resources import open_resources
 from agentloop.examples.record_search.workflows import ASK
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.store import RunStore, open_store
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,

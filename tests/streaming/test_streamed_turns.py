@@ -12,7 +12,7 @@ from streaming_support import KeptEvents, send
 
 from agentloop.actions import AiResponse, FunctionCall, Usage
 from agentloop.orchestration.llm import stream_deltas
-from agentloop.orchestration.llm.openai_processor import OpenAIProcessor
+from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.testing.servers.openai_server import (
     CompletionReply,
     OpenAICompatibleServer,

@@ -11,8 +11,8 @@ from typing_extensions import TypedDict
 
 from agentloop import OfflineModel, tool_schema
 from agentloop.actions.arguments import argument_problem
-from agentloop.orchestration.llm.anthropic_mapping import to_anthropic_tools
-from agentloop.orchestration.llm.openai_mapping import to_openai_tools
+from agentloop.orchestration.llm.anthropic.mapping import to_anthropic_tools
+from agentloop.orchestration.llm.openai.mapping import to_openai_tools
 from agentloop.orchestration.store import validate_tool_payload
 
 

@@ -2,7 +2,7 @@
 
 The Anthropic twin of
 :class:`~agentloop.orchestration.testing.servers.openai_server.OpenAICompatibleServer`, for
-the :class:`~agentloop.orchestration.llm.anthropic_processor.AnthropicProcessor` or any
+the :class:`~agentloop.orchestration.llm.anthropic.processor.AnthropicProcessor` or any
 code on the official ``anthropic`` SDK: a stdlib ``ThreadingHTTPServer`` on
 ``127.0.0.1`` (a free port, a background thread), so the SDK's own retries,
 timeouts and error mapping run for real::

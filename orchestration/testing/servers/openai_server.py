@@ -1,7 +1,7 @@
 """``OpenAICompatibleServer``: a real local HTTP server that speaks Chat Completions.
 
 A test double for anything that talks to OpenAI through the wire protocol — the
-project's :class:`~agentloop.orchestration.llm.openai_processor.OpenAIProcessor`, or
+project's :class:`~agentloop.orchestration.llm.openai.processor.OpenAIProcessor`, or
 user code on the official ``openai`` SDK. It is a genuine HTTP server (stdlib
 ``ThreadingHTTPServer`` on ``127.0.0.1``, a free port, a background thread), so
 the SDK's own retries, timeouts and error mapping run for real::

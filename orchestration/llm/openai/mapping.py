@@ -3,7 +3,6 @@ Chat Completions shapes (messages, tools, tool choice, completions). No I/O."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +19,13 @@ from openai.types.shared_params import FunctionDefinition
 
 from agentloop.actions.model import AiResponse, FunctionCall, Usage
 from agentloop.orchestration.llm.documents import as_text, system_prompt
+from agentloop.orchestration.llm.tool_shapes import (
+    chosen_tool_names,
+    history_tool_call,
+    raw_arguments,
+    tool_call_id,
+    tool_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +35,6 @@ __all__ = [
     "to_openai_tool_choice",
     "to_openai_tools",
 ]
-
-_MAX_DETAIL = 200  # characters of an offending value kept in an error message
 
 
 def to_openai_messages(
@@ -59,10 +63,7 @@ def _history_message(index: int, message: Mapping[str, Any]) -> ChatCompletionMe
     if role == "system":
         return {"role": "system", "content": content}
     if role == "tool":
-        call_id = message.get("tool_call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise ValueError(f"history message #{index}: a tool message needs a 'tool_call_id'")
-        return {"role": "tool", "tool_call_id": call_id, "content": content}
+        return {"role": "tool", "tool_call_id": tool_call_id(index, message), "content": content}
     if role == "assistant":
         calls = [_tool_call_param(index, call) for call in message.get("tool_calls") or ()]
         assistant: ChatCompletionAssistantMessageParam = {"role": "assistant"}
@@ -76,16 +77,7 @@ def _history_message(index: int, message: Mapping[str, Any]) -> ChatCompletionMe
 
 
 def _tool_call_param(index: int, call: Any) -> ChatCompletionMessageFunctionToolCallParam:
-    if isinstance(call, FunctionCall):
-        call = call.to_dict()
-    if not isinstance(call, Mapping):
-        raise ValueError(f"history message #{index}: a tool call is not an object")
-    name, call_id = call.get("name"), call.get("id")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"history message #{index}: a tool call needs a 'name'")
-    if not isinstance(call_id, str) or not call_id:
-        raise ValueError(f"history message #{index}: tool call {name!r} needs an 'id'")
-    arguments = call.get("arguments")
+    name, call_id, arguments = history_tool_call(index, call)
     return {
         "id": call_id,
         "type": "function",
@@ -104,10 +96,7 @@ def to_openai_tools(tools: Sequence[Mapping[str, Any]]) -> list[ChatCompletionFu
     """
     mapped: list[ChatCompletionFunctionToolParam] = []
     for tool in tools:
-        name = tool.get("name") if isinstance(tool, Mapping) else None
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"tool without a name: {tool!r}"[:_MAX_DETAIL])
-        function: FunctionDefinition = {"name": name}
+        function: FunctionDefinition = {"name": tool_name(tool)}
         if tool.get("description"):
             function["description"] = str(tool["description"])
         parameters = tool.get("parameters")
@@ -127,21 +116,11 @@ def to_openai_tool_choice(
 
     Raises ``ValueError`` when a choice names no tool or a tool that is not offered.
     """
+    names = chosen_tool_names(tool_choices, {tool["function"]["name"] for tool in tools})
     if not tools:
-        if tool_choices:
-            raise ValueError("tool_choices given without tools")
         return None
-    if not tool_choices:
+    if not names:
         return "auto"
-    offered = {tool["function"]["name"] for tool in tools}
-    names = []
-    for choice in tool_choices:
-        name = choice.get("name") if isinstance(choice, Mapping) else None
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a tool choice needs a 'name': {choice!r}"[:_MAX_DETAIL])
-        if name not in offered:
-            raise ValueError(f"tool choice {name!r} is not among the tools")
-        names.append(name)
     if len(names) == 1:
         return {"type": "function", "function": {"name": names[0]}}
     return "required"
@@ -173,13 +152,13 @@ def from_chat_completion(completion: ChatCompletion, *, default_model: str = "")
         calls.append(
             FunctionCall(
                 name=str(getattr(function, "name", "")),
-                arguments=_raw_arguments(getattr(function, "arguments", "")),
+                arguments=raw_arguments(getattr(function, "arguments", "")),
                 id=str(getattr(call, "id", "") or ""),
             )
         )
     legacy = getattr(message, "function_call", None)
     if legacy is not None and not calls:
-        calls.append(FunctionCall(name=str(legacy.name), arguments=_raw_arguments(legacy.arguments)))
+        calls.append(FunctionCall(name=str(legacy.name), arguments=raw_arguments(legacy.arguments)))
     content = getattr(message, "content", None)
     return AiResponse(
         text=content if isinstance(content, str) else "",
@@ -187,12 +166,6 @@ def from_chat_completion(completion: ChatCompletion, *, default_model: str = "")
         usage=usage,
         model=model,
     )
-
-
-def _raw_arguments(arguments: Any) -> str:
-    if arguments is None:
-        return ""
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
 def _usage(completion: ChatCompletion) -> Usage:
@@ -203,6 +176,3 @@ def _usage(completion: ChatCompletion) -> Usage:
         input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
     )
-
-
-# error helpers

@@ -28,10 +28,16 @@ from anthropic.types import Message, MessageParam, ToolChoiceParam, ToolParam
 
 from agentloop.actions.model import AiResponse, FunctionCall, Usage
 from agentloop.orchestration.llm.documents import as_text, system_prompt
+from agentloop.orchestration.llm.tool_shapes import (
+    chosen_tool_names,
+    history_tool_call,
+    raw_arguments,
+    tool_call_id,
+    tool_name,
+)
 
 __all__ = ["from_message", "to_anthropic_request", "to_anthropic_tool_choice", "to_anthropic_tools"]
 
-_MAX_DETAIL = 200  # characters of an offending value kept in an error message
 Block = dict[str, Any]
 
 
@@ -71,10 +77,7 @@ def _turn(index: int, message: Mapping[str, Any]) -> tuple[str, list[Block]]:
     if role == "user":
         return "user", [_text_block(text)] if text else []
     if role == "tool":
-        call_id = message.get("tool_call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise ValueError(f"history message #{index}: a tool message needs a 'tool_call_id'")
-        return "user", [{"type": "tool_result", "tool_use_id": call_id, "content": text}]
+        return "user", [{"type": "tool_result", "tool_use_id": tool_call_id(index, message), "content": text}]
     if role == "assistant":
         blocks = [_text_block(text)] if text else []
         blocks += [_tool_use_block(index, call) for call in message.get("tool_calls") or ()]
@@ -87,16 +90,8 @@ def _text_block(text: str) -> Block:
 
 
 def _tool_use_block(index: int, call: Any) -> Block:
-    if isinstance(call, FunctionCall):
-        call = call.to_dict()
-    if not isinstance(call, Mapping):
-        raise ValueError(f"history message #{index}: a tool call is not an object")
-    name, call_id = call.get("name"), call.get("id")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"history message #{index}: a tool call needs a 'name'")
-    if not isinstance(call_id, str) or not call_id:
-        raise ValueError(f"history message #{index}: tool call {name!r} needs an 'id'")
-    return {"type": "tool_use", "id": call_id, "name": name, "input": _input_object(call.get("arguments"))}
+    name, call_id, arguments = history_tool_call(index, call)
+    return {"type": "tool_use", "id": call_id, "name": name, "input": _input_object(arguments)}
 
 
 def _input_object(arguments: Any) -> dict[str, Any]:
@@ -115,9 +110,7 @@ def to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[ToolParam]:
     """
     mapped: list[ToolParam] = []
     for tool in tools:
-        name = tool.get("name") if isinstance(tool, Mapping) else None
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"tool without a name: {tool!r}"[:_MAX_DETAIL])
+        name = tool_name(tool)
         parameters = tool.get("parameters")
         schema = dict(parameters) if isinstance(parameters, Mapping) else {"type": "object", "properties": {}}
         param: ToolParam = {"name": name, "input_schema": schema}
@@ -137,21 +130,11 @@ def to_anthropic_tool_choice(
 
     Raises ``ValueError`` when a choice names no tool or a tool that is not offered.
     """
+    names = chosen_tool_names(tool_choices, {tool["name"] for tool in tools})
     if not tools:
-        if tool_choices:
-            raise ValueError("tool_choices given without tools")
         return None
-    if not tool_choices:
+    if not names:
         return {"type": "auto"}
-    offered = {tool["name"] for tool in tools}
-    names = []
-    for choice in tool_choices:
-        name = choice.get("name") if isinstance(choice, Mapping) else None
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a tool choice needs a 'name': {choice!r}"[:_MAX_DETAIL])
-        if name not in offered:
-            raise ValueError(f"tool choice {name!r} is not among the tools")
-        names.append(name)
     if len(names) == 1:
         return {"type": "tool", "name": names[0]}
     return {"type": "any"}
@@ -177,10 +160,7 @@ def from_message(message: Message, *, default_model: str = "") -> AiResponse:
         if kind == "text":
             texts.append(str(getattr(block, "text", "") or ""))
         elif kind == "tool_use":
-            raw = getattr(block, "input", None)
-            arguments = (
-                "" if raw is None else raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
-            )
+            arguments = raw_arguments(getattr(block, "input", None))
             name, call_id = getattr(block, "name", ""), getattr(block, "id", "")
             calls.append(FunctionCall(name=str(name or ""), arguments=arguments, id=str(call_id or "")))
     return AiResponse(
@@ -192,9 +172,3 @@ def from_message(message: Message, *, default_model: str = "") -> AiResponse:
         ),
         model=str(getattr(message, "model", "") or default_model),
     )
-
-
-def _raw_arguments(raw: Any) -> str:
-    if raw is None:
-        return ""
-    return raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)

@@ -4,7 +4,7 @@
 (``stream=True``, ``stream_options={"include_usage": True}``) and joins them: the text of the
 first choice, each tool call's arguments by its ``index`` (its ``id`` and ``name`` from the first
 chunk that carries them), the usage from the last chunk, the model from any. The result is what
-:func:`~agentloop.orchestration.llm.openai_mapping.from_chat_completion` makes of the same reply sent whole:
+:func:`~agentloop.orchestration.llm.openai.mapping.from_chat_completion` makes of the same reply sent whole:
 the same text, calls with their raw arguments, usage and model (a compatible server that
 ignores ``stream_options`` and sends no usage chunk leaves the usage at zero). Each piece is also handed to a
 :class:`~agentloop.orchestration.llm.stream_deltas.DeltaReporter`, when a run listens.
@@ -16,7 +16,6 @@ connection, a malformed chunk, an error event) are the caller's to turn into a f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from agentloop.actions.model import AiResponse, FunctionCall, Usage
 from agentloop.orchestration.llm.stream_deltas import DeltaReporter
+from agentloop.orchestration.llm.tool_shapes import raw_arguments
 
 __all__ = ["ChatStreamReader"]
 
@@ -87,7 +87,7 @@ class ChatStreamReader:
         call.name = call.name or (name or "")
         if arguments is None:
             return
-        piece = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        piece = raw_arguments(arguments)
         call.arguments += piece
         if self.reporter is not None:
             await self.reporter.arguments(index, name=call.name, call_id=call.id, piece=piece)

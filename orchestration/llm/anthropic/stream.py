@@ -5,7 +5,7 @@
 ``tool_use`` block with its ``id`` and ``name``), ``content_block_delta`` (``text_delta`` text,
 ``input_json_delta`` pieces of a tool's input), ``message_delta`` (the ``stop_reason``, the
 output tokens) and ``message_stop``. The result is what
-:func:`~agentloop.orchestration.llm.anthropic_mapping.from_message` makes of the same message sent whole:
+:func:`~agentloop.orchestration.llm.anthropic.mapping.from_message` makes of the same message sent whole:
 the text blocks joined, each ``tool_use`` block a call whose arguments are its input
 JSON-encoded (the joined pieces parsed and encoded again, as the whole reply's ``input`` is; kept
 as sent when they are not JSON), the usage and the model. Each piece is also handed to a
