@@ -112,8 +112,8 @@ async def test_a_processor_from_the_environment_talks_to_a_local_server_without_
 def test_without_the_sdk_the_error_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [name for name in sys.modules if name == "anthropic" or name.startswith("anthropic.")]:
         monkeypatch.delitem(sys.modules, name)
-    for name in ("anthropic_processor", "anthropic_mapping", "anthropic_errors"):
-        monkeypatch.delitem(sys.modules, f"agentloop.orchestration.llm.{name}", raising=False)
+    for name in [name for name in sys.modules if name.startswith("agentloop.orchestration.llm.anthropic.")]:
+        monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "anthropic", None)  # type: ignore[arg-type]
 
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'agentloop\[anthropic\]'"):
