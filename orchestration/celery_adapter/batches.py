@@ -190,9 +190,15 @@ def batch_summary(
             args=(batch_id, key, started_at, poll_seconds, max_seconds), countdown=poll_seconds
         )
         return {"batch_id": batch_id, "pending": state["open"]}
+    record = store.get_run(batch_id)
+    if record is not None and record.is_finished:  # a redelivered or duplicated summary: it ended
+        return dict(record.output) if isinstance(record.output, dict) else {"batch_id": batch_id}
     summary = {**state, "duration_seconds": round(elapsed, 3)}
-    if state["input_tokens"] or state["output_tokens"]:
-        store.add_usage(batch_id, state["input_tokens"], state["output_tokens"])
+    # only what the batch's record lacks: a summary whose worker died after adding it adds nothing again
+    recorded = (record.input_tokens, record.output_tokens) if record is not None else (0, 0)
+    missing = (state["input_tokens"] - recorded[0], state["output_tokens"] - recorded[1])
+    if missing[0] > 0 or missing[1] > 0:
+        store.add_usage(batch_id, max(missing[0], 0), max(missing[1], 0))
     timed_out = state["open"] > 0
     store.append_events(
         batch_id,

@@ -265,3 +265,35 @@ def test_beat_ticks_start_batches_on_a_real_worker_and_never_overlap_them(tmp_pa
     for record in finished:
         assert record.status == "succeeded"
         assert (record.output["total"], record.output["succeeded"]) == (2, 2)
+
+
+def test_a_summary_delivered_twice_counts_the_batch_usage_once_and_ends_it_once(
+    batch_app: Any, run_store: RunStore
+) -> None:
+    """A redelivered ``batch_summary`` (its worker died after adding the usage, or a duplicate of the
+    chain) neither adds the children's usage again nor writes a second end."""
+    batch_id = "nightly-batch"
+    run_store.create_run(
+        run_id=batch_id, runnable="batch:nightly", input={"count": 2, "runnable": "parity.count"}
+    )
+    run_store.mark_running(batch_id)
+    for index, (input_tokens, output_tokens) in enumerate([(10, 5), (7, 3)]):
+        child = f"{batch_id}-{index}"
+        run_store.create_run(
+            run_id=child, runnable="parity.count", input=index, root_run_id=child, parent_run_id=batch_id
+        )
+        run_store.mark_running(child)
+        run_store.add_usage(child, input_tokens, output_tokens)
+        run_store.finish_run(child, status="succeeded", output=index)
+    summary = batch_app.tasks[BATCH_SUMMARY]
+    arguments = (batch_id, "nightly", time.time(), 0.1, 60.0)
+
+    first = summary.apply(args=arguments).get()
+    again = summary.apply(args=arguments).get()
+
+    record = run_store.get_run(batch_id)
+    assert record is not None and record.status == "succeeded"
+    assert (record.input_tokens, record.output_tokens) == (17, 8)
+    assert again == first == record.output
+    ends = [event for _, event in run_store.events(batch_id) if event["phase"] == "done"]
+    assert len(ends) == 1
