@@ -47,6 +47,11 @@ IMPORTS = (
 )
 #: What a worker whose consumer broke logs (it may stay alive, consuming nothing).
 BROKEN = ("Unrecoverable error", "CRITICAL/MainProcess")
+#: CRITICAL lines that say nothing broke: kombu's ``ack_log_error`` logs an acknowledgement lost with
+#: its connection at CRITICAL and the worker goes on (the message returns after the visibility
+#: timeout and finds its step recorded; ``celery_adapter/config.py``, issue 21). A Redis restart
+#: under a finished task writes one.
+NOT_BROKEN = ("Couldn't ack",)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,7 +220,11 @@ class FaultRig:
         if self.worker is None:
             return "there is no worker"
         log = self.worker_log()[self.log_mark :]
-        broken = [line for line in log.splitlines() if any(marker in line for marker in BROKEN)]
+        broken = [
+            line
+            for line in log.splitlines()
+            if any(marker in line for marker in BROKEN) and not any(quiet in line for quiet in NOT_BROKEN)
+        ]
         if not self.worker.is_alive():
             return f"the worker died (exit {self.worker.returncode})" + "".join(f": {b}" for b in broken[:1])
         if broken:
