@@ -17,13 +17,15 @@ from agentloop.orchestration.celery_adapter.wire_versions import MAX_DEFERRALS, 
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.wire import DEFERRALS_HEADER, WIRE_HEADER
 
+MEMORY = {"broker_url": "memory://", "result_backend": "cache+memory://"}
+
 
 @pytest.fixture
 def app() -> Iterator[Any]:
     queue = f"gate-{uuid.uuid4().hex[:8]}"  # the memory broker is one per process: a queue per test
     app = create_app(
         store=InMemoryRunStore(),
-        overrides={"broker_url": "memory://", "result_backend": "cache+memory://", "task_default_queue": queue},
+        overrides={**MEMORY, "task_default_queue": queue},
     )
     try:
         yield app
@@ -85,7 +87,7 @@ def test_a_worker_of_version_3_reads_the_holding_queues_of_2_and_3_and_never_def
 
     newer = create_app(
         settings=load_settings({"AGENTLOOP_WIRE_VERSION_OVERRIDE": "3"}),
-        overrides={"broker_url": "memory://", "result_backend": "cache+memory://", "task_default_queue": "q"},
+        overrides={**MEMORY, "task_default_queue": "q"},
     )
     try:
         gate = WireGate(newer)
