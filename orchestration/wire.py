@@ -69,6 +69,8 @@ BATCH_CHUNK = "agentloop.batch_chunk"
 BATCH_SUMMARY = "agentloop.batch_summary"
 #: The health check: it answers ``"pong"`` as soon as a worker takes it.
 PING = "agentloop.ping"
+#: Delete the ended runs older than the retention (``AGENTLOOP_RUN_RETENTION``; beat runs it hourly).
+PRUNE_RUNS = "agentloop.prune_runs"
 #: Every task name of the contract.
 TASK_NAMES: tuple[str, ...] = (
     LAUNCH,
@@ -82,7 +84,29 @@ TASK_NAMES: tuple[str, ...] = (
     PROGRESS,
     CANCEL,
 )
-TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING)
+TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS)
+
+#: The version of the wire contract this code speaks: what its messages mean (the task names, their
+#: kwargs, the :class:`WorkflowNode` and its results). Raised when a message changes in a way an
+#: older worker would misread; a worker runs every message of its version or below, and hands a
+#: newer one on to a newer worker (``celery_adapter/wire_versions.py``, ``docs/deployment.md``).
+WIRE_VERSION = 1
+#: The message header that carries the wire version of an ``agentloop.*`` message. A message
+#: without it is version 1 (what every producer sent before the header existed, and what a
+#: client sending with Celery alone sends): it is always accepted.
+WIRE_HEADER = "agentloop_wire"
+#: The header counting how many times older workers handed the message back to its queue.
+DEFERRALS_HEADER = "agentloop_wire_deferrals"
+
+
+def wire_version_of(headers: Mapping[str, Any]) -> int | None:
+    """The wire version a message's ``headers`` say (1 without the header); ``None`` when the
+    header is there but not a positive integer."""
+    version = headers.get(WIRE_HEADER, 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        return None
+    return version
+
 
 FAILURE_KEY = "__agentloop_failure__"
 

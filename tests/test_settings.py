@@ -44,6 +44,8 @@ EVERY_VARIABLE = {
     "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER": "2",
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
     "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
+    "AGENTLOOP_RUN_RETENTION": "30d",
+    "AGENTLOOP_WIRE_VERSION_OVERRIDE": "2",
     "AGENTLOOP_TRACING_EXPORTER": "console",
     "AGENTLOOP_TRACING_CAPTURE_PROMPTS": "true",
     "OPENAI_API_KEY": "sk-supersecretkey123",
@@ -111,6 +113,8 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.worker_prefetch_multiplier == 2
     assert settings.checkpoint_seconds == 0.0
     assert settings.store.retry_seconds == 7.5
+    assert settings.store.retention_seconds == 30 * 86400
+    assert (settings.wire_version_override, settings.wire_version) == (2, 2)
     model = settings.model
     assert model.openai_api_key == SecretStr("sk-supersecretkey123")
     assert model.openai_base_url == "https://gateway:gatewaypw@llm.internal/v1"

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Coroutine
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from celery import Celery, Task
@@ -40,7 +41,9 @@ from agentloop.orchestration.launches import attached_result, claim_launch
 from agentloop.orchestration.redaction import hidden_texts, parameter_names
 from agentloop.orchestration.run_end import end_with_failure
 from agentloop.orchestration.run_gate import RunGate
+from agentloop.orchestration.settings.store import age_seconds
 from agentloop.orchestration.store import RunRecord, RunStatus
+from agentloop.orchestration.store.retention import prune_runs as prune_workflows
 from agentloop.orchestration.task_outcome import Done, Outcome
 from agentloop.orchestration.wire import (
     CANCEL,
@@ -52,6 +55,7 @@ from agentloop.orchestration.wire import (
     PING,
     PIPELINE_DONE,
     PROGRESS,
+    PRUNE_RUNS,
     RESUME,
     RESUME_SETTLED,
     RUN,
@@ -305,6 +309,22 @@ def cancel(self: Task, run_id: str) -> bool:
     return True
 
 
+def prune_runs(self: Task, older_than: Any = None, dry_run: bool = False) -> dict[str, Any]:
+    """Delete (``dry_run``: count) the workflows that ended more than ``older_than`` ago (an age:
+    seconds or ``30d``; default ``AGENTLOOP_RUN_RETENTION``); beat sends it hourly when that is set."""
+    deps = dependencies_of(self.app)
+    age = older_than if older_than is not None else deps.settings.store.retention_seconds
+    if age is None:
+        return {"pruned": False, "reason": "AGENTLOOP_RUN_RETENTION is not set"}
+    before = datetime.now(UTC) - timedelta(seconds=age_seconds(age, "older_than"))
+    pruned = prune_workflows(deps.store, before=before, dry_run=bool(dry_run), waits=deps.waits)
+    logger.info(
+        "Pruned %d workflows that ended before %s: %d runs, %d events%s",
+        pruned.workflows, before.isoformat(), pruned.runs, pruned.events, " (dry run)" if dry_run else "",
+    )  # fmt: skip
+    return {"pruned": True, "before": before.isoformat(), **pruned.to_dict()}
+
+
 def ping() -> str:
     """Health check: answers ``"pong"`` as soon as a worker takes it."""
     return "pong"
@@ -330,6 +350,7 @@ TASKS = {
     CANCEL: cancel,
     RESUME: resume,
     RESUME_SETTLED: resume_settled,
+    PRUNE_RUNS: prune_runs,
 }
 
 

@@ -7,7 +7,7 @@
     agentloop cancel RUN_ID              ask every task of a run to stop
     agentloop resume RUN_ID [--answer JSON]  answer a paused run's question (or show it)
     agentloop runnables                  the registered runnables, their stages and branches
-    agentloop runs list [--wide] | show ID | watch ID
+    agentloop runs list [--wide] | show ID | watch ID | prune --older-than 30d [--dry-run]
     agentloop tools list | show ID | load FILE... | sync
     agentloop graph NAME [--json]        a runnable's shape, as a mermaid diagram
     agentloop serve [--host H --port P]  runs over HTTP/GraphQL/SSE and the viewer at /ui

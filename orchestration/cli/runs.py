@@ -1,4 +1,4 @@
-"""``agentloop runs list|show|watch``: the run store, read.
+"""``agentloop runs list|show|watch|prune``: the run store, read (and pruned).
 
 Run ids are printed whole, whatever the terminal's width, so they can be
 copied into ``runs show``: on a narrow terminal the step-cache use, the finish
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import typer
@@ -28,7 +29,9 @@ from agentloop.orchestration.cli.common import (
     print_json,
     run_store,
 )
+from agentloop.orchestration.settings.store import age_seconds
 from agentloop.orchestration.store import TERMINAL_STATUSES, RunRecord, RunStatus
+from agentloop.orchestration.store.retention import prune_runs
 
 runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_args_is_help=True)
 
@@ -148,3 +151,42 @@ def watch(
                 console.print(f"[bold]{record.status}[/]")
             return
         time.sleep(poll)
+
+
+@runs.command("prune")
+def prune(
+    older_than: str | None = typer.Option(
+        None,
+        "--older-than",
+        help="Delete the workflows that ended longer ago than this (30d, 12h, 90m, seconds). "
+        "Default: AGENTLOOP_RUN_RETENTION.",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be deleted."),
+    as_json: bool = json_option(),
+) -> None:
+    """Delete ended workflows with their events, checkpoints and questions; never an open run."""
+    settings = cli_settings()
+    age: Any = older_than if older_than is not None else settings.store.retention_seconds
+    if age is None:
+        raise fail("give --older-than (e.g. 30d), or set AGENTLOOP_RUN_RETENTION", code=EXIT_USAGE)
+    try:
+        before = datetime.now(UTC) - timedelta(seconds=age_seconds(age, "--older-than"))
+    except ValueError as error:
+        raise fail(str(error), code=EXIT_USAGE) from None
+    pruned = prune_runs(run_store(settings), before=before, dry_run=dry_run)
+    if as_json:
+        print_json({"before": before.isoformat(), **pruned.to_dict()})
+        return
+    verb = "Would delete" if dry_run else "Deleted"
+    console.print(
+        f"{verb} {pruned.workflows} workflows that ended before {before:%Y-%m-%d %H:%M:%S} UTC: "
+        f"{pruned.runs} runs, {pruned.events} events, {pruned.checkpoints} checkpoints, "
+        f"{pruned.waits} questions.",
+        highlight=False,
+    )
+    if pruned.first_ids:
+        shown = len(pruned.first_ids)
+        more = f" (the oldest {shown} of {pruned.workflows})" if shown < pruned.workflows else ""
+        console.print(f"Root run ids{more}:", highlight=False)
+        for run_id in pruned.first_ids:
+            console.print(f"  {run_id}", highlight=False, soft_wrap=True)

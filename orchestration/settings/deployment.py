@@ -25,6 +25,7 @@ from agentloop.orchestration.settings.http import HttpSettings
 from agentloop.orchestration.settings.model import ModelSettings
 from agentloop.orchestration.settings.store import StoreSettings
 from agentloop.orchestration.settings.tracing import TracingSettings
+from agentloop.orchestration.wire import WIRE_VERSION
 
 __all__ = ["SCHEDULE_KEYS", "Settings", "default_home", "schedule_entries"]
 
@@ -180,6 +181,11 @@ class Settings(_Group):
     checkpoint_seconds: float = _env("AGENTLOOP_CHECKPOINT_SECONDS", 0.5)
     """``AGENTLOOP_CHECKPOINT_SECONDS``: least time between checkpoints of a fast loop (``0``: every
     iteration). Default: ``0.5``."""
+    wire_version_override: int | None = _env("AGENTLOOP_WIRE_VERSION_OVERRIDE", None)
+    """``AGENTLOOP_WIRE_VERSION_OVERRIDE``: the wire version this process sends and reads up to,
+    instead of the code's own (:data:`~agentloop.orchestration.wire.WIRE_VERSION`). For rehearsing
+    a deploy with two versions of the worker, never in production: a worker told it reads a
+    version its code does not know would misread those messages. Default: unset."""
 
     @field_validator(
         "task_soft_time_limit",
@@ -195,6 +201,16 @@ class Settings(_Group):
     @classmethod
     def _non_negative(cls, value: Any, info: ValidationInfo) -> int:
         return count(value, cls.env_name(info.field_name))
+
+    @field_validator("wire_version_override", mode="before")
+    @classmethod
+    def _wire_version(cls, value: Any) -> int | None:
+        return None if value is None else count(value, "AGENTLOOP_WIRE_VERSION_OVERRIDE", least=1)
+
+    @property
+    def wire_version(self) -> int:
+        """The wire version this process sends and reads up to (the override, else the code's)."""
+        return self.wire_version_override or WIRE_VERSION
 
     @field_validator("checkpoint_seconds", mode="before")
     @classmethod

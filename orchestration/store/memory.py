@@ -13,6 +13,7 @@ import itertools
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
@@ -188,9 +189,11 @@ class InMemoryRunStore:
         runnable: str | None = None,
         parent_run_id: str | None = None,
         principal: str | None = None,
+        offset: int = 0,
     ) -> list[RunRecord]:
-        """The most recently created runs first, optionally filtered."""
+        """The most recently created runs first, optionally filtered, after skipping ``offset``."""
         check_count(limit, "limit")
+        check_count(offset, "offset")
         with self._lock:
             records = [
                 r
@@ -201,7 +204,7 @@ class InMemoryRunStore:
                 and (principal is None or r.principal == principal)
             ]
         records.sort(key=lambda record: (record.created_at, record.id), reverse=True)
-        return [_copied(record) for record in records[:limit]]
+        return [_copied(record) for record in records[offset : offset + limit]]
 
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
         """Counts per status, and summed token and step-cache use, of the runs whose parent is
@@ -251,6 +254,43 @@ class InMemoryRunStore:
         with self._lock:
             selected = [(i, copy.deepcopy(e)) for i, e in self._events.get(run_id, []) if i > after_id]
         return selected if limit is None else selected[:limit]
+
+    def prune_workflows(
+        self, *, before: datetime, dry_run: bool = False
+    ) -> tuple[list[str], set[str], tuple[int, int, int]]:
+        """Delete (or count) the workflows ``orchestration/store/retention.py`` may prune: their root
+        run ids (the oldest first), the ids of all their runs, and the runs, events and
+        checkpoints that went. Use :func:`~agentloop.orchestration.store.retention.prune_runs`."""
+        with self._lock:
+            open_ids = {r.id for r in self._runs.values() if r.status not in TERMINAL_STATUSES}
+            open_roots = {self._runs[i].root_run_id for i in open_ids}
+            roots = sorted(
+                (
+                    r
+                    for r in self._runs.values()
+                    if r.id == r.root_run_id
+                    and r.status in TERMINAL_STATUSES
+                    and r.finished_at is not None
+                    and r.finished_at < before
+                    and r.id not in open_roots
+                    and r.parent_run_id not in open_ids
+                ),
+                key=lambda r: (r.finished_at or before, r.id),
+            )
+            root_ids = [r.id for r in roots]
+            chosen = set(root_ids)
+            members = {r.id for r in self._runs.values() if r.root_run_id in chosen}
+            events = sum(len(self._events.get(root, ())) for root in root_ids)
+            loops = [key for key in self._checkpoints if key[0] in members]
+            if not dry_run:
+                for run_id in members:
+                    del self._runs[run_id]
+                    self._owners.pop(run_id, None)
+                for root in root_ids:
+                    self._events.pop(root, None)
+                for key in loops:
+                    del self._checkpoints[key]
+        return root_ids, members, (len(members), events, len(loops))
 
     def _run_and_root(self, run_id: str) -> list[str]:
         record = self._runs.get(run_id)

@@ -251,9 +251,10 @@ class RunStore(Protocol):
         runnable: str | None = None,
         parent_run_id: str | None = None,
         principal: str | None = None,
+        offset: int = 0,
     ) -> list[RunRecord]:
         """The most recently created runs first, optionally filtered (``principal``: only the runs
-        that principal started)."""
+        that principal started), after skipping ``offset`` of them."""
         ...
 
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:

@@ -213,12 +213,14 @@ class SqlRunStore:
         runnable: str | None = None,
         parent_run_id: str | None = None,
         principal: str | None = None,
+        offset: int = 0,
     ) -> list[RunRecord]:
-        """The most recently created runs first, optionally filtered."""
+        """The most recently created runs first, optionally filtered, after skipping ``offset``."""
         statement = (
             select(*_RUN_COLUMNS)
             .order_by(runs.c.created_at.desc(), runs.c.id.desc())
             .limit(check_count(limit, "limit"))
+            .offset(check_count(offset, "offset"))
         )
         if status is not None:
             statement = statement.where(runs.c.status == str(status))

@@ -115,9 +115,9 @@ runs = Table(
     Column("cache_misses", BigInteger, nullable=False, default=0, server_default="0"),
     Column("tokens_saved", BigInteger, nullable=False, default=0, server_default="0"),
     Column("token_budget", BigInteger),
-    Column("created_at", UtcDateTime(), nullable=False, default=utcnow, index=True),
+    Column("created_at", UtcDateTime(), nullable=False, default=utcnow),
     Column("started_at", UtcDateTime()),
-    Column("finished_at", UtcDateTime()),
+    Column("finished_at", UtcDateTime(), index=True),
     Column("celery_task_id", String(255)),
     Column("cancel_requested", Boolean, nullable=False, default=False, server_default=false()),
     # Who may end the run (``RunOwner``): the digest of the launch message that created it, and
@@ -131,6 +131,9 @@ runs = Table(
     Index("ix_runs_parent_run_id_status", "parent_run_id", "status"),
     Index("ix_runs_runnable_status", "runnable", "status"),
     Index("ix_runs_principal_created_at", "principal", "created_at"),
+    # The runs list, newest first, and one runnable's (migration 0009).
+    Index("ix_runs_created_at_id", "created_at", "id"),
+    Index("ix_runs_runnable_created_at", "runnable", "created_at"),
 )
 """One run: a whole workflow (root run, ``root_run_id == id``) or one task of it."""
 

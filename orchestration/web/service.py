@@ -198,12 +198,13 @@ class RunService:
             check_identifier(runnable, what="runnable")
         records = await asyncio.to_thread(
             self.store.list_runs,
-            limit=limit + offset,
+            limit=limit,
+            offset=offset,
             status=status,
             runnable=runnable,
             principal=None if principal.is_admin else principal.name,
         )
-        return [run_view(record, can_read=principal.can_read) for record in records[offset:]]
+        return [run_view(record, can_read=principal.can_read) for record in records]
 
     async def cancel(self, principal: Principal, run_id: Any) -> dict[str, Any]:
         """Ask the run to stop at its next step; 409 when it has ended."""
