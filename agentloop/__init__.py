@@ -180,6 +180,7 @@ from agentloop.orchestration.errors import (
     WorkerStartError,
     WorkflowFailedError,
 )
+from agentloop.orchestration.evals.scores import EvalScore
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
 from agentloop.orchestration.wire import DegradedResult
@@ -228,6 +229,7 @@ __all__ = [
     "DegradationSink",
     "DegradedBody",
     "DegradedResult",
+    "EvalScore",
     "EvaluationInputError",
     "FailurePolicy",
     "ForcedToolAction",

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentloop.actions import report_model_failure
-from agentloop.orchestration.evals.scores import EvalScore
+from agentloop import EvalScore
 from agentloop.orchestration.registry import register
 from agentloop.pipelines import step
 

@@ -36,7 +36,7 @@ pre{margin:0;white-space:pre-wrap;word-break:break-word;font:12px/1.4 ui-monospa
 .cards{display:flex;gap:12px;flex-wrap:wrap}.card{border:1px solid #d8dde6;border-radius:6px;padding:8px 14px}
 .card .n{font-size:20px;font-weight:700}
 .pass{color:#0a7d33;font-weight:600}.fail{color:#b3261e;font-weight:600}.muted{color:#5b6475}
-tr.regressed td,tr.fail td{background:#fdf0ef}tr.fixed td{background:#eefaf1}
+tr.regressed td,tr.case-fail td{background:#fdf0ef}tr.fixed td{background:#eefaf1}
 """
 
 
@@ -46,6 +46,13 @@ def _text(value: Any) -> str:
     if len(text) > MAX_CHARS:
         text = f"{text[:MAX_CHARS]}… ({len(text) - MAX_CHARS} more characters in the JSON report)"
     return html.escape(text, quote=True)
+
+
+def _error(error: Any) -> Any:
+    """A run's recorded error as ``Type: message`` when it has that shape."""
+    if isinstance(error, Mapping) and "type" in error and "message" in error:
+        return f"{error['type']}: {error['message']}"
+    return error
 
 
 def _verdict(passed: bool | None) -> str:
@@ -114,12 +121,12 @@ def report_html(report: EvalReport) -> str:
             f"<pre>{_text(case.expected)}</pre>" if case.has_expected else '<span class="muted">—</span>'
         )
         error = (
-            f'<div class="fail">{_text(case.error)}</div>'
+            f'<div class="fail">{_text(_error(case.error))}</div>'
             if case.error and case.status != "succeeded"
             else ""
         )
         rows.append(
-            f'<tr class="{"pass" if case.passed else "fail"}" data-case="{_text(case.id)}">'
+            f'<tr class="case-{"pass" if case.passed else "fail"}" data-case="{_text(case.id)}">'
             f"<td>{_text(case.id)}</td><td>{_text(case.status)}{error}</td><td>{_verdict(case.passed)}</td>"
             + "".join(_score_cell(case, name) for name in report.scorers)
             + f"<td><pre>{_text(case.input)}</pre></td><td><pre>{_text(case.output)}</pre></td>"
