@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentloop.actions import report_model_failure
 from agentloop import EvalScore
+from agentloop.actions import report_model_failure
 from agentloop.orchestration.registry import register
 from agentloop.pipelines import step
 
