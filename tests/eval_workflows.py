@@ -35,7 +35,14 @@ def profile(person: Any) -> Any:
     return {"name": person.get("name"), "age": person.get("age")}
 
 
+@step
+def leaky(text: Any, context: Any) -> Any:
+    """Raises with the context spec's token in its message (a secret the report must not keep)."""
+    raise PermissionError(f"the service refused token {context['token']}")
+
+
 register("evals.shout", shout)
+register("evals.leaky", leaky)
 register("evals.degraded", shout_with_fallback)
 register("evals.profile", profile)
 

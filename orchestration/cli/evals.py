@@ -56,14 +56,24 @@ from agentloop.orchestration.cli.common import (
     parse_json,
     print_json,
 )
-from agentloop.orchestration.errors import ContextSpecError, EvaluationInputError, UnknownRunnableError
+from agentloop.orchestration.errors import (
+    ContextSpecError,
+    EvaluationInputError,
+    UnknownRunnableError,
+    WorkflowFailedError,
+)
 from agentloop.orchestration.evals.compare import Comparison, compare_reports
 from agentloop.orchestration.evals.dataset import Dataset, load_dataset
 from agentloop.orchestration.evals.judge import DEFAULT_CRITERIA
 from agentloop.orchestration.evals.keep import keep_report, kept_reports, load_report, write_json
 from agentloop.orchestration.evals.pages import comparison_html, report_html
 from agentloop.orchestration.evals.report import EvalReport
-from agentloop.orchestration.evals.running import UNFINISHED, CaseRun, run_inline, run_on_celery
+from agentloop.orchestration.evals.running import (
+    UNFINISHED,
+    CaseRun,
+    run_inline,
+    run_on_celery,
+)
 from agentloop.orchestration.evals.scorers import JudgeScorer, Scorer, resolve_scorers
 from agentloop.orchestration.evals.scores import DEFAULT_THRESHOLD
 from agentloop.orchestration.evals.scoring import score_cases
@@ -177,17 +187,22 @@ def _run_cases(
     """Every case's run, and the model it ran with."""
     cases = dataset.cases
     if on_celery:
-        with celery_app(settings) as app, _bar("running on Celery", len(cases), quiet=quiet) as advance:
-            runs = run_on_celery(
-                app,
-                dependencies_of(app).store,
-                registration.name,
-                cases,
-                spec=spec,
-                batch_id=eval_id,
-                timeout=timeout,
-                on_done=advance,
-            )
+        try:
+            with celery_app(settings) as app, _bar("running on Celery", len(cases), quiet=quiet) as advance:
+                runs = run_on_celery(
+                    app,
+                    dependencies_of(app).store,
+                    registration.name,
+                    cases,
+                    spec=spec,
+                    batch_id=eval_id,
+                    timeout=timeout,
+                    on_done=advance,
+                )
+        except WorkflowFailedError as error:
+            raise fail(
+                f"the batch {error.run_id} failed before its runs: {error}", code=EXIT_FAILED
+            ) from None
         return runs, _model(settings)
     try:
         processor = context_value(registration.build_context(spec), "processor")

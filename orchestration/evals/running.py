@@ -24,6 +24,7 @@ from agentloop.actions.caching import InMemoryStepCache
 from agentloop.actions.errors import RunStoppedError
 from agentloop.actions.usage import InMemoryUsageMeter
 from agentloop.loops.runner import InlineAgentRunner
+from agentloop.orchestration.errors import WorkflowFailedError
 from agentloop.orchestration.evals.dataset import EvalCase
 from agentloop.orchestration.redaction import scrub
 from agentloop.orchestration.registry import Registration
@@ -113,7 +114,8 @@ def run_on_celery(
 ) -> list[CaseRun]:
     """Each case's run as a child of one ``agentloop.batch`` (see the module doc), in the cases' order.
 
-    Raises ``RuntimeError`` when the batch task itself fails (its runnable unknown to the workers).
+    Raises :class:`~agentloop.orchestration.errors.WorkflowFailedError` when the batch task itself
+    fails (its runnable unknown to the workers, say): then no case ran.
     """
     app.send_task(
         BATCH,
@@ -139,7 +141,8 @@ def run_on_celery(
         if len(ended) == len(child_ids) or (deadline is not None and time.monotonic() > deadline):
             break
         if batch.failed():
-            raise RuntimeError(f"the batch {batch_id} failed: {batch.result!r}")
+            error = batch.result
+            raise WorkflowFailedError(type(error).__name__, str(error), run_id=batch_id)
         time.sleep(poll)
     runs = []
     for child_id in child_ids:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from eval_support import invoke, kept, write_dataset
 
-from agentloop.orchestration.errors import EvaluationInputError
+from agentloop.orchestration.errors import EvaluationInputError, WorkflowFailedError
 from agentloop.orchestration.evals.compare import compare_reports
 from agentloop.orchestration.evals.dataset import parse_dataset
 from agentloop.orchestration.evals.report import CaseResult, EvalReport
+from agentloop.orchestration.evals.running import run_on_celery
 from agentloop.orchestration.evals.scores import EvalScore, as_score
-from agentloop.orchestration.store import open_store
+from agentloop.orchestration.store import InMemoryRunStore, open_store
 
 SHOUTS = [
     {"id": "hi", "input": "hi", "expected": "HI"},
@@ -253,7 +255,68 @@ def test_fail_under_exits_1_below_the_pass_rate(home: Path) -> None:
     assert below.exit_code == 1 and "pass rate 67% is under --fail-under 70%" in below.output
 
 
+def test_a_run_s_error_keeps_no_value_of_the_context_spec(home: Path) -> None:
+    write_dataset(home / "cases.jsonl", [{"input": "a"}])
+
+    code, report = run_json(
+        "evals.leaky", "cases.jsonl", "-s", "eval_workflows:polite", "-c", '{"token": "s3cr3t-t0ken"}'
+    )
+
+    assert code == 0
+    assert report["cases"][0]["error"] == {
+        "type": "PermissionError",
+        "message": "the service refused token <hidden>",
+    }
+    assert not any("s3cr3t" in path.read_text() for path in (home / "home" / "evals").glob("*.json"))
+
+
 # ----- on Celery ---------------------------------------------------------------------------------------
+
+
+class StubApp:
+    """What :func:`run_on_celery` uses of a Celery app: ``send_task`` and the batch's ``AsyncResult``."""
+
+    def __init__(self, *, failure: BaseException | None = None) -> None:
+        self.failure = failure
+        self.sent: list[tuple[str, dict[str, Any], str]] = []
+
+    def send_task(self, name: str, *, kwargs: dict[str, Any], task_id: str) -> None:
+        self.sent.append((name, kwargs, task_id))
+
+    def AsyncResult(self, task_id: str) -> Any:  # Celery's name
+        failure = self.failure
+        return SimpleNamespace(failed=lambda: failure is not None, result=failure)
+
+
+def test_a_batch_that_fails_before_its_runs_is_a_workflow_failure() -> None:
+    app = StubApp(failure=LookupError("unknown runnable 'evals.shout'"))
+    cases = parse_dataset('{"input": "a"}')
+
+    with pytest.raises(WorkflowFailedError) as raised:
+        run_on_celery(
+            app, InMemoryRunStore(), "evals.shout", cases, spec={}, batch_id="b1", timeout=None, poll=0
+        )
+
+    assert (raised.value.run_id, raised.value.error_type) == ("b1", "LookupError")
+    [(name, kwargs, task_id)] = app.sent
+    assert (name, task_id, kwargs["inputs"], kwargs["key"]) == ("agentloop.batch", "b1", ["a"], "eval:b1")
+
+
+def test_runs_not_ended_at_the_timeout_are_kept_unfinished_and_ended_ones_as_they_ended() -> None:
+    store = InMemoryRunStore()
+    store.create_run(run_id="b2", runnable="batch:eval:b2", input={})
+    for index in range(2):
+        store.create_run(run_id=f"b2-{index}", runnable="evals.shout", input="a", parent_run_id="b2")
+    store.mark_running("b2-0")
+    store.finish_run("b2-0", status="succeeded", output="A")
+    cases = parse_dataset('{"input": "a"}\n{"input": "a"}')
+
+    runs = run_on_celery(StubApp(), store, "evals.shout", cases, spec={}, batch_id="b2", timeout=0, poll=0)
+
+    assert [(run.status, run.output, run.run_id) for run in runs] == [
+        ("succeeded", "A", "b2-0"),
+        ("unfinished", None, "b2-1"),
+    ]
 
 
 def test_on_celery_the_cases_run_as_one_batch_and_score_as_in_process(home: Path) -> None:
