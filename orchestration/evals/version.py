@@ -44,7 +44,13 @@ def source_digest(module_name: str) -> dict[str, Any]:
     if root is not None and root.is_file():
         files = [root]
     elif root is not None:
+        seen: set[str] = set()  # links are followed (agentloop's own folders are links): each folder once
         for folder, subfolders, names in os.walk(root, followlinks=True):
+            real = os.path.realpath(folder)
+            if real in seen:
+                subfolders[:] = []
+                continue
+            seen.add(real)
             subfolders[:] = sorted(name for name in subfolders if name not in _SKIPPED)
             files += [Path(folder) / name for name in sorted(names) if name.endswith(".py")]
     for file in files:

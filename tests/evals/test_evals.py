@@ -21,6 +21,7 @@ from agentloop.orchestration.evals.dataset import parse_dataset
 from agentloop.orchestration.evals.report import CaseResult, EvalReport
 from agentloop.orchestration.evals.running import run_on_celery
 from agentloop.orchestration.evals.scores import EvalScore, as_score
+from agentloop.orchestration.evals.version import source_digest
 from agentloop.orchestration.store import InMemoryRunStore, open_store
 
 SHOUTS = [
@@ -342,6 +343,34 @@ def test_on_celery_the_cases_run_as_one_batch_and_score_as_in_process(home: Path
         f"{on_celery['id']}-2": "failed",
     }
     store.engine.dispose()
+
+
+def test_eval_run_is_the_default_command_and_every_command_has_help(home: Path) -> None:
+    write_dataset(home / "cases.jsonl", SHOUTS[:1])
+
+    _, explicit = run_json("run", "evals.shout", "cases.jsonl")
+
+    assert explicit["runnable"] == "evals.shout" and explicit["aggregate"]["passed"] == 1
+    for command in ([], ["run"], ["compare"], ["list"], ["show"]):
+        helped = invoke("eval", *command, "--help")
+        assert helped.exit_code == 0 and "Usage: agentloop eval" in helped.output
+
+
+def test_the_source_hash_follows_linked_folders_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "linked_app"
+    (package / "steps").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "steps" / "prompt.py").write_text("PROMPT = 'one'\n")
+    (package / "steps" / "again").symlink_to(package / "steps")  # a cycle
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("linked_app")
+
+    first = source_digest("linked_app.workflows")
+    (package / "steps" / "prompt.py").write_text("PROMPT = 'two'\n")
+    second = source_digest("linked_app.workflows")
+
+    assert first["source_files"] == second["source_files"] == 2
+    assert first["source_sha256"] != second["source_sha256"]  # a prompt edited in a helper module
 
 
 def test_timeout_needs_celery(home: Path) -> None:
