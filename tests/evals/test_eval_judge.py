@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from eval_support import invoke, write_dataset
 
+from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,
@@ -141,3 +142,20 @@ def test_the_judge_answers_for_its_own_model_when_asked(
     assert result.exit_code == 0 and report["cases"][0]["passed"] is True
     assert [request.body["model"] for request in judge_server.requests] == ["bigger-judge"]
     assert "bigger-judge" in report["judge"]["description"]
+
+
+def test_the_judge_runs_on_anthropic_s_protocol_too(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_dataset(home / "cases.jsonl", [{"id": "hi", "input": "hi", "expected": "HI"}])
+    verdict = reply_tool_call("judge_case", {"score": 0.7, "reason": "close enough"})
+    with AnthropicCompatibleServer(script=[verdict]) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+
+        result = invoke("eval", "evals.shout", "cases.jsonl", "-s", "judge", "--json")
+
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0, result.output
+    assert report["cases"][0]["scores"]["judge"]["reason"] == "close enough"
+    assert report["judge"]["description"].startswith("Anthropic model")
+    [request] = server.message_requests
+    assert request["tool_choice"] == {"type": "tool", "name": "judge_case"}
