@@ -21,6 +21,7 @@ from celery import Celery
 from agentloop.orchestration.celery_adapter.config import celery_config
 from agentloop.orchestration.celery_adapter.dependencies import AppDependencies
 from agentloop.orchestration.celery_adapter.edge_consumer import install_edge
+from agentloop.orchestration.celery_adapter.memory_results import use_memory_results
 from agentloop.orchestration.celery_adapter.patches import install_worker_patches
 from agentloop.orchestration.celery_adapter.progress_events import ProgressEvents
 from agentloop.orchestration.celery_adapter.tasks import install_tasks
@@ -68,6 +69,7 @@ def create_app(
         app.config_from_object(config)
     if overrides:
         app.conf.update(dict(overrides))
+    use_memory_results(app)  # cache+memory:// keeps results for their expiry, not 5,000 of them
     app.agentloop_dependencies = AppDependencies(settings=settings, registry=registry, store=store)
     app.agentloop_progress_events = ProgressEvents(app)  # built here: no two threads race to make it
     install_tasks(app)  # privacy first: before anything builds the app's AMQP
