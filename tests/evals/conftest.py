@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.cli_support import CLEARED
+from tests.newcomer import MACHINE_SETTINGS
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh ``AGENTLOOP_HOME`` and working folder, none of the machine's settings, and
     ``AGENTLOOP_IMPORTS=eval_workflows``."""
-    for name in CLEARED:
+    for name in MACHINE_SETTINGS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AGENTLOOP_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AGENTLOOP_IMPORTS", "eval_workflows")

@@ -19,8 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agentloop.orchestration.cli import app
-from tests.cli.cli_support import CLEARED
 from tests.docs.docs_pages import Block, section
+from tests.newcomer import MACHINE_SETTINGS
 
 
 def run_the_page(folder: Path, blocks: list[Block], monkeypatch: pytest.MonkeyPatch) -> str:
@@ -32,7 +32,7 @@ def run_the_page(folder: Path, blocks: list[Block], monkeypatch: pytest.MonkeyPa
             (folder / block.code.splitlines()[0].removeprefix("# ")).write_text(block.code + "\n")
         elif block.language == "json":
             (folder / "cases.jsonl").write_text(block.code + "\n")
-    for name in CLEARED:
+    for name in MACHINE_SETTINGS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AGENTLOOP_HOME", str(folder / "home"))
     monkeypatch.chdir(folder)

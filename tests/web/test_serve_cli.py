@@ -64,7 +64,14 @@ def test_serve_on_the_embedded_defaults_runs_the_demo_for_a_newcomer(tmp_path: P
     for name in ("BROKER_URL", "REDIS_URL", "RESULT_BACKEND", "DATABASE_URL"):
         env.pop(name, None)
     process = subprocess.Popen(
-        [sys.executable, "-c", "from agentloop.orchestration.cli import main; main()", "serve", "--port", str(port)],
+        [
+            sys.executable,
+            "-c",
+            "from agentloop.orchestration.cli import main; main()",
+            "serve",
+            "--port",
+            str(port),
+        ],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
