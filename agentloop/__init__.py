@@ -52,6 +52,7 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── StoreUnavailableError      [ConnectionError] the run store's database stayed away past the retries
     ├── RateLimitTimeoutError      [TimeoutError] a model call waited too long for a rate-limit slot
     ├── SettingsError              [ValueError] a malformed setting; the message names the variable
+    ├── EvaluationInputError       [ValueError] a dataset line or a scorer ``agentloop eval`` cannot use
     ├── ScheduleError              [ValueError] a beat schedule entry that cannot be used
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
     ├── UnsendableMessageError     [ValueError] a message a run needs would be refused at the workers' edge
@@ -160,6 +161,7 @@ from agentloop.orchestration.context import StandardContext, StandardContextFact
 from agentloop.orchestration.degraded import DegradedBody
 from agentloop.orchestration.errors import (
     ContextSpecError,
+    EvaluationInputError,
     InvalidNodeError,
     LaunchRequestError,
     ModelRequestsBlockedError,
@@ -178,6 +180,7 @@ from agentloop.orchestration.errors import (
     WorkerStartError,
     WorkflowFailedError,
 )
+from agentloop.orchestration.evals.scores import EvalScore
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
 from agentloop.orchestration.wire import DegradedResult
@@ -226,6 +229,8 @@ __all__ = [
     "DegradationSink",
     "DegradedBody",
     "DegradedResult",
+    "EvalScore",
+    "EvaluationInputError",
     "FailurePolicy",
     "ForcedToolAction",
     "FunctionCall",

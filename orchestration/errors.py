@@ -19,6 +19,7 @@ from agentloop.actions.errors import AgentLoopError
 __all__ = [
     "ContextSpecError",
     "DenialReason",
+    "EvaluationInputError",
     "InvalidNodeError",
     "LaunchRequestError",
     "ModelRequestsBlockedError",
@@ -184,6 +185,11 @@ class ModelRequestsBlockedError(AgentLoopError, RuntimeError):
 
 class SettingsError(AgentLoopError, ValueError):
     """A malformed setting; the message names the environment variable and the value."""
+
+
+class EvaluationInputError(AgentLoopError, ValueError):
+    """A dataset line, a scorer or a kept evaluation that ``agentloop eval`` cannot use; the message
+    names the line, the scorer or the file."""
 
 
 class ScheduleError(AgentLoopError, ValueError):

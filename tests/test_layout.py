@@ -44,6 +44,7 @@ ROOMS = {
     "context": 5,
     "client": 5,
     "celery_adapter": 6,
+    "evals": 6,
     "testing": 7,
     "web": 7,
     "cli": 8,

@@ -10,6 +10,8 @@
     agentloop runs list [--wide] | show ID | watch ID | prune --older-than 30d [--dry-run]
     agentloop tools list | show ID | load FILE... | sync
     agentloop graph NAME [--json]        a runnable's shape, as a mermaid diagram
+    agentloop eval RUNNABLE DATASET [--scorer SPEC] [--celery]  a runnable scored over a dataset
+    agentloop eval compare A B | list | show ID  what changed between two evaluations; the kept ones
     agentloop serve [--host H --port P]  runs over HTTP/GraphQL/SSE and the viewer at /ui
 
 Every command that prints takes ``--json`` (JSON on stdout, for scripts).
@@ -24,6 +26,7 @@ import typer
 from agentloop.orchestration.cli.cancel import cancel
 from agentloop.orchestration.cli.common import JsonErrorsGroup
 from agentloop.orchestration.cli.demo import demo
+from agentloop.orchestration.cli.evals import evals
 from agentloop.orchestration.cli.graph import graph
 from agentloop.orchestration.cli.resume import resume
 from agentloop.orchestration.cli.runnables import runnables
@@ -48,6 +51,7 @@ app.command("graph")(graph)
 app.command("serve")(serve)
 app.add_typer(runs, name="runs")
 app.add_typer(tools, name="tools")
+app.add_typer(evals, name="eval")
 
 
 def main() -> None:

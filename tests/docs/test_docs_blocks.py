@@ -26,6 +26,7 @@ from tests.newcomer import a_users_environment
 
 THIS = "tests/docs/test_docs_blocks.py"
 ON_CELERY = "tests/integration/test_readme_on_celery.py"
+EVALS = "tests/evals/test_readme_evals.py"
 #: ``(page, heading, first line of the block)`` -> the test that runs the block as it is written.
 RUN_BY = {
     (
@@ -89,6 +90,21 @@ RUN_BY = {
         "# conftest.py (or run pytest with -p agentloop.testing)",
     ): THIS,
     ("docs/how-to/testing.md", "# Test your agents with the kit", "import pytest"): THIS,
+    ("README.md", "## Regression tests and evals", "# greet.py"): EVALS,
+    (
+        "README.md",
+        "## Regression tests and evals",
+        '{"id": "ada", "input": "Ada", "expected": "Hello, Ada!"}',
+    ): EVALS,
+    ("README.md", "## Regression tests and evals", "export AGENTLOOP_IMPORTS=greet"): EVALS,
+    ("docs/how-to/evals.md", "## A first evaluation", "# greet.py"): EVALS,
+    (
+        "docs/how-to/evals.md",
+        "## A first evaluation",
+        '{"id": "ada", "input": "Ada", "expected": "Hello, Ada!"}',
+    ): EVALS,
+    ("docs/how-to/evals.md", "## A first evaluation", "export AGENTLOOP_IMPORTS=greet"): EVALS,
+    ("docs/how-to/evals.md", "## Scorers", "# scorers.py"): EVALS,
 }
 
 
