@@ -10,7 +10,6 @@ registry, no global meter provider). :func:`install_metrics` makes one this proc
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -19,7 +18,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest, start_http_server
 
 from agentloop.orchestration.metrics.instruments import RunInstruments
-from agentloop.orchestration.metrics.record import current_instruments, use_instruments
+from agentloop.orchestration.metrics.record import process_recorder
 
 __all__ = ["CONTENT_TYPE", "METER_NAME", "PrometheusMetrics", "install_metrics", "process_metrics"]
 
@@ -68,24 +67,22 @@ class PrometheusMetrics:
             server.socket.close()
 
 
-_lock = threading.Lock()
-_process: PrometheusMetrics | None = None
-
-
 def process_metrics() -> PrometheusMetrics | None:
     """This process's metrics, once :func:`install_metrics` made them."""
-    return _process
+    exporter = process_recorder().exporter
+    return exporter if isinstance(exporter, PrometheusMetrics) else None
 
 
 def install_metrics(*, fresh: bool = False) -> PrometheusMetrics:
     """This process's metrics, made (with the run instruments ``record.py`` counts with) on the
     first call. ``fresh``: make new ones whatever was there (a prefork pool process, whose copy of
     its parent's counts is not its own)."""
-    global _process
-    with _lock:
-        if _process is None or fresh or current_instruments() is None:
-            if _process is not None:
-                _process.forget_server()
-            _process = PrometheusMetrics(process=True)
-            use_instruments(RunInstruments(_process.meter))
-        return _process
+    recorder = process_recorder()
+    with recorder.lock:
+        metrics = process_metrics()
+        if metrics is None or fresh or recorder.instruments is None:
+            if metrics is not None:
+                metrics.forget_server()
+            metrics = PrometheusMetrics(process=True)
+            recorder.exporter, recorder.instruments = metrics, RunInstruments(metrics.meter)
+        return metrics
