@@ -18,9 +18,9 @@ from agentloop.orchestration.settings import (
     schedule_entries,
 )
 from agentloop.orchestration.settings.http import HttpSettings
+from agentloop.orchestration.settings.metrics import MetricsSettings
 from agentloop.orchestration.settings.provider import ProviderSettings
 from agentloop.orchestration.settings.store import StoreSettings
-from agentloop.orchestration.settings.metrics import MetricsSettings
 from agentloop.orchestration.settings.tracing import TracingSettings
 
 SCHEDULE = '[{"name": "nightly", "runnable": "record_search.demo", "every": 60, "inputs": [{}]}]'

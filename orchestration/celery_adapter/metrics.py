@@ -7,8 +7,8 @@ in that process: the one port says everything. A prefork pool runs tasks in its 
 and each counts its own: pool process ``i`` serves on the port plus ``1 + i`` (the index a
 replaced process's successor takes over), so Prometheus scrapes ``port`` to ``port +
 concurrency``; its counts restart with the process, which Prometheus' ``rate`` and ``increase``
-take as counter resets. (One port per process keeps every count where it was made: no files
-shared between processes, nothing to lose when one is killed.)
+take as counter resets. (One port per process keeps every count where it was made, with no
+files shared between processes; a killed process takes what it counted since the last scrape.)
 
 :func:`queue_depths` reads how many messages wait in each of the app's queues, through kombu:
 a passive declare, which on Redis is the ``LLEN`` of the queue's lists (one per priority) and on

@@ -267,7 +267,8 @@ class RunStore(Protocol):
 
     def count_open_runs(self) -> dict[tuple[str, str], int]:
         """Runs not ended (:data:`OPEN_STATUSES`: pending, running, waiting on a person), counted by
-        ``(runnable, status)``; what the metrics' gauges show (``orchestration/metrics/fleet.py``)."""
+        ``(runnable, status)``; what the metrics' gauges show (``orchestration/metrics/fleet.py``),
+        so it is tried once: a database that is away raises at once, never after the retries."""
         ...
 
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:

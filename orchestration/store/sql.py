@@ -261,9 +261,9 @@ class SqlRunStore:
                     totals[name] += int(value or 0)
         return {"total": sum(by_status.values()), "by_status": by_status, **totals}
 
-    @retried
     def count_open_runs(self) -> dict[tuple[str, str], int]:
-        """Runs not ended (pending, running, waiting), by ``(runnable, status)``."""
+        """Runs not ended (pending, running, waiting), by ``(runnable, status)``. Tried once, not
+        retried: a scrape answers now or leaves the gauge out (``orchestration/metrics/fleet.py``)."""
         statement = (
             select(runs.c.runnable, runs.c.status, func.count())
             .where(runs.c.status.in_(sorted(OPEN_STATUSES)))
