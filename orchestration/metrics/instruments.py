@@ -16,13 +16,26 @@ What a Prometheus scrape shows (the exporter adds ``_total`` to counters and the
   ``agentloop_cache_tokens_saved_total``.
 
 Labels are bounded: registered runnable names, statuses, providers and configured model names.
+A run the launch contract refused keeps no name it was sent (``<hidden str 12 chars>``, or a name
+a poison message carried), so its series are labelled ``(refused)``, and one process labels at
+most :data:`MAX_RUNNABLES` names (later ones count as ``(other)``): no message can make a series.
 """
 
 from __future__ import annotations
 
+import threading
+
 from opentelemetry.metrics import Meter
 
-__all__ = ["DURATION_BUCKETS", "MODEL_DURATION_BUCKETS", "TOKEN_BUCKETS", "RunInstruments"]
+__all__ = [
+    "DURATION_BUCKETS",
+    "MAX_RUNNABLES",
+    "MODEL_DURATION_BUCKETS",
+    "OTHER",
+    "REFUSED",
+    "TOKEN_BUCKETS",
+    "RunInstruments",
+]
 
 #: Seconds, for runs and steps: a forced-tool step takes seconds, a run with people in it hours.
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
@@ -45,6 +58,15 @@ MODEL_DURATION_BUCKETS = (
 )
 #: Tokens of one call: the GenAI conventions' advice, from 16 to a million.
 TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
+
+
+#: The most runnable names one process puts on its series.
+MAX_RUNNABLES = 500
+#: The ``runnable`` label of a run whose launch was refused, and of names past :data:`MAX_RUNNABLES`.
+REFUSED, OTHER = "(refused)", "(other)"
+#: What a refused launch's run record holds in place of a name (``orchestration/launches.py``,
+#: ``celery_adapter/edge_consumer.py``).
+_REFUSED_NAMES = ("<hidden", "(none)", "(unreadable)")
 
 
 class RunInstruments:
@@ -84,21 +106,34 @@ class RunInstruments:
         self._cache_lookups = meter.create_counter(
             "agentloop_cache_lookups", unit="1", description="Cached steps looked up, by result (hit, miss)."
         )
+        self._runnables: set[str] = set()
+        self._lock = threading.Lock()
         self._tokens_saved = meter.create_counter(
             "agentloop_cache_tokens_saved", unit="1", description="Model tokens the step cache's hits saved."
         )
 
+    def label(self, runnable: str) -> str:
+        """The ``runnable`` label of ``runnable`` (see the module doc)."""
+        if runnable.startswith(_REFUSED_NAMES):
+            return REFUSED
+        with self._lock:
+            if runnable not in self._runnables:
+                if len(self._runnables) >= MAX_RUNNABLES:
+                    return OTHER
+                self._runnables.add(runnable)
+        return runnable
+
     def run_started(self, runnable: str) -> None:
-        self._started.add(1, {"runnable": runnable})
+        self._started.add(1, {"runnable": self.label(runnable)})
 
     def run_ended(self, runnable: str, status: str, seconds: float | None) -> None:
-        labels = {"runnable": runnable, "status": status}
+        labels = {"runnable": self.label(runnable), "status": status}
         self._finished.add(1, labels)
         if seconds is not None:
             self._run_duration.record(seconds, labels)
 
     def step_ended(self, runnable: str, status: str, seconds: float) -> None:
-        self._step_duration.record(max(0.0, seconds), {"runnable": runnable, "status": status})
+        self._step_duration.record(max(0.0, seconds), {"runnable": self.label(runnable), "status": status})
 
     def model_called(
         self,

@@ -20,7 +20,7 @@ from agentloop.orchestration.llm.limits.window import Permit
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.metrics.exporter import PrometheusMetrics
 from agentloop.orchestration.metrics.fleet import FleetGauges
-from agentloop.orchestration.metrics.instruments import RunInstruments
+from agentloop.orchestration.metrics.instruments import MAX_RUNNABLES, OTHER, REFUSED, RunInstruments
 from agentloop.orchestration.metrics.record import use_instruments
 from agentloop.orchestration.settings import Settings, load_settings
 from agentloop.orchestration.settings.http import HttpSettings, parse_tokens
@@ -179,3 +179,20 @@ def test_a_malformed_metrics_port_is_a_clear_error(port: str) -> None:
 def test_the_metrics_port_is_off_by_default() -> None:
     assert not load_settings({}).metrics.enabled
     assert load_settings({"AGENTLOOP_METRICS_PORT": "9464"}).metrics.port == 9464
+
+
+def test_a_refused_launch_or_a_flood_of_names_makes_no_new_series(counted: PrometheusMetrics) -> None:
+    """A name a poison message carried, or the hidden stand-in of a refused one, is ``(refused)``;
+    past :data:`MAX_RUNNABLES` names a process counts the rest as ``(other)``."""
+    store = InMemoryRunStore()
+    names = ["<hidden str 12 chars>", "(unreadable)", *(f"made.up.{n}" for n in range(MAX_RUNNABLES + 10))]
+    for position, name in enumerate(names):
+        store.create_run(run_id=f"r{position}", runnable=name, input=None)
+        store.finish_run(f"r{position}", status="failed", error={"type": "InvalidTaskError", "message": ""})
+
+    found = samples(counted.scrape().decode())
+    labelled = {dict(labels)["runnable"] for name, labels in found if name == "agentloop_runs_finished_total"}
+    assert len(labelled) == MAX_RUNNABLES + 2
+    assert value(found, "agentloop_runs_finished_total", runnable=REFUSED) == 2
+    assert value(found, "agentloop_runs_finished_total", runnable=OTHER) == 10
+    assert value(found, "agentloop_runs_finished_total") == len(names)
