@@ -18,18 +18,21 @@ become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.caching import StepCache
 from agentloop.actions.errors import RunStoppedError
+from agentloop.actions.human import RunPaused
 from agentloop.actions.tracing import Tracer
 from agentloop.actions.usage import use_meter
 from agentloop.loops.progress import ProgressStatus
 from agentloop.loops.run_outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
 from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
 from agentloop.orchestration.errors import InvalidNodeError, StoreUnavailableError
+from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.redaction import context_secrets, scrub_error
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
@@ -160,13 +163,19 @@ class WorkflowEngine:
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
         scope = self.scope(node, checkpoint=checkpoint, degradation=degradations)
         meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
+        began = time.perf_counter()
         try:
             with use_scope(scope), use_meter(meter):
                 result = await within_deadline(scope, instance.run(input=input, on_progress=publisher))
+        except RunPaused:  # waits on a person's answer; its task ends here (celery_adapter/pause.py)
+            metrics.step_ended(node.runnable, "paused", time.perf_counter() - began)
+            raise
         except Exception as error:
+            metrics.step_ended(node.runnable, "failed", time.perf_counter() - began)
             publisher.flush(final=True)
             meter.flush(after_failure=True)
             return await self.fail(node, error)
+        metrics.step_ended(node.runnable, "completed", time.perf_counter() - began)
         # The result, the task's progress and its usage, written together; a twin's result stands.
         used, events = meter.take(), publisher.take()
         tokens = {"input_tokens": used.input_tokens, "output_tokens": used.output_tokens}

@@ -31,6 +31,7 @@ ROOMS = {
     "degraded": 0,
     "settings": 2,
     "registry": 2,
+    "metrics": 2,
     "tracing": 3,
     "cache": 3,
     "store": 3,

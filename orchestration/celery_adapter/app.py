@@ -22,6 +22,7 @@ from agentloop.orchestration.celery_adapter.config import celery_config
 from agentloop.orchestration.celery_adapter.dependencies import AppDependencies
 from agentloop.orchestration.celery_adapter.edge_consumer import install_edge
 from agentloop.orchestration.celery_adapter.memory_results import use_memory_results
+from agentloop.orchestration.celery_adapter.metrics import install_worker_metrics
 from agentloop.orchestration.celery_adapter.patches import install_worker_patches
 from agentloop.orchestration.celery_adapter.progress_events import ProgressEvents
 from agentloop.orchestration.celery_adapter.tasks import install_tasks
@@ -75,6 +76,7 @@ def create_app(
     install_tasks(app)  # privacy first: before anything builds the app's AMQP
     install_worker_patches(app)
     install_edge(app, store=store)  # workers refuse poison messages before Celery touches them
+    install_worker_metrics(app)  # a worker serves its metrics with AGENTLOOP_METRICS_PORT (off by default)
     if settings.tracing.enabled:  # one trace per run (the otel extra), off by default
         from agentloop.orchestration.tracing.otel import install_tracing
 

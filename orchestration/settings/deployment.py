@@ -22,6 +22,7 @@ from agentloop.orchestration.settings.group import SettingsGroup as _Group
 from agentloop.orchestration.settings.group import count, seconds
 from agentloop.orchestration.settings.group import env_field as _env
 from agentloop.orchestration.settings.http import HttpSettings
+from agentloop.orchestration.settings.metrics import MetricsSettings
 from agentloop.orchestration.settings.model import ModelSettings
 from agentloop.orchestration.settings.store import StoreSettings
 from agentloop.orchestration.settings.tracing import TracingSettings
@@ -134,6 +135,9 @@ class Settings(_Group):
     """The run store's retries (:mod:`agentloop.orchestration.settings.store`)."""
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     """Where a run's spans go (:mod:`agentloop.orchestration.settings.tracing`; off by default)."""
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    """Where a worker serves its metrics (:mod:`agentloop.orchestration.settings.metrics`; off by
+    default)."""
     redis_url: str | None = _env("REDIS_URL")
     """``REDIS_URL``: alone, both broker and result backend; with ``BROKER_URL``, the result backend."""
     broker_url: str = Field(

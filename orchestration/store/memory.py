@@ -11,12 +11,14 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
+from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.store.checks import (
     check_count,
     check_finish,
@@ -30,6 +32,7 @@ from agentloop.orchestration.store.checks import (
 from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
+    OPEN_STATUSES,
     TERMINAL_STATUSES,
     LoopRecord,
     RunOwner,
@@ -136,7 +139,9 @@ class InMemoryRunStore:
                 return False
             started_at = record.started_at or utcnow()
             self._runs[run_id] = replace(record, status=RunStatus.RUNNING.value, started_at=started_at)
-            return True
+        if record.started_at is None:  # its first start (as the SQL store counts it)
+            metrics.run_started(record.runnable)
+        return True
 
     def mark_waiting(self, run_id: str) -> bool:
         """Mark a running run ``waiting`` for a person's answer; ``False`` when it was not running."""
@@ -171,9 +176,17 @@ class InMemoryRunStore:
                 check_finish(record, owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
                 return
             final, stored_output, stored_error = outcome
+            ended = utcnow()
             self._runs[run_id] = replace(
-                record, status=final, output=stored_output, error=stored_error, finished_at=utcnow()
+                record, status=final, output=stored_output, error=stored_error, finished_at=ended
             )
+        metrics.run_ended(record.runnable, final, record.started_at or record.created_at, ended)
+
+    def count_open_runs(self) -> dict[tuple[str, str], int]:
+        """Runs not ended (pending, running, waiting), by ``(runnable, status)``."""
+        with self._lock:
+            keys = [(r.runnable, r.status) for r in self._runs.values() if r.status in OPEN_STATUSES]
+        return dict(Counter(keys))
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or ``None``."""
