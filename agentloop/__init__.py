@@ -88,6 +88,7 @@ from agentloop.actions import (
     ForcedToolAction,
     FunctionCall,
     HumanChannel,
+    InMemoryRecording,
     InMemoryStepCache,
     InMemoryUsageMeter,
     InvalidAnswerError,
@@ -102,6 +103,8 @@ from agentloop.actions import (
     Question,
     QuestionExpiredError,
     QuestionKind,
+    RecordedEntry,
+    RecordingTap,
     RunCancelledError,
     RunDeadlineExceededError,
     RunStoppedError,
@@ -197,6 +200,7 @@ if TYPE_CHECKING:  # the names of _LAZY, each from its module there (tests/test_
     from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
     from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
     from agentloop.orchestration.llm.provider import processor_from_env
+    from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
     from agentloop.orchestration.settings import Settings, load_settings
     from agentloop.orchestration.store.tool_store import InMemoryToolStore
     from agentloop.orchestration.tool_sync import sync_tools
@@ -230,6 +234,7 @@ __all__ = [
     "ForcedToolAction",
     "FunctionCall",
     "HumanChannel",
+    "InMemoryRecording",
     "InMemoryStepCache",
     "InMemoryToolStore",
     "InMemoryUsageMeter",
@@ -256,7 +261,10 @@ __all__ = [
     "QuestionExpiredError",
     "QuestionKind",
     "RateLimitTimeoutError",
+    "RecordedEntry",
+    "RecordingTap",
     "RedisStepCache",
+    "ReplayReport",
     "RunAlreadyEndedError",
     "RunCancelledError",
     "RunDeadlineExceededError",
@@ -266,6 +274,7 @@ __all__ = [
     "RunNotFoundError",
     "RunOutcome",
     "RunOwnershipError",
+    "RunRecording",
     "RunScope",
     "RunStoppedError",
     "Runnable",
@@ -307,6 +316,7 @@ __all__ = [
     "new_run_id",
     "processor_from_env",
     "register",
+    "replay",
     "report_model_failure",
     "report_step_event",
     "report_usage",
@@ -337,6 +347,9 @@ _LAZY = {
     "create_app": "agentloop.orchestration.celery_adapter.app",
     "load_settings": "agentloop.orchestration.settings",
     "processor_from_env": "agentloop.orchestration.llm.provider",
+    "ReplayReport": "agentloop.orchestration.replay",
+    "RunRecording": "agentloop.orchestration.replay",
+    "replay": "agentloop.orchestration.replay",
     "sync_tools": "agentloop.orchestration.tool_sync",
 }
 

@@ -43,6 +43,7 @@ ROOMS = {
     "engine": 5,
     "context": 5,
     "client": 5,
+    "replay": 5,
     "celery_adapter": 6,
     "testing": 7,
     "web": 7,

@@ -36,6 +36,9 @@ def trigger(
     as_json: bool = typer.Option(
         False, "--json", help='Print {"run_id"} (with --wait: and "status", "result") as JSON on stdout.'
     ),
+    record: bool = typer.Option(
+        False, "--record", help="Record the run for `agentloop replay` and `agentloop runs export`."
+    ),
 ) -> None:
     """Start NAME on Celery and print its run id (with --wait: follow it and print its result)."""
     if timeout is not None and not wait:
@@ -52,7 +55,7 @@ def trigger(
         runner = CeleryAgentRunner.create(
             runnable=name, context=spec, app=app, store=dependencies_of(app).store
         )
-        handle = runner.request_sync(input=payload)
+        handle = runner.request_sync(input=payload, record=record)
         if not as_json:
             console.print(f"run id: [bold]{handle.run_id}[/]")
         if not wait:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from agentloop.actions.model import AiResponse, ModelRequest, Usage
+from agentloop.actions.recording import model_turn
 from agentloop.actions.tracing import trace_span
 from agentloop.orchestration.tracing.genai import record_response, request_attributes
 
@@ -50,7 +51,8 @@ class BaseProcessor(ABC):
         )
         model = str(getattr(self, "model", None) or getattr(self, "model_name", ""))
         with trace_span(f"chat {model}".strip(), **request_attributes(model, instruction)) as span:
-            response = await self.process(request)
+            # a recorded run keeps the turn; a replay answers it from its recording (actions/recording.py)
+            response = await model_turn(request, lambda: self.process(request))
             record_response(span, response)
         return response
 

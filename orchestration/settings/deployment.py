@@ -180,6 +180,10 @@ class Settings(_Group):
     checkpoint_seconds: float = _env("AGENTLOOP_CHECKPOINT_SECONDS", 0.5)
     """``AGENTLOOP_CHECKPOINT_SECONDS``: least time between checkpoints of a fast loop (``0``: every
     iteration). Default: ``0.5``."""
+    record_runs: bool = _env("AGENTLOOP_RECORD_RUNS", False)
+    """``AGENTLOOP_RECORD_RUNS``: record every run launched on this deployment (its model turns,
+    tool results, answers and cache hits), as ``record=True`` does for one launch, so
+    ``agentloop replay`` can run it again. Default: off."""
 
     @field_validator(
         "task_soft_time_limit",
