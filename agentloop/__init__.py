@@ -56,6 +56,7 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
     ├── UnsendableMessageError     [ValueError] a message a run needs would be refused at the workers' edge
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
+    ├── NetworkBlockedError        [ConnectionRefusedError] a connection off this machine during a replay
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
@@ -166,6 +167,7 @@ from agentloop.orchestration.errors import (
     InvalidNodeError,
     LaunchRequestError,
     ModelRequestsBlockedError,
+    NetworkBlockedError,
     RateLimitTimeoutError,
     RunAlreadyEndedError,
     RunExistsError,
@@ -183,6 +185,7 @@ from agentloop.orchestration.errors import (
 )
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
+from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
 from agentloop.orchestration.wire import DegradedResult
 from agentloop.pipelines import (
     BaseActionStage,
@@ -200,7 +203,6 @@ if TYPE_CHECKING:  # the names of _LAZY, each from its module there (tests/test_
     from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
     from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
     from agentloop.orchestration.llm.provider import processor_from_env
-    from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
     from agentloop.orchestration.settings import Settings, load_settings
     from agentloop.orchestration.store.tool_store import InMemoryToolStore
     from agentloop.orchestration.tool_sync import sync_tools
@@ -249,6 +251,7 @@ __all__ = [
     "ModelRequest",
     "ModelRequestsBlockedError",
     "ModelUnavailableError",
+    "NetworkBlockedError",
     "NoOneToAskError",
     "OfflineModel",
     "OpenAIProcessor",
@@ -347,9 +350,6 @@ _LAZY = {
     "create_app": "agentloop.orchestration.celery_adapter.app",
     "load_settings": "agentloop.orchestration.settings",
     "processor_from_env": "agentloop.orchestration.llm.provider",
-    "ReplayReport": "agentloop.orchestration.replay",
-    "RunRecording": "agentloop.orchestration.replay",
-    "replay": "agentloop.orchestration.replay",
     "sync_tools": "agentloop.orchestration.tool_sync",
 }
 

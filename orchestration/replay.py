@@ -36,7 +36,7 @@ from agentloop.actions.model import AiResponse, ModelRequest
 from agentloop.actions.recording import CACHE_HIT, HUMAN, MODEL, RUN, RecordedEntry, json_data
 from agentloop.loops.contract import Runnable
 from agentloop.loops.runner import InlineAgentRunner
-from agentloop.orchestration.errors import RunNotFoundError
+from agentloop.orchestration.errors import NetworkBlockedError, RunNotFoundError
 from agentloop.orchestration.llm.base import BaseProcessor
 from agentloop.orchestration.llm.request_guard import LOCAL_HOSTS, model_requests
 from agentloop.orchestration.registry import RunnableRegistry
@@ -450,10 +450,6 @@ def _is_local(address: Any) -> bool:
         return ipaddress.ip_address(host.split("%")[0]).is_loopback
     except ValueError:
         return False
-
-
-class NetworkBlockedError(ConnectionRefusedError):
-    """A connection off this machine was tried while a replay blocks the network."""
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from agentloop import (
     TypedToolAction,
     embed_user_text,
     register,
+    standard_context,
 )
 
 #: The summary step's prompt (a test changes it).
@@ -68,7 +69,7 @@ class Researcher(AiDrivenAgentLoop):
         return AgentActionRegistry.create(actions=[Lookup()])
 
 
-@register("replay.digest")
+@register("replay.digest", context_factory=standard_context)
 class Digest(BaseCompositeAgent):
     """Summaries of ``input["topics"]`` and a researcher's answer to ``input["question"]``."""
 
