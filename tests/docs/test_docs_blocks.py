@@ -88,6 +88,14 @@ RUN_BY = {
         "# conftest.py (or run pytest with -p agentloop.testing)",
     ): THIS,
     ("docs/how-to/testing.md", "# Test your agents with the kit", "import pytest"): THIS,
+    ("README.md", "## Regression tests and evals", "export AGENTLOOP_IMPORTS=trips"): (
+        "tests/docs/test_readme_replay.py"
+    ),
+    (
+        "README.md",
+        "## Regression tests and evals",
+        '# test_plan_replays.py (conftest.py: pytest_plugins = ["agentloop.testing"])',
+    ): ("tests/docs/test_readme_replay.py"),
 }
 #: The machine's settings a new user's shell would not have.
 CLEARED = (
