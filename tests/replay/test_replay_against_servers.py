@@ -22,6 +22,7 @@ from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.cli import app as cli
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.store import SqlRunStore, open_store
 from agentloop.testing import AnthropicCompatibleServer, OpenAICompatibleServer, ReplayMismatch
 
@@ -50,7 +51,9 @@ class Recorded:
 @pytest.fixture(scope="module", params=sorted(SERVERS))
 def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     """``Digest`` recorded on an embedded worker against the provider's local server, now stopped
-    (once per provider: the tests only read what it recorded)."""
+    (once per provider: the tests only read what it recorded). The OpenAI run is launched with
+    ``record=True``; the Anthropic one on a deployment that records every run
+    (``AGENTLOOP_RECORD_RUNS``)."""
     home = tmp_path_factory.mktemp(f"replay-{request.param}")
     store, _ = open_store(f"sqlite:///{home / 'agentloop.sqlite3'}")
     server_class, processor_class = SERVERS[request.param]
@@ -62,7 +65,9 @@ def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
         registry = RunnableRegistry()
         registry.register("replay.digest", workflows.Digest, context_factory=context)
+        by_deployment = request.param == "anthropic"
         app = create_app(
+            settings=Settings(record_runs=by_deployment),
             registry=registry,
             store=store,
             overrides={
@@ -74,7 +79,7 @@ def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         try:
             with embedded_worker(app, pool="threads", concurrency=2):
                 runner = CeleryAgentRunner.create(runnable="replay.digest", app=app, store=store)
-                handle = runner.request_sync(input=INPUT, record=True)
+                handle = runner.request_sync(input=INPUT, record=not by_deployment)
                 output = handle.wait_sync(timeout=60)
         finally:
             app.close()
