@@ -25,7 +25,7 @@ from agentloop import (
     TypedToolAction,
     ask_human,
 )
-from agentloop.actions.recording import CACHE_HIT, HUMAN, MODEL, RUN, TOOL
+from agentloop.actions.recording import CACHE_HIT, HUMAN, MODEL, TOOL
 from agentloop.orchestration.errors import NetworkBlockedError
 from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
 from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor
@@ -37,8 +37,6 @@ from agentloop.orchestration.replay import (
     no_network,
     replay,
 )
-from agentloop.orchestration.store import InMemoryRunStore, RunStore, SqlRunStore
-from agentloop.orchestration.store.recordings import recording_store_for
 from agentloop.testing import ReplayMismatch, ScriptedModel, assert_replays, text_reply, tool_call
 
 
@@ -264,44 +262,6 @@ def test_a_recording_file_goes_out_and_back_and_a_bad_one_says_why(tmp_path: Pat
     path.write_text("{")
     with pytest.raises(ValueError, match="is not JSON"):
         RunRecording.load(path)
-
-
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_a_store_keeps_one_entry_a_place_and_imports_and_exports_a_recording(
-    kind: str, tmp_path: Path
-) -> None:
-    store: RunStore
-    if kind == "memory":
-        store = InMemoryRunStore()
-    else:
-        from agentloop.orchestration.store import open_store
-
-        store, _ = open_store(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
-    recordings = recording_store_for(store)
-    assert recordings is not None
-    first = RecordedEntry(path="p", iteration=1, kind=MODEL, seq=0, data={"take": 1})
-    recordings.add("r-1", [first, RecordedEntry(path="", iteration=0, kind=RUN, seq=0, data={"context": {}})])
-    recordings.add("r-1", [RecordedEntry(path="p", iteration=1, kind=MODEL, seq=0, data={"take": 2})])
-
-    assert [(e.path, e.kind, dict(e.data)) for e in recordings.entries("r-1")] == [
-        ("", RUN, {"context": {}}),
-        ("p", MODEL, {"take": 2}),  # a place recorded again: its last take
-    ]
-    store.create_run(run_id="r-2", runnable="labels", input=None)
-    with pytest.raises(ValueError, match="was not recorded"):
-        RunRecording.from_store(store, "r-2")
-
-    file = RunRecording(
-        run_id="r-3", runnable="labels", input=1, context={"files": ["f"]}, output=2, entries=(first,)
-    )
-    file.to_store(store)
-    assert RunRecording.from_store(store, "r-3") == file
-    file.to_store(store)  # again: replaced, not doubled
-    assert RunRecording.from_store(store, "r-3") == file
-    with pytest.raises(ValueError, match="is a run of 'labels'"):
-        RunRecording(run_id="r-3", runnable="other", entries=(first,)).to_store(store)
-    if isinstance(store, SqlRunStore):
-        store.engine.dispose()
 
 
 def test_a_recording_never_keeps_a_key() -> None:
