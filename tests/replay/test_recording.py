@@ -299,3 +299,22 @@ def text_model() -> ScriptedModel:
     model = ScriptedModel()
     model.push(text_reply("unused"))
     return model
+
+
+def test_record_travels_in_the_launch_and_in_every_node_of_the_run() -> None:
+    from agentloop.orchestration.errors import LaunchRequestError
+    from agentloop.orchestration.wire import Ancestor, LaunchRequest, WorkflowNode
+
+    assert LaunchRequest.parse(runnable="x", record=True).to_kwargs()["record"] is True
+    assert "record" not in LaunchRequest.parse(runnable="x").to_kwargs()  # an older launch's digest holds
+    with pytest.raises(LaunchRequestError, match="record must be true or false"):
+        LaunchRequest.parse(runnable="x", record="yes")
+    node = WorkflowNode(run_id="r", runnable="x", record=True)
+    child = node.child(
+        runnable="y",
+        segment="branch/a",
+        parent=Ancestor(kind="composite", runnable="x", path="", position="a"),
+    )
+
+    assert WorkflowNode.from_dict(json.loads(json.dumps(child.to_dict()))).record is True
+    assert "record" not in WorkflowNode(run_id="r", runnable="x").to_dict()
