@@ -150,6 +150,8 @@ class RunRecording:
         recordings = recording_store_for(store)
         if record is None:
             raise RunNotFoundError(run_id)
+        if not record.is_root:  # a task's run: the recording is its workflow's
+            record = store.get_run(record.root_run_id) or record
         entries = recordings.entries(record.root_run_id) if recordings is not None else []
         if not entries:
             raise ValueError(f"run {run_id} was not recorded (launch it with record=True or --record)")

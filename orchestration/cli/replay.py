@@ -24,7 +24,7 @@ from agentloop.orchestration.cli.common import (
     run_store,
 )
 from agentloop.orchestration.cli.runs import load_recording
-from agentloop.orchestration.errors import RunNotFoundError, UnknownRunnableError
+from agentloop.orchestration.errors import ContextSpecError, RunNotFoundError, UnknownRunnableError
 from agentloop.orchestration.replay import RunRecording, replay
 
 
@@ -47,7 +47,10 @@ def replay_command(
     registry = deployment_registry(settings)
     if recording.runnable not in registry:
         raise fail(str(UnknownRunnableError(recording.runnable, registry.names)))
-    report = asyncio.run(replay(recording, registry=registry))
+    try:
+        report = asyncio.run(replay(recording, registry=registry))
+    except ContextSpecError as error:  # the recorded spec, refused by the runnable's context factory
+        raise fail(str(error)) from None
     if as_json:
         print_json(report.to_dict())
     else:
