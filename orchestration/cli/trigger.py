@@ -39,9 +39,7 @@ def trigger(
     record: bool = typer.Option(
         False, "--record", help="Record the run for `agentloop replay` and `agentloop runs export`."
     ),
-    run_id: str | None = typer.Option(
-        None, "--run-id", help="The run's id (default: a new one)."
-    ),
+    run_id: str | None = typer.Option(None, "--run-id", help="The run's id (default: a new one)."),
 ) -> None:
     """Start NAME on Celery and print its run id (with --wait: follow it and print its result)."""
     if timeout is not None and not wait:
