@@ -57,6 +57,7 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
     ├── UnsendableMessageError     [ValueError] a message a run needs would be refused at the workers' edge
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
+    ├── NetworkBlockedError        [ConnectionRefusedError] a connection off this machine during a replay
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
@@ -89,6 +90,7 @@ from agentloop.actions import (
     ForcedToolAction,
     FunctionCall,
     HumanChannel,
+    InMemoryRecording,
     InMemoryStepCache,
     InMemoryUsageMeter,
     InvalidAnswerError,
@@ -103,6 +105,8 @@ from agentloop.actions import (
     Question,
     QuestionExpiredError,
     QuestionKind,
+    RecordedEntry,
+    RecordingTap,
     RunCancelledError,
     RunDeadlineExceededError,
     RunStoppedError,
@@ -165,6 +169,7 @@ from agentloop.orchestration.errors import (
     InvalidNodeError,
     LaunchRequestError,
     ModelRequestsBlockedError,
+    NetworkBlockedError,
     RateLimitTimeoutError,
     RunAlreadyEndedError,
     RunExistsError,
@@ -183,6 +188,7 @@ from agentloop.orchestration.errors import (
 from agentloop.orchestration.evals.scores import EvalScore
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
+from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
 from agentloop.orchestration.wire import DegradedResult
 from agentloop.pipelines import (
     BaseActionStage,
@@ -235,6 +241,7 @@ __all__ = [
     "ForcedToolAction",
     "FunctionCall",
     "HumanChannel",
+    "InMemoryRecording",
     "InMemoryStepCache",
     "InMemoryToolStore",
     "InMemoryUsageMeter",
@@ -249,6 +256,7 @@ __all__ = [
     "ModelRequest",
     "ModelRequestsBlockedError",
     "ModelUnavailableError",
+    "NetworkBlockedError",
     "NoOneToAskError",
     "OfflineModel",
     "OpenAIProcessor",
@@ -261,7 +269,10 @@ __all__ = [
     "QuestionExpiredError",
     "QuestionKind",
     "RateLimitTimeoutError",
+    "RecordedEntry",
+    "RecordingTap",
     "RedisStepCache",
+    "ReplayReport",
     "RunAlreadyEndedError",
     "RunCancelledError",
     "RunDeadlineExceededError",
@@ -271,6 +282,7 @@ __all__ = [
     "RunNotFoundError",
     "RunOutcome",
     "RunOwnershipError",
+    "RunRecording",
     "RunScope",
     "RunStoppedError",
     "Runnable",
@@ -312,6 +324,7 @@ __all__ = [
     "new_run_id",
     "processor_from_env",
     "register",
+    "replay",
     "report_model_failure",
     "report_step_event",
     "report_usage",

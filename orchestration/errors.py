@@ -23,6 +23,7 @@ __all__ = [
     "InvalidNodeError",
     "LaunchRequestError",
     "ModelRequestsBlockedError",
+    "NetworkBlockedError",
     "RateLimitTimeoutError",
     "RunAlreadyEndedError",
     "RunExistsError",
@@ -178,6 +179,10 @@ class RateLimitTimeoutError(AgentLoopError, TimeoutError):
 
 class ModelRequestsBlockedError(AgentLoopError, RuntimeError):
     """A processor was about to send a request to a real model server while requests are blocked."""
+
+
+class NetworkBlockedError(AgentLoopError, ConnectionRefusedError):
+    """A connection off this machine, tried while a replay blocks the network (``replay.py``)."""
 
 
 # --------------------------------------------------------------------------- settings

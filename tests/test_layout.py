@@ -44,6 +44,7 @@ ROOMS = {
     "engine": 5,
     "context": 5,
     "client": 5,
+    "replay": 5,
     "celery_adapter": 6,
     "evals": 6,
     "testing": 7,

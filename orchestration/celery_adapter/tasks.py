@@ -111,6 +111,7 @@ def engine_for(task: Task) -> WorkflowEngine:
         tracer=getattr(task.app, "agentloop_tracer", None),  # orchestration/tracing/otel.py
         cache=deps.step_cache,  # orchestration/cache.py
         secrets=functools.cache(lambda: hidden_of(task)),  # the worker's log hides them: so do records
+        key_texts=deps.settings.model.key_texts(),  # nor does a recording keep the model's keys
     )
 
 
@@ -153,13 +154,16 @@ def launch(
     token_budget: Any = None,
     deadline_seconds: Any = None,
     principal: Any = None,
+    record: Any = None,
     **unknown: Any,
 ) -> Any:
     """Start the registered workflow ``runnable``; its final result becomes this task's.
 
     ``token_budget`` (optional) caps the tokens all steps of the run may use together;
     ``deadline_seconds`` (optional) ends the whole run that long after this task starts it;
-    ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it).
+    ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it);
+    ``record`` (optional) records the run for ``agentloop replay`` (``AGENTLOOP_RECORD_RUNS``
+    records every run).
     The run id (``run_id``, else this task's id) is an idempotency key: see
     :mod:`agentloop.orchestration.launches` for a message whose id names a run that exists, and for
     one that is malformed (``unknown`` arguments, no ``runnable``): it is refused and recorded.
@@ -167,6 +171,7 @@ def launch(
     deps = dependencies_of(self.app)
     arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
     arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds, principal=principal)
+    arguments.update(record=record)
     arguments.update(unknown)
     try:
         claim = claim_launch(deps.store, arguments, task_id=str(self.request.id), registered=deps.registry)
@@ -193,8 +198,11 @@ def launch(
         deadline=deadline,
         owner_token=claim.owner_token,
         fresh=claim.created and first_delivery(self),  # no task of this run can have run yet
+        record=request.record or deps.settings.record_runs,
     )
-    outcome = run_node(self, claim.run_id, engine_for(self).start(node, request.input))
+    engine = engine_for(self)
+    engine.record_start(node)
+    outcome = run_node(self, claim.run_id, engine.start(node, request.input))
     if isinstance(outcome, Done):
         return finalize(self, outcome.value, claim.run_id, claim.owner_token)
     then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token))

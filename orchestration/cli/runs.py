@@ -1,4 +1,5 @@
-"""``agentloop runs list|show|watch|prune``: the run store, read (and pruned).
+"""``agentloop runs list|show|watch|export|import|prune``: the run store, read, its recordings
+carried, and pruned.
 
 Run ids are printed whole, whatever the terminal's width, so they can be
 copied into ``runs show``: on a narrow terminal the step-cache use, the finish
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -24,11 +26,13 @@ from agentloop.orchestration.cli.common import (
     cli_settings,
     console,
     describe_event,
+    errors,
     fail,
     json_option,
     print_json,
     run_store,
 )
+from agentloop.orchestration.replay import RunRecording
 from agentloop.orchestration.settings.store import age_seconds
 from agentloop.orchestration.store import TERMINAL_STATUSES, RunRecord, RunStatus
 from agentloop.orchestration.store.retention import prune_runs
@@ -190,3 +194,53 @@ def prune(
         console.print(f"Root run ids{more}:", highlight=False)
         for run_id in pruned.first_ids:
             console.print(f"  {run_id}", highlight=False, soft_wrap=True)
+
+
+@runs.command("export")
+def export(
+    run_id: str = typer.Argument(..., help="The id of a recorded run (launched with --record)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="The file to write (default: stdout)."),
+) -> None:
+    """A recorded run as one JSON file: its runnable, input, output and recording."""
+    store, _ = _record(run_id)
+    try:
+        recording = RunRecording.from_store(store, run_id)
+    except ValueError as error:
+        raise fail(str(error)) from None
+    if output is None:
+        print_json(recording.to_dict())
+        return
+    try:
+        recording.save(output)
+    except OSError as error:
+        raise fail(f"cannot write {output}: {error}") from None
+    errors.print(
+        f"run {run_id}: {len(recording.entries)} recorded entries written to {output}", highlight=False
+    )
+
+
+@runs.command("import")
+def import_run(
+    file: Path = typer.Argument(..., help="A file `agentloop runs export` wrote."),
+    as_json: bool = json_option(),
+) -> None:
+    """Keep a recording file in the run store, under its run id (for `agentloop replay RUN_ID`)."""
+    recording = load_recording(file)
+    try:
+        recording.to_store(run_store(cli_settings()))
+    except ValueError as error:
+        raise fail(str(error)) from None
+    if as_json:
+        print_json({"run_id": recording.run_id, "entries": len(recording.entries)})
+        return
+    console.print(f"imported run [bold]{recording.run_id}[/] ({len(recording.entries)} recorded entries)")
+
+
+def load_recording(file: Path) -> RunRecording:
+    """The recording in ``file``, or a clear usage error."""
+    try:
+        return RunRecording.load(file)
+    except OSError as error:
+        raise fail(f"cannot read {file}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise fail(f"{file}: {error}") from None

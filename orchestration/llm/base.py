@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloop.actions.model import AiResponse, ModelRequest, Usage
+from agentloop.actions.recording import model_turn
 from agentloop.actions.tracing import trace_span
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.tracing.genai import record_response, request_attributes
@@ -67,7 +68,8 @@ class BaseProcessor(ABC):
         token, began = _call.set(call), time.perf_counter()
         try:
             with trace_span(f"chat {model}".strip(), **request_attributes(model, instruction)) as span:
-                response = await self.process(request)
+                # a recorded run keeps the turn; a replay answers it from its recording (actions/recording.py)
+                response = await model_turn(request, lambda: self.process(request))
                 record_response(span, response)
         finally:
             _call.reset(token)

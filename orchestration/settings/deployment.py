@@ -190,6 +190,10 @@ class Settings(_Group):
     instead of the code's own (:data:`~agentloop.orchestration.wire.WIRE_VERSION`). For rehearsing
     a deploy with two versions of the worker, never in production: a worker told it reads a
     version its code does not know would misread those messages. Default: unset."""
+    record_runs: bool = _env("AGENTLOOP_RECORD_RUNS", False)
+    """``AGENTLOOP_RECORD_RUNS``: record every run launched on this deployment (its model turns,
+    tool results, answers and cache hits), as ``record=True`` does for one launch, so
+    ``agentloop replay`` can run it again. Default: off."""
 
     @field_validator(
         "task_soft_time_limit",

@@ -39,6 +39,7 @@ from agentloop.orchestration.store.protocol import (
     RunRecord,
     RunStatus,
 )
+from agentloop.orchestration.store.recordings import InMemoryRecordingStore
 from agentloop.orchestration.store.tables import utcnow
 from agentloop.orchestration.store.unless_open import root_run_values
 
@@ -70,6 +71,8 @@ class InMemoryRunStore:
         self._events: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self._event_ids = itertools.count(1)
         self._checkpoints: dict[tuple[str, str], _Checkpoint] = {}
+        #: The entries of recorded runs.
+        self.recordings = InMemoryRecordingStore()
 
     def create_run(
         self,

@@ -48,6 +48,7 @@ from agentloop.orchestration.store.protocol import (
     RunRecord,
     RunStatus,
 )
+from agentloop.orchestration.store.recordings import SqlRecordingStore
 from agentloop.orchestration.store.retry import StoreRetry, retried
 from agentloop.orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
 from agentloop.orchestration.store.unless_open import insert_unless_open, root_run_values
@@ -84,6 +85,8 @@ class SqlRunStore:
         self.retry = retry or StoreRetry()
         """How a call rides out an unreachable database (default: 60 s of retries)."""
         self._upserts = upserts(self.dialect)
+        self.recordings = SqlRecordingStore(engine, dialect=self.dialect, retry=self.retry)
+        """The entries of recorded runs (``run_recordings``), in the same database."""
 
     @retried
     def create_run(

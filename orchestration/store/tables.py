@@ -1,6 +1,6 @@
 """The tables of the store, as SQLAlchemy Core tables on one :data:`metadata`.
 
-Five tables, the same on SQLite and PostgreSQL (JSON columns become ``JSONB``
+Six tables, the same on SQLite and PostgreSQL (JSON columns become ``JSONB``
 on PostgreSQL; nothing is ever pickled):
 
 ``ai_tools``     tool schema payloads by id
@@ -8,6 +8,8 @@ on PostgreSQL; nothing is ever pickled):
 ``run_events``   progress events, keyed by the ROOT run id; ``id`` is the order
 ``checkpoints``  the latest checkpoint of each loop, one row per (run, path)
 ``human_waits``  the questions a run asked a person, one row per (run, path, key)
+``run_recordings`` what a recorded run's steps got (model turns, tool results, answers, cache
+                 hits), one row per place (root run, path, iteration, kind, seq)
 
 There are deliberately no foreign keys: workers write events and checkpoints
 for runs that another process creates, in whatever order messages arrive.
@@ -184,3 +186,17 @@ human_waits = Table(
 ``orchestration/store/waits.py``): ``pending``, ``answered``
 or ``expired``, with the answer and the message that resumes the paused task (``resumed_at``: when
 that message was sent again; NULL on a settled wait, it still has to be)."""
+
+run_recordings = Table(
+    "run_recordings",
+    metadata,
+    Column("run_id", String(255), primary_key=True),
+    Column("path", String(1024), primary_key=True),
+    Column("iteration", Integer, primary_key=True),
+    Column("kind", String(32), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("data", json_type(), nullable=False),
+    Column("recorded_at", UtcDateTime(), nullable=False, default=utcnow),
+)
+"""One entry of a recorded run (``actions/recording.py``, ``orchestration/store/recordings.py``),
+under the root run id (migration 0008)."""

@@ -105,6 +105,14 @@ RUN_BY = {
     ): EVALS,
     ("docs/how-to/evals.md", "## A first evaluation", "export AGENTLOOP_IMPORTS=greet"): EVALS,
     ("docs/how-to/evals.md", "## Scorers", "# scorers.py"): EVALS,
+    ("README.md", "## Regression tests and evals", "export AGENTLOOP_IMPORTS=trips"): (
+        "tests/docs/test_readme_replay.py"
+    ),
+    (
+        "README.md",
+        "## Regression tests and evals",
+        '# test_plan_replays.py (conftest.py: pytest_plugins = ["agentloop.testing"])',
+    ): ("tests/docs/test_readme_replay.py"),
 }
 
 

@@ -26,7 +26,7 @@ from agentloop.orchestration.store.migrate import alembic_config
 from agentloop.orchestration.store.tables import metadata
 from tests.servers.postgres import private_database
 
-TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits"}
+TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits", "run_recordings"}
 HEAD = "0009"
 
 
