@@ -47,6 +47,7 @@ EVERY_VARIABLE = {
     "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
     "AGENTLOOP_RUN_RETENTION": "30d",
     "AGENTLOOP_WIRE_VERSION_OVERRIDE": "2",
+    "AGENTLOOP_RECORD_RUNS": "true",
     "AGENTLOOP_TRACING_EXPORTER": "console",
     "AGENTLOOP_TRACING_CAPTURE_PROMPTS": "true",
     "AGENTLOOP_METRICS_PORT": "9464",
@@ -118,6 +119,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.store.retry_seconds == 7.5
     assert settings.store.retention_seconds == 30 * 86400
     assert (settings.wire_version_override, settings.wire_version) == (2, 2)
+    assert settings.record_runs is True
     assert (settings.metrics.port, settings.metrics.host) == (9464, "0.0.0.0")
     model = settings.model
     assert model.openai_api_key == SecretStr("sk-supersecretkey123")

@@ -11,13 +11,16 @@ import sys
 from pathlib import Path
 
 from docs_pages import section
-from test_docs_blocks import a_users_environment
+
+from tests.newcomer import a_users_environment
 
 PAGE, HEADING = "README.md", "## Regression tests and evals"
 
 
 def test_the_readme_records_exports_and_replays_a_run_and_keeps_it_as_a_test(tmp_path: Path) -> None:
-    commands, test = section(PAGE, HEADING)
+    blocks = section(PAGE, HEADING)  # the eval half's blocks are tests/docs/test_docs_blocks.py's
+    [commands] = [block for block in blocks if "agentloop replay" in block.code]
+    [test] = [block for block in blocks if block.code.startswith("# test_plan_replays.py")]
     [trips] = [
         b
         for b in section("docs/tutorial.md", "## A typed step, end to end")
