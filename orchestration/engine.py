@@ -18,12 +18,14 @@ become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.caching import StepCache
 from agentloop.actions.errors import RunStoppedError
+from agentloop.actions.human import RunPaused
 from agentloop.actions.tracing import Tracer
 from agentloop.actions.usage import use_meter
 from agentloop.loops.progress import ProgressStatus
@@ -139,6 +141,43 @@ class WorkflowEngine:
         finally:
             publisher.flush(final=True)
 
+    async def start_pack(self, nodes: Sequence[WorkflowNode], inputs: Sequence[Any]) -> list[Outcome]:
+        """Run the loops ``nodes`` (branches of one composite, of one run) together on this event
+        loop, each as :meth:`start` runs one: its own checkpoints, result, events and failure.
+
+        Their events go out through one publisher (written together; the first branch to end
+        writes those buffered with its result). A branch whose failure ends the run (fail fast,
+        a stop) stops the others at once and is raised. A run store that stays away, or a branch
+        paused for a person's answer, is raised once every other branch has ended: their
+        results are recorded, so the pack's next try, or its resumption, runs only the rest.
+        """
+        if not nodes:
+            return []
+        publisher = self.publisher(nodes[0])
+        tasks = [
+            asyncio.ensure_future(self.start(node, value, publisher))
+            for node, value in zip(nodes, inputs, strict=True)
+        ]
+        try:
+            pending: set[asyncio.Future[Outcome]] = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                ending = [task for task in done if _ends_pack(task)]
+                if ending:
+                    raise ending[0].exception()  # type: ignore[misc]  # the finally stops the rest
+            waiting = [task.exception() for task in tasks if task.exception() is not None]
+            waiting.sort(key=lambda error: isinstance(error, RunPaused))  # the store's trouble first
+            if waiting:
+                raise waiting[0]  # type: ignore[misc]
+            return [task.result() for task in tasks]
+        finally:
+            unfinished = [task for task in tasks if not task.done()]
+            for task in unfinished:
+                task.cancel()
+            if unfinished:
+                await asyncio.gather(*unfinished, return_exceptions=True)
+            publisher.flush(final=True)
+
     async def _start(self, node: WorkflowNode, input: Any, publisher: ProgressPublisher) -> Outcome:
         scope = self.scope(node)
         try:
@@ -204,7 +243,12 @@ class WorkflowEngine:
             branches = await composite.resolve_branches(input=input)
             fail_fast = composite.failure_policy == FailurePolicy.FAIL_FAST
             children = [
-                (self._branch_node(node, branch.runnable, branch.key, len(branches), fail_fast), branch.input)
+                (
+                    self.branch_node(
+                        node, self.registry.name_of(branch.runnable), branch.key, len(branches), fail_fast
+                    ),
+                    branch.input,
+                )
                 for branch in branches
             ]
         except Exception as error:
@@ -219,11 +263,23 @@ class WorkflowEngine:
         )
         if not branches:
             return await self.merge(node, [], input, publisher=publisher)
-        return FanOut(node=node, input=input, branches=children, max_concurrency=composite.max_concurrency)
+        return FanOut(
+            node=node,
+            input=input,
+            branches=children,
+            max_concurrency=composite.max_concurrency,
+            pack_size=composite.pack_size,
+            expanding=frozenset(
+                index
+                for index, branch in enumerate(branches)
+                if isinstance(branch.runnable, type)
+                and issubclass(branch.runnable, BaseAgentPipeline | BaseCompositeAgent)
+            ),
+        )
 
-    def _branch_node(
-        self, node: WorkflowNode, runnable: type, key: str, width: int, fail_fast: bool
-    ) -> WorkflowNode:
+    @staticmethod
+    def branch_node(node: WorkflowNode, runnable: str, key: str, width: int, fail_fast: bool) -> WorkflowNode:
+        """Branch ``key`` (of ``width``) of the composite ``node``, running the registered ``runnable``."""
         parent = Ancestor(
             kind="composite",
             runnable=node.runnable,
@@ -232,7 +288,7 @@ class WorkflowEngine:
             width=width,
             fail_fast=fail_fast,
         )
-        return node.child(runnable=self.registry.name_of(runnable), segment=f"branch/{key}", parent=parent)
+        return node.child(runnable=runnable, segment=f"branch/{key}", parent=parent)
 
     # ----- pipeline stages --------------------------------------------------------------------
 
@@ -406,3 +462,12 @@ class WorkflowEngine:
             publisher.flush(final=True)
         end_with_failure(self.store, node.run_id, error, owner_token=node.owner_token)
         raise error
+
+
+def _ends_pack(task: asyncio.Future[Outcome]) -> bool:
+    """Whether a packed branch ended with an error that ends the whole pack at once (the run's
+    end): not a store away nor a pause, which wait for the other branches to end."""
+    if task.cancelled():
+        return False
+    error = task.exception()
+    return error is not None and not isinstance(error, StoreUnavailableError | RunPaused)

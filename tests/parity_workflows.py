@@ -375,3 +375,43 @@ class AskAll(BaseCompositeAgent):
 register("parity.ask", Ask, context_factory=model_context)
 register("parity.strict_ask", StrictAsk, context_factory=model_context)
 register("parity.ask_all", AskAll, context_factory=model_context)
+
+
+# ----- packed branches: several loops to one task (docs/how-to/packing.md) -------------------------
+
+
+class PackedFan(Fan):
+    """:class:`Fan` with its loops packed 4 to a task, under the default bound of 8: two lanes."""
+
+    pack_size = 4
+
+
+class PackedWideFan(Fan):
+    """:class:`Fan` packed 4 to a task, unbounded: a chord of packs."""
+
+    pack_size = 4
+    max_concurrency = None
+
+
+class PackedCollectingFan(CollectingFan):
+    """A loop, a failing loop (packed together) and a pipeline (its own canvas); failures collected."""
+
+    pack_size = 3
+
+
+class PackedFailFastFan(FailFastFan):
+    pack_size = 3
+
+
+class PackedCrawlFan(CrawlFan):
+    """Crawls packed 8 to a task, all at once: the deadline and a cancel must reach each."""
+
+    pack_size = 8
+    max_concurrency = None
+
+
+register("parity.packed_fan", PackedFan)
+register("parity.packed_wide_fan", PackedWideFan)
+register("parity.packed_collecting_fan", PackedCollectingFan)
+register("parity.packed_fail_fast_fan", PackedFailFastFan)
+register("parity.packed_crawl_fan", PackedCrawlFan)

@@ -37,6 +37,11 @@ SCENARIOS = [
         id="fail-fast-inside-pipeline",
     ),
     pytest.param("parity.bounded", 5, None, id="loop-hits-its-bound"),
+    pytest.param("parity.packed_fan", list(range(20)), None, id="packed-4-in-2-lanes"),
+    pytest.param("parity.packed_wide_fan", list(range(20)), None, id="packed-4-unbounded"),
+    pytest.param("parity.packed_wide_fan", [7], None, id="packed-width-1"),
+    pytest.param("parity.packed_collecting_fan", None, None, id="packed-failing-branch-collected"),
+    pytest.param("parity.packed_fail_fast_fan", None, ["", "branch/bad"], id="packed-fail-fast"),
 ]
 
 
