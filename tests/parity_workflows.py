@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Mapping
 from types import SimpleNamespace
@@ -415,3 +416,46 @@ register("parity.packed_wide_fan", PackedWideFan)
 register("parity.packed_collecting_fan", PackedCollectingFan)
 register("parity.packed_fail_fast_fan", PackedFailFastFan)
 register("parity.packed_crawl_fan", PackedCrawlFan)
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a") as handle:
+        handle.write(line)
+
+
+class LoggedCount(BaseAgentLoop):
+    """Counts to ``input`` in awaited steps of ``step_seconds`` (context); each step appends
+    ``iteration pid goal`` to the context's ``log``, so a test sees which ran, and where."""
+
+    max_iterations = 50
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"goal": input, "n": 0}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(float(self.context.get("step_seconds", 0.25)))
+        _append(self.context["log"], f"{iteration} {os.getpid()} {state['goal']}\n")
+        return {**state, "n": state["n"] + 1}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["n"] >= state["goal"])
+
+    def build_result(self, *, state: Any) -> Any:
+        return {"counted": state["n"]}
+
+
+class PackedCounts(BaseCompositeAgent):
+    """One :class:`LoggedCount` per goal of the input list, all in one pack."""
+
+    pack_size = 16
+    max_concurrency = None
+    branch_runnables = (LoggedCount,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=LoggedCount, input=goal, key=str(goal)) for goal in input]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [result.output for result in results]
+
+
+register("parity.packed_counts", PackedCounts)
