@@ -37,6 +37,7 @@ from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from agentloop.orchestration.store import LoopRecord, RunStore
 from agentloop.orchestration.store.human_channel import StoreHumanChannel
+from agentloop.orchestration.store.pack_writes import PackWrites
 from agentloop.orchestration.store.seams import (
     ProgressPublisher,
     StoreCancelSignal,
@@ -97,6 +98,7 @@ class WorkflowEngine:
         *,
         checkpoint: tuple[int, Any] | None = None,
         degradation: DegradationRecorder | None = None,
+        writes: PackWrites | None = None,
     ) -> RunScope:
         return RunScope(
             run_id=node.run_id,
@@ -109,7 +111,11 @@ class WorkflowEngine:
             cache=self.cache,
             cancel=StoreCancelSignal(self.store, node.run_id),
             checkpointer=StoreCheckpointer(
-                self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}
+                self.store,
+                node.run_id,
+                interval=self.checkpoint_interval,
+                loaded={node.path: checkpoint},
+                writes=writes,
             ),
         )
 
@@ -127,14 +133,19 @@ class WorkflowEngine:
     # ----- the node itself --------------------------------------------------------------------
 
     async def start(
-        self, node: WorkflowNode, input: Any, publisher: ProgressPublisher | None = None
+        self,
+        node: WorkflowNode,
+        input: Any,
+        publisher: ProgressPublisher | None = None,
+        writes: PackWrites | None = None,
     ) -> Outcome:
         """Run ``node`` here (a loop or action stage) or say how it expands.
 
-        The task's events go out through one ``publisher``, written when the task ends.
+        The task's events go out through one ``publisher``, written when the task ends; a
+        packed loop's checkpoints and result go with its pack's (``writes``).
         """
         if publisher is not None:
-            return await self._start(node, input, publisher)
+            return await self._start(node, input, publisher, writes)
         publisher = self.publisher(node)
         try:
             return await self._start(node, input, publisher)
@@ -153,9 +164,9 @@ class WorkflowEngine:
         """
         if not nodes:
             return []
-        publisher = self.publisher(nodes[0])
+        publisher, writes = self.publisher(nodes[0]), PackWrites(self.store, nodes[0].run_id)
         tasks = [
-            asyncio.ensure_future(self.start(node, value, publisher))
+            asyncio.ensure_future(self.start(node, value, publisher, writes))
             for node, value in zip(nodes, inputs, strict=True)
         ]
         try:
@@ -178,7 +189,9 @@ class WorkflowEngine:
                 await asyncio.gather(*unfinished, return_exceptions=True)
             publisher.flush(final=True)
 
-    async def _start(self, node: WorkflowNode, input: Any, publisher: ProgressPublisher) -> Outcome:
+    async def _start(
+        self, node: WorkflowNode, input: Any, publisher: ProgressPublisher, writes: PackWrites | None = None
+    ) -> Outcome:
         scope = self.scope(node)
         try:
             scope.check()
@@ -197,7 +210,7 @@ class WorkflowEngine:
             return Done(value=result)
         # Model failures the loop survives become events of this task (loops/run_outcome.py).
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
-        scope = self.scope(node, checkpoint=checkpoint, degradation=degradations)
+        scope = self.scope(node, checkpoint=checkpoint, degradation=degradations, writes=writes)
         meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
         try:
             with use_scope(scope), use_meter(meter):
@@ -209,6 +222,8 @@ class WorkflowEngine:
         # The result, the task's progress and its usage, written together; a twin's result stands.
         used, events = meter.take(), publisher.take()
         tokens = {"input_tokens": used.input_tokens, "output_tokens": used.output_tokens}
+        if writes is not None:
+            return Done(value=await writes.finish(node.path, result, events=events, **tokens))
         return Done(value=self.store.finish_loop(node.run_id, node.path, result, events=events, **tokens))
 
     async def _start_pipeline(
