@@ -22,6 +22,7 @@ from agentloop.actions import (
     ModelFailurePolicy,
 )
 from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.context import standard_context as _standard_context
 from agentloop.orchestration.registry import register
 from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, BranchResult, FailurePolicy
 
@@ -459,3 +460,57 @@ class PackedCounts(BaseCompositeAgent):
 
 
 register("parity.packed_counts", PackedCounts)
+
+
+# ----- packed model calls: the faults suite's packed scenarios (tests/faults/pack_scenarios.py) -----
+
+
+class TaggedModelCalls(BaseAgentLoop):
+    """``input["calls"]`` model calls, one per iteration, each asking ``[packed:<tag>:<iteration>]``
+    of the context's processor, so the model server can count the calls of each iteration."""
+
+    max_iterations = 50
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"tag": input["tag"], "calls": input["calls"], "n": 0}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        from agentloop.actions.model import ModelRequest
+
+        request = ModelRequest(instruction=f"[packed:{state['tag']}:{iteration}]")
+        response = await request.send(self.context.processor)
+        if response.error is not None:
+            raise RuntimeError(f"the model call failed: {response.error}")
+        return {**state, "n": state["n"] + 1}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["n"] >= state["calls"])
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["n"]
+
+
+class PackedModelCalls(BaseCompositeAgent):
+    """``input["width"]`` :class:`TaggedModelCalls` branches packed 8 to a task, all at once; the
+    result is how many calls each made, in order."""
+
+    pack_size = 8
+    max_concurrency = None
+    branch_runnables = (TaggedModelCalls,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [
+            Branch(
+                runnable=TaggedModelCalls,
+                input={"tag": f"{input['tag']}/{i}", "calls": input["calls"]},
+                key=str(i),
+            )
+            for i in range(input["width"])
+        ]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [result.output for result in results]
+
+
+register("parity.tagged_model_calls", TaggedModelCalls, context_factory=_standard_context)
+register("parity.packed_model_calls", PackedModelCalls)
