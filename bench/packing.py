@@ -86,13 +86,17 @@ class HostCpu:
             from sqlalchemy import create_engine
 
             self._pg = create_engine(r.database_url, pool_size=1).connect()
+        #: Which process a pid is: ``worker``, ``redis`` or ``postgres``.
+        self.kinds: dict[int, str] = {}
 
     def _pids(self) -> set[int]:
         pids: set[int] = set()
         for pid in self.rig.worker_pids:
             pids |= _tree(pid)
+        self.kinds.update(dict.fromkeys(pids, "worker"))
         if self.rig.redis_pid:
             pids.add(self.rig.redis_pid)
+            self.kinds[self.rig.redis_pid] = "redis"
         if self._pg is not None:
             from sqlalchemy import text
 
@@ -103,7 +107,9 @@ class HostCpu:
                 )
             )
             self._pg.commit()
-            pids.update(int(pid) for (pid,) in rows)
+            backends = {int(pid) for (pid,) in rows}
+            self.kinds.update(dict.fromkeys(backends, "postgres"))
+            pids |= backends
         return pids
 
     def sample(self) -> dict[int, float]:
@@ -114,6 +120,14 @@ class HostCpu:
     def used(before: dict[int, float], after: dict[int, float]) -> float:
         """CPU seconds between two samples (a process born between them counts from 0)."""
         return sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in after.items())
+
+    def split(self, before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+        """:meth:`used` per kind of process."""
+        parts: dict[str, float] = {}
+        for pid, cpu in after.items():
+            kind = self.kinds.get(pid, "other")
+            parts[kind] = parts.get(kind, 0.0) + max(0.0, cpu - before.get(pid, 0.0))
+        return parts
 
     def close(self) -> None:
         if self._pg is not None:
@@ -128,6 +142,8 @@ class Side:
     host: bool = True
     seconds: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    #: Per round, the CPU ms per run of each kind of process (worker, redis, postgres).
+    parts: list[dict[str, float]] = field(default_factory=list)
 
 
 def inline_once(runs: int) -> float:
@@ -153,8 +169,11 @@ def _measure(r: Rig, sides: list[Side], rounds: int, runs: int) -> None:
             for side in sides if index % 2 == 0 else list(reversed(sides)):
                 before, own = host.sample(), time.process_time()
                 side.seconds.append(side.once())
-                used = HostCpu.used(before, host.sample()) if side.host else time.process_time() - own
+                after = host.sample()
+                used = HostCpu.used(before, after) if side.host else time.process_time() - own
                 side.cpu.append(used * 1000 / runs)
+                parts = host.split(before, after).items()
+                side.parts.append({kind: cpu * 1000 / runs for kind, cpu in parts})
     finally:
         host.close()
 
@@ -185,7 +204,13 @@ def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
     bare = statistics.median(next(s for s in sides if s.name == "bare chord").seconds)
     for side in sides:
         seconds, cpu = statistics.median(side.seconds), statistics.median(side.cpu)
-        where = "" if side.host else "  (this process)"
+        where = "  (this process)"
+        if side.host:
+            split = {
+                kind: statistics.median(p.get(kind, 0.0) for p in side.parts)
+                for kind in ("worker", "redis", "postgres")
+            }
+            where = "  (" + ", ".join(f"{kind} {ms:.2f}" for kind, ms in split.items()) + ")"
         print(
             f"{side.name:<22}{seconds:>9.2f}{seconds / IDEAL:>8.2f}x"
             f"{seconds / bare:>7.2f}x{cpu:>12.2f}{where}"
@@ -205,7 +230,8 @@ async def _bare_openai(base_url: str, runs: int) -> float:
     """A bare asyncio script: one ``AsyncOpenAI`` client, ``runs`` x :data:`CALLS` calls in sequence each."""
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
+    # the worker's processor's settings: OPENAI_TIMEOUT_SECONDS' default 60 s (connect included), no retry
+    client = AsyncOpenAI(api_key="bench", base_url=base_url, timeout=60.0, max_retries=0)
 
     async def one() -> None:
         for _ in range(CALLS):
@@ -279,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=10_000, help="inputs of the batch (0: no batch)")
     parser.add_argument("--skip-unpacked", action="store_true", help="no one-task-per-branch side")
     parser.add_argument("--skip-openai", action="store_true")
+    parser.add_argument(
+        "--skip-latency", action="store_true", help="no step 1 (the OpenAI step packs --pack)"
+    )
+    parser.add_argument("--pack", type=int, default=100, help="the OpenAI step's pack size without step 1")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--bare-openai", metavar="BASE_URL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -290,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--packs: registered pack sizes are {PACK_SIZES}, not {sorted(unknown)}")
     try:
-        ok, best = latency_table(args)
+        ok, best = latency_table(args) if not args.skip_latency else (True, args.pack)
         if not args.skip_openai:
             print()
             ok = openai_table(args, best) and ok
