@@ -133,8 +133,8 @@ def run(args: argparse.Namespace) -> bool:
     if args.ideal:
         capacity = args.inputs * args.ideal / args.concurrency  # every thread busy waiting, no gap
         print(
-            f"  wall / one run's ideal ({args.ideal} s): {seconds / args.ideal:.1f}x; "
-            f"wall / the pool's capacity ({args.inputs} x {args.ideal} s / {args.concurrency} threads "
+            f"  wall / one run's ideal ({args.ideal:g} s): {seconds / args.ideal:.1f}x; "
+            f"wall / the pool's capacity ({args.inputs} x {args.ideal:g} s / {args.concurrency} threads "
             f"= {capacity:.1f} s): {seconds / capacity:.2f}x"
         )
     print(
