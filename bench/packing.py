@@ -186,7 +186,7 @@ def _load() -> str:
 def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
     """Step 1; returns whether the targets were met and the best pack size."""
     runs = args.runs
-    with rig(store=args.store, concurrency=args.concurrency, openai=False, env={}) as r:
+    with rig(store=args.store, concurrency=args.concurrency, openai=False, env={}, workers=args.workers) as r:
         sides = [
             Side(f"packed {k}", functools.partial(framework_once, r, runs, packed_fan(k))) for k in args.packs
         ]
@@ -197,8 +197,9 @@ def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
         _measure(r, sides, args.rounds, runs)
         rss = r.worker_rss_mib()
     print(
-        f"{runs} model-bound runs ({CALLS} x 200 ms, ideal {IDEAL:.1f} s) as one composite; worker "
-        f"--pool threads -c {args.concurrency}, {args.store} store; median of {args.rounds}; {_load()}"
+        f"{runs} model-bound runs ({CALLS} x 200 ms, ideal {IDEAL:.1f} s) as one composite; {args.workers} "
+        f"worker(s) --pool threads, {args.concurrency} threads in all, {args.store} store; "
+        f"median of {args.rounds}; {_load()}"
     )
     print(f"{'side':<22}{'seconds':>9}{'/ ideal':>9}{'/ bare':>8}{'CPU ms/run':>12}  (host: worker+redis+pg)")
     bare = statistics.median(next(s for s in sides if s.name == "bare chord").seconds)
@@ -261,7 +262,7 @@ def bare_openai_once(base_url: str, runs: int) -> float:
 def openai_table(args: argparse.Namespace, pack: int) -> bool:
     """Step 2: packed through ``OpenAIProcessor`` against a bare asyncio script on the same server."""
     runs = args.runs
-    with rig(store=args.store, concurrency=args.concurrency, openai=True, env={}) as r:
+    with rig(store=args.store, concurrency=args.concurrency, openai=True, env={}, workers=args.workers) as r:
         sides = [
             Side(f"packed {pack}", lambda: framework_once(r, runs, packed_fan(pack))),
             Side("bare AsyncOpenAI", lambda: bare_openai_once(r.model_url, runs), host=False),
@@ -300,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--packs", default=",".join(map(str, PACK_SIZES)), help="pack sizes, of " + str(PACK_SIZES)
     )
-    parser.add_argument("--concurrency", type=int, default=200, help="the worker's threads")
+    parser.add_argument("--concurrency", type=int, default=200, help="the workers' threads, in all")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes sharing those threads")
     parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
     parser.add_argument("--batch", type=int, default=10_000, help="inputs of the batch (0: no batch)")
     parser.add_argument("--skip-unpacked", action="store_true", help="no one-task-per-branch side")
