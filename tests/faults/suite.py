@@ -26,6 +26,7 @@ from .infra_scenarios import (
     worker_sigkill,
 )
 from .message_scenarios import duplicate_ids, model_outages, poison
+from .pack_scenarios import packed_pool_child_killed, packed_redis_restarted, packed_worker_sigkill
 from .poison import POISONS
 from .rig import FaultRig
 from .tally import ScenarioResult, print_table
@@ -51,6 +52,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="worker SIGKILLed", run=worker_sigkill),
     Scenario(name="Redis restarted", run=redis_restarted),
     Scenario(name="worker SIGKILLed between an answer's writes", run=answered_then_killed),
+    Scenario(name="packed: pool processes killed mid-pack", run=packed_pool_child_killed, quick=False),
+    Scenario(name="packed: worker SIGKILLed mid-pack", run=packed_worker_sigkill, quick=False),
+    Scenario(name="packed: Redis restarted under packs", run=packed_redis_restarted, quick=False),
 )
 
 
