@@ -129,6 +129,7 @@ class WorkflowEngine:
         checkpoint: tuple[int, Any] | None = None,
         degradation: DegradationRecorder | None = None,
         writes: PackWrites | None = None,
+        publisher: ProgressPublisher | None = None,
     ) -> RunScope:
         return RunScope(
             run_id=node.run_id,
@@ -147,6 +148,7 @@ class WorkflowEngine:
                 interval=self.checkpoint_interval,
                 loaded={node.path: checkpoint},
                 writes=writes,
+                before_save=None if publisher is None else publisher.flush,
             ),
         )
 
@@ -241,7 +243,9 @@ class WorkflowEngine:
             return Done(value=result)
         # Model failures the loop survives become events of this task (loops/run_outcome.py).
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
-        scope = self.scope(node, checkpoint=checkpoint, degradation=degradations, writes=writes)
+        scope = self.scope(
+            node, checkpoint=checkpoint, degradation=degradations, writes=writes, publisher=publisher
+        )
         meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
         began = time.perf_counter()
         try:

@@ -194,11 +194,15 @@ class StoreCheckpointer:
         interval: float = 0.0,
         loaded: dict[str, tuple[int, Any] | None] | None = None,
         writes: PackWrites | None = None,
+        before_save: Callable[[], None] | None = None,
     ) -> None:
         self.store, self.run_id, self.interval = store, run_id, interval
         self._saved_at: dict[str, float] = {}
         self._loaded = dict(loaded or {})
         self.writes = writes  # a pack's loops write their checkpoints together (pack_writes.py)
+        # the task's buffered events, written before a checkpoint: a process killed after it has
+        # stored every event up to that checkpoint, and a resumption emits those after it again
+        self.before_save = before_save
 
     def load(self, *, path: str) -> tuple[int, Any] | None:
         self._saved_at[path] = time.monotonic()
@@ -212,6 +216,8 @@ class StoreCheckpointer:
             return None
         if self.writes is not None:
             return self._save_with_the_pack(path, iteration, state, now)
+        if self.before_save is not None:
+            self.before_save()
         self.store.save_checkpoint(self.run_id, path, iteration, state)
         self._saved_at[path] = now
         return None

@@ -93,3 +93,23 @@ def test_a_celery_task_writes_its_events_less_often_than_it_shows_its_state_and_
     None
 ):
     assert 0.1 <= PROGRESS_INTERVAL < EVENTS_INTERVAL
+
+
+def test_a_checkpoint_writes_the_events_before_it_first() -> None:
+    """A process killed after a checkpoint has stored every event up to it (a worker SIGKILLed mid-loop
+    lost its run's ``start`` event, still buffered, while its checkpoint survived: seen as a run whose
+    first stored event was ``resume``). The engine hands the task's publisher to its checkpointer."""
+    store = CountingStore()
+    store.create_run(run_id="r", runnable="L", input=1)
+
+    async def loop_task() -> list[int]:
+        publisher = ProgressPublisher(store=store, run_id="r", interval=60)
+        checkpointer = seams.StoreCheckpointer(store, "r", before_save=publisher.flush)
+        publisher(progress(0))
+        publisher(progress(1))
+        checkpointer.save(path="", iteration=1, state={"n": 1})
+        return list(store.writes)
+
+    assert asyncio.run(loop_task()) == [2]
+    assert [event["iteration"] for _, event in store.events("r")] == [0, 1]
+    assert store.loop_record("r", "").checkpoint == (1, {"n": 1})
