@@ -55,6 +55,7 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── ScheduleError              [ValueError] a beat schedule entry that cannot be used
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
     ├── UnsendableMessageError     [ValueError] a message a run needs would be refused at the workers' edge
+    ├── DeliveryLimitError         [RuntimeError] a message came back unacknowledged past its delivery limit
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
@@ -160,6 +161,7 @@ from agentloop.orchestration.context import StandardContext, StandardContextFact
 from agentloop.orchestration.degraded import DegradedBody
 from agentloop.orchestration.errors import (
     ContextSpecError,
+    DeliveryLimitError,
     InvalidNodeError,
     LaunchRequestError,
     ModelRequestsBlockedError,
@@ -226,6 +228,7 @@ __all__ = [
     "DegradationSink",
     "DegradedBody",
     "DegradedResult",
+    "DeliveryLimitError",
     "FailurePolicy",
     "ForcedToolAction",
     "FunctionCall",

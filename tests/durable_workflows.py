@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import Any
 
@@ -129,6 +130,16 @@ class TypedSlowCount(SlowCount):
         return {"counted": state.n}
 
 
+class KillsItsProcess(SlowCount):
+    """Kills the process it runs in at its first iteration, on every delivery (a poison message no
+    check can see: a segfaulting library, an OOM): only a delivery limit stops it."""
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return state
+
+
+register("durable.kills_its_process", KillsItsProcess)
 register("durable.slow_count", SlowCount)
 register("durable.typed_slow_count", TypedSlowCount)
 register("durable.not_json_state", NotJsonState)
