@@ -74,6 +74,16 @@ SHORT = WorkerProfile(
         "AGENTLOOP_UNACKED_RESTORE_SECONDS": "1",
     },
 )
+#: :data:`SHORT` on RabbitMQ: the time limits are short on Redis only for its visibility timeout
+#: (RabbitMQ returns a dead worker's messages when its connection closes), and 8 s is too short on a
+#: loaded machine for a fresh pool process's first model call, which imports the OpenAI SDK's chat
+#: resources (3.3 s alone here) inside the task: a record-search run took over 8 s on the RabbitMQ
+#: rig, 3.7 s on the Redis one (the private node's Erlang VM shares the 2 cores).
+RABBITMQ_SHORT = {
+    "AGENTLOOP_TASK_SOFT_TIME_LIMIT": "30",
+    "AGENTLOOP_TASK_TIME_LIMIT": "35",
+    "AGENTLOOP_VISIBILITY_TIMEOUT": "40",
+}
 #: Room for store writes retried through a minute-long database outage (the default retry window),
 #: and for model calls that time out and are retried.
 LONG = WorkerProfile(
@@ -158,6 +168,13 @@ class FaultRig:
 
     def worker_env(self, profile: WorkerProfile, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {
+            **self._env(profile),
+            **(RABBITMQ_SHORT if profile == SHORT and self.broker.kind == "rabbitmq" else {}),
+            **(extra or {}),
+        }
+
+    def _env(self, profile: WorkerProfile) -> dict[str, str]:
+        return {
             "DATABASE_URL": self.proxy.url_of(self.database_url),
             "OPENAI_API_KEY": API_KEY,
             "OPENAI_BASE_URL": self.model.base_url,
@@ -165,7 +182,6 @@ class FaultRig:
             "OPENAI_MAX_RETRIES": str(MODEL_MAX_RETRIES),
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
             **profile.env,
-            **(extra or {}),
         }
 
     def start_worker(self, profile: WorkerProfile, *, extra_env: Mapping[str, str] | None = None) -> None:
