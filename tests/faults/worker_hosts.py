@@ -128,6 +128,7 @@ def one_of_three_killed(rig: FaultRig, size: Size) -> ScenarioResult:
         result.problems.extend(_foreign_failures(rig, survivors))
         result.name += f" ({twice} in-flight iterations ran again)"
     rig.purge_queue()
+    rig.start_worker(SHORT)  # the rig's own worker, for the scenarios after this one
     return result
 
 
