@@ -14,6 +14,7 @@ import signal
 import socket
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -71,6 +72,7 @@ def _send_batch(rig: FaultRig, inputs: int, log: Path) -> str:
         "context": {"log": str(log)},
         "chunk_size": 100,
         "poll_seconds": 1.0,
+        "key": f"{RUNNABLE}-{uuid.uuid4().hex[:8]}",  # not skipped while an earlier one is summed up
     }
     return str(rig.app.send_task(BATCH, kwargs=kwargs).get(timeout=120)["batch_id"])
 
@@ -170,6 +172,7 @@ def measure_throughput(rig: FaultRig, inputs: int, counts: tuple[int, ...] = (1,
             if not _wait(lambda b=batch_id: summarize(rig.store, b)["open"] == 0, 3600):
                 raise TimeoutError(f"the batch on {count} workers did not end within an hour")
             figures.append(Throughput(workers=count, inputs=inputs, seconds=time.monotonic() - began))
+            _wait(lambda b=batch_id: _finished(rig, b), 60)  # its summary, before the workers stop
         rig.purge_queue()
     return figures
 
