@@ -13,8 +13,8 @@ as a thread (``agentloop.orchestration.celery_adapter.embedded.embedded_worker``
 runs, but nothing outside that process can reach it.
 
 Environment variables Celery's settings come from (all optional; the store's,
-the model's and ``AGENTLOOP_CHECKPOINT_SECONDS`` are documented with the
-fields of ``agentloop.orchestration.settings.Settings``):
+the model's, ``AGENTLOOP_CHECKPOINT_SECONDS`` and ``AGENTLOOP_WIRE_VERSION_OVERRIDE``
+are documented with the fields of ``agentloop.orchestration.settings.Settings``):
 
 ``BROKER_URL``
     Broker URL, e.g. ``amqp://guest:guest@127.0.0.1:5672//`` or

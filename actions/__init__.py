@@ -38,6 +38,7 @@ from agentloop.actions.human import (
 )
 from agentloop.actions.model import AiResponse, FunctionCall, ModelProcessor, ModelRequest, Usage
 from agentloop.actions.prompt import embed_user_fields, embed_user_text
+from agentloop.actions.recording import InMemoryRecording, RecordedEntry, RecordingTap
 from agentloop.actions.registry import AgentActionRegistry
 from agentloop.actions.schema import tool_schema
 from agentloop.actions.step_events import (
@@ -70,6 +71,7 @@ __all__ = [
     "ForcedToolAction",
     "FunctionCall",
     "HumanChannel",
+    "InMemoryRecording",
     "InMemoryStepCache",
     "InMemoryUsageMeter",
     "InvalidAnswerError",
@@ -84,6 +86,8 @@ __all__ = [
     "Question",
     "QuestionExpiredError",
     "QuestionKind",
+    "RecordedEntry",
+    "RecordingTap",
     "RunCancelledError",
     "RunDeadlineExceededError",
     "RunStoppedError",

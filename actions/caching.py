@@ -49,6 +49,7 @@ from typing import Any, Protocol, runtime_checkable
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.degradation import watch_step
 from agentloop.actions.model import Usage
+from agentloop.actions.recording import record_entry
 from agentloop.actions.schema import json_output
 from agentloop.actions.step_events import report_step_event
 from agentloop.actions.usage import UsageMeter, current_meter, report_cache_use, use_meter
@@ -217,6 +218,7 @@ async def cached_run(action: Any, run: RunMethod, *, arguments: dict[str, Any], 
     entry = _entry(await _cache_call(name, lambda: cache.get(key)))
     if entry is not None:
         tokens = int(entry.get("tokens", 0))
+        await record_entry(CACHE_HIT, {"action": name, "key": key, "entry": canonical_json(entry)})
         await _report(name, CACHE_HIT, key, tokens_saved=tokens)
         value = entry["value"]
         return await maybe_await(action.cache_decode(value)) if entry.get("model") else value

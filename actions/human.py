@@ -36,6 +36,7 @@ import jsonschema
 
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.errors import InvalidAnswerError, NoOneToAskError
+from agentloop.actions.recording import HUMAN, record_entry
 
 
 class QuestionKind(StrEnum):
@@ -193,4 +194,6 @@ async def ask_human(question: Question) -> Any:
     if bound is None:
         raise NoOneToAskError(f"no one to ask {question.prompt!r}: give the runner on_question")
     channel, path = bound
-    return await channel.ask(question, path=path)
+    answer = await channel.ask(question, path=path)
+    await record_entry(HUMAN, {"key": question.key, "question": question.to_dict(), "answer": answer})
+    return answer

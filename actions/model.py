@@ -126,6 +126,31 @@ class ModelRequest:
     files: tuple[Any, ...] = ()
     is_auto_handle_function_call: bool = False
 
+    def to_dict(self) -> JsonObject:
+        """The request as JSON (what a recording keeps of it); values that are not JSON as text."""
+        return {
+            "instruction": self.instruction,
+            "tools": [_json(tool) for tool in self.tools],
+            "tool_choices": None if self.tool_choices is None else [_json(c) for c in self.tool_choices],
+            "history_messages": [_json(message) for message in self.history_messages],
+            "documents": [_json(document) for document in self.documents],
+            "files": [_json(file) for file in self.files],
+            "is_auto_handle_function_call": self.is_auto_handle_function_call,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelRequest:
+        choices = data.get("tool_choices")
+        return cls(
+            instruction=str(data.get("instruction", "")),
+            tools=tuple(data.get("tools") or ()),
+            tool_choices=None if choices is None else tuple(choices),
+            history_messages=tuple(data.get("history_messages") or ()),
+            documents=tuple(data.get("documents") or ()),
+            files=tuple(data.get("files") or ()),
+            is_auto_handle_function_call=bool(data.get("is_auto_handle_function_call", False)),
+        )
+
     @property
     def tool_names(self) -> list[str]:
         """The names of the offered tools, in order."""
@@ -162,6 +187,17 @@ class ModelRequest:
             files=self.files,
             is_auto_handle_function_call=self.is_auto_handle_function_call,
         )
+
+
+def _json(value: Any) -> Any:
+    """``value`` as JSON data (mappings and sequences copied, anything else that is not JSON as text)."""
+    if isinstance(value, Mapping):
+        return {str(key): _json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(item) for item in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
 
 
 @runtime_checkable

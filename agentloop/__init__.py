@@ -52,11 +52,13 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── StoreUnavailableError      [ConnectionError] the run store's database stayed away past the retries
     ├── RateLimitTimeoutError      [TimeoutError] a model call waited too long for a rate-limit slot
     ├── SettingsError              [ValueError] a malformed setting; the message names the variable
+    ├── EvaluationInputError       [ValueError] a dataset line or a scorer ``agentloop eval`` cannot use
     ├── ScheduleError              [ValueError] a beat schedule entry that cannot be used
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
     ├── UnsendableMessageError     [ValueError] a message a run needs would be refused at the workers' edge
     ├── DeliveryLimitError         [RuntimeError] a message came back unacknowledged past its delivery limit
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
+    ├── NetworkBlockedError        [ConnectionRefusedError] a connection off this machine during a replay
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
@@ -89,6 +91,7 @@ from agentloop.actions import (
     ForcedToolAction,
     FunctionCall,
     HumanChannel,
+    InMemoryRecording,
     InMemoryStepCache,
     InMemoryUsageMeter,
     InvalidAnswerError,
@@ -103,6 +106,8 @@ from agentloop.actions import (
     Question,
     QuestionExpiredError,
     QuestionKind,
+    RecordedEntry,
+    RecordingTap,
     RunCancelledError,
     RunDeadlineExceededError,
     RunStoppedError,
@@ -162,9 +167,11 @@ from agentloop.orchestration.degraded import DegradedBody
 from agentloop.orchestration.errors import (
     ContextSpecError,
     DeliveryLimitError,
+    EvaluationInputError,
     InvalidNodeError,
     LaunchRequestError,
     ModelRequestsBlockedError,
+    NetworkBlockedError,
     RateLimitTimeoutError,
     RunAlreadyEndedError,
     RunExistsError,
@@ -180,8 +187,10 @@ from agentloop.orchestration.errors import (
     WorkerStartError,
     WorkflowFailedError,
 )
+from agentloop.orchestration.evals.scores import EvalScore
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
+from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
 from agentloop.orchestration.wire import DegradedResult
 from agentloop.pipelines import (
     BaseActionStage,
@@ -229,10 +238,13 @@ __all__ = [
     "DegradedBody",
     "DegradedResult",
     "DeliveryLimitError",
+    "EvalScore",
+    "EvaluationInputError",
     "FailurePolicy",
     "ForcedToolAction",
     "FunctionCall",
     "HumanChannel",
+    "InMemoryRecording",
     "InMemoryStepCache",
     "InMemoryToolStore",
     "InMemoryUsageMeter",
@@ -247,6 +259,7 @@ __all__ = [
     "ModelRequest",
     "ModelRequestsBlockedError",
     "ModelUnavailableError",
+    "NetworkBlockedError",
     "NoOneToAskError",
     "OfflineModel",
     "OpenAIProcessor",
@@ -259,7 +272,10 @@ __all__ = [
     "QuestionExpiredError",
     "QuestionKind",
     "RateLimitTimeoutError",
+    "RecordedEntry",
+    "RecordingTap",
     "RedisStepCache",
+    "ReplayReport",
     "RunAlreadyEndedError",
     "RunCancelledError",
     "RunDeadlineExceededError",
@@ -269,6 +285,7 @@ __all__ = [
     "RunNotFoundError",
     "RunOutcome",
     "RunOwnershipError",
+    "RunRecording",
     "RunScope",
     "RunStoppedError",
     "Runnable",
@@ -310,6 +327,7 @@ __all__ = [
     "new_run_id",
     "processor_from_env",
     "register",
+    "replay",
     "report_model_failure",
     "report_step_event",
     "report_usage",

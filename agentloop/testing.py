@@ -6,7 +6,9 @@ A user's test suite imports from here and opts in to the pytest plugin in its ``
     pytest_plugins = ["agentloop.testing"]
 
 The plugin gives the fixtures ``offline_model``, ``scripted_model``, ``function_model``,
-``progress_recorder`` and ``agentloop_contract``, and blocks real model requests while tests run
+``progress_recorder``, ``agentloop_contract`` and ``replay_recording`` (an exported recording
+as a regression test, :func:`~agentloop.orchestration.testing.replays.assert_replays`), and
+blocks real model requests while tests run
 (:mod:`agentloop.orchestration.testing.plugin` says how to allow them). Nothing is loaded into a
 pytest session that does not ask for it. ``OpenAICompatibleServer`` and
 ``AnthropicCompatibleServer`` are local servers that speak the two providers' protocols, for tests
@@ -37,6 +39,7 @@ from agentloop.orchestration.testing.doubles import (
     tool_call,
 )
 from agentloop.orchestration.testing.recorder import ProgressRecorder
+from agentloop.orchestration.testing.replays import ReplayMismatch, assert_replays
 from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
@@ -61,9 +64,11 @@ __all__ = [
     "OpenAICompatibleServer",
     "ProgressRecorder",
     "RecordedRequest",
+    "ReplayMismatch",
     "ScriptedModel",
     "assert_event_contract",
     "assert_json_value",
+    "assert_replays",
     "assert_runnable_shape",
     "check_action",
     "check_loop",

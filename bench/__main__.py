@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bench import BenchOptions, celery_overhead, engine_overhead
+from bench import BenchOptions, celery_overhead, engine_overhead, store_volume
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -25,7 +25,7 @@ class Benchmark:
 
 BENCHMARKS: dict[str, Benchmark] = {
     module.NAME: Benchmark(name=module.NAME, summary=module.SUMMARY, cli=module.cli)
-    for module in (engine_overhead, celery_overhead)
+    for module in (engine_overhead, celery_overhead, store_volume)
 }
 
 

@@ -32,6 +32,7 @@ from agentloop.actions.degradation import report_model_failure
 from agentloop.actions.errors import UnknownActionError
 from agentloop.actions.model import AiResponse, FunctionCall, Usage
 from agentloop.actions.prompt import embed_user_text
+from agentloop.actions.recording import TOOL, record_entry
 from agentloop.actions.usage import check_budget, report_usage
 from agentloop.loops.base import BaseAgentLoop
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
@@ -146,6 +147,7 @@ class AiDrivenAgentLoop(BaseAgentLoop):
         answer, finished = state["answer"], False
         for call in calls:
             content, finish = await self._handle_call(call=call)
+            await record_entry(TOOL, {"name": call.name, "arguments": call.arguments, "result": content})
             messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
             if finish is not None and not finished:
                 answer, finished = finish, True

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.errors import RunStoppedError, StateNotSerializableError
+from agentloop.actions.recording import recording_iteration
 from agentloop.actions.registry import AgentActionRegistry
 from agentloop.actions.schema import validation_problems
 from agentloop.actions.tracing import iteration_span, traced
@@ -217,7 +218,8 @@ class BaseAgentLoop(RunnableBase, ABC):
                         message="compressed the working context",
                     )
                 span = iteration_span(self.name, scope.path, iteration)
-                advanced = await traced(*span, self.advance_state, state=state, iteration=iteration)
+                with recording_iteration(iteration):  # a recorded run places its entries by iteration
+                    advanced = await traced(*span, self.advance_state, state=state, iteration=iteration)
                 state = self._typed(advanced, made_by="advance_state")
                 iteration += 1
                 if scope.checkpointer is not None:

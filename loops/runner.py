@@ -25,6 +25,7 @@ from typing import Any, Self
 
 from agentloop.actions.caching import InMemoryStepCache, StepCache
 from agentloop.actions.human import CallbackChannel, QuestionCallback
+from agentloop.actions.recording import RecordingTap
 from agentloop.actions.usage import CacheUsage, InMemoryUsageMeter, UsageMeter, use_meter
 from agentloop.loops.contract import ProgressCallback, Runnable
 from agentloop.loops.run_outcome import BoundRecorder, DegradationRecorder, RunOutcome, degraded_event
@@ -63,6 +64,7 @@ class InlineAgentRunner:
         token_budget: int | None = None,
         on_question: QuestionCallback | None = None,
         cache: StepCache | None = None,
+        recording: RecordingTap | None = None,
     ) -> Any:
         """Run once and return the result (also when the run ended ``degraded``).
 
@@ -73,7 +75,8 @@ class InlineAgentRunner:
         with :class:`~actions.TokenBudgetExceededError`. A step's question
         (:func:`~agentloop.actions.human.ask_human`) goes to ``on_question``, which returns the answer
         or an awaitable of it; the step waits for it. Cached steps use ``cache`` (default: the
-        runner's).
+        runner's). With ``recording`` (an :class:`~agentloop.actions.recording.InMemoryRecording`,
+        say) the run is recorded: its model turns, tool results, answers and cache hits.
         """
         outcome = await self.request_outcome(
             input=input,
@@ -87,6 +90,7 @@ class InlineAgentRunner:
             token_budget=token_budget,
             on_question=on_question,
             cache=cache,
+            recording=recording,
         )
         return outcome.result
 
@@ -104,6 +108,7 @@ class InlineAgentRunner:
         token_budget: int | None = None,
         on_question: QuestionCallback | None = None,
         cache: StepCache | None = None,
+        recording: RecordingTap | None = None,
     ) -> RunOutcome:
         """The same as :meth:`request`, returning the result with how the run ended:
         ``outcome.status`` is ``"succeeded"`` or ``"degraded"``, ``outcome.failures`` the model
@@ -125,6 +130,7 @@ class InlineAgentRunner:
             events=None if on_progress is None else recorder,  # nobody listens: no step events built
             human=None if on_question is None else CallbackChannel(on_question),
             cache=self.cache if cache is None else cache,
+            recording=recording,
         )
         instance = self.runnable.create(context=self.context)
         limit = "" if seconds is None else f" of {seconds:g}s"

@@ -32,6 +32,7 @@ from agentloop.actions.errors import (
     RunStoppedError,
 )
 from agentloop.actions.human import HumanChannel, use_human_channel
+from agentloop.actions.recording import RecordingTap, use_recording
 from agentloop.actions.step_events import StepEventSink, use_step_events
 from agentloop.actions.tracing import Tracer, use_tracer
 
@@ -96,6 +97,8 @@ class RunScope:
     events: StepEventSink | None = None
     #: Where the run's cached steps keep and find their results (``actions/caching.py``).
     cache: StepCache | None = None
+    #: Where the run's recording goes, or a replay's recorded replies come from (``actions/recording.py``).
+    recording: RecordingTap | None = None
 
     def child(self, segment: str) -> RunScope:
         """The scope of a nested runnable, e.g. ``pipeline/1`` or ``branch/a``."""
@@ -189,6 +192,7 @@ def use_scope(scope: RunScope) -> Iterator[RunScope]:
             use_tracer(scope.tracer),
             use_step_events(scope.events, path=scope.path),
             use_step_cache(scope.cache),
+            use_recording(scope.recording, path=scope.path),
         ):
             yield scope
     finally:

@@ -282,6 +282,7 @@ class CeleryAgentRunner:
         token_budget: int | None = None,
         deadline: timedelta | float | None = None,
         principal: str | None = None,
+        record: bool = False,
     ) -> RunHandle:
         """Launch a run and return its handle at once; ``on_progress`` then receives the
         run's events while :meth:`RunHandle.wait` waits for the result.
@@ -290,6 +291,8 @@ class CeleryAgentRunner:
         worker starts it: every task of the run sees it, and the run ends with
         :class:`~actions.RunDeadlineExceededError`, recorded ``deadline_exceeded``.
         ``principal`` records who started it, for ``agentloop serve``'s ownership rule.
+        ``record`` records the run (its model turns, tool results, answers and cache hits, in
+        the run store) for ``agentloop replay`` and ``agentloop runs export``.
         """
         return await asyncio.to_thread(
             self.request_sync,
@@ -299,6 +302,7 @@ class CeleryAgentRunner:
             token_budget=token_budget,
             deadline=deadline,
             principal=principal,
+            record=record,
         )
 
     def request_sync(
@@ -310,6 +314,7 @@ class CeleryAgentRunner:
         token_budget: int | None = None,
         deadline: timedelta | float | None = None,
         principal: str | None = None,
+        record: bool = False,
     ) -> RunHandle:
         """The same as :meth:`request`, for code that has no event loop running."""
         request = LaunchRequest.parse(
@@ -320,6 +325,7 @@ class CeleryAgentRunner:
             token_budget=token_budget,
             deadline_seconds=deadline.total_seconds() if isinstance(deadline, timedelta) else deadline,
             principal=principal,
+            record=record,
         )
         assert request.run_id is not None
         mark_launch_sent(self.app, request.run_id)

@@ -18,23 +18,29 @@ become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.caching import StepCache
 from agentloop.actions.errors import RunStoppedError
+from agentloop.actions.human import RunPaused
+from agentloop.actions.recording import RUN, RecordedEntry, Recorder
 from agentloop.actions.tracing import Tracer
 from agentloop.actions.usage import use_meter
 from agentloop.loops.progress import ProgressStatus
 from agentloop.loops.run_outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
 from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
 from agentloop.orchestration.errors import InvalidNodeError, StoreUnavailableError
-from agentloop.orchestration.redaction import context_secrets, scrub_error
+from agentloop.orchestration.metrics import record as metrics
+from agentloop.orchestration.redaction import context_secrets, scrub_error, scrub_values
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from agentloop.orchestration.store import LoopRecord, RunStore
 from agentloop.orchestration.store.human_channel import StoreHumanChannel
+from agentloop.orchestration.store.recordings import recording_store_for
 from agentloop.orchestration.store.seams import (
     ProgressPublisher,
     StoreCancelSignal,
@@ -69,6 +75,7 @@ class WorkflowEngine:
         cache: StepCache | None = None,
         events_interval: float | None = None,
         secrets: Callable[[], Sequence[str]] | None = None,
+        key_texts: Sequence[str] = (),
     ) -> None:
         self.registry, self.store, self.waits, self.tracer = registry, store, waits, tracer
         self.secrets = secrets or tuple  # the texts of the task's hidden arguments, read on a failure
@@ -77,6 +84,30 @@ class WorkflowEngine:
         # how long a task's events wait to be written together (default: ``progress_interval``)
         self.events_interval = progress_interval if events_interval is None else events_interval
         self.checkpoint_interval = checkpoint_interval
+        self.key_texts = tuple(key_texts)  # the model keys: a recording never keeps them
+
+    def recorder(self, node: WorkflowNode) -> Recorder | None:
+        """Where a recorded node's entries go: the run store's recordings, under the root run, each
+        written as its step gets it, with the model keys taken out (``None``: not recorded)."""
+        recordings = recording_store_for(self.store) if node.record else None
+        if recordings is None:
+            return None
+        keys = self.key_texts
+
+        def write(entry: RecordedEntry) -> None:
+            data = scrub_values(entry.to_dict()["data"], keys)
+            recordings.add(node.run_id, [replace(entry, data=data)])
+
+        return Recorder(write)
+
+    def record_start(self, node: WorkflowNode) -> None:
+        """Keep a recorded run's context spec with its recording (what a replay builds its context
+        from); nothing for a run that is not recorded."""
+        recordings = recording_store_for(self.store) if node.record else None
+        if recordings is not None:
+            spec = scrub_values(dict(node.context), self.key_texts)
+            entry = RecordedEntry(path=node.path, iteration=0, kind=RUN, seq=0, data={"context": spec})
+            recordings.add(node.run_id, [entry])
 
     def publisher(self, node: WorkflowNode) -> ProgressPublisher:
         return ProgressPublisher(
@@ -105,6 +136,7 @@ class WorkflowEngine:
             human=None if self.waits is None else StoreHumanChannel(self.waits, node.run_id),
             tracer=self.tracer,
             cache=self.cache,
+            recording=self.recorder(node),
             cancel=StoreCancelSignal(self.store, node.run_id),
             checkpointer=StoreCheckpointer(
                 self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}
@@ -160,13 +192,19 @@ class WorkflowEngine:
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
         scope = self.scope(node, checkpoint=checkpoint, degradation=degradations)
         meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
+        began = time.perf_counter()
         try:
             with use_scope(scope), use_meter(meter):
                 result = await within_deadline(scope, instance.run(input=input, on_progress=publisher))
+        except RunPaused:  # waits on a person's answer; its task ends here (celery_adapter/pause.py)
+            metrics.step_ended(node.runnable, "paused", time.perf_counter() - began)
+            raise
         except Exception as error:
+            metrics.step_ended(node.runnable, "failed", time.perf_counter() - began)
             publisher.flush(final=True)
             meter.flush(after_failure=True)
             return await self.fail(node, error)
+        metrics.step_ended(node.runnable, "completed", time.perf_counter() - began)
         # The result, the task's progress and its usage, written together; a twin's result stands.
         used, events = meter.take(), publisher.take()
         tokens = {"input_tokens": used.input_tokens, "output_tokens": used.output_tokens}

@@ -20,9 +20,11 @@ __all__ = [
     "ContextSpecError",
     "DeliveryLimitError",
     "DenialReason",
+    "EvaluationInputError",
     "InvalidNodeError",
     "LaunchRequestError",
     "ModelRequestsBlockedError",
+    "NetworkBlockedError",
     "RateLimitTimeoutError",
     "RunAlreadyEndedError",
     "RunExistsError",
@@ -180,11 +182,20 @@ class ModelRequestsBlockedError(AgentLoopError, RuntimeError):
     """A processor was about to send a request to a real model server while requests are blocked."""
 
 
+class NetworkBlockedError(AgentLoopError, ConnectionRefusedError):
+    """A connection off this machine, tried while a replay blocks the network (``replay.py``)."""
+
+
 # --------------------------------------------------------------------------- settings
 
 
 class SettingsError(AgentLoopError, ValueError):
     """A malformed setting; the message names the environment variable and the value."""
+
+
+class EvaluationInputError(AgentLoopError, ValueError):
+    """A dataset line, a scorer or a kept evaluation that ``agentloop eval`` cannot use; the message
+    names the line, the scorer or the file."""
 
 
 class ScheduleError(AgentLoopError, ValueError):

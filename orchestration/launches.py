@@ -65,7 +65,9 @@ __all__ = [
 
 
 #: The keyword arguments ``agentloop.launch`` takes (``LaunchRequest.parse``'s).
-LAUNCH_ARGUMENTS = ("runnable", "input", "context", "run_id", "token_budget", "deadline_seconds", "principal")
+LAUNCH_ARGUMENTS = (
+    "runnable", "input", "context", "run_id", "token_budget", "deadline_seconds", "principal", "record",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -50,6 +50,7 @@ __all__ = [
     "redact_url",
     "scrub",
     "scrub_error",
+    "scrub_values",
 ]
 
 #: Tasks whose name starts with this are private: their arguments and results are hidden.
@@ -386,3 +387,21 @@ def scrub_error(error: BaseException, secrets: Sequence[str]) -> BaseException:
             current.args = (scrub(text, secrets),)
         current = current.__cause__ or current.__context__
     return error
+
+
+def scrub_values(value: Any, secrets: Sequence[str]) -> Any:
+    """JSON ``value`` with ``secrets`` taken out of every string in it (keys included), unbounded:
+    what a recording keeps (``orchestration/store/recordings.py``) is the run's own content, never
+    a key it was sent with."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret and secret in value:
+                value = value.replace(secret, HIDDEN)
+        return value
+    if isinstance(value, Mapping):
+        return {scrub_values(str(key), secrets): scrub_values(item, secrets) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_values(item, secrets) for item in value]
+    return value

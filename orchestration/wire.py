@@ -5,7 +5,8 @@ Task names are public and stable. Other services, importing only Celery::
     result = send_task("agentloop.launch", kwargs={"runnable": NAME, "input": JSON,
                        "context": JSON (optional), "run_id": str (optional),
                        "token_budget": int (optional),
-                       "deadline_seconds": number (optional)})
+                       "deadline_seconds": number (optional),
+                       "record": bool (optional)})
     send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": 0}).get()
     send_task("agentloop.cancel", kwargs={"run_id": result.id})
     result.get()   # its result; a degraded run's {"__agentloop_degraded__": DegradedBody}
@@ -69,6 +70,8 @@ BATCH_CHUNK = "agentloop.batch_chunk"
 BATCH_SUMMARY = "agentloop.batch_summary"
 #: The health check: it answers ``"pong"`` as soon as a worker takes it.
 PING = "agentloop.ping"
+#: Delete the ended runs older than the retention (``AGENTLOOP_RUN_RETENTION``; beat runs it hourly).
+PRUNE_RUNS = "agentloop.prune_runs"
 #: Every task name of the contract.
 TASK_NAMES: tuple[str, ...] = (
     LAUNCH,
@@ -82,7 +85,29 @@ TASK_NAMES: tuple[str, ...] = (
     PROGRESS,
     CANCEL,
 )
-TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING)
+TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS)
+
+#: The version of the wire contract this code speaks: what its messages mean (the task names, their
+#: kwargs, the :class:`WorkflowNode` and its results). Raised when a message changes in a way an
+#: older worker would misread; a worker runs every message of its version or below, and hands a
+#: newer one on to a newer worker (``celery_adapter/wire_versions.py``, ``docs/deployment.md``).
+WIRE_VERSION = 1
+#: The message header that carries the wire version of an ``agentloop.*`` message. A message
+#: without it is version 1 (what every producer sent before the header existed, and what a
+#: client sending with Celery alone sends): it is always accepted.
+WIRE_HEADER = "agentloop_wire"
+#: The header counting how many times older workers handed the message back to its queue.
+DEFERRALS_HEADER = "agentloop_wire_deferrals"
+
+
+def wire_version_of(headers: Mapping[str, Any]) -> int | None:
+    """The wire version a message's ``headers`` say (1 without the header); ``None`` when the
+    header is there but not a positive integer."""
+    version = headers.get(WIRE_HEADER, 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        return None
+    return version
+
 
 FAILURE_KEY = "__agentloop_failure__"
 
@@ -156,6 +181,8 @@ class LaunchRequest:
     deadline_seconds: float | None = None
     #: Who started it over HTTP (``agentloop serve``): only its tokens and ``admin`` ones reach it.
     principal: str | None = None
+    #: Record the run (its model turns, tool results, answers, cache hits) for ``agentloop replay``.
+    record: bool = False
 
     @classmethod
     def parse(
@@ -168,6 +195,7 @@ class LaunchRequest:
         token_budget: Any = None,
         deadline_seconds: Any = None,
         principal: Any = None,
+        record: Any = None,
     ) -> LaunchRequest:
         """The request, or :class:`LaunchRequestError` saying which field is wrong.
 
@@ -196,6 +224,8 @@ class LaunchRequest:
             raise LaunchRequestError(f"deadline_seconds must be a positive number, got {deadline_seconds!r}")
         if principal is not None:
             check_name(principal, "principal")
+        if record is not None and not isinstance(record, bool):
+            raise LaunchRequestError(f"record must be true or false, got {record!r}")
         return cls(
             runnable=str(runnable),
             input=input,
@@ -204,6 +234,7 @@ class LaunchRequest:
             token_budget=token_budget,
             deadline_seconds=None if deadline_seconds is None else float(deadline_seconds),
             principal=principal,
+            record=bool(record),
         )
 
     def to_kwargs(self) -> dict[str, Any]:
@@ -211,7 +242,8 @@ class LaunchRequest:
         kwargs: dict[str, Any] = {"runnable": self.runnable, "input": self.input}
         kwargs["context"] = dict(self.context)
         optional = ("run_id", "token_budget", "deadline_seconds", "principal")
-        return kwargs | {name: getattr(self, name) for name in optional if getattr(self, name) is not None}
+        kwargs |= {name: getattr(self, name) for name in optional if getattr(self, name) is not None}
+        return kwargs | ({"record": True} if self.record else {})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -268,6 +300,8 @@ class WorkflowNode:
     owner_token: str | None = field(default=None, repr=False)
     #: No task ran this node before, so its start reads no store (``celery_adapter/deliveries.py``).
     fresh: bool = False
+    #: The run is recorded: the task records what its steps get (``actions/recording.py``).
+    record: bool = False
 
     def child(self, *, runnable: str, segment: str, parent: Ancestor) -> WorkflowNode:
         path = f"{self.path}/{segment}" if self.path else segment
@@ -292,6 +326,8 @@ class WorkflowNode:
             data["owner_token"] = self.owner_token
         if self.fresh:
             data["fresh"] = True
+        if self.record:
+            data["record"] = True
         return data
 
     @classmethod
@@ -313,6 +349,7 @@ class WorkflowNode:
                     data.get("owner_token"), (str, type(None)), "owner token must be a string"
                 ),
                 fresh=_typed(data.get("fresh", False), bool, "'fresh' must be true or false"),
+                record=_typed(data.get("record", False), bool, "'record' must be true or false"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InvalidNodeError(f"a malformed workflow node: {type(error).__name__}: {error}") from None

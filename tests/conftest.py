@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from celery.backends import cache as celery_cache
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.embedded import embedded_worker
@@ -31,14 +30,6 @@ pytest_plugins = ["pytester", "ci_policy", "agentloop.testing"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
-
-#: Celery's in-memory result backend (``cache+memory://``, the embedded defaults) keeps the results of
-#: every app in the process in ONE least-recently-used map of 5,000 entries
-#: (``celery/backends/cache.py``, ``_DUMMY_CLIENT_CACHE``). The suite runs many more tasks than that in
-#: one process, and a branch's result evicted before its chord is unlocked leaves the run waiting for
-#: good: runs of the session's in-process worker (``memory_celery``) stalled at random, "still running
-#: after 30/60 s" while the runs around them passed. The tests' process gets room for all of them.
-celery_cache._DUMMY_CLIENT_CACHE.limit = 1_000_000
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -18,6 +18,7 @@ from agentloop.orchestration.settings import (
     schedule_entries,
 )
 from agentloop.orchestration.settings.http import HttpSettings
+from agentloop.orchestration.settings.metrics import MetricsSettings
 from agentloop.orchestration.settings.provider import ProviderSettings
 from agentloop.orchestration.settings.store import StoreSettings
 from agentloop.orchestration.settings.tracing import TracingSettings
@@ -45,8 +46,13 @@ EVERY_VARIABLE = {
     "AGENTLOOP_DELIVERY_LIMIT": "5",
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
     "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
+    "AGENTLOOP_RUN_RETENTION": "30d",
+    "AGENTLOOP_WIRE_VERSION_OVERRIDE": "2",
+    "AGENTLOOP_RECORD_RUNS": "true",
     "AGENTLOOP_TRACING_EXPORTER": "console",
     "AGENTLOOP_TRACING_CAPTURE_PROMPTS": "true",
+    "AGENTLOOP_METRICS_PORT": "9464",
+    "AGENTLOOP_METRICS_HOST": "0.0.0.0",
     "OPENAI_API_KEY": "sk-supersecretkey123",
     "OPENAI_BASE_URL": "https://gateway:gatewaypw@llm.internal/v1",
     "OPENAI_MODEL": "gpt-4.1",
@@ -113,6 +119,10 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.delivery_limit == 5
     assert settings.checkpoint_seconds == 0.0
     assert settings.store.retry_seconds == 7.5
+    assert settings.store.retention_seconds == 30 * 86400
+    assert (settings.wire_version_override, settings.wire_version) == (2, 2)
+    assert settings.record_runs is True
+    assert (settings.metrics.port, settings.metrics.host) == (9464, "0.0.0.0")
     model = settings.model
     assert model.openai_api_key == SecretStr("sk-supersecretkey123")
     assert model.openai_base_url == "https://gateway:gatewaypw@llm.internal/v1"
@@ -130,7 +140,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     http = settings.http
     assert [(g.token.get_secret_value(), sorted(g.scopes)) for g in http.tokens] == [
         ("token-for-the-operators", ["cancel", "read"]),
-        ("token-for-the-shop-service", ["admin", "cancel", "read", "start"]),
+        ("token-for-the-shop-service", ["admin", "cancel", "metrics", "read", "start"]),
     ]
     assert (http.anonymous_scopes, http.cors_origins) == (
         {"read"},
@@ -334,9 +344,10 @@ def test_settings_built_directly_read_nothing_from_the_environment(monkeypatch: 
 
 
 def test_every_variable_is_documented_with_its_field() -> None:
-    for group in (Settings, ModelSettings, ProviderSettings, HttpSettings, StoreSettings, TracingSettings):
+    groups = (Settings, ModelSettings, ProviderSettings, HttpSettings, StoreSettings, TracingSettings)
+    for group in (*groups, MetricsSettings):
         for name, field in group.model_fields.items():
-            if name not in ("model", "http", "store", "provider", "tracing"):
+            if name not in ("model", "http", "store", "provider", "tracing", "metrics"):
                 assert field.description and f"``{group.env_name(name)}``" in field.description, name
 
 

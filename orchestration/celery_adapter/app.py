@@ -21,6 +21,8 @@ from celery import Celery
 from agentloop.orchestration.celery_adapter.config import celery_config, project_broker
 from agentloop.orchestration.celery_adapter.dependencies import AppDependencies
 from agentloop.orchestration.celery_adapter.edge_consumer import install_edge
+from agentloop.orchestration.celery_adapter.memory_results import use_memory_results
+from agentloop.orchestration.celery_adapter.metrics import install_worker_metrics
 from agentloop.orchestration.celery_adapter.patches import install_worker_patches
 from agentloop.orchestration.celery_adapter.progress_events import ProgressEvents
 from agentloop.orchestration.celery_adapter.tasks import install_tasks
@@ -70,11 +72,13 @@ def create_app(
         app.conf.update(dict(overrides))
         if config is None and _moves_broker(overrides):  # e.g. a test's broker: its queues, not the settings'
             project_broker(app.conf, settings.delivery_limit)
+    use_memory_results(app)  # cache+memory:// keeps results for their expiry, not 5,000 of them
     app.agentloop_dependencies = AppDependencies(settings=settings, registry=registry, store=store)
     app.agentloop_progress_events = ProgressEvents(app)  # built here: no two threads race to make it
     install_tasks(app)  # privacy first: before anything builds the app's AMQP
     install_worker_patches(app)
     install_edge(app, store=store)  # workers refuse poison messages before Celery touches them
+    install_worker_metrics(app)  # a worker serves its metrics with AGENTLOOP_METRICS_PORT (off by default)
     if settings.tracing.enabled:  # one trace per run (the otel extra), off by default
         from agentloop.orchestration.tracing.otel import install_tracing
 

@@ -71,7 +71,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "imports": settings.imports,
         # Batches run by ``celery -A agentloop beat`` (exactly one beat per deployment), and
         # the framework's own sweep of answered questions whose run was never sent on.
-        "beat_schedule": {**framework_entries(), **schedule_from_json(settings.beat_schedule_json)},
+        "beat_schedule": {**framework_entries(settings), **schedule_from_json(settings.beat_schedule_json)},
     }
 
 

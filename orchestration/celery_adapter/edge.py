@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agentloop.orchestration.wire import LAUNCH
+from agentloop.orchestration.wire import DEFERRALS_HEADER, LAUNCH, WIRE_HEADER, wire_version_of
 
 __all__ = [
     "DELIVERY_COUNT_HEADER",
@@ -129,6 +129,11 @@ def _header_problem(headers: Mapping[str, Any]) -> str | None:
         return "the 'retries' header is not an integer"
     if not isinstance(headers.get("ignore_result"), bool | None):
         return "the 'ignore_result' header is not a boolean"
+    if wire_version_of(headers) is None:
+        return f"the {WIRE_HEADER!r} header (its wire version) is not a positive integer"
+    deferrals = headers.get(DEFERRALS_HEADER, 0)
+    if isinstance(deferrals, bool) or not isinstance(deferrals, int) or deferrals < 0:
+        return f"the {DEFERRALS_HEADER!r} header is not a non-negative integer"
     if nests_deeper_than(dict(headers), MAX_DEPTH):
         return f"the headers are nested deeper than {MAX_DEPTH} levels"
     return None

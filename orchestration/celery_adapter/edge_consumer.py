@@ -17,6 +17,9 @@ never requeued into the next worker, and its sender learns at once:
 * an ``agentloop.launch`` is recorded as a ``failed`` run with the reason, under
   its ``run_id`` (its task id by default), unless a run with that id exists.
 
+A message written for a newer wire version than the worker's is not refused:
+it goes back to its queue for a newer worker (``wire_versions.py``).
+
 A refused message of another task records nothing on a run: its headers could
 name any run, and only a run's own tasks may end it (``store/protocol.py``).
 
@@ -55,6 +58,7 @@ from agentloop.orchestration.celery_adapter.edge import (
     rejection_of,
 )
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASKS, end_run_of_message
+from agentloop.orchestration.celery_adapter.wire_versions import WireGate, too_new
 from agentloop.orchestration.errors import DeliveryLimitError, RunExistsError
 from agentloop.orchestration.store import RunStore, open_store
 from agentloop.orchestration.wire import LAUNCH_SENT_STATE
@@ -187,7 +191,13 @@ def recorder_of(app: Celery) -> RejectionRecorder:
 
 
 class EdgeConsumer(Consumer):  # type: ignore[misc]
-    """Celery's consumer with :func:`~agentloop.orchestration.celery_adapter.edge.check_message` in front."""
+    """Celery's consumer with :func:`~agentloop.orchestration.celery_adapter.edge.check_message` in
+    front, and the wire version check after it (it also reads the holding queues of its version)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.wire_gate = WireGate(self.app)
+        self.wire_gate.consume_holding_queues()
 
     def create_task_handler(self, *args: Any, **kwargs: Any) -> Callable[[Any], None]:
         """Celery's task handler, called only for messages the edge lets through."""
@@ -196,7 +206,11 @@ class EdgeConsumer(Consumer):  # type: ignore[misc]
         limit = dependencies_of(self.app).settings.delivery_limit
 
         def on_task_received(message: Any) -> None:
-            rejection = check_message(message) or past_delivery_limit(message, limit)
+            rejection = check_message(message)
+            if rejection is None and (version := too_new(message.headers, self.wire_gate.version)):
+                self.defer(message, version)  # a newer worker's: not counted against the limit
+                return
+            rejection = rejection or past_delivery_limit(message, limit)
             if rejection is None:
                 try:
                     handle(message)
@@ -212,6 +226,19 @@ class EdgeConsumer(Consumer):  # type: ignore[misc]
             self.refuse(message, rejection)
 
         return on_task_received
+
+    def defer(self, message: Any, version: int) -> None:
+        """Hand a message of a newer wire version on to a newer worker (``wire_versions.py``)."""
+        try:
+            self.wire_gate.defer(message, version)
+        except Exception as error:
+            if isinstance(error, self.connection_errors + self.channel_errors):
+                raise  # not acknowledged: the broker delivers it again once Celery has reconnected
+            logger.exception(
+                "Could not hand on a message of wire version %d; it goes back to its queue", version
+            )
+            if not message.acknowledged:
+                message.reject_log_error(logger, self.connection_errors, requeue=True)
 
     def refuse(self, message: Any, rejection: Rejection) -> None:
         """Acknowledge ``message``, say so, and have its failure recorded (see the module docstring)."""

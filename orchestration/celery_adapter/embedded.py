@@ -8,14 +8,50 @@ test process. Real deployments start workers with ``celery -A agentloop worker``
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from agentloop.orchestration.errors import WorkerStartError
 from agentloop.orchestration.wire import PING
 
 __all__ = ["embedded_worker"]
+
+
+def _as_current_app(app: Any, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``target(*args, **kwargs)`` with ``app`` as this thread's current app for the call."""
+    from celery import _state
+
+    previous = getattr(_state._tls, "current_app", None)
+    _state._tls.current_app = app
+    try:
+        return target(*args, **kwargs)
+    finally:
+        _state._tls.current_app = previous
+
+
+def _own_app_pool(pool: str) -> Any:
+    """Celery's ``solo`` or ``threads`` pool, each task run with the worker's app as the current app.
+
+    Without a prefork child, a worker runs a task through ``celery.app.trace.trace_task_ret``,
+    which looks the task up on ``current_app``: in a thread with none, the *default* app, which
+    ``start_worker`` sets to the app of the worker started last. Two embedded workers in one process
+    (two apps in a notebook, a test session) then ran each other's messages with the wrong app's
+    tasks, registry and store. Any other pool is returned as it is.
+    """
+    from celery.concurrency import get_implementation
+
+    base = get_implementation(pool)
+    if pool not in ("solo", "threads"):
+        return base
+
+    class OwnAppPool(base):  # type: ignore[misc,valid-type]
+        def apply_async(self, target: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+            return super().apply_async(partial(_as_current_app, self.app, target), args, kwargs, **options)
+
+    OwnAppPool.__name__ = OwnAppPool.__qualname__ = f"OwnApp{base.__name__}"
+    return OwnAppPool
 
 
 def _wake_for_shutdown(app: Any) -> None:
@@ -90,7 +126,7 @@ def embedded_worker(
             _root_logger_kept(),
             start_worker(
                 app,
-                pool=pool,
+                pool=_own_app_pool(pool),
                 concurrency=concurrency,
                 loglevel=loglevel,
                 perform_ping_check=False,

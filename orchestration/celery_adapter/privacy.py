@@ -42,6 +42,7 @@ from celery.app.amqp import AMQP
 from celery.worker.request import Request
 
 from agentloop.orchestration.celery_adapter.log_filter import install_log_filters
+from agentloop.orchestration.celery_adapter.wire_versions import stamp
 from agentloop.orchestration.redaction import (
     hidden_texts,
     hide_result,
@@ -73,8 +74,10 @@ class PrivateAMQP(AMQP):  # type: ignore[misc]
     It fills the two documented calling arguments ``argsrepr`` and
     ``kwargsrepr``, which Celery writes into the message headers and the
     ``task-sent`` event; a private task's own reprs, if a caller gave some,
-    are replaced, so there is one way of showing them. Nothing else of the
-    message changes.
+    are replaced, so there is one way of showing them. It also writes the
+    app's wire version into the message's headers
+    (:func:`~agentloop.orchestration.celery_adapter.wire_versions.stamp`): every
+    message an app builds passes here. Nothing else of the message changes.
     """
 
     def as_task_v2(
@@ -87,7 +90,9 @@ class PrivateAMQP(AMQP):  # type: ignore[misc]
             )  # by position (Celery passes them by name)
             positional = (*positional[:_ARGSREPR_AT], *reprs[:given], *positional[_ARGSREPR_AT + 2 :])
             options.update(zip(_REPRS[given:], reprs[given:], strict=True))
-        return super().as_task_v2(task_id, name, args, kwargs, *positional, **options)
+        message = super().as_task_v2(task_id, name, args, kwargs, *positional, **options)
+        stamp(self.app, name, message.headers)
+        return message
 
 
 class RedactingRequest(Request):  # type: ignore[misc]

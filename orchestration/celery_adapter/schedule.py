@@ -22,20 +22,31 @@ from typing import Any
 from celery.schedules import crontab, schedule
 
 from agentloop.orchestration.errors import ScheduleError
-from agentloop.orchestration.settings import schedule_entries
-from agentloop.orchestration.wire import BATCH, RESUME_SETTLED
+from agentloop.orchestration.settings import Settings, schedule_entries
+from agentloop.orchestration.wire import BATCH, PRUNE_RUNS, RESUME_SETTLED
 
 #: The framework's own beat entry: every minute, the paused tasks of questions answered and never
 #: sent on (a resume's worker died, its broker or store stayed away) are sent again
 #: (``orchestration/celery_adapter/pause.py``). A schedule entry of the same name replaces it.
 RESUME_SETTLED_ENTRY = "agentloop-resume-settled"
+#: With ``AGENTLOOP_RUN_RETENTION`` set: every hour, the workflows that ended longer ago are deleted
+#: (``orchestration/store/retention.py``). A tick not started within the hour is dropped: the next
+#: one deletes the same runs.
+PRUNE_RUNS_ENTRY = "agentloop-prune-runs"
 
 
-def framework_entries() -> dict[str, dict[str, Any]]:
+def framework_entries(settings: Settings) -> dict[str, dict[str, Any]]:
     """The ``beat_schedule`` entries every deployment runs, beside its batches."""
-    return {
+    entries: dict[str, dict[str, Any]] = {
         RESUME_SETTLED_ENTRY: {"task": RESUME_SETTLED, "schedule": schedule(run_every=timedelta(minutes=1))}
     }
+    if settings.store.retention_seconds is not None:
+        entries[PRUNE_RUNS_ENTRY] = {
+            "task": PRUNE_RUNS,
+            "schedule": schedule(run_every=timedelta(hours=1)),
+            "options": {"expires": 3600},
+        }
+    return entries
 
 
 def parse_crontab(expression: str) -> crontab:

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Coroutine
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from celery import Celery, Task
@@ -40,7 +41,9 @@ from agentloop.orchestration.launches import attached_result, claim_launch
 from agentloop.orchestration.redaction import hidden_texts, parameter_names
 from agentloop.orchestration.run_end import end_with_failure
 from agentloop.orchestration.run_gate import RunGate
+from agentloop.orchestration.settings.store import age_seconds
 from agentloop.orchestration.store import RunRecord, RunStatus
+from agentloop.orchestration.store.retention import prune_runs as prune_workflows
 from agentloop.orchestration.task_outcome import Done, Outcome
 from agentloop.orchestration.wire import (
     CANCEL,
@@ -52,6 +55,7 @@ from agentloop.orchestration.wire import (
     PING,
     PIPELINE_DONE,
     PROGRESS,
+    PRUNE_RUNS,
     RESUME,
     RESUME_SETTLED,
     RUN,
@@ -107,6 +111,7 @@ def engine_for(task: Task) -> WorkflowEngine:
         tracer=getattr(task.app, "agentloop_tracer", None),  # orchestration/tracing/otel.py
         cache=deps.step_cache,  # orchestration/cache.py
         secrets=functools.cache(lambda: hidden_of(task)),  # the worker's log hides them: so do records
+        key_texts=deps.settings.model.key_texts(),  # nor does a recording keep the model's keys
     )
 
 
@@ -149,13 +154,16 @@ def launch(
     token_budget: Any = None,
     deadline_seconds: Any = None,
     principal: Any = None,
+    record: Any = None,
     **unknown: Any,
 ) -> Any:
     """Start the registered workflow ``runnable``; its final result becomes this task's.
 
     ``token_budget`` (optional) caps the tokens all steps of the run may use together;
     ``deadline_seconds`` (optional) ends the whole run that long after this task starts it;
-    ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it).
+    ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it);
+    ``record`` (optional) records the run for ``agentloop replay`` (``AGENTLOOP_RECORD_RUNS``
+    records every run).
     The run id (``run_id``, else this task's id) is an idempotency key: see
     :mod:`agentloop.orchestration.launches` for a message whose id names a run that exists, and for
     one that is malformed (``unknown`` arguments, no ``runnable``): it is refused and recorded.
@@ -163,6 +171,7 @@ def launch(
     deps = dependencies_of(self.app)
     arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
     arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds, principal=principal)
+    arguments.update(record=record)
     arguments.update(unknown)
     try:
         claim = claim_launch(deps.store, arguments, task_id=str(self.request.id), registered=deps.registry)
@@ -189,8 +198,11 @@ def launch(
         deadline=deadline,
         owner_token=claim.owner_token,
         fresh=claim.created and first_delivery(self),  # no task of this run can have run yet
+        record=request.record or deps.settings.record_runs,
     )
-    outcome = run_node(self, claim.run_id, engine_for(self).start(node, request.input))
+    engine = engine_for(self)
+    engine.record_start(node)
+    outcome = run_node(self, claim.run_id, engine.start(node, request.input))
     if isinstance(outcome, Done):
         return finalize(self, outcome.value, claim.run_id, claim.owner_token)
     then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token))
@@ -305,6 +317,22 @@ def cancel(self: Task, run_id: str) -> bool:
     return True
 
 
+def prune_runs(self: Task, older_than: Any = None, dry_run: bool = False) -> dict[str, Any]:
+    """Delete (``dry_run``: count) the workflows that ended more than ``older_than`` ago (an age:
+    seconds or ``30d``; default ``AGENTLOOP_RUN_RETENTION``); beat sends it hourly when that is set."""
+    deps = dependencies_of(self.app)
+    age = older_than if older_than is not None else deps.settings.store.retention_seconds
+    if age is None:
+        return {"pruned": False, "reason": "AGENTLOOP_RUN_RETENTION is not set"}
+    before = datetime.now(UTC) - timedelta(seconds=age_seconds(age, "older_than"))
+    pruned = prune_workflows(deps.store, before=before, dry_run=bool(dry_run), waits=deps.waits)
+    logger.info(
+        "Pruned %d workflows that ended before %s: %d runs, %d events%s",
+        pruned.workflows, before.isoformat(), pruned.runs, pruned.events, " (dry run)" if dry_run else "",
+    )  # fmt: skip
+    return {"pruned": True, "before": before.isoformat(), **pruned.to_dict()}
+
+
 def ping() -> str:
     """Health check: answers ``"pong"`` as soon as a worker takes it."""
     return "pong"
@@ -330,6 +358,7 @@ TASKS = {
     CANCEL: cancel,
     RESUME: resume,
     RESUME_SETTLED: resume_settled,
+    PRUNE_RUNS: prune_runs,
 }
 
 

@@ -3,13 +3,17 @@
 ::
 
     agentloop demo                       the main job, on embedded defaults
-    agentloop trigger NAME --input JSON [--context JSON] [--wait]
+    agentloop trigger NAME --input JSON [--context JSON] [--wait] [--record]
     agentloop cancel RUN_ID              ask every task of a run to stop
     agentloop resume RUN_ID [--answer JSON]  answer a paused run's question (or show it)
     agentloop runnables                  the registered runnables, their stages and branches
-    agentloop runs list [--wide] | show ID | watch ID
+    agentloop runs list [--wide] | show ID | watch ID | export ID [-o FILE] | import FILE
+    agentloop runs prune --older-than 30d [--dry-run]  the workflows that ended before then, deleted
+    agentloop replay RUN_ID|FILE         a recorded run again, here, against its recording
     agentloop tools list | show ID | load FILE... | sync
     agentloop graph NAME [--json]        a runnable's shape, as a mermaid diagram
+    agentloop eval RUNNABLE DATASET [--scorer SPEC] [--celery]  a runnable scored over a dataset
+    agentloop eval compare A B | list | show ID  what changed between two evaluations; the kept ones
     agentloop serve [--host H --port P]  runs over HTTP/GraphQL/SSE and the viewer at /ui
 
 Every command that prints takes ``--json`` (JSON on stdout, for scripts).
@@ -24,7 +28,9 @@ import typer
 from agentloop.orchestration.cli.cancel import cancel
 from agentloop.orchestration.cli.common import JsonErrorsGroup
 from agentloop.orchestration.cli.demo import demo
+from agentloop.orchestration.cli.evals import evals
 from agentloop.orchestration.cli.graph import graph
+from agentloop.orchestration.cli.replay import replay_command
 from agentloop.orchestration.cli.resume import resume
 from agentloop.orchestration.cli.runnables import runnables
 from agentloop.orchestration.cli.runs import runs
@@ -45,9 +51,11 @@ app.command("cancel")(cancel)
 app.command("resume")(resume)
 app.command("runnables")(runnables)
 app.command("graph")(graph)
+app.command("replay")(replay_command)
 app.command("serve")(serve)
 app.add_typer(runs, name="runs")
 app.add_typer(tools, name="tools")
+app.add_typer(evals, name="eval")
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""``agentloop runs list|show|watch``: the run store, read.
+"""``agentloop runs list|show|watch|export|import|prune``: the run store, read, its recordings
+carried, and pruned.
 
 Run ids are printed whole, whatever the terminal's width, so they can be
 copied into ``runs show``: on a narrow terminal the step-cache use, the finish
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -23,12 +26,16 @@ from agentloop.orchestration.cli.common import (
     cli_settings,
     console,
     describe_event,
+    errors,
     fail,
     json_option,
     print_json,
     run_store,
 )
+from agentloop.orchestration.replay import RunRecording
+from agentloop.orchestration.settings.store import age_seconds
 from agentloop.orchestration.store import TERMINAL_STATUSES, RunRecord, RunStatus
+from agentloop.orchestration.store.retention import prune_runs
 
 runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_args_is_help=True)
 
@@ -148,3 +155,92 @@ def watch(
                 console.print(f"[bold]{record.status}[/]")
             return
         time.sleep(poll)
+
+
+@runs.command("prune")
+def prune(
+    older_than: str | None = typer.Option(
+        None,
+        "--older-than",
+        help="Delete the workflows that ended longer ago than this (30d, 12h, 90m, seconds). "
+        "Default: AGENTLOOP_RUN_RETENTION.",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be deleted."),
+    as_json: bool = json_option(),
+) -> None:
+    """Delete ended workflows with their events, checkpoints and questions; never an open run."""
+    settings = cli_settings()
+    age: Any = older_than if older_than is not None else settings.store.retention_seconds
+    if age is None:
+        raise fail("give --older-than (e.g. 30d), or set AGENTLOOP_RUN_RETENTION", code=EXIT_USAGE)
+    try:
+        before = datetime.now(UTC) - timedelta(seconds=age_seconds(age, "--older-than"))
+    except ValueError as error:
+        raise fail(str(error), code=EXIT_USAGE) from None
+    pruned = prune_runs(run_store(settings), before=before, dry_run=dry_run)
+    if as_json:
+        print_json({"before": before.isoformat(), **pruned.to_dict()})
+        return
+    verb = "Would delete" if dry_run else "Deleted"
+    console.print(
+        f"{verb} {pruned.workflows} workflows that ended before {before:%Y-%m-%d %H:%M:%S} UTC: "
+        f"{pruned.runs} runs, {pruned.events} events, {pruned.checkpoints} checkpoints, "
+        f"{pruned.waits} questions.",
+        highlight=False,
+    )
+    if pruned.first_ids:
+        shown = len(pruned.first_ids)
+        more = f" (the oldest {shown} of {pruned.workflows})" if shown < pruned.workflows else ""
+        console.print(f"Root run ids{more}:", highlight=False)
+        for run_id in pruned.first_ids:
+            console.print(f"  {run_id}", highlight=False, soft_wrap=True)
+
+
+@runs.command("export")
+def export(
+    run_id: str = typer.Argument(..., help="The id of a recorded run (launched with --record)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="The file to write (default: stdout)."),
+) -> None:
+    """A recorded run as one JSON file: its runnable, input, output and recording."""
+    store, _ = _record(run_id)
+    try:
+        recording = RunRecording.from_store(store, run_id)
+    except ValueError as error:
+        raise fail(str(error)) from None
+    if output is None:
+        print_json(recording.to_dict())
+        return
+    try:
+        recording.save(output)
+    except OSError as error:
+        raise fail(f"cannot write {output}: {error}") from None
+    errors.print(
+        f"run {run_id}: {len(recording.entries)} recorded entries written to {output}", highlight=False
+    )
+
+
+@runs.command("import")
+def import_run(
+    file: Path = typer.Argument(..., help="A file `agentloop runs export` wrote."),
+    as_json: bool = json_option(),
+) -> None:
+    """Keep a recording file in the run store, under its run id (for `agentloop replay RUN_ID`)."""
+    recording = load_recording(file)
+    try:
+        recording.to_store(run_store(cli_settings()))
+    except ValueError as error:
+        raise fail(str(error)) from None
+    if as_json:
+        print_json({"run_id": recording.run_id, "entries": len(recording.entries)})
+        return
+    console.print(f"imported run [bold]{recording.run_id}[/] ({len(recording.entries)} recorded entries)")
+
+
+def load_recording(file: Path) -> RunRecording:
+    """The recording in ``file``, or a clear usage error."""
+    try:
+        return RunRecording.load(file)
+    except OSError as error:
+        raise fail(f"cannot read {file}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise fail(f"{file}: {error}") from None

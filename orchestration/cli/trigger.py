@@ -22,7 +22,7 @@ from agentloop.orchestration.cli.common import (
     print_json,
 )
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
-from agentloop.orchestration.errors import UnknownRunnableError
+from agentloop.orchestration.errors import LaunchRequestError, UnknownRunnableError
 
 
 def trigger(
@@ -36,6 +36,10 @@ def trigger(
     as_json: bool = typer.Option(
         False, "--json", help='Print {"run_id"} (with --wait: and "status", "result") as JSON on stdout.'
     ),
+    record: bool = typer.Option(
+        False, "--record", help="Record the run for `agentloop replay` and `agentloop runs export`."
+    ),
+    run_id: str | None = typer.Option(None, "--run-id", help="The run's id (default: a new one)."),
 ) -> None:
     """Start NAME on Celery and print its run id (with --wait: follow it and print its result)."""
     if timeout is not None and not wait:
@@ -52,7 +56,10 @@ def trigger(
         runner = CeleryAgentRunner.create(
             runnable=name, context=spec, app=app, store=dependencies_of(app).store
         )
-        handle = runner.request_sync(input=payload)
+        try:
+            handle = runner.request_sync(input=payload, record=record, run_id=run_id)
+        except LaunchRequestError as error:
+            raise fail(str(error)) from None
         if not as_json:
             console.print(f"run id: [bold]{handle.run_id}[/]")
         if not wait:

@@ -9,18 +9,33 @@ without spelling the keywords again.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from agentloop.actions.model import AiResponse, ModelRequest, Usage
+from agentloop.actions.recording import model_turn
 from agentloop.actions.tracing import trace_span
+from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.tracing.genai import record_response, request_attributes
 
 __all__ = ["BaseProcessor", "UsageHook"]
 
 UsageHook = Callable[[Usage], Awaitable[None] | None]
 """Called with the token usage of every reply a server returned (``def`` or ``async def``)."""
+
+
+@dataclass
+class _Call:
+    """One model call in progress: whether a processor it went through has counted it."""
+
+    counted: bool = False
+
+
+_call: ContextVar[_Call | None] = ContextVar("agentloop_model_call", default=None)
 
 
 class BaseProcessor(ABC):
@@ -49,10 +64,36 @@ class BaseProcessor(ABC):
             is_auto_handle_function_call=is_auto_handle_function_call,
         )
         model = str(getattr(self, "model", None) or getattr(self, "model_name", ""))
-        with trace_span(f"chat {model}".strip(), **request_attributes(model, instruction)) as span:
-            response = await self.process(request)
-            record_response(span, response)
+        call, outer = _Call(), _call.get()
+        token, began = _call.set(call), time.perf_counter()
+        try:
+            with trace_span(f"chat {model}".strip(), **request_attributes(model, instruction)) as span:
+                # a recorded run keeps the turn; a replay answers it from its recording (actions/recording.py)
+                response = await model_turn(request, lambda: self.process(request))
+                record_response(span, response)
+        finally:
+            _call.reset(token)
+        if not call.counted:  # the innermost processor counts the call (a wrapper passes it on)
+            metrics.model_called(
+                provider=self.provider_name,
+                model=model,
+                seconds=time.perf_counter() - began,
+                input_tokens=response.usage.input_tokens,
+                output_tokens=response.usage.output_tokens,
+                failed=response.has_error,
+            )
+        if outer is not None:
+            outer.counted = True
         return response
+
+    @property
+    def provider_name(self) -> str:
+        """Who serves the model, as metrics label its calls (``openai``, ``anthropic``, ``offline``);
+        a wrapper's is its ``inner`` processor's; else the class's name, lower-case."""
+        inner = getattr(self, "inner", None)
+        if isinstance(inner, BaseProcessor):
+            return inner.provider_name
+        return type(self).__name__.lower()
 
     @abstractmethod
     async def process(self, request: ModelRequest) -> AiResponse:

@@ -119,6 +119,11 @@ class OfflineModel(BaseProcessor):
         self.responders = dict(responders or {})
         self.calls = 0
 
+    @property
+    def provider_name(self) -> str:
+        """``offline``, as metrics label its calls."""
+        return "offline"
+
     async def process(self, request: ModelRequest) -> AiResponse:
         self.calls += 1
         instruction, history = request.instruction, request.history_messages

@@ -321,6 +321,11 @@ class SdkProcessor(StreamedReplies, BaseProcessor, Generic[ClientT]):
         return logging.getLogger(type(self).__module__)
 
     @property
+    def provider_name(self) -> str:
+        """The SDK's provider (``openai``, ``anthropic``), as metrics label its calls."""
+        return self.errors.provider
+
+    @property
     def _name(self) -> str:
         """How log lines name the processor: ``openai processor``."""
         return f"{self.errors.provider} processor"

@@ -10,14 +10,16 @@ docstring names its variable and its default; :func:`env_names` lists them all.
 
 The groups: :class:`Settings` (``deployment.py``: brokers, results, the run store, limits),
 :class:`ModelSettings` (``model.py``) with :class:`ProviderSettings` (``provider.py``),
-:class:`HttpSettings` (``http.py``), :class:`StoreSettings` (``store.py``) and
-:class:`TracingSettings` (``tracing.py``), all on :class:`SettingsGroup` (``group.py``).
+:class:`HttpSettings` (``http.py``), :class:`StoreSettings` (``store.py``),
+:class:`TracingSettings` (``tracing.py``) and :class:`MetricsSettings` (``metrics.py``), all on
+:class:`SettingsGroup` (``group.py``).
 """
 
 from agentloop.orchestration.settings.deployment import Settings, default_home, schedule_entries
 from agentloop.orchestration.settings.group import SettingsGroup
 from agentloop.orchestration.settings.http import HttpSettings
 from agentloop.orchestration.settings.loading import GROUPS, env_names, load_settings
+from agentloop.orchestration.settings.metrics import MetricsSettings
 from agentloop.orchestration.settings.model import ModelSettings
 from agentloop.orchestration.settings.provider import ProviderSettings
 from agentloop.orchestration.settings.store import StoreSettings
@@ -26,6 +28,7 @@ from agentloop.orchestration.settings.tracing import TracingSettings
 __all__ = [
     "GROUPS",
     "HttpSettings",
+    "MetricsSettings",
     "ModelSettings",
     "ProviderSettings",
     "Settings",

@@ -22,9 +22,11 @@ from agentloop.orchestration.settings.group import SettingsGroup as _Group
 from agentloop.orchestration.settings.group import count, seconds
 from agentloop.orchestration.settings.group import env_field as _env
 from agentloop.orchestration.settings.http import HttpSettings
+from agentloop.orchestration.settings.metrics import MetricsSettings
 from agentloop.orchestration.settings.model import ModelSettings
 from agentloop.orchestration.settings.store import StoreSettings
 from agentloop.orchestration.settings.tracing import TracingSettings
+from agentloop.orchestration.wire import WIRE_VERSION
 
 __all__ = ["SCHEDULE_KEYS", "Settings", "default_home", "schedule_entries"]
 
@@ -133,6 +135,9 @@ class Settings(_Group):
     """The run store's retries (:mod:`agentloop.orchestration.settings.store`)."""
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     """Where a run's spans go (:mod:`agentloop.orchestration.settings.tracing`; off by default)."""
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    """Where a worker serves its metrics (:mod:`agentloop.orchestration.settings.metrics`; off by
+    default)."""
     redis_url: str | None = _env("REDIS_URL")
     """``REDIS_URL``: alone, both broker and result backend; with ``BROKER_URL``, the result backend."""
     broker_url: str = Field(
@@ -185,6 +190,15 @@ class Settings(_Group):
     checkpoint_seconds: float = _env("AGENTLOOP_CHECKPOINT_SECONDS", 0.5)
     """``AGENTLOOP_CHECKPOINT_SECONDS``: least time between checkpoints of a fast loop (``0``: every
     iteration). Default: ``0.5``."""
+    wire_version_override: int | None = _env("AGENTLOOP_WIRE_VERSION_OVERRIDE", None)
+    """``AGENTLOOP_WIRE_VERSION_OVERRIDE``: the wire version this process sends and reads up to,
+    instead of the code's own (:data:`~agentloop.orchestration.wire.WIRE_VERSION`). For rehearsing
+    a deploy with two versions of the worker, never in production: a worker told it reads a
+    version its code does not know would misread those messages. Default: unset."""
+    record_runs: bool = _env("AGENTLOOP_RECORD_RUNS", False)
+    """``AGENTLOOP_RECORD_RUNS``: record every run launched on this deployment (its model turns,
+    tool results, answers and cache hits), as ``record=True`` does for one launch, so
+    ``agentloop replay`` can run it again. Default: off."""
 
     @field_validator(
         "task_soft_time_limit",
@@ -205,6 +219,16 @@ class Settings(_Group):
     @classmethod
     def _positive(cls, value: Any, info: ValidationInfo) -> int:
         return count(value, cls.env_name(info.field_name), least=1)
+
+    @field_validator("wire_version_override", mode="before")
+    @classmethod
+    def _wire_version(cls, value: Any) -> int | None:
+        return None if value is None else count(value, "AGENTLOOP_WIRE_VERSION_OVERRIDE", least=1)
+
+    @property
+    def wire_version(self) -> int:
+        """The wire version this process sends and reads up to (the override, else the code's)."""
+        return self.wire_version_override or WIRE_VERSION
 
     @field_validator("checkpoint_seconds", mode="before")
     @classmethod

@@ -6,7 +6,8 @@ Closed by default: with no token and no anonymous scope, every route answers
 * ``read``: inputs, results, errors and event texts;
 * ``start``: start runs of registered runnables, and answer a paused run's question;
 * ``cancel``: cancel runs;
-* ``admin``: the other scopes reach every run, not only the principal's own.
+* ``admin``: the other scopes reach every run, not only the principal's own;
+* ``metrics``: ``GET /metrics``, the counts of every principal's runs, for Prometheus.
 
 A run started over HTTP records the caller's principal. Without ``admin`` a
 token sees and acts on its principal's runs only (the others answer 404, as a
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 #: The scopes a token may hold, in the order they are shown.
-SCOPES: tuple[str, ...] = ("read", "start", "cancel", "admin")
+SCOPES: tuple[str, ...] = ("read", "start", "cancel", "admin", "metrics")
 #: The principal of a caller without a token (``AGENTLOOP_HTTP_ANONYMOUS_SCOPES``).
 ANONYMOUS = "anonymous"
 #: The shortest token accepted: a guessable token is refused at start-up, not found by an attacker.

@@ -18,6 +18,7 @@ from agentloop.orchestration.errors import SettingsError
 from agentloop.orchestration.settings.deployment import Settings
 from agentloop.orchestration.settings.group import SettingsGroup
 from agentloop.orchestration.settings.http import HttpSettings
+from agentloop.orchestration.settings.metrics import MetricsSettings
 from agentloop.orchestration.settings.model import ModelSettings
 from agentloop.orchestration.settings.provider import ProviderSettings
 from agentloop.orchestration.settings.store import StoreSettings
@@ -35,6 +36,7 @@ GROUPS: dict[str, type[SettingsGroup]] = {
     "http": HttpSettings,
     "store": StoreSettings,
     "tracing": TracingSettings,
+    "metrics": MetricsSettings,
 }
 
 

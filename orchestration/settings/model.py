@@ -45,6 +45,11 @@ class ModelSettings(SettingsGroup):
     """Which provider, which model, Anthropic's connection
     (:mod:`agentloop.orchestration.settings.provider`)."""
 
+    def key_texts(self) -> tuple[str, ...]:
+        """The API keys this group holds, as text: what no record of a run may keep."""
+        keys = (self.openai_api_key, self.provider.anthropic_api_key)
+        return tuple(key.get_secret_value() for key in keys if key is not None and key.get_secret_value())
+
     @field_validator("openai_timeout_seconds", mode="before")
     @classmethod
     def _timeout(cls, value: Any) -> float:

@@ -27,6 +27,7 @@ from agentloop.orchestration.store.migrate import current_revision, downgrade_da
 from agentloop.orchestration.store.open import open_store
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
+    OPEN_STATUSES,
     TERMINAL_STATUSES,
     LoopRecord,
     RunOwner,
@@ -50,6 +51,7 @@ __all__ = [
     "InMemoryToolStore",
     "JsonValue",
     "LoopRecord",
+    "OPEN_STATUSES",
     "RunOwner",
     "RunRecord",
     "RunStatus",

@@ -11,11 +11,14 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
+from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.store.checks import (
     check_count,
     check_finish,
@@ -29,12 +32,14 @@ from agentloop.orchestration.store.checks import (
 from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
+    OPEN_STATUSES,
     TERMINAL_STATUSES,
     LoopRecord,
     RunOwner,
     RunRecord,
     RunStatus,
 )
+from agentloop.orchestration.store.recordings import InMemoryRecordingStore
 from agentloop.orchestration.store.tables import utcnow
 from agentloop.orchestration.store.unless_open import root_run_values
 
@@ -66,6 +71,8 @@ class InMemoryRunStore:
         self._events: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self._event_ids = itertools.count(1)
         self._checkpoints: dict[tuple[str, str], _Checkpoint] = {}
+        #: The entries of recorded runs.
+        self.recordings = InMemoryRecordingStore()
 
     def create_run(
         self,
@@ -135,7 +142,9 @@ class InMemoryRunStore:
                 return False
             started_at = record.started_at or utcnow()
             self._runs[run_id] = replace(record, status=RunStatus.RUNNING.value, started_at=started_at)
-            return True
+        if record.started_at is None:  # its first start (as the SQL store counts it)
+            metrics.run_started(record.runnable)
+        return True
 
     def mark_waiting(self, run_id: str) -> bool:
         """Mark a running run ``waiting`` for a person's answer; ``False`` when it was not running."""
@@ -170,9 +179,17 @@ class InMemoryRunStore:
                 check_finish(record, owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
                 return
             final, stored_output, stored_error = outcome
+            ended = utcnow()
             self._runs[run_id] = replace(
-                record, status=final, output=stored_output, error=stored_error, finished_at=utcnow()
+                record, status=final, output=stored_output, error=stored_error, finished_at=ended
             )
+        metrics.run_ended(record.runnable, final, record.started_at or record.created_at, ended)
+
+    def count_open_runs(self) -> dict[tuple[str, str], int]:
+        """Runs not ended (pending, running, waiting), by ``(runnable, status)``."""
+        with self._lock:
+            keys = [(r.runnable, r.status) for r in self._runs.values() if r.status in OPEN_STATUSES]
+        return dict(Counter(keys))
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or ``None``."""
@@ -188,9 +205,11 @@ class InMemoryRunStore:
         runnable: str | None = None,
         parent_run_id: str | None = None,
         principal: str | None = None,
+        offset: int = 0,
     ) -> list[RunRecord]:
-        """The most recently created runs first, optionally filtered."""
+        """The most recently created runs first, optionally filtered, after skipping ``offset``."""
         check_count(limit, "limit")
+        check_count(offset, "offset")
         with self._lock:
             records = [
                 r
@@ -201,7 +220,7 @@ class InMemoryRunStore:
                 and (principal is None or r.principal == principal)
             ]
         records.sort(key=lambda record: (record.created_at, record.id), reverse=True)
-        return [_copied(record) for record in records[:limit]]
+        return [_copied(record) for record in records[offset : offset + limit]]
 
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
         """Counts per status, and summed token and step-cache use, of the runs whose parent is
@@ -251,6 +270,43 @@ class InMemoryRunStore:
         with self._lock:
             selected = [(i, copy.deepcopy(e)) for i, e in self._events.get(run_id, []) if i > after_id]
         return selected if limit is None else selected[:limit]
+
+    def prune_workflows(
+        self, *, before: datetime, dry_run: bool = False
+    ) -> tuple[list[str], set[str], tuple[int, int, int]]:
+        """Delete (or count) the workflows ``orchestration/store/retention.py`` may prune: their root
+        run ids (the oldest first), the ids of all their runs, and the runs, events and
+        checkpoints that went. Use :func:`~agentloop.orchestration.store.retention.prune_runs`."""
+        with self._lock:
+            open_ids = {r.id for r in self._runs.values() if r.status not in TERMINAL_STATUSES}
+            open_roots = {self._runs[i].root_run_id for i in open_ids}
+            roots = sorted(
+                (
+                    r
+                    for r in self._runs.values()
+                    if r.id == r.root_run_id
+                    and r.status in TERMINAL_STATUSES
+                    and r.finished_at is not None
+                    and r.finished_at < before
+                    and r.id not in open_roots
+                    and r.parent_run_id not in open_ids
+                ),
+                key=lambda r: (r.finished_at or before, r.id),
+            )
+            root_ids = [r.id for r in roots]
+            chosen = set(root_ids)
+            members = {r.id for r in self._runs.values() if r.root_run_id in chosen}
+            events = sum(len(self._events.get(root, ())) for root in root_ids)
+            loops = [key for key in self._checkpoints if key[0] in members]
+            if not dry_run:
+                for run_id in members:
+                    del self._runs[run_id]
+                    self._owners.pop(run_id, None)
+                for root in root_ids:
+                    self._events.pop(root, None)
+                for key in loops:
+                    del self._checkpoints[key]
+        return root_ids, members, (len(members), events, len(loops))
 
     def _run_and_root(self, run_id: str) -> list[str]:
         record = self._runs.get(run_id)

@@ -52,6 +52,11 @@ TERMINAL_STATUSES: frozenset[str] = frozenset(
 )
 """The statuses :meth:`RunStore.finish_run` accepts; a run in one of them has ended."""
 
+OPEN_STATUSES: frozenset[str] = frozenset(
+    {RunStatus.PENDING.value, RunStatus.RUNNING.value, RunStatus.WAITING.value}
+)
+"""The statuses of a run that has not ended (:meth:`RunStore.count_open_runs` counts them)."""
+
 #: The usage columns a run's children are summed on (:meth:`RunStore.summarize_children`).
 CHILD_SUMS = ("input_tokens", "output_tokens", "cache_hits", "cache_misses", "tokens_saved")
 
@@ -251,13 +256,20 @@ class RunStore(Protocol):
         runnable: str | None = None,
         parent_run_id: str | None = None,
         principal: str | None = None,
+        offset: int = 0,
     ) -> list[RunRecord]:
         """The most recently created runs first, optionally filtered (``principal``: only the runs
-        that principal started)."""
+        that principal started), after skipping ``offset`` of them."""
         ...
 
     def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
         """``{"total", "by_status"}`` of a run's child runs, with each of :data:`CHILD_SUMS` summed."""
+        ...
+
+    def count_open_runs(self) -> dict[tuple[str, str], int]:
+        """Runs not ended (:data:`OPEN_STATUSES`: pending, running, waiting on a person), counted by
+        ``(runnable, status)``; what the metrics' gauges show (``orchestration/metrics/fleet.py``),
+        so it is tried once: a database that is away raises at once, never after the retries."""
         ...
 
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:

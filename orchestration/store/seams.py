@@ -15,6 +15,7 @@ from agentloop.actions.errors import TokenBudgetExceededError
 from agentloop.actions.model import Usage
 from agentloop.loops.progress import ProgressEvent
 from agentloop.orchestration.interruptions import INTERRUPTIONS, reraise_interruption
+from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.redaction import scrub
 from agentloop.orchestration.store.protocol import RunStore
 
@@ -169,6 +170,7 @@ class StoreUsageMeter:
         """Count one step-cache hit (with the tokens it saved) or miss on the run (``actions/caching.py``)."""
         saved = tokens_saved if hit else 0
         self.store.add_cache_usage(self.run_id, hits=int(hit), misses=int(not hit), tokens_saved=saved)
+        metrics.cache_looked_up(hit=hit, tokens_saved=saved)
 
 
 class StoreCheckpointer:

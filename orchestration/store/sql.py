@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Engine, Row, RowMapping, Update, func, literal, or_, select, update
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
+from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.store.checks import (
     check_count,
     check_finish,
@@ -40,12 +41,14 @@ from agentloop.orchestration.store.dialects import (
 from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
+    OPEN_STATUSES,
     TERMINAL_STATUSES,
     LoopRecord,
     RunOwner,
     RunRecord,
     RunStatus,
 )
+from agentloop.orchestration.store.recordings import SqlRecordingStore
 from agentloop.orchestration.store.retry import StoreRetry, retried
 from agentloop.orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
 from agentloop.orchestration.store.unless_open import insert_unless_open, root_run_values
@@ -82,6 +85,8 @@ class SqlRunStore:
         self.retry = retry or StoreRetry()
         """How a call rides out an unreachable database (default: 60 s of retries)."""
         self._upserts = upserts(self.dialect)
+        self.recordings = SqlRecordingStore(engine, dialect=self.dialect, retry=self.retry)
+        """The entries of recorded runs (``run_recordings``), in the same database."""
 
     @retried
     def create_run(
@@ -140,22 +145,28 @@ class SqlRunStore:
 
     @retried
     def mark_running(self, run_id: str) -> bool:
-        """Mark the run running, keeping its first start time; ``False`` when it had already ended."""
-        statement = (
+        """Mark the run running, keeping its first start time; ``False`` when it had already ended.
+
+        Its first start is counted (``orchestration/metrics/``); a redelivery or a resumed wait is not."""
+        open_run = (runs.c.id == run_id, runs.c.status.not_in(sorted(TERMINAL_STATUSES)))
+        first = (
             update(runs)
-            .where(runs.c.id == run_id, runs.c.status.not_in(sorted(TERMINAL_STATUSES)))
-            .values(
-                status=RunStatus.RUNNING.value,
-                started_at=func.coalesce(runs.c.started_at, literal(utcnow(), UtcDateTime())),
-            )
-            .returning(runs.c.id)
+            .where(*open_run, runs.c.started_at.is_(None))
+            .values(status=RunStatus.RUNNING.value, started_at=literal(utcnow(), UtcDateTime()))
+            .returning(runs.c.runnable)
         )
+        again = update(runs).where(*open_run).values(status=RunStatus.RUNNING.value).returning(runs.c.id)
         with self.engine.begin() as connection:
-            if connection.execute(statement).first() is not None:
-                return True
-            if connection.execute(select(runs.c.id).where(runs.c.id == run_id)).first() is None:
+            started = connection.execute(first).first()
+            marked = started is not None or connection.execute(again).first() is not None
+            if (
+                not marked
+                and connection.execute(select(runs.c.id).where(runs.c.id == run_id)).first() is None
+            ):
                 raise RunNotFoundError(run_id)
-        return False
+        if started is not None:
+            metrics.run_started(started.runnable)
+        return marked
 
     @retried
     def finish_run(
@@ -177,6 +188,7 @@ class SqlRunStore:
             to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
         )
         final, stored_output, stored_error = outcome
+        ended = utcnow()
         statement = (
             update(runs)
             .where(
@@ -184,14 +196,17 @@ class SqlRunStore:
                 runs.c.status.not_in(sorted(TERMINAL_STATUSES)),
                 or_(runs.c.owner_token.is_(None), runs.c.owner_token == (owner_token or "")),
             )
-            .values(status=final, output=stored_output, error=stored_error, finished_at=utcnow())
-            .returning(runs.c.id)
+            .values(status=final, output=stored_output, error=stored_error, finished_at=ended)
+            .returning(runs.c.runnable, runs.c.started_at, runs.c.created_at)
         )
         read = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
         with self.engine.begin() as connection:
-            if connection.execute(statement).first() is not None:
-                return
-            row = connection.execute(read).first()
+            finished = connection.execute(statement).first()
+            if finished is None:
+                row = connection.execute(read).first()
+        if finished is not None:  # ended here, now: counted once, whoever else tries
+            metrics.run_ended(finished.runnable, final, finished.started_at or finished.created_at, ended)
+            return
         record, owner = (None, None) if row is None else _record_and_owner(row._mapping)
         check_finish(record, owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
 
@@ -213,12 +228,14 @@ class SqlRunStore:
         runnable: str | None = None,
         parent_run_id: str | None = None,
         principal: str | None = None,
+        offset: int = 0,
     ) -> list[RunRecord]:
-        """The most recently created runs first, optionally filtered."""
+        """The most recently created runs first, optionally filtered, after skipping ``offset``."""
         statement = (
             select(*_RUN_COLUMNS)
             .order_by(runs.c.created_at.desc(), runs.c.id.desc())
             .limit(check_count(limit, "limit"))
+            .offset(check_count(offset, "offset"))
         )
         if status is not None:
             statement = statement.where(runs.c.status == str(status))
@@ -248,6 +265,17 @@ class SqlRunStore:
                 for name, value in zip(CHILD_SUMS, values, strict=True):
                     totals[name] += int(value or 0)
         return {"total": sum(by_status.values()), "by_status": by_status, **totals}
+
+    def count_open_runs(self) -> dict[tuple[str, str], int]:
+        """Runs not ended (pending, running, waiting), by ``(runnable, status)``. Tried once, not
+        retried: a scrape answers now or leaves the gauge out (``orchestration/metrics/fleet.py``)."""
+        statement = (
+            select(runs.c.runnable, runs.c.status, func.count())
+            .where(runs.c.status.in_(sorted(OPEN_STATUSES)))
+            .group_by(runs.c.runnable, runs.c.status)
+        )
+        with one_statement(self.engine) as connection:
+            return {(str(name), str(status)): int(n) for name, status, n in connection.execute(statement)}
 
     @retried
     def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:

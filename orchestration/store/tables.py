@@ -1,6 +1,6 @@
 """The tables of the store, as SQLAlchemy Core tables on one :data:`metadata`.
 
-Five tables, the same on SQLite and PostgreSQL (JSON columns become ``JSONB``
+Six tables, the same on SQLite and PostgreSQL (JSON columns become ``JSONB``
 on PostgreSQL; nothing is ever pickled):
 
 ``ai_tools``     tool schema payloads by id
@@ -8,6 +8,8 @@ on PostgreSQL; nothing is ever pickled):
 ``run_events``   progress events, keyed by the ROOT run id; ``id`` is the order
 ``checkpoints``  the latest checkpoint of each loop, one row per (run, path)
 ``human_waits``  the questions a run asked a person, one row per (run, path, key)
+``run_recordings`` what a recorded run's steps got (model turns, tool results, answers, cache
+                 hits), one row per place (root run, path, iteration, kind, seq)
 
 There are deliberately no foreign keys: workers write events and checkpoints
 for runs that another process creates, in whatever order messages arrive.
@@ -115,9 +117,9 @@ runs = Table(
     Column("cache_misses", BigInteger, nullable=False, default=0, server_default="0"),
     Column("tokens_saved", BigInteger, nullable=False, default=0, server_default="0"),
     Column("token_budget", BigInteger),
-    Column("created_at", UtcDateTime(), nullable=False, default=utcnow, index=True),
+    Column("created_at", UtcDateTime(), nullable=False, default=utcnow),
     Column("started_at", UtcDateTime()),
-    Column("finished_at", UtcDateTime()),
+    Column("finished_at", UtcDateTime(), index=True),
     Column("celery_task_id", String(255)),
     Column("cancel_requested", Boolean, nullable=False, default=False, server_default=false()),
     # Who may end the run (``RunOwner``): the digest of the launch message that created it, and
@@ -131,6 +133,9 @@ runs = Table(
     Index("ix_runs_parent_run_id_status", "parent_run_id", "status"),
     Index("ix_runs_runnable_status", "runnable", "status"),
     Index("ix_runs_principal_created_at", "principal", "created_at"),
+    # The runs list, newest first, and one runnable's (migration 0009).
+    Index("ix_runs_created_at_id", "created_at", "id"),
+    Index("ix_runs_runnable_created_at", "runnable", "created_at"),
 )
 """One run: a whole workflow (root run, ``root_run_id == id``) or one task of it."""
 
@@ -181,3 +186,17 @@ human_waits = Table(
 ``orchestration/store/waits.py``): ``pending``, ``answered``
 or ``expired``, with the answer and the message that resumes the paused task (``resumed_at``: when
 that message was sent again; NULL on a settled wait, it still has to be)."""
+
+run_recordings = Table(
+    "run_recordings",
+    metadata,
+    Column("run_id", String(255), primary_key=True),
+    Column("path", String(1024), primary_key=True),
+    Column("iteration", Integer, primary_key=True),
+    Column("kind", String(32), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("data", json_type(), nullable=False),
+    Column("recorded_at", UtcDateTime(), nullable=False, default=utcnow),
+)
+"""One entry of a recorded run (``actions/recording.py``, ``orchestration/store/recordings.py``),
+under the root run id (migration 0008)."""

@@ -253,6 +253,15 @@ class InMemoryWaitStore:
             ]
         return sorted(found, key=lambda wait: wait.answered_at or settled_before)
 
+    def forget(self, run_ids: set[str], *, dry_run: bool = False) -> int:
+        """Delete (or count) the questions of the runs ``run_ids`` (retention: ``retention.py``)."""
+        with self._lock:
+            keys = [key for key in self._waits if key[0] in run_ids]
+            if not dry_run:
+                for key in keys:
+                    del self._waits[key]
+        return len(keys)
+
     def mark_run_waiting(self, run_id: str) -> bool:
         with self._lock:  # held, so no answer settles the last pending wait in between
             if not any(w.status == PENDING for (run, _, _), w in self._waits.items() if run == run_id):

@@ -4,7 +4,9 @@ Installed with the package (``pip install agentloop[testing]`` brings pytest
 and pytest-asyncio along), so a user's own test suite gets it too.
 
 Fixtures: ``offline_model``, ``scripted_model``, ``function_model`` (a factory),
-``progress_recorder``, ``agentloop_contract`` (the ``check_*`` helpers) and
+``progress_recorder``, ``agentloop_contract`` (the ``check_*`` helpers),
+``replay_recording`` (an exported recording as a regression test:
+:func:`~agentloop.orchestration.testing.replays.assert_replays`) and
 ``agentloop_allow_model_requests``.
 
 Real model requests are blocked while tests run: a processor that would send
@@ -132,3 +134,13 @@ def agentloop_contract() -> Any:
         assert_event_contract=contract.assert_event_contract,
         assert_json_value=contract.assert_json_value,
     )
+
+
+@pytest.fixture
+def replay_recording() -> Callable[..., Any]:
+    """``replay_recording("recording.json", runnable=Cls)``: replay an exported recording; the test
+    fails with the first divergence and the output's difference
+    (:func:`~agentloop.orchestration.testing.replays.assert_replays`)."""
+    from agentloop.orchestration.testing.replays import assert_replays  # the store's modules, on use
+
+    return assert_replays

@@ -4,7 +4,7 @@ It holds no state of its own beyond one process: runs are started through the
 Celery app (``agentloop.launch``), read from the run store the app's tasks
 write, and followed through one :class:`~agentloop.orchestration.web.progress.ProgressHub`.
 Routes: ``rest.py`` and ``sse.py`` (plain HTTP), ``/graphql``
-(``graphql_view.py``, ``schema.py``), ``/ui`` (``ui.py``).
+(``graphql_view.py``, ``schema.py``), ``/ui`` (``ui.py``), ``/metrics`` (``metrics.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from agentloop.orchestration.web.auth import Authenticator
 from agentloop.orchestration.web.errors import error_response
 from agentloop.orchestration.web.graphql_view import GraphQLEndpoint
 from agentloop.orchestration.web.limits import BodyLimit, StreamSlots
+from agentloop.orchestration.web.metrics import WebMetrics, metrics_routes
 from agentloop.orchestration.web.progress import ProgressHub
 from agentloop.orchestration.web.rest import rest_routes
 from agentloop.orchestration.web.resume import resume_routes
@@ -87,10 +88,13 @@ def create_web_app(
             )
         )
 
+    metrics = WebMetrics(celery_app, store)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         yield {}
         await hub.close()
+        metrics.close()
 
     app = Starlette(
         routes=[
@@ -100,10 +104,12 @@ def create_web_app(
             Route("/graphql", graphql, methods=["POST"]),
             WebSocketRoute("/graphql", graphql),
             *ui_routes(),
+            *metrics_routes(),
         ],
         middleware=middleware,
         exception_handlers={HTTPException: _refused},
         lifespan=lifespan,
     )
     app.state.web = state
+    app.state.metrics = metrics
     return app

@@ -27,6 +27,7 @@ from agentloop.orchestration.web.errors import forbidden, unauthenticated
 __all__ = [
     "ADMIN",
     "CANCEL",
+    "METRICS",
     "READ",
     "START",
     "Authenticator",
@@ -35,7 +36,7 @@ __all__ = [
     "token_principal",
 ]
 
-READ, START, CANCEL, ADMIN = "read", "start", "cancel", "admin"
+READ, START, CANCEL, ADMIN, METRICS = "read", "start", "cancel", "admin", "metrics"
 #: PBKDF2 rounds of a token's principal digest: a leaked run table does not make a weak token
 #: cheap to guess.
 _DIGEST_ROUNDS = 100_000

@@ -22,6 +22,7 @@ __all__ = [
     "forbidden",
     "invalid_input",
     "not_found",
+    "not_installed",
     "too_large",
     "unauthenticated",
     "unavailable",
@@ -39,6 +40,7 @@ CODES = {
     413: "PAYLOAD_TOO_LARGE",
     415: "UNSUPPORTED_MEDIA_TYPE",
     422: "BAD_USER_INPUT",
+    501: "NOT_IMPLEMENTED",
     503: "UNAVAILABLE",
 }
 
@@ -78,6 +80,11 @@ def invalid_input(message: str) -> HTTPException:
 def unavailable(message: str) -> HTTPException:
     """Every event stream slot of this process is taken (503)."""
     return HTTPException(503, message)
+
+
+def not_installed(message: str) -> HTTPException:
+    """A route whose optional extra is not installed (501)."""
+    return HTTPException(501, message)
 
 
 def code_of(error: HTTPException) -> str:

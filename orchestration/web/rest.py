@@ -2,7 +2,8 @@
 
 ::
 
-    POST /runs                      {"runnable", "input", "context"?, "run_id"?, "token_budget"?}
+    POST /runs                      {"runnable", "input", "context"?, "run_id"?, "token_budget"?,
+                                     "record"?}
                                     -> 202 the pending run (200 when run_id names this workflow's run)
     GET  /runs?status=&runnable=&limit=&offset=
     GET  /runs/{id}

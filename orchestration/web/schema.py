@@ -228,9 +228,10 @@ class Mutation:
         context: JSON | None = None,
         run_id: str | None = None,
         token_budget: Long | None = None,
+        record: bool | None = None,
     ) -> Run:
         request: dict[str, Any] = {"runnable": runnable, "input": input, "context": context}
-        request.update(run_id=run_id, token_budget=token_budget)
+        request.update(run_id=run_id, token_budget=token_budget, record=record)
         view, _ = await _call(info, lambda service, principal: service.start(principal, request))
         return Run.of(view)
 

@@ -49,7 +49,7 @@ from agentloop.orchestration.wire import LaunchRequest
 __all__ = ["LAUNCH_FIELDS", "RunService"]
 
 #: The fields of a start request (the keyword arguments of ``agentloop.launch``).
-LAUNCH_FIELDS = frozenset({"runnable", "input", "context", "run_id", "token_budget"})
+LAUNCH_FIELDS = frozenset({"runnable", "input", "context", "run_id", "token_budget", "record"})
 #: Runs launched here and not yet recorded by a worker, remembered so they read as pending.
 _LAUNCHED_KEPT = 10_000
 
@@ -95,6 +95,9 @@ class RunService:
         context = check_json(context or {}, what="context")
         input = check_json(request.get("input"), what="input")
         budget = check_token_budget(request.get("token_budget"))
+        record = request.get("record")
+        if record is not None and not isinstance(record, bool):
+            raise invalid_input(f"record must be true or false, not {record!r}")
 
         def digest(run_id: str, starter: str | None) -> str:  # what a worker compares (launches.py)
             launch = LaunchRequest(
@@ -104,6 +107,7 @@ class RunService:
                 run_id=run_id,
                 token_budget=budget,
                 principal=starter,
+                record=bool(record),
             )
             return launch_digest(launch.to_kwargs())
 
@@ -117,7 +121,7 @@ class RunService:
         )
         try:
             handle = await runner.request(
-                input=input, run_id=run_id, token_budget=budget, principal=principal.name
+                input=input, run_id=run_id, token_budget=budget, principal=principal.name, record=bool(record)
             )
         except LaunchRequestError as error:
             raise invalid_input(str(error)) from None
@@ -198,12 +202,13 @@ class RunService:
             check_identifier(runnable, what="runnable")
         records = await asyncio.to_thread(
             self.store.list_runs,
-            limit=limit + offset,
+            limit=limit,
+            offset=offset,
             status=status,
             runnable=runnable,
             principal=None if principal.is_admin else principal.name,
         )
-        return [run_view(record, can_read=principal.can_read) for record in records[offset:]]
+        return [run_view(record, can_read=principal.can_read) for record in records]
 
     async def cancel(self, principal: Principal, run_id: Any) -> dict[str, Any]:
         """Ask the run to stop at its next step; 409 when it has ended."""

@@ -177,6 +177,13 @@ def test_fixed_settings(load_config: LoadConfig) -> None:
     assert config.beat_schedule["agentloop-resume-settled"]["task"] == "agentloop.resume_settled"
 
 
+def test_a_retention_adds_the_hourly_prune_to_beat(load_config: LoadConfig) -> None:
+    config = load_config(AGENTLOOP_RUN_RETENTION="30d")
+    assert list(config.beat_schedule) == ["agentloop-resume-settled", "agentloop-prune-runs"]
+    assert config.beat_schedule["agentloop-prune-runs"]["task"] == "agentloop.prune_runs"
+    assert config.beat_schedule["agentloop-prune-runs"]["schedule"].run_every.total_seconds() == 3600
+
+
 def test_tuning_knobs_come_from_the_environment(load_config: LoadConfig) -> None:
     config = load_config(
         AGENTLOOP_TASK_DEFAULT_QUEUE="agents-eu",
@@ -193,7 +200,8 @@ def test_tuning_knobs_come_from_the_environment(load_config: LoadConfig) -> None
 def test_every_variable_of_celerys_settings_is_documented(load_config: LoadConfig) -> None:
     doc = load_config().__doc__ or ""
     not_celerys = {"DATABASE_URL", "AGENTLOOP_HOME", "AGENTLOOP_CHECKPOINT_SECONDS"}
-    not_celerys |= {"AGENTLOOP_STORE_RETRY_SECONDS"}  # the run store's, not Celery's
+    not_celerys |= {"AGENTLOOP_STORE_RETRY_SECONDS", "AGENTLOOP_RUN_RETENTION"}  # the run store's
+    not_celerys |= {"AGENTLOOP_WIRE_VERSION_OVERRIDE"}  # the wire contract's (wire_versions.py)
     not_celerys |= {"AGENTLOOP_CACHE_URL"}  # the step cache's (orchestration/cache.py), not Celery's
     not_celerys |= {
         "AGENTLOOP_TRACING_EXPORTER",

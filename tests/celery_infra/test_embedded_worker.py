@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import pytest
 from celery import _state
 from celery.exceptions import InvalidTaskError
 
+from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.wire import PING
 
@@ -59,3 +61,39 @@ def test_the_app_itself_refuses_to_decode_pickle(memory_app: Any) -> None:
     content_type, encoding, body = dumps({"x": 1}, serializer="pickle")  # type: ignore[no-untyped-call]
     with pytest.raises(ContentDisallowed):
         loads(body, content_type, encoding, accept=memory_app.conf.accept_content)  # type: ignore[no-untyped-call]
+
+
+def _answering(name: str) -> Any:
+    def whose() -> str:
+        return name
+
+    return whose
+
+
+@pytest.mark.parametrize("pool", ["solo", "threads"])
+def test_two_embedded_workers_in_one_process_each_run_their_own_apps_tasks(pool: str) -> None:
+    """Celery runs a task of a solo or threads pool on ``current_app``, which ``start_worker`` sets
+    to the app started last: the first app's messages ran with the second app's tasks (and so its
+    registry and store) until each task ran with its worker's app as the current one."""
+    apps = {}
+    for name in ("first", "second"):
+        app = create_app(
+            overrides={
+                "broker_url": "memory://",
+                "result_backend": "cache+memory://",
+                "task_default_queue": f"{name}-{uuid.uuid4().hex[:8]}",
+            }
+        )
+        app.task(name="test.whose", shared=False)(_answering(name))
+        apps[name] = app
+    try:
+        with embedded_worker(apps["first"], pool=pool), embedded_worker(apps["second"], pool=pool):
+            ran = {
+                name: [app.send_task("test.whose").get(timeout=10) for _ in range(3)]
+                for name, app in apps.items()
+            }
+    finally:
+        for app in apps.values():
+            app.close()
+
+    assert ran == {"first": ["first"] * 3, "second": ["second"] * 3}

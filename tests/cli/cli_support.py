@@ -12,20 +12,6 @@ from agentloop.orchestration.store import RunStore, open_store
 
 runner = CliRunner()
 
-#: The variables a test's environment must not inherit from the machine.
-CLEARED = (
-    "BROKER_URL",
-    "REDIS_URL",
-    "RESULT_BACKEND",
-    "DATABASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "AGENTLOOP_MODEL_PROVIDER",
-    "AGENTLOOP_IMPORTS",
-)
-
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Any:
     """Run the CLI as a terminal 80 columns wide would."""

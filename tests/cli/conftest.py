@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_support import CLEARED
+
+from tests.newcomer import MACHINE_SETTINGS
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh ``AGENTLOOP_HOME`` and working folder, with none of the machine's settings."""
-    for name in CLEARED:
+    for name in MACHINE_SETTINGS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AGENTLOOP_HOME", str(tmp_path / ".agentloop"))
     monkeypatch.chdir(tmp_path)

@@ -110,3 +110,30 @@ def test_a_store_left_in_dot_agentloop_is_pointed_out_with_how_to_move_it(
     assert f"mv .agentloop/agentloop.sqlite3* {home.resolve() / 'data' / 'agentloop'}/" in moved.stderr
     assert [run["id"] for run in json.loads(kept.stdout)] == ["run-of-the-old-home"]
     assert "old default home" not in kept.stderr
+
+
+def test_runs_prune_dry_run_prints_what_would_go_and_prune_deletes_only_ended_runs(home: Path) -> None:
+    store = home_store(home)
+    add_run(store, "ended-1", status="succeeded")
+    add_run(store, "ended-2", status="failed")
+    add_run(store, "still-open")  # pending: never pruned
+
+    dry = invoke("runs", "prune", "--older-than", "0.000001", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "Would delete 2 workflows" in dry.output and "ended-1" in dry.output and "ended-2" in dry.output
+    assert store.get_run("ended-1") is not None
+
+    kept = invoke("runs", "prune", "--older-than", "30d", "--json")
+    assert json.loads(kept.output)["workflows"] == 0  # ended moments ago: younger than 30 days
+
+    done = invoke("runs", "prune", "--older-than", "0.000001", "--json")
+    assert json.loads(done.output)["workflows"] == 2
+    assert store.get_run("ended-1") is None and store.get_run("ended-2") is None
+    assert store.get_run("still-open") is not None
+
+
+def test_runs_prune_needs_an_age_and_says_which_are_valid(home: Path) -> None:
+    missing = invoke("runs", "prune", "--dry-run")
+    assert missing.exit_code == 2 and "--older-than" in missing.output
+    bad = invoke("runs", "prune", "--older-than", "a month")
+    assert bad.exit_code == 2 and "such as 30d" in bad.output

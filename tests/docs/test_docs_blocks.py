@@ -14,7 +14,6 @@ the kit's plugin.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -23,8 +22,11 @@ from pathlib import Path
 
 from docs_pages import ROOT, Block, all_blocks, section
 
+from tests.newcomer import a_users_environment
+
 THIS = "tests/docs/test_docs_blocks.py"
 ON_CELERY = "tests/integration/test_readme_on_celery.py"
+EVALS = "tests/evals/test_readme_evals.py"
 #: ``(page, heading, first line of the block)`` -> the test that runs the block as it is written.
 RUN_BY = {
     (
@@ -88,27 +90,30 @@ RUN_BY = {
         "# conftest.py (or run pytest with -p agentloop.testing)",
     ): THIS,
     ("docs/how-to/testing.md", "# Test your agents with the kit", "import pytest"): THIS,
+    ("README.md", "## Regression tests and evals", "# greet.py"): EVALS,
+    (
+        "README.md",
+        "## Regression tests and evals",
+        '{"id": "ada", "input": "Ada", "expected": "Hello, Ada!"}',
+    ): EVALS,
+    ("README.md", "## Regression tests and evals", "export AGENTLOOP_IMPORTS=greet"): EVALS,
+    ("docs/how-to/evals.md", "## A first evaluation", "# greet.py"): EVALS,
+    (
+        "docs/how-to/evals.md",
+        "## A first evaluation",
+        '{"id": "ada", "input": "Ada", "expected": "Hello, Ada!"}',
+    ): EVALS,
+    ("docs/how-to/evals.md", "## A first evaluation", "export AGENTLOOP_IMPORTS=greet"): EVALS,
+    ("docs/how-to/evals.md", "## Scorers", "# scorers.py"): EVALS,
+    ("README.md", "## Regression tests and evals", "export AGENTLOOP_IMPORTS=trips"): (
+        "tests/docs/test_readme_replay.py"
+    ),
+    (
+        "README.md",
+        "## Regression tests and evals",
+        '# test_plan_replays.py (conftest.py: pytest_plugins = ["agentloop.testing"])',
+    ): ("tests/docs/test_readme_replay.py"),
 }
-#: The machine's settings a new user's shell would not have.
-CLEARED = (
-    "BROKER_URL",
-    "REDIS_URL",
-    "RESULT_BACKEND",
-    "DATABASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "AGENTLOOP_MODEL_PROVIDER",
-    "AGENTLOOP_IMPORTS",
-    "PYTEST_ADDOPTS",
-)
-
-
-def a_users_environment(folder: Path) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key not in CLEARED}
-    env.update({"AGENTLOOP_HOME": str(folder / ".agentloop"), "PYTHONPATH": str(folder), "COLUMNS": "120"})
-    return env
 
 
 def run_python(code: str, folder: Path = ROOT) -> list[str]:

@@ -20,8 +20,10 @@ from agentloop.orchestration.wire import LAUNCH
 
 pytestmark = pytest.mark.integration
 
-#: The swallowing loop's limits: it ignores the soft one, so the hard one kills its process.
-SOFT_LIMIT, HARD_LIMIT = 1, 2
+#: The swallowing loop's limits: it ignores the soft one, so the hard one kills its process (billiard
+#: looks at the hard limit only once the soft one has fired). A soft limit of 1 s landed, on a loaded
+#: machine, before the step had begun, and the run ended by the soft path (seen under ``pytest -n 3``).
+SOFT_LIMIT, HARD_LIMIT = 3, 4
 KILLS, PLAIN_RUNS = 3, 24
 
 

@@ -21,6 +21,7 @@ from agentloop.orchestration.celery_adapter.edge import (
     rejection_of,
 )
 from agentloop.orchestration.celery_adapter.edge_consumer import EdgeConsumer, recorder_of
+from agentloop.orchestration.celery_adapter.wire_versions import WireGate
 from agentloop.orchestration.store import InMemoryRunStore
 
 
@@ -66,6 +67,13 @@ GOOD = [[], {"runnable": "parity.count", "input": 1}, {"callbacks": None, "chain
 def test_a_well_formed_message_passes() -> None:
     assert check_message(FakeMessage(headers(), GOOD)) is None
     assert check_message(FakeMessage(headers(), [[], {}, None])) is None
+
+
+def test_a_message_of_any_wire_version_passes_the_edge_without_or_with_the_header() -> None:
+    """Without the header a message is version 1; a newer one is not malformed (``wire_versions.py``
+    hands it on), so the edge lets every positive version through."""
+    for extra in ({}, {"agentloop_wire": 1}, {"agentloop_wire": 7, "agentloop_wire_deferrals": 3}):
+        assert check_message(FakeMessage(headers(**extra), GOOD)) is None
 
 
 def test_depth_is_measured_without_recursion_at_any_depth() -> None:
@@ -119,6 +127,10 @@ BAD_HEADERS = {
     "retries that are a word": (headers(retries="many"), "'retries' header"),
     "ignore_result that is a word": (headers(ignore_result="yes"), "'ignore_result' header"),
     "headers nested too deep": (headers(x=nested(1000)), "headers are nested deeper"),
+    "a wire version that is a word": (headers(agentloop_wire="2"), "'agentloop_wire' header"),
+    "a wire version of 0": (headers(agentloop_wire=0), "'agentloop_wire' header"),
+    "a wire version that is true": (headers(agentloop_wire=True), "'agentloop_wire' header"),
+    "deferrals below 0": (headers(agentloop_wire_deferrals=-1), "'agentloop_wire_deferrals' header"),
 }
 
 
@@ -226,6 +238,7 @@ def bare_consumer(app: Any, handler: Any, monkeypatch: pytest.MonkeyPatch) -> An
     monkeypatch.setattr(Consumer, "create_task_handler", lambda self, *args, **kwargs: handler)
     consumer = EdgeConsumer.__new__(EdgeConsumer)
     consumer.app, consumer.event_dispatcher = app, None
+    consumer.wire_gate = WireGate(app)
     consumer.connection_errors, consumer.channel_errors = (OSError, KeyError), ()
     return consumer
 

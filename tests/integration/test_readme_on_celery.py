@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.newcomer import a_users_environment
 from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 
 pytestmark = pytest.mark.integration
@@ -29,8 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNNERS = ROOT / "docs" / "concepts" / "runners.md"
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 PAGE_REDIS = "redis://127.0.0.1:6379/0"
-#: The machine's settings a new user's shell would not have.
-CLEARED = ("BROKER_URL", "REDIS_URL", "RESULT_BACKEND", "DATABASE_URL", "AGENTLOOP_IMPORTS", "OPENAI_API_KEY")
 
 
 def section_blocks(page: Path, heading: str) -> list[tuple[str, str]]:
@@ -55,8 +54,7 @@ def run_on_a_worker(folder: Path, redis: RedisServer, module: str, commands: str
     background, run the trigger line, stop the worker; the trigger's output."""
     assert module.startswith("# counting.py\n")
     (folder / "counting.py").write_text(module, encoding="utf-8")
-    env = {key: value for key, value in os.environ.items() if key not in CLEARED}
-    env.update({"AGENTLOOP_HOME": str(folder / ".agentloop"), "PYTHONPATH": str(folder), "COLUMNS": "120"})
+    env = a_users_environment(folder)
     worker_line, trigger_line = [line for line in commands.splitlines() if line.strip()]
     assert worker_line.endswith(" &") and PAGE_REDIS in worker_line and PAGE_REDIS in trigger_line
 

@@ -163,6 +163,11 @@ def test_list_runs_shows_the_newest_first_and_filters_by_status(run_store: RunSt
     assert [record.id for record in run_store.list_runs(limit=2)] == ["r4", "r3"]
     assert [record.id for record in run_store.list_runs(status="failed")] == ["r3", "r1"]
     assert run_store.list_runs(status="succeeded") == []
+    assert [record.id for record in run_store.list_runs(limit=2, offset=1)] == ["r3", "r2"]
+    assert [record.id for record in run_store.list_runs(status="failed", offset=1)] == ["r1"]
+    assert run_store.list_runs(offset=5) == []
+    with pytest.raises(ValueError, match="offset"):
+        run_store.list_runs(offset=-1)
 
 
 def test_a_run_keeps_the_principal_that_started_it_and_lists_filter_by_it(run_store: RunStore) -> None:

@@ -26,8 +26,8 @@ from agentloop.orchestration.store.migrate import alembic_config
 from agentloop.orchestration.store.tables import metadata
 from tests.servers.postgres import private_database
 
-TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits"}
-HEAD = "0007"
+TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits", "run_recordings"}
+HEAD = "0009"
 
 
 def _tables(url: str) -> set[str]:
@@ -61,6 +61,15 @@ def test_migrations_go_up_to_head_down_to_base_and_up_again(blank_database_url: 
     upgrade_database(blank_database_url)
     assert current_revision(blank_database_url) == HEAD
     assert _tables(blank_database_url) == TABLES
+
+    volume = {"ix_runs_created_at_id", "ix_runs_runnable_created_at", "ix_runs_finished_at"}
+    assert volume <= _indexes(blank_database_url, "runs")
+    downgrade_database(blank_database_url, "0007")
+    assert volume.isdisjoint(_indexes(blank_database_url, "runs"))
+    assert "ix_runs_created_at" in _indexes(blank_database_url, "runs")
+    upgrade_database(blank_database_url)
+    assert volume <= _indexes(blank_database_url, "runs")
+    assert "ix_runs_created_at" not in _indexes(blank_database_url, "runs")
 
     downgrade_database(blank_database_url, "0005")
     assert "principal" not in _columns(blank_database_url, "runs")

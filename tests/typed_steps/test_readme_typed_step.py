@@ -9,7 +9,6 @@ The code is read from the page, so the section and this test cannot drift apart.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -18,23 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.newcomer import a_users_environment
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "tutorial.md"
 SECTION = "## A typed step, end to end"
-#: The machine's settings a new user's shell would not have.
-CLEARED = (
-    "BROKER_URL",
-    "REDIS_URL",
-    "RESULT_BACKEND",
-    "DATABASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "AGENTLOOP_MODEL_PROVIDER",
-    "AGENTLOOP_IMPORTS",
-    "PYTEST_ADDOPTS",
-)
 
 
 def section_blocks() -> list[tuple[str, str]]:
@@ -65,11 +52,7 @@ def user_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A fresh folder holding the section's files, and a new user's environment for it."""
     for name, code in files_of_the_section().items():
         (tmp_path / name).write_text(code, encoding="utf-8")
-    env = {key: value for key, value in os.environ.items() if key not in CLEARED}
-    env.update(
-        {"AGENTLOOP_HOME": str(tmp_path / ".agentloop"), "PYTHONPATH": str(tmp_path), "COLUMNS": "120"}
-    )
-    return tmp_path, env
+    return tmp_path, a_users_environment(tmp_path)
 
 
 def test_the_section_has_a_module_its_tests_and_its_commands() -> None:

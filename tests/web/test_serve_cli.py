@@ -57,6 +57,10 @@ def read_until(process: subprocess.Popen[str], pattern: str, timeout: float = 60
     raise AssertionError(f"agentloop serve never printed {pattern!r}; it printed:\n{seen}")
 
 
+#: The ``agentloop`` command, run by this interpreter.
+CLI = "from agentloop.orchestration.cli import main; main()"
+
+
 def test_serve_on_the_embedded_defaults_runs_the_demo_for_a_newcomer(tmp_path: Path) -> None:
     port = free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith(("AGENTLOOP_", "OPENAI_"))}
@@ -64,7 +68,7 @@ def test_serve_on_the_embedded_defaults_runs_the_demo_for_a_newcomer(tmp_path: P
     for name in ("BROKER_URL", "REDIS_URL", "RESULT_BACKEND", "DATABASE_URL"):
         env.pop(name, None)
     process = subprocess.Popen(
-        [sys.executable, "-c", "from orchestration.cli import main; main()", "serve", "--port", str(port)],
+        [sys.executable, "-c", CLI, "serve", "--port", str(port)],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,

@@ -36,6 +36,7 @@ def test_every_data_route_is_listed(rig: WebRig) -> None:
         ("POST", "/runs/{run_id:str}/resume"),
         ("GET", "/runs/{run_id:str}/events"),
         ("POST", "/graphql"),
+        ("GET", "/metrics"),
     ]
 
 

@@ -19,7 +19,7 @@ def test_nothing_set_is_closed_on_the_loopback_address() -> None:
 def test_a_token_alone_holds_every_scope_and_scopes_can_be_narrowed() -> None:
     http = load_settings({"AGENTLOOP_HTTP_TOKENS": "abcdefghijklmnop, qrstuvwxyz012345:read+cancel"}).http
     assert [sorted(grant.scopes) for grant in http.tokens] == [
-        ["admin", "cancel", "read", "start"],
+        ["admin", "cancel", "metrics", "read", "start"],
         ["cancel", "read"],
     ]
     assert [grant.principal for grant in http.tokens] == [None, None]

@@ -1,0 +1,83 @@
+"""Gauges of the whole deployment, read when Prometheus scrapes: queue depth and runs not ended.
+
+Counters count what one process did; these read shared state, the broker's queues and the run
+store, so any one process can answer for every worker (``agentloop serve`` does):
+
+- ``agentloop_queue_depth{queue}``: messages waiting in each of the app's queues;
+- ``agentloop_runs_in_flight{runnable,status}``: runs ``pending``, ``running`` or ``waiting`` (on a
+  person's answer: the runs waiting on a person);
+- ``agentloop_metrics_source_up{source}``: ``1`` when the ``broker`` or the ``store`` answered this
+  scrape, ``0`` when it did not. A source that does not answer gives no series at all, never
+  zeros: an outage does not read as an empty queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+__all__ = ["FleetGauges", "QueueDepths", "RunCounts"]
+
+logger = logging.getLogger(__name__)
+
+K = TypeVar("K")
+
+QueueDepths = Callable[[], Mapping[str, int]]
+"""Messages waiting in each queue, by queue name (raises when the broker cannot say)."""
+RunCounts = Callable[[], Mapping[tuple[str, str], int]]
+"""Runs not ended, by ``(runnable, status)`` (raises when the store cannot say)."""
+
+
+class FleetGauges:
+    """The observable gauges of one deployment on ``meter``, read through ``queue_depths`` and
+    ``run_counts`` at each scrape."""
+
+    def __init__(self, meter: Meter, *, queue_depths: QueueDepths, run_counts: RunCounts) -> None:
+        self._queue_depths, self._run_counts = queue_depths, run_counts
+        self._up: dict[str, int] = {}
+        # Read in the order they were made: the gauges first, then whether their sources answered.
+        meter.create_observable_gauge(
+            "agentloop_queue_depth",
+            callbacks=[self._observe_queues],
+            unit="1",
+            description="Messages waiting in the broker, by queue.",
+        )
+        meter.create_observable_gauge(
+            "agentloop_runs_in_flight",
+            callbacks=[self._observe_runs],
+            unit="1",
+            description="Runs not ended (pending, running, waiting on a person), by runnable and status.",
+        )
+        meter.create_observable_gauge(
+            "agentloop_metrics_source_up",
+            callbacks=[self._observe_up],
+            unit="1",
+            description="Whether the broker and the run store answered the last scrape (1) or not (0).",
+        )
+
+    def _read(self, source: str, read: Callable[[], Mapping[K, int]]) -> Mapping[K, int]:
+        try:
+            values = read()
+        except Exception:  # the broker's, the database's: the scrape goes on without this source
+            logger.warning("metrics: the %s did not answer; its gauges are left out", source, exc_info=True)
+            self._up[source] = 0
+            return {}
+        self._up[source] = 1
+        return values
+
+    def _observe_queues(self, options: CallbackOptions) -> Iterable[Observation]:
+        depths = self._read("broker", self._queue_depths)
+        return [Observation(int(depth), {"queue": queue}) for queue, depth in depths.items()]
+
+    def _observe_runs(self, options: CallbackOptions) -> Iterable[Observation]:
+        counts = self._read("store", self._run_counts)
+        return [
+            Observation(int(count), {"runnable": runnable, "status": status})
+            for (runnable, status), count in counts.items()
+        ]
+
+    def _observe_up(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(up, {"source": source}) for source, up in sorted(self._up.items())]

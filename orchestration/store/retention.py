@@ -1,0 +1,169 @@
+"""Retention: delete the workflows that ended long ago, with everything recorded of them.
+
+A *workflow* is a root run (``runs.id == runs.root_run_id``) and the runs under
+it. One is deleted when its root run ended (a terminal status) before the
+cut-off, no run of it is still open, and it is not a run of a batch that is
+still open (the batch's summary counts it). With it go its progress events
+(``run_events``, keyed by the root run), the checkpoints of its loops and the
+questions it asked people (``human_waits``); its usage is columns of its run
+rows. A run still open is never deleted, whatever its age.
+
+:func:`prune_runs` works on both stores. On SQL it deletes
+:data:`BATCH_SIZE` workflows per transaction, the oldest first, so a large
+backlog never holds long locks; with ``dry_run`` it only counts. Beat runs it
+hourly as ``agentloop.prune_runs`` when ``AGENTLOOP_RUN_RETENTION`` is set;
+``agentloop runs prune --older-than 30d --dry-run`` shows what would go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Select, Table, and_, delete, exists, func, select
+
+from agentloop.orchestration.store.memory import InMemoryRunStore
+from agentloop.orchestration.store.protocol import TERMINAL_STATUSES, RunStore
+from agentloop.orchestration.store.sql import SqlRunStore
+from agentloop.orchestration.store.tables import checkpoints, human_waits, run_events, runs
+from agentloop.orchestration.store.waits import InMemoryWaitStore, WaitStore
+
+__all__ = ["BATCH_SIZE", "Pruned", "prune_runs"]
+
+#: How many workflows one transaction deletes.
+BATCH_SIZE = 500
+#: How many workflow ids a :class:`Pruned` lists (the oldest first).
+SHOWN_IDS = 20
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Pruned:
+    """What a prune deleted, or with ``dry_run`` would delete: rows per table, and the first root run ids."""
+
+    workflows: int
+    runs: int
+    events: int
+    checkpoints: int
+    waits: int
+    dry_run: bool
+    #: The root run ids of the first :data:`SHOWN_IDS` workflows, the oldest first.
+    first_ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workflows": self.workflows,
+            "runs": self.runs,
+            "events": self.events,
+            "checkpoints": self.checkpoints,
+            "waits": self.waits,
+            "dry_run": self.dry_run,
+            "first_ids": list(self.first_ids),
+        }
+
+
+def prune_runs(
+    store: RunStore, *, before: datetime, dry_run: bool = False, waits: WaitStore | None = None
+) -> Pruned:
+    """Delete (or with ``dry_run`` count) the workflows whose root run ended before ``before``
+    and have no run still open; ``waits`` is the memory twin's wait store, beside an
+    :class:`InMemoryRunStore` (the SQL store's questions are in its own database).
+
+    Raises ``TypeError`` for a store that is neither :class:`SqlRunStore` nor :class:`InMemoryRunStore`.
+    """
+    if before.tzinfo is None:
+        raise ValueError(f"naive datetime {before!r} given where a timezone-aware one is required")
+    if isinstance(store, SqlRunStore):
+        return _prune_sql(store, before, dry_run)
+    if isinstance(store, InMemoryRunStore):
+        return _prune_memory(store, waits, before, dry_run)
+    raise TypeError(f"{type(store).__name__} cannot prune runs: only the SQL store and its memory twin can")
+
+
+def _prunable(before: datetime) -> ColumnElement[bool]:
+    """The root runs of the workflows that may go (see the module doc)."""
+    terminal = sorted(TERMINAL_STATUSES)
+    member, parent = runs.alias("member"), runs.alias("parent")
+    return and_(
+        runs.c.finished_at < before,
+        runs.c.id == runs.c.root_run_id,
+        runs.c.status.in_(terminal),
+        ~exists().where(member.c.root_run_id == runs.c.id, member.c.status.not_in(terminal)),
+        ~exists().where(parent.c.id == runs.c.parent_run_id, parent.c.status.not_in(terminal)),
+    )
+
+
+def _roots(before: datetime) -> Select[tuple[str]]:
+    return select(runs.c.id).where(_prunable(before)).order_by(runs.c.finished_at, runs.c.id)
+
+
+def _counts(connection: Connection, roots: Any) -> tuple[int, int, int, int]:
+    """Rows of ``runs``, ``run_events``, ``checkpoints`` and ``human_waits`` of the workflows ``roots``."""
+    members = select(runs.c.id).where(runs.c.root_run_id.in_(roots))
+    return (
+        connection.execute(select(func.count()).select_from(members.subquery())).scalar_one(),
+        _count(connection, run_events, run_events.c.run_id.in_(roots)),
+        _count(connection, checkpoints, checkpoints.c.run_id.in_(members)),
+        _count(connection, human_waits, human_waits.c.run_id.in_(members)),
+    )
+
+
+def _count(connection: Connection, table: Table, where: ColumnElement[bool]) -> int:
+    return int(connection.execute(select(func.count()).select_from(table).where(where)).scalar_one())
+
+
+def _prune_sql(store: SqlRunStore, before: datetime, dry_run: bool) -> Pruned:
+    if dry_run:
+        return store.retry.call(lambda: _count_sql(store, before))
+    totals, shown, workflows = [0, 0, 0, 0], list[str](), 0
+    while roots_and_counts := store.retry.call(lambda: _delete_batch(store, before)):
+        roots, counts = roots_and_counts
+        totals = [total + count for total, count in zip(totals, counts, strict=True)]
+        workflows += len(roots)
+        shown += roots[: SHOWN_IDS - len(shown)]
+    return Pruned(workflows=workflows, **_named(tuple(totals)), dry_run=False, first_ids=tuple(shown))
+
+
+def _count_sql(store: SqlRunStore, before: datetime) -> Pruned:
+    roots = select(runs.c.id).where(_prunable(before))
+    with store.engine.connect() as connection:
+        first = tuple(str(root) for root in connection.execute(_roots(before).limit(SHOWN_IDS)).scalars())
+        workflows = connection.execute(select(func.count()).select_from(roots.subquery())).scalar_one()
+        counts = _counts(connection, roots)
+    return Pruned(workflows=workflows, **_named(counts), dry_run=True, first_ids=first)
+
+
+def _delete_batch(store: SqlRunStore, before: datetime) -> tuple[list[str], tuple[int, int, int, int]] | None:
+    """One transaction: the oldest :data:`BATCH_SIZE` prunable workflows deleted (``None``: none left)."""
+    with store.engine.begin() as connection:
+        roots = [str(root) for root in connection.execute(_roots(before).limit(BATCH_SIZE)).scalars()]
+        if not roots:
+            return None
+        members = select(runs.c.id).where(runs.c.root_run_id.in_(roots))
+        waits = connection.execute(delete(human_waits).where(human_waits.c.run_id.in_(members))).rowcount
+        loops = connection.execute(delete(checkpoints).where(checkpoints.c.run_id.in_(members))).rowcount
+        events = connection.execute(delete(run_events).where(run_events.c.run_id.in_(roots))).rowcount
+        run_rows = connection.execute(delete(runs).where(runs.c.root_run_id.in_(roots))).rowcount
+    return roots, (run_rows, events, loops, waits)
+
+
+def _named(counts: tuple[int, ...]) -> dict[str, int]:
+    run_rows, events, kept_checkpoints, waits = counts
+    return {"runs": run_rows, "events": events, "checkpoints": kept_checkpoints, "waits": waits}
+
+
+def _prune_memory(
+    store: InMemoryRunStore, waits: WaitStore | None, before: datetime, dry_run: bool
+) -> Pruned:
+    roots, members, counts = store.prune_workflows(before=before, dry_run=dry_run)
+    questions = waits.forget(members, dry_run=dry_run) if isinstance(waits, InMemoryWaitStore) else 0
+    run_rows, events, kept_checkpoints = counts
+    return Pruned(
+        workflows=len(roots),
+        runs=run_rows,
+        events=events,
+        checkpoints=kept_checkpoints,
+        waits=questions,
+        dry_run=dry_run,
+        first_ids=tuple(roots[:SHOWN_IDS]),
+    )

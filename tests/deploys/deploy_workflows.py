@@ -1,0 +1,62 @@
+"""Workflows the rolling-deploy tests run (``AGENTLOOP_IMPORTS=deploy_workflows``).
+
+Each step says which worker ran it: a prefork pool child's parent is the worker's main process,
+whose pid the test knows.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from agentloop import BaseAgentLoop, BaseAgentPipeline, register
+
+#: How long a gated step waits for its gate before it gives up (a ceiling, never a verdict).
+GATE_CEILING_SECONDS = 120.0
+
+
+class _OneStep(BaseAgentLoop):
+    max_iterations = 1
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"input": input}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return "worker" in state
+
+
+@register("deploy.gated")
+class Gated(_OneStep):
+    """Touches ``input["started"]``, waits for the file ``input["gate"]``, says whose worker ran it."""
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        Path(state["input"]["started"]).touch()
+        gate, deadline = Path(state["input"]["gate"]), time.monotonic() + GATE_CEILING_SECONDS
+        while not gate.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the gate {gate} never opened")
+            time.sleep(0.05)
+        return {**state, "worker": os.getppid()}
+
+    def build_result(self, *, state: Any) -> Any:
+        return {"first": state["worker"]}
+
+
+@register("deploy.whose")
+class Whose(_OneStep):
+    """Adds the worker that ran it to its input (an object) as ``second``."""
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        return {**state, "worker": os.getppid()}
+
+    def build_result(self, *, state: Any) -> Any:
+        return {**state["input"], "second": state["worker"]}
+
+
+@register("deploy.two_steps")
+class TwoSteps(BaseAgentPipeline):
+    """A gated step, then a step on whichever worker takes the next message."""
+
+    stages = (Gated, Whose)

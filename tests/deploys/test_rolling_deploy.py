@@ -1,0 +1,151 @@
+"""A rolling deploy with two versions of the worker on one private Redis, real prefork workers.
+
+The old worker speaks wire version 1 (the code's), the new one version 2
+(``AGENTLOOP_WIRE_VERSION_OVERRIDE``, read through the settings). One scenario, in the order a
+deploy goes:
+
+1. a run starts on the old worker and is held inside its first step;
+2. a client already on the new version sends a launch: the old worker, the only one, cannot read
+   it, hands it back to the queue :data:`MAX_DEFERRALS` times, then parks it in the holding queue
+   of version 2; it never runs there, never fails, and is not lost;
+3. the new worker starts and takes the parked launch from the holding queue;
+4. the old worker gets a warm shutdown (TERM) while its step runs; the step finishes, the old
+   worker exits, and the run's next step, a version-1 message, runs on the new worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.wire_versions import MAX_DEFERRALS, holding_queue
+from agentloop.orchestration.client import CeleryAgentRunner
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.settings import load_settings
+from agentloop.orchestration.store import open_store
+from agentloop.orchestration.wire import DEFERRALS_HEADER, WIRE_HEADER
+from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.worker import WorkerProcess, run_worker_process
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+ROOT = TESTS.parent
+MODULES = ("deploy_workflows",)
+#: A ceiling on every wait below: reached, the test fails with what it waited for; never a verdict.
+CEILING = 90.0
+
+
+def wait_for(what: str, condition: Callable[[], Any], worker: WorkerProcess | None = None) -> Any:
+    deadline = time.monotonic() + CEILING
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if worker is not None and not worker.is_alive():
+            break
+        time.sleep(0.05)
+    tail = "" if worker is None else f"; worker log tail:\n{worker.log_text()[-4000:]}"
+    raise AssertionError(f"never saw {what}{tail}")
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(private_redis_server())
+        except ServiceUnavailable as unavailable:
+            pytest.skip(unavailable.reason)
+        database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
+        store, _ = open_store(database_url)
+        stack.callback(store.engine.dispose)
+        base = {"BROKER_URL": server.url, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
+        registry = RunnableRegistry.from_modules(MODULES)
+        apps = {}
+        for version in (1, 2):
+            environ = {**base, "AGENTLOOP_WIRE_VERSION_OVERRIDE": str(version)} if version > 1 else base
+            app = create_app(settings=load_settings(environ), registry=registry, store=store)
+            stack.callback(app.close)
+            apps[version] = app
+        client = redis.Redis.from_url(server.url)
+        stack.callback(client.close)
+
+        def worker(version: int, **options: Any) -> WorkerProcess:
+            env = {"DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join(map(str, (ROOT, TESTS, HERE)))}
+            if version > 1:
+                env["AGENTLOOP_WIRE_VERSION_OVERRIDE"] = str(version)
+            return stack.enter_context(
+                run_worker_process(
+                    broker_url=server.url, result_backend=server.url, imports=MODULES, env=env, **options
+                )
+            )
+
+        yield {"apps": apps, "store": store, "redis": client, "worker": worker}
+
+
+def test_a_run_started_on_old_workers_completes_on_new_ones_and_newer_messages_wait_for_them(
+    rig: dict[str, Any], tmp_path: Path
+) -> None:
+    apps, store, broker = rig["apps"], rig["store"], rig["redis"]
+    old = rig["worker"](1, concurrency=2, loglevel="DEBUG")
+    gate, started = tmp_path / "gate", tmp_path / "started"
+
+    # 1. a run of two steps starts on the old worker, held in its first step
+    held = CeleryAgentRunner.create(runnable="deploy.two_steps", app=apps[1], store=store).request_sync(
+        input={"gate": str(gate), "started": str(started)}
+    )
+    wait_for("the first step start on the old worker", started.exists, old)
+
+    # 2. a launch of wire version 2 reaches only the old worker: handed back, then parked
+    newer = CeleryAgentRunner.create(runnable="deploy.whose", app=apps[2], store=store).request_sync(
+        input={"sent": "by a new client"}
+    )
+    parking = holding_queue(apps[2], 2)
+    parked = wait_for("the version-2 launch parked", lambda: broker.lrange(parking, 0, -1), old)
+    assert len(parked) == 1
+    headers = json.loads(parked[0])["headers"]
+    assert (headers["id"], headers[WIRE_HEADER], headers[DEFERRALS_HEADER]) == (
+        newer.run_id,
+        2,
+        MAX_DEFERRALS + 1,
+    )
+    assert old.log_text().count(f"Deferred agentloop.launch[{newer.run_id}]") == MAX_DEFERRALS
+    assert f"Parked agentloop.launch[{newer.run_id}]" in old.log_text()
+    assert store.get_run(newer.run_id) is None  # never run by a worker that cannot read it
+    assert not newer.result.ready()  # nor failed
+    assert broker.llen(apps[1].conf.task_default_queue) == 0
+
+    # 3. the new worker takes the parked launch from the holding queue
+    new = rig["worker"](2, concurrency=1)
+    assert newer.wait_sync(timeout=CEILING) == {"sent": "by a new client", "second": new.pid}
+    assert broker.llen(parking) == 0
+
+    # 4. warm shutdown of the old worker mid-step; its run's next step runs on the new worker
+    old.kill(signal.SIGTERM, group=False)
+    wait_for("the old worker stop consuming", lambda: "Canceling task consumer" in old.log_text(), old)
+    assert not held.result.ready()
+    gate.touch()
+    assert old.wait(timeout=CEILING) == 0
+    assert held.wait_sync(timeout=CEILING) == {"first": old.pid, "second": new.pid}
+    record = store.get_run(held.run_id)
+    assert record is not None and record.status == "succeeded"
+    assert new.is_alive()
+
+
+def test_each_task_message_says_the_wire_version_of_the_app_that_built_it(rig: dict[str, Any]) -> None:
+    for version, app in rig["apps"].items():
+        for name in ("agentloop.launch", "agentloop.stage"):
+            message = app.amqp.as_task_v2(str(uuid.uuid4()), name, (), {"runnable": "x"})
+            assert message.headers[WIRE_HEADER] == version
+        celerys_own = app.amqp.as_task_v2(str(uuid.uuid4()), "celery.chord_unlock", (), {})
+        assert WIRE_HEADER not in celerys_own.headers
