@@ -141,7 +141,8 @@ def test_on_a_real_worker_a_batch_and_its_countdowns_run_and_a_poison_message_en
         assert record is not None and record.status == "failed"
         assert record.error["type"] == "DeliveryLimitError", record.error
         assert f"delivery limit {LIMIT}" in record.error["message"]
-        assert app.AsyncResult(handle.run_id).state == "FAILURE"
+        # the recorder writes the run first, then the result its waiters read
+        _until(lambda: app.AsyncResult(handle.run_id).state == "FAILURE", 30, "the poisoned run's result")
         kills = worker.log_text().count("exited with 'signal 9 (SIGKILL)'")
         assert kills == LIMIT, f"{kills} pool processes killed: one per delivery up to the limit"
 
