@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> bool:
             run_worker_process(
                 broker_url=server.url,
                 result_backend=server.url,
-                imports=["bench.workflows_celery"],
+                imports=[args.imports],
                 env=env,
                 pool="threads",
                 concurrency=args.concurrency,
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> bool:
         began = time.perf_counter()
         started = app.send_task(
             BATCH,
-            kwargs={"runnable": RUNNABLE, "inputs": [None] * args.inputs, "poll_seconds": 1.0},
+            kwargs={"runnable": args.runnable, "inputs": [None] * args.inputs, "poll_seconds": 1.0},
         ).get(timeout=args.timeout)
         started_id = started["batch_id"]
         state, samples = _wait_for_batch(store, started_id, worker.pid, args.timeout)
@@ -123,11 +123,20 @@ def run(args: argparse.Namespace) -> bool:
     completed = state["succeeded"] == args.inputs and state["open"] == 0
     flat = growth <= args.rss_growth
     keys_ok = keys_after <= keys_before
-    print(f"batch of {args.inputs} x {RUNNABLE}, --pool threads -c {args.concurrency}, {args.store} store")
+    print(
+        f"batch of {args.inputs} x {args.runnable}, --pool threads -c {args.concurrency}, {args.store} store"
+    )
     print(
         f"  completed: {completed} ({state['succeeded']} succeeded, {state['failed']} failed)",
         f"in {seconds:.1f} s",
     )
+    if args.ideal:
+        capacity = args.inputs * args.ideal / args.concurrency  # every thread busy waiting, no gap
+        print(
+            f"  wall / one run's ideal ({args.ideal:g} s): {seconds / args.ideal:.1f}x; "
+            f"wall / the pool's capacity ({args.inputs} x {args.ideal:g} s / {args.concurrency} threads "
+            f"= {capacity:.1f} s): {seconds / capacity:.2f}x"
+        )
     print(
         f"  worker RSS: {rss_before:.0f} MiB idle; per thousand ended:",
         ", ".join(f"{sample:.0f}" for sample in samples),
@@ -148,6 +157,9 @@ def run(args: argparse.Namespace) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.batch_scale", description=__doc__)
     parser.add_argument("--inputs", type=int, default=10_000)
+    parser.add_argument("--runnable", default=RUNNABLE, help="the registered runnable of each input")
+    parser.add_argument("--imports", default="bench.workflows_celery", help="the module registering it")
+    parser.add_argument("--ideal", type=float, default=0.0, help="one run's latency ideal, seconds")
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
     parser.add_argument("--expires", type=int, default=20, help="result expiry of the worker, seconds")

@@ -165,19 +165,21 @@ class BaseAgentLoop(RunnableBase, ABC):
         )
         await self.emit_progress(event=event, on_progress=on_progress)
 
-    def _checkpoint(self, scope: RunScope, finished: tuple[int, Any]) -> None:
+    async def _checkpoint(self, scope: RunScope, finished: tuple[int, Any]) -> None:
         assert scope.checkpointer is not None
         iteration, state = finished
-        scope.checkpointer.save(path=scope.path, iteration=iteration, state=self.dump_state(state=state))
+        await maybe_await(
+            scope.checkpointer.save(path=scope.path, iteration=iteration, state=self.dump_state(state=state))
+        )
 
-    def _checkpoint_on_the_way_out(self, scope: RunScope, finished: tuple[int, Any] | None) -> None:
+    async def _checkpoint_on_the_way_out(self, scope: RunScope, finished: tuple[int, Any] | None) -> None:
         """Save the last finished iteration of a loop that is failing or stopped, so that a task
         tried again resumes after it; a checkpoint that cannot be written then (the store is
         what failed, say) must not hide the loop's own error."""
         if finished is None:
             return
         try:
-            self._checkpoint(scope, finished)
+            await self._checkpoint(scope, finished)
         except Exception:
             logger.warning(
                 "loop at %r: could not checkpoint iteration %d", scope.path, finished[0], exc_info=True
@@ -205,7 +207,7 @@ class BaseAgentLoop(RunnableBase, ABC):
                     result = await maybe_await(self.build_bounded_result(state=state))
                     break
                 if pending is not None:  # before any more work, as durable as saving right away
-                    self._checkpoint(scope, pending)
+                    await self._checkpoint(scope, pending)
                     pending = None
                 if await maybe_await(self.should_compress(state=state, iteration=iteration)):
                     compressed = await maybe_await(self.compress_state(state=state, iteration=iteration))
@@ -227,7 +229,7 @@ class BaseAgentLoop(RunnableBase, ABC):
                 event = await maybe_await(self.build_progress_event(state=state, iteration=iteration))
                 await self.emit_progress(event=event, on_progress=on_progress)
         except (Exception, asyncio.CancelledError) as error:  # a failure, a stop, a cancellation from outside
-            self._checkpoint_on_the_way_out(scope, pending)
+            await self._checkpoint_on_the_way_out(scope, pending)
             phase, message = self._failure(error, scope)
             await self._emit(
                 on_progress, iteration=iteration, phase=phase, status=ProgressStatus.FAILED, message=message

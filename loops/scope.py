@@ -70,12 +70,13 @@ class Checkpointer(Protocol):
     the loop at ``path``, or ``None``; ``save`` records one. The loop saves an
     iteration before the next one starts, or on its way out when it fails or is
     stopped; the iteration after which it completes is not saved (its result is
-    what a store records next).
+    what a store records next). ``save`` may return an awaitable, which the loop awaits
+    before it goes on (a checkpoint written together with other loops').
     """
 
     def load(self, *, path: str) -> tuple[int, Any] | None: ...
 
-    def save(self, *, path: str, iteration: int, state: Any) -> None: ...
+    def save(self, *, path: str, iteration: int, state: Any) -> Awaitable[None] | None: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

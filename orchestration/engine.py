@@ -18,6 +18,7 @@ become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -40,6 +41,7 @@ from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from agentloop.orchestration.store import LoopRecord, RunStore
 from agentloop.orchestration.store.human_channel import StoreHumanChannel
+from agentloop.orchestration.store.pack_writes import PackWrites
 from agentloop.orchestration.store.recordings import recording_store_for
 from agentloop.orchestration.store.seams import (
     ProgressPublisher,
@@ -126,6 +128,7 @@ class WorkflowEngine:
         *,
         checkpoint: tuple[int, Any] | None = None,
         degradation: DegradationRecorder | None = None,
+        writes: PackWrites | None = None,
     ) -> RunScope:
         return RunScope(
             run_id=node.run_id,
@@ -139,7 +142,11 @@ class WorkflowEngine:
             recording=self.recorder(node),
             cancel=StoreCancelSignal(self.store, node.run_id),
             checkpointer=StoreCheckpointer(
-                self.store, node.run_id, interval=self.checkpoint_interval, loaded={node.path: checkpoint}
+                self.store,
+                node.run_id,
+                interval=self.checkpoint_interval,
+                loaded={node.path: checkpoint},
+                writes=writes,
             ),
         )
 
@@ -157,21 +164,65 @@ class WorkflowEngine:
     # ----- the node itself --------------------------------------------------------------------
 
     async def start(
-        self, node: WorkflowNode, input: Any, publisher: ProgressPublisher | None = None
+        self,
+        node: WorkflowNode,
+        input: Any,
+        publisher: ProgressPublisher | None = None,
+        writes: PackWrites | None = None,
     ) -> Outcome:
         """Run ``node`` here (a loop or action stage) or say how it expands.
 
-        The task's events go out through one ``publisher``, written when the task ends.
+        The task's events go out through one ``publisher``, written when the task ends; a
+        packed loop's checkpoints and result go with its pack's (``writes``).
         """
         if publisher is not None:
-            return await self._start(node, input, publisher)
+            return await self._start(node, input, publisher, writes)
         publisher = self.publisher(node)
         try:
             return await self._start(node, input, publisher)
         finally:
             publisher.flush(final=True)
 
-    async def _start(self, node: WorkflowNode, input: Any, publisher: ProgressPublisher) -> Outcome:
+    async def start_pack(self, nodes: Sequence[WorkflowNode], inputs: Sequence[Any]) -> list[Outcome]:
+        """Run the loops ``nodes`` (branches of one composite, of one run) together on this event
+        loop, each as :meth:`start` runs one: its own checkpoints, result, events and failure.
+
+        Their events go out through one publisher (written together; the first branch to end
+        writes those buffered with its result). A branch whose failure ends the run (fail fast,
+        a stop) stops the others at once and is raised. A run store that stays away, or a branch
+        paused for a person's answer, is raised once every other branch has ended: their
+        results are recorded, so the pack's next try, or its resumption, runs only the rest.
+        """
+        if not nodes:
+            return []
+        publisher, writes = self.publisher(nodes[0]), PackWrites(self.store, nodes[0].run_id)
+        tasks = [
+            asyncio.ensure_future(self.start(node, value, publisher, writes))
+            for node, value in zip(nodes, inputs, strict=True)
+        ]
+        try:
+            pending: set[asyncio.Future[Outcome]] = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                ending = [task for task in done if _ends_pack(task)]
+                if ending:
+                    raise ending[0].exception()  # type: ignore[misc]  # the finally stops the rest
+            waiting = [task.exception() for task in tasks if task.exception() is not None]
+            waiting.sort(key=lambda error: isinstance(error, RunPaused))  # the store's trouble first
+            if waiting:
+                raise waiting[0]  # type: ignore[misc]
+            return [task.result() for task in tasks]
+        finally:
+            unfinished = [task for task in tasks if not task.done()]
+            for task in unfinished:
+                task.cancel()
+            if unfinished:
+                await asyncio.gather(*unfinished, return_exceptions=True)
+            publisher.flush(final=True)
+
+    async def _start(
+        self, node: WorkflowNode, input: Any, publisher: ProgressPublisher, writes: PackWrites | None = None
+    ) -> Outcome:
         scope = self.scope(node)
         try:
             scope.check()
@@ -190,7 +241,7 @@ class WorkflowEngine:
             return Done(value=result)
         # Model failures the loop survives become events of this task (loops/run_outcome.py).
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
-        scope = self.scope(node, checkpoint=checkpoint, degradation=degradations)
+        scope = self.scope(node, checkpoint=checkpoint, degradation=degradations, writes=writes)
         meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
         began = time.perf_counter()
         try:
@@ -208,6 +259,8 @@ class WorkflowEngine:
         # The result, the task's progress and its usage, written together; a twin's result stands.
         used, events = meter.take(), publisher.take()
         tokens = {"input_tokens": used.input_tokens, "output_tokens": used.output_tokens}
+        if writes is not None:
+            return Done(value=await writes.finish(node.path, result, events=events, **tokens))
         return Done(value=self.store.finish_loop(node.run_id, node.path, result, events=events, **tokens))
 
     async def _start_pipeline(
@@ -242,7 +295,12 @@ class WorkflowEngine:
             branches = await composite.resolve_branches(input=input)
             fail_fast = composite.failure_policy == FailurePolicy.FAIL_FAST
             children = [
-                (self._branch_node(node, branch.runnable, branch.key, len(branches), fail_fast), branch.input)
+                (
+                    self.branch_node(
+                        node, self.registry.name_of(branch.runnable), branch.key, len(branches), fail_fast
+                    ),
+                    branch.input,
+                )
                 for branch in branches
             ]
         except Exception as error:
@@ -257,11 +315,23 @@ class WorkflowEngine:
         )
         if not branches:
             return await self.merge(node, [], input, publisher=publisher)
-        return FanOut(node=node, input=input, branches=children, max_concurrency=composite.max_concurrency)
+        return FanOut(
+            node=node,
+            input=input,
+            branches=children,
+            max_concurrency=composite.max_concurrency,
+            pack_size=composite.pack_size,
+            expanding=frozenset(
+                index
+                for index, branch in enumerate(branches)
+                if isinstance(branch.runnable, type)
+                and issubclass(branch.runnable, BaseAgentPipeline | BaseCompositeAgent)
+            ),
+        )
 
-    def _branch_node(
-        self, node: WorkflowNode, runnable: type, key: str, width: int, fail_fast: bool
-    ) -> WorkflowNode:
+    @staticmethod
+    def branch_node(node: WorkflowNode, runnable: str, key: str, width: int, fail_fast: bool) -> WorkflowNode:
+        """Branch ``key`` (of ``width``) of the composite ``node``, running the registered ``runnable``."""
         parent = Ancestor(
             kind="composite",
             runnable=node.runnable,
@@ -270,7 +340,7 @@ class WorkflowEngine:
             width=width,
             fail_fast=fail_fast,
         )
-        return node.child(runnable=self.registry.name_of(runnable), segment=f"branch/{key}", parent=parent)
+        return node.child(runnable=runnable, segment=f"branch/{key}", parent=parent)
 
     # ----- pipeline stages --------------------------------------------------------------------
 
@@ -444,3 +514,12 @@ class WorkflowEngine:
             publisher.flush(final=True)
         end_with_failure(self.store, node.run_id, error, owner_token=node.owner_token)
         raise error
+
+
+def _ends_pack(task: asyncio.Future[Outcome]) -> bool:
+    """Whether a packed branch ended with an error that ends the whole pack at once (the run's
+    end): not a store away nor a pause, which wait for the other branches to end."""
+    if task.cancelled():
+        return False
+    error = task.exception()
+    return error is not None and not isinstance(error, StoreUnavailableError | RunPaused)

@@ -38,13 +38,18 @@ class ChainStages:
 class FanOut:
     """Run the composite ``node``'s branches, then merge their outputs.
 
-    ``max_concurrency`` (the composite's; ``None``: no bound) is how many branches may run at once.
+    ``max_concurrency`` (the composite's; ``None``: no bound) is how many branches may run at once;
+    ``pack_size`` (the composite's; ``None``: the deployment's) how many one task runs together.
     """
 
     node: WorkflowNode
     input: Any
     branches: Sequence[tuple[WorkflowNode, Any]]
     max_concurrency: int | None = None
+    pack_size: int | None = None
+    #: The indexes of the branches that expand into a canvas of their own (a pipeline or a
+    #: composite): never packed.
+    expanding: frozenset[int] = frozenset()
 
 
 #: What a task does next.

@@ -57,6 +57,9 @@ MERGE = "agentloop.merge"
 #: that adds an expanded branch's output to its lane's.
 LANE = "agentloop.lane"
 LANE_COLLECT = "agentloop.lane_collect"
+#: Several loop branches of one composite run together in one task, on one event loop
+#: (the composite's ``pack_size``, or ``AGENTLOOP_PACK_SIZE``; ``docs/how-to/packing.md``).
+PACK = "agentloop.pack"
 FINALIZE = "agentloop.finalize"
 PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
@@ -85,7 +88,7 @@ TASK_NAMES: tuple[str, ...] = (
     PROGRESS,
     CANCEL,
 )
-TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS)
+TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS, PACK)
 
 #: The version of the wire contract this code speaks: what its messages mean (the task names, their
 #: kwargs, the :class:`WorkflowNode` and its results). Raised when a message changes in a way an
@@ -353,6 +356,24 @@ class WorkflowNode:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InvalidNodeError(f"a malformed workflow node: {type(error).__name__}: {error}") from None
+
+
+def packed_branches(data: Any) -> list[tuple[str, str, Any]]:
+    """The ``branches`` of an ``agentloop.pack`` message, ``[[runnable, key, input], ...]``, checked:
+    :class:`InvalidNodeError` saying what is malformed."""
+    if not isinstance(data, list | tuple) or not data:
+        raise InvalidNodeError("a pack's branches must be a non-empty JSON list")
+    branches = []
+    for entry in data:
+        if not (isinstance(entry, list | tuple) and len(entry) == 3):
+            raise InvalidNodeError("each packed branch must be a list [runnable, key, input]")
+        runnable, key, value = entry
+        if not isinstance(runnable, str) or not runnable:
+            raise InvalidNodeError("a packed branch's runnable must be a non-empty string")
+        if not isinstance(key, str) or not key or "/" in key or "\\" in key:
+            raise InvalidNodeError("a packed branch's key must be a non-empty string without '/' or '\\'")
+        branches.append((runnable, key, value))
+    return branches
 
 
 def _typed(value: Any, kind: type | tuple[type, ...], what: str) -> Any:

@@ -93,6 +93,11 @@ class BaseCompositeAgent(RunnableBase):
     #: At most this many branches run at once (``None``: no bound), in-process and on Celery.
     max_concurrency: int | None = 8
     failure_policy: FailurePolicy = FailurePolicy.FAIL_FAST
+    #: On Celery, how many branches one task runs together on one event loop (``None``: the
+    #: deployment's ``AGENTLOOP_PACK_SIZE``, which is 1, one task per branch, unless set).
+    #: In-process it changes nothing. Each packed branch keeps its own checkpoints, result,
+    #: progress and failure; see the how-to on packing for what a pack costs.
+    pack_size: int | None = None
     #: The runnable classes branches may use. In-process this is documentation;
     #: on Celery, registering the composite registers these too.
     branch_runnables: Sequence[type[Runnable]] = ()
@@ -110,10 +115,15 @@ class BaseCompositeAgent(RunnableBase):
     async def resolve_branches(self, *, input: Any) -> list[Branch]:
         """``build_branches`` checked: branches are :class:`Branch` values with unique keys, each a
         non-empty string without a path separator (a key is one step of the branch's path), and
-        ``max_concurrency``, when set, is at least 1."""
+        ``max_concurrency`` and ``pack_size``, when set, are at least 1."""
         if self.max_concurrency is not None and self.max_concurrency < 1:
             bound = self.max_concurrency
             raise ValueError(f"max_concurrency must be at least 1 (or None for no bound), not {bound}")
+        if self.pack_size is not None and (
+            isinstance(self.pack_size, bool) or not isinstance(self.pack_size, int) or self.pack_size < 1
+        ):
+            size = self.pack_size
+            raise ValueError(f"pack_size must be a whole number of at least 1 (or None), not {size!r}")
         branches = list(await maybe_await(self.build_branches(input=input)))
         seen: set[str] = set()
         for branch in branches:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Mapping
 from types import SimpleNamespace
@@ -21,6 +22,7 @@ from agentloop.actions import (
     ModelFailurePolicy,
 )
 from agentloop.loops import BaseAgentLoop
+from agentloop.orchestration.context import standard_context as _standard_context
 from agentloop.orchestration.registry import register
 from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, BranchResult, FailurePolicy
 
@@ -375,3 +377,140 @@ class AskAll(BaseCompositeAgent):
 register("parity.ask", Ask, context_factory=model_context)
 register("parity.strict_ask", StrictAsk, context_factory=model_context)
 register("parity.ask_all", AskAll, context_factory=model_context)
+
+
+# ----- packed branches: several loops to one task (docs/how-to/packing.md) -------------------------
+
+
+class PackedFan(Fan):
+    """:class:`Fan` with its loops packed 4 to a task, under the default bound of 8: two lanes."""
+
+    pack_size = 4
+
+
+class PackedWideFan(Fan):
+    """:class:`Fan` packed 4 to a task, unbounded: a chord of packs."""
+
+    pack_size = 4
+    max_concurrency = None
+
+
+class PackedCollectingFan(CollectingFan):
+    """A loop, a failing loop (packed together) and a pipeline (its own canvas); failures collected."""
+
+    pack_size = 3
+
+
+class PackedFailFastFan(FailFastFan):
+    pack_size = 3
+
+
+class PackedCrawlFan(CrawlFan):
+    """Crawls packed 8 to a task, all at once: the deadline and a cancel must reach each."""
+
+    pack_size = 8
+    max_concurrency = None
+
+
+register("parity.packed_fan", PackedFan)
+register("parity.packed_wide_fan", PackedWideFan)
+register("parity.packed_collecting_fan", PackedCollectingFan)
+register("parity.packed_fail_fast_fan", PackedFailFastFan)
+register("parity.packed_crawl_fan", PackedCrawlFan)
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a") as handle:
+        handle.write(line)
+
+
+class LoggedCount(BaseAgentLoop):
+    """Counts to ``input`` in awaited steps of ``step_seconds`` (context); each step appends
+    ``iteration pid goal`` to the context's ``log``, so a test sees which ran, and where."""
+
+    max_iterations = 50
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"goal": input, "n": 0}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(float(self.context.get("step_seconds", 0.25)))
+        _append(self.context["log"], f"{iteration} {os.getpid()} {state['goal']}\n")
+        return {**state, "n": state["n"] + 1}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["n"] >= state["goal"])
+
+    def build_result(self, *, state: Any) -> Any:
+        return {"counted": state["n"]}
+
+
+class PackedCounts(BaseCompositeAgent):
+    """One :class:`LoggedCount` per goal of the input list, all in one pack."""
+
+    pack_size = 16
+    max_concurrency = None
+    branch_runnables = (LoggedCount,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=LoggedCount, input=goal, key=str(goal)) for goal in input]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [result.output for result in results]
+
+
+register("parity.packed_counts", PackedCounts)
+
+
+# ----- packed model calls: the faults suite's packed scenarios (tests/faults/pack_scenarios.py) -----
+
+
+class TaggedModelCalls(BaseAgentLoop):
+    """``input["calls"]`` model calls, one per iteration, each asking ``[packed:<tag>:<iteration>]``
+    of the context's processor, so the model server can count the calls of each iteration."""
+
+    max_iterations = 50
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"tag": input["tag"], "calls": input["calls"], "n": 0}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        from agentloop.actions.model import ModelRequest
+
+        request = ModelRequest(instruction=f"[packed:{state['tag']}:{iteration}]")
+        response = await request.send(self.context.processor)
+        if response.error is not None:
+            raise RuntimeError(f"the model call failed: {response.error}")
+        return {**state, "n": state["n"] + 1}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["n"] >= state["calls"])
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["n"]
+
+
+class PackedModelCalls(BaseCompositeAgent):
+    """``input["width"]`` :class:`TaggedModelCalls` branches packed 8 to a task, all at once; the
+    result is how many calls each made, in order."""
+
+    pack_size = 8
+    max_concurrency = None
+    branch_runnables = (TaggedModelCalls,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [
+            Branch(
+                runnable=TaggedModelCalls,
+                input={"tag": f"{input['tag']}/{i}", "calls": input["calls"]},
+                key=str(i),
+            )
+            for i in range(input["width"])
+        ]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [result.output for result in results]
+
+
+register("parity.tagged_model_calls", TaggedModelCalls, context_factory=_standard_context)
+register("parity.packed_model_calls", PackedModelCalls)

@@ -45,6 +45,7 @@ EVERY_VARIABLE = {
     "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER": "2",
     "AGENTLOOP_DELIVERY_LIMIT": "5",
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
+    "AGENTLOOP_PACK_SIZE": "50",
     "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
     "AGENTLOOP_RUN_RETENTION": "30d",
     "AGENTLOOP_WIRE_VERSION_OVERRIDE": "2",
@@ -118,6 +119,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.worker_prefetch_multiplier == 2
     assert settings.delivery_limit == 5
     assert settings.checkpoint_seconds == 0.0
+    assert settings.pack_size == 50
     assert settings.store.retry_seconds == 7.5
     assert settings.store.retention_seconds == 30 * 86400
     assert (settings.wire_version_override, settings.wire_version) == (2, 2)
@@ -253,6 +255,8 @@ def test_the_visibility_timeout_follows_the_hard_time_limit() -> None:
             {"AGENTLOOP_CHECKPOINT_SECONDS": "-1"},
             "AGENTLOOP_CHECKPOINT_SECONDS must be a non-negative number",
         ),
+        ({"AGENTLOOP_PACK_SIZE": "0"}, "AGENTLOOP_PACK_SIZE must be a positive integer, not '0'"),
+        ({"AGENTLOOP_PACK_SIZE": "many"}, "AGENTLOOP_PACK_SIZE must be a positive integer, not 'many'"),
         (
             {"OPENAI_TIMEOUT_SECONDS": "soon"},
             "OPENAI_TIMEOUT_SECONDS must be a positive number of seconds, not 'soon'",

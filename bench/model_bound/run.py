@@ -25,6 +25,11 @@ class Rig:
     app: Any
     redis: Any
     worker_pids: tuple[int, ...] = ()
+    #: The private ``redis-server``'s process (0: an external one), and the run store's URL.
+    redis_pid: int = 0
+    database_url: str = ""
+    #: The local OpenAI-protocol server's base URL (``openai`` rigs only).
+    model_url: str = ""
 
     def worker_rss_mib(self) -> float:
         """The worker processes' resident memory (the threads pool runs every task in them)."""
@@ -102,8 +107,9 @@ def rig(
             raise NotRunnable(unavailable.reason) from unavailable
         database_url = stack.enter_context(run_store_url(store))
         worker_env = {"DATABASE_URL": database_url, "AGENTLOOP_BENCH_WORKER": "1", "PYTHONPATH": str(ROOT)}
+        model_url = ""
         if openai:
-            worker_env["OPENAI_BASE_URL"] = stack.enter_context(_model_server(LATENCY))
+            worker_env["OPENAI_BASE_URL"] = model_url = stack.enter_context(_model_server(LATENCY))
             worker_env["OPENAI_MAX_RETRIES"] = "0"
         worker_env.update(env)
         pids = []
@@ -127,15 +133,23 @@ def rig(
         stack.callback(_detach_result_consumer, app)
         client = redis.Redis.from_url(server.url)
         stack.callback(client.close)
-        yield Rig(app=app, redis=client, worker_pids=tuple(pids))
+        process = getattr(server, "_process", None)
+        yield Rig(
+            app=app,
+            redis=client,
+            worker_pids=tuple(pids),
+            redis_pid=process.pid if process is not None else 0,
+            database_url=database_url,
+            model_url=model_url,
+        )
 
 
-def framework_once(r: Rig, runs: int) -> float:
-    """Seconds from sending one composite of ``runs`` loops to its result."""
+def framework_once(r: Rig, runs: int, runnable: str = FAN) -> float:
+    """Seconds from sending one composite of ``runs`` loops (``runnable``) to its result."""
     from agentloop.orchestration.wire import LAUNCH
 
     began = time.perf_counter()
-    result = r.app.send_task(LAUNCH, kwargs={"runnable": FAN, "input": runs})
+    result = r.app.send_task(LAUNCH, kwargs={"runnable": runnable, "input": runs})
     value = result.get(timeout=RESULT_TIMEOUT)
     seconds = time.perf_counter() - began
     if value != runs:

@@ -5,7 +5,8 @@
   context's :class:`~agentloop.orchestration.llm.openai.processor.OpenAIProcessor` (the local
   OpenAI-protocol server adds the latency);
 * ``bench.model.fan``: a composite of ``input`` such loops, all at once (``max_concurrency = None``:
-  the default bound of 8 would run them in 8 lanes on Celery);
+  the default bound of 8 would run them in 8 lanes on Celery); ``bench.model.fan_packed_<K>``
+  the same with its branches packed ``K`` to a task (:data:`PACK_SIZES`);
 * the bare tasks, registered on the deployed app in the worker only: ``bench.model.sleep``
   (the same :data:`CALLS` waits or calls on its thread's event loop, as a framework task
   makes them) and ``bench.model.body`` (counts its header's results).
@@ -73,6 +74,35 @@ class ModelFan(BaseCompositeAgent):
 
     def merge_results(self, *, results: Any, input: Any) -> Any:
         return sum(1 for result in results if result.ok and result.output == CALLS)
+
+
+#: The pack sizes the packed fans are registered with: ``bench.model.fan_packed_<K>``.
+PACK_SIZES = (10, 50, 100, 200)
+
+
+def packed_fan(size: int) -> str:
+    """The name of :class:`ModelFan` with its branches packed ``size`` to a task."""
+    return f"bench.model.fan_packed_{size}"
+
+
+@register(packed_fan(10))
+class ModelFanPacked10(ModelFan):
+    pack_size = 10
+
+
+@register(packed_fan(50))
+class ModelFanPacked50(ModelFan):
+    pack_size = 50
+
+
+@register(packed_fan(100))
+class ModelFanPacked100(ModelFan):
+    pack_size = 100
+
+
+@register(packed_fan(200))
+class ModelFanPacked200(ModelFan):
+    pack_size = 200
 
 
 def _sleep(*args: Any, **kwargs: Any) -> int:

@@ -16,6 +16,15 @@ are plain canvas: no slot to leak when a worker dies, no polling retries, and
 the results keep their order by construction. The price: a lane's next branch
 waits for the one before it even when another lane is idle, and each lane task
 carries the outputs of its lane so far.
+
+A composite whose pack size (its ``pack_size``, else ``AGENTLOOP_PACK_SIZE``) is above 1
+*packs* its loop branches: up to that many consecutive ones go to one ``agentloop.pack``
+task, which runs them together on its event loop (``docs/how-to/packing.md``). A branch that
+expands into a canvas of its own (a pipeline or a composite) is never packed: it is an
+``agentloop.lane`` step between the packs. Every step, pack or lane, takes the outputs
+collected before it and appends its own, so the same shapes serve: unbounded, a chord of
+steps (each starting from ``[]``) whose merge concatenates their lists in order; bounded by
+``max_concurrency`` (``M``), packs of at most ``M`` branches in ``max(1, M // size)`` lanes.
 """
 
 from __future__ import annotations
@@ -25,12 +34,23 @@ from typing import Any
 
 from celery import Signature, Task, chain, chord
 
+from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
 from agentloop.orchestration.celery_adapter.run_failures import end_run_on_failure
-from agentloop.orchestration.errors import UnsendableMessageError
+from agentloop.orchestration.errors import InvalidNodeError, UnsendableMessageError
 from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
-from agentloop.orchestration.wire import LANE, LANE_COLLECT, MERGE, PIPELINE_DONE, RUN, STAGE, BranchFailure
+from agentloop.orchestration.wire import (
+    LANE,
+    LANE_COLLECT,
+    MERGE,
+    PACK,
+    PIPELINE_DONE,
+    RUN,
+    STAGE,
+    Ancestor,
+    BranchFailure,
+)
 
 
 def continue_with(task: Task, outcome: Outcome, then: Signature | None = None) -> Any:
@@ -80,6 +100,9 @@ def pipeline_stages(task: Task, outcome: ChainStages) -> list[Signature]:
 def fan_out(task: Task, outcome: FanOut) -> Signature:
     """The branches of a composite and the merge that fans them in."""
     app, node = task.app, outcome.node.to_dict()
+    size = outcome.pack_size or dependencies_of(app).settings.pack_size
+    if size > 1 and len(outcome.branches) > 1:
+        return fan_out_packed(task, outcome, size)
     if outcome.max_concurrency is not None and outcome.max_concurrency < len(outcome.branches):
         return fan_out_in_lanes(task, outcome, outcome.max_concurrency)
     header = [
@@ -103,6 +126,77 @@ def fan_out_in_lanes(task: Task, outcome: FanOut, lanes: int) -> Signature:
     if lanes == 1:
         return chain(chains[0], app.signature(MERGE, args=(node, outcome.input, True), kwargs={"lanes": 1}))
     return chord(chains, app.signature(MERGE, args=(node, outcome.input), kwargs={"lanes": lanes}))
+
+
+def fan_out_packed(task: Task, outcome: FanOut, size: int) -> Signature:
+    """The branches of a composite packed ``size`` to a task (see the module doc), and the merge."""
+    app, node, width = task.app, outcome.node.to_dict(), len(outcome.branches)
+    bound = outcome.max_concurrency
+    if bound is None or bound >= width:
+        header = [_step(task, outcome, group, first=True) for group in _groups(outcome, range(width), size)]
+        packed = {"packed": True}
+        if len(header) == 1:
+            return chain(header[0], app.signature(MERGE, args=(node, outcome.input, True), kwargs=packed))
+        return chord(header, app.signature(MERGE, args=(node, outcome.input), kwargs=packed))
+    size = min(size, bound)
+    lanes = min(width, max(1, bound // size))
+    chains: list[Signature] = []
+    for lane in range(lanes):
+        groups = _groups(outcome, range(lane, width, lanes), size)
+        steps = [_step(task, outcome, group, first=index == 0) for index, group in enumerate(groups)]
+        chains.append(chain(*steps) if len(steps) > 1 else steps[0])
+    if lanes == 1:
+        return chain(chains[0], app.signature(MERGE, args=(node, outcome.input, True), kwargs={"lanes": 1}))
+    return chord(chains, app.signature(MERGE, args=(node, outcome.input), kwargs={"lanes": lanes}))
+
+
+def _groups(outcome: FanOut, indexes: range, size: int) -> list[list[int]]:
+    """``indexes`` in order, cut into packs of at most ``size`` loop branches; a branch that
+    expands into a canvas is a group of its own."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for index in indexes:
+        if index in outcome.expanding:
+            groups += [current, [index]] if current else [[index]]
+            current = []
+            continue
+        current.append(index)
+        if len(current) == size:
+            groups.append(current)
+            current = []
+    return [*groups, current] if current else groups
+
+
+def _step(task: Task, outcome: FanOut, group: list[int], *, first: bool) -> Signature:
+    """One step of a lane or of the chord: ``agentloop.pack`` for loop branches, ``agentloop.lane``
+    for a branch that expands; the first of a chain starts from no outputs collected."""
+    lead: tuple[list[Any], ...] = ([],) if first else ()
+    if group[0] in outcome.expanding:
+        child, child_input = outcome.branches[group[0]]
+        return task.app.signature(LANE, args=(*lead, child.to_dict(), child_input), immutable=first)
+    parent: Ancestor = outcome.branches[group[0]][0].ancestors[-1]
+    branches = [
+        [child.runnable, child.ancestors[-1].position, child_input]
+        for child, child_input in (outcome.branches[index] for index in group)
+    ]
+    args = (*lead, outcome.node.to_dict(), branches, parent.width, parent.fail_fast)
+    return task.app.signature(PACK, args=args, immutable=first)
+
+
+def continue_pack(task: Task, outcomes: list[Outcome], collected: list[Any]) -> list[Any]:
+    """The outputs collected before a pack with its branches' appended, in order (a branch's
+    :class:`BranchFailure` as its value, for the composite that collects it)."""
+    outputs: list[Any] = []
+    for outcome in outcomes:
+        if isinstance(outcome, Done):
+            outputs.append(outcome.value)
+        elif isinstance(outcome, BranchFailure):
+            outputs.append(outcome.to_wire())
+        else:  # fan_out never packs a pipeline or a composite
+            raise InvalidNodeError("a packed branch expanded into a canvas: only loops and stages are packed")
+    for output in outputs:
+        sendable(task, check_output, output, task.name)  # as each would travel unpacked
+    return [*collected, *outputs]
 
 
 def continue_lane(task: Task, outcome: Outcome, collected: list[Any]) -> Any:

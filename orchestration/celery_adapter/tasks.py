@@ -24,7 +24,12 @@ from celery.exceptions import Ignore
 
 from agentloop.actions.human import RunPaused
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
-from agentloop.orchestration.celery_adapter.canvas import continue_lane, continue_with, from_lanes
+from agentloop.orchestration.celery_adapter.canvas import (
+    continue_lane,
+    continue_pack,
+    continue_with,
+    from_lanes,
+)
 from agentloop.orchestration.celery_adapter.deliveries import first_delivery, node_of, unmark_chain
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.pause import (
@@ -44,7 +49,7 @@ from agentloop.orchestration.run_gate import RunGate
 from agentloop.orchestration.settings.store import age_seconds
 from agentloop.orchestration.store import RunRecord, RunStatus
 from agentloop.orchestration.store.retention import prune_runs as prune_workflows
-from agentloop.orchestration.task_outcome import Done, Outcome
+from agentloop.orchestration.task_outcome import Done
 from agentloop.orchestration.wire import (
     CANCEL,
     FINALIZE,
@@ -52,6 +57,7 @@ from agentloop.orchestration.wire import (
     LANE_COLLECT,
     LAUNCH,
     MERGE,
+    PACK,
     PING,
     PIPELINE_DONE,
     PROGRESS,
@@ -61,6 +67,7 @@ from agentloop.orchestration.wire import (
     RUN,
     STAGE,
     WorkflowNode,
+    packed_branches,
     progress_status,
 )
 
@@ -91,13 +98,15 @@ def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
     return loop.run_until_complete(coroutine)
 
 
-def engine_for(task: Task) -> WorkflowEngine:
-    """The engine of one task: its events go to the run store and the task's ``PROGRESS`` state."""
+def engine_for(task: Task, pack: list[str] | None = None) -> WorkflowEngine:
+    """The engine of one task: its events go to the run store and the task's ``PROGRESS`` state
+    (with the paths of the branches a pack runs, ``pack``, so Flower shows what it runs)."""
 
     def publish(event: dict[str, Any]) -> None:
         if task.request.id and not task.request.called_directly:
-            task.update_state(state="PROGRESS", meta=event)
-            progress_events_of(task.app).send(task, event)  # one dispatcher per process
+            meta = event if pack is None else {**event, "pack": pack}
+            task.update_state(state="PROGRESS", meta=meta)
+            progress_events_of(task.app).send(task, meta)  # one dispatcher per process
 
     deps = dependencies_of(task.app)
     return WorkflowEngine(
@@ -135,7 +144,7 @@ def hidden_of(task: Task) -> tuple[str, ...]:
     return hidden_texts(args, kwargs, names)
 
 
-def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, Outcome]) -> Outcome:
+def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, T]) -> T:
     """The engine's outcome for a node; a node paused for a person's answer ends its task here
     without a result, and runs again when answered (``orchestration/celery_adapter/pause.py``)."""
     try:
@@ -244,13 +253,22 @@ def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
 
 
 def merge(
-    self: Task, outputs: Any, node: dict[str, Any], input: Any = None, single: bool = False, lanes: int = 0
+    self: Task,
+    outputs: Any,
+    node: dict[str, Any],
+    input: Any = None,
+    single: bool = False,
+    lanes: int = 0,
+    packed: bool = False,
 ) -> Any:
-    """Fan-in of a composite: merge its branches' outputs (from ``lanes`` lanes, when bounded)."""
+    """Fan-in of a composite: merge its branches' outputs (from ``lanes`` lanes, when bounded;
+    from packs' lists, ``packed``, in order)."""
     work = admitted(self, node)
     outputs = [outputs] if single else list(outputs)
     if lanes:
         outputs = from_lanes(outputs)
+    elif packed:
+        outputs = [output for step in outputs for output in step]
     return continue_with(self, run_coroutine(engine_for(self).merge(work, outputs, input)))
 
 
@@ -259,6 +277,27 @@ def lane(self: Task, collected: list[Any], node: dict[str, Any], input: Any = No
     work = admitted(self, node)
     outcome = run_node(self, work.run_id, engine_for(self).start(work, input))
     return continue_lane(self, outcome, list(collected))
+
+
+def pack(
+    self: Task,
+    collected: list[Any],
+    node: dict[str, Any],
+    branches: list[Any],
+    width: int = 0,
+    fail_fast: bool = True,
+) -> list[Any]:
+    """Several loop branches of the composite ``node`` (``branches``: ``[runnable, key, input]``
+    each, of ``width`` in all) run together on this task's event loop; the outputs collected
+    before them with theirs appended (``docs/how-to/packing.md``)."""
+    work = admitted(self, node)
+    nodes, inputs = [], []
+    for runnable, key, value in packed_branches(branches):
+        nodes.append(WorkflowEngine.branch_node(work, runnable, key, int(width), bool(fail_fast)))
+        inputs.append(value)
+    engine = engine_for(self, pack=[child.path for child in nodes])
+    outcomes = run_node(self, work.run_id, engine.start_pack(nodes, inputs))
+    return continue_pack(self, outcomes, list(collected))
 
 
 def lane_collect(self: Task, output: Any, collected: list[Any]) -> list[Any]:
@@ -342,7 +381,7 @@ def ping() -> str:
 #: ``STARTED`` state to the result backend, which nothing reads (Flower shows a task started from
 #: its ``task-started`` event, and a run's state is in the run store), saving two Redis round trips
 #: a task. The tasks a client sends (launch, progress, cancel, resume) keep ``STARTED``.
-INTERNAL_TASKS = frozenset({RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, FINALIZE})
+INTERNAL_TASKS = frozenset({RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, PACK, FINALIZE})
 
 #: Each task of the contract and the function that runs it.
 TASKS = {
@@ -353,6 +392,7 @@ TASKS = {
     MERGE: merge,
     LANE: lane,
     LANE_COLLECT: lane_collect,
+    PACK: pack,
     FINALIZE: finalize,
     PROGRESS: progress,
     CANCEL: cancel,

@@ -200,6 +200,16 @@ class Settings(_Group):
     tool results, answers and cache hits), as ``record=True`` does for one launch, so
     ``agentloop replay`` can run it again. Default: off."""
 
+    pack_size: int = _env("AGENTLOOP_PACK_SIZE", 1)
+    """``AGENTLOOP_PACK_SIZE``: how many branches of a composite one task runs together on one
+    event loop, for composites that set no ``pack_size`` of their own (``docs/how-to/packing.md``).
+    Default: ``1`` (one task per branch)."""
+
+    @field_validator("pack_size", mode="before")
+    @classmethod
+    def _pack_size(cls, value: Any) -> int:
+        return count(value, "AGENTLOOP_PACK_SIZE", least=1)
+
     @field_validator(
         "task_soft_time_limit",
         "task_time_limit",

@@ -127,6 +127,8 @@ class Upserts:
     create_run: Executable
     save_checkpoint: Executable
     finish_loop: Executable
+    #: ``finish_loop`` returning the path too, for several loops in one statement.
+    finish_loops: Executable
 
 
 @functools.cache
@@ -153,8 +155,13 @@ def upserts(dialect: str) -> Upserts:
             "result": case((before, checkpoints.c.result), else_=result.excluded.result),
             "updated_at": case((before, checkpoints.c.updated_at), else_=result.excluded.updated_at),
         },
-    ).returning(checkpoints.c.result)
-    return Upserts(create_run=run, save_checkpoint=saved, finish_loop=finished)
+    )
+    return Upserts(
+        create_run=run,
+        save_checkpoint=saved,
+        finish_loop=finished.returning(checkpoints.c.result),
+        finish_loops=finished.returning(checkpoints.c.path, checkpoints.c.result),
+    )
 
 
 _EVENT_LOCK = "event_lock AS (SELECT pg_advisory_xact_lock(:lock_key) AS locked)"

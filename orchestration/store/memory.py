@@ -367,6 +367,17 @@ class InMemoryRunStore:
             if not checkpoint.finished:
                 checkpoint.iteration, checkpoint.state = row["iteration"], row["state"]
 
+    def save_checkpoints(self, run_id: str, checkpoints: Sequence[tuple[str, int, JsonValue]]) -> None:
+        """:meth:`save_checkpoint` for each ``(path, iteration, state)``, at once."""
+        rows = [
+            loop_row(run_id, path, checkpoint=(iteration, state)) for path, iteration, state in checkpoints
+        ]
+        with self._lock:
+            for row in rows:
+                checkpoint = self._checkpoints.setdefault((run_id, row["path"]), _Checkpoint())
+                if not checkpoint.finished:
+                    checkpoint.iteration, checkpoint.state = row["iteration"], row["state"]
+
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
         with self._lock:
@@ -405,3 +416,30 @@ class InMemoryRunStore:
             if not kept.finished:
                 kept.finished, kept.result = True, row["result"]
             return copy.deepcopy(kept.result)
+
+    def finish_loops(
+        self,
+        run_id: str,
+        results: Sequence[tuple[str, JsonValue]],
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> list[JsonValue]:
+        """:meth:`finish_loop` for each ``(path, result)``, at once; the results as recorded."""
+        rows = [loop_row(run_id, path, result=result) for path, result in results]
+        check_count(input_tokens, "input_tokens")
+        check_count(output_tokens, "output_tokens")
+        payloads = event_payloads(run_id, events)
+        recorded = []
+        with self._lock:
+            self._keep_events(run_id, payloads)
+            run = self._runs.get(run_id)
+            if run is not None and (input_tokens or output_tokens):
+                self._with_usage(run, input_tokens, output_tokens)
+            for row in rows:
+                kept = self._checkpoints.setdefault((run_id, row["path"]), _Checkpoint())
+                if not kept.finished:
+                    kept.finished, kept.result = True, row["result"]
+                recorded.append(copy.deepcopy(kept.result))
+        return recorded

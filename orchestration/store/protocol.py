@@ -332,3 +332,21 @@ class RunStore(Protocol):
         back, which it returns in place of its own, so every task after it sees one result.
         """
         ...
+
+    def save_checkpoints(self, run_id: str, checkpoints: Sequence[tuple[str, int, JsonValue]]) -> None:
+        """:meth:`save_checkpoint` for several loops of run ``run_id`` at once, ``(path, iteration,
+        state)`` each, in one transaction (the branches of one pack: ``docs/how-to/packing.md``)."""
+        ...
+
+    def finish_loops(
+        self,
+        run_id: str,
+        results: Sequence[tuple[str, JsonValue]],
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> list[JsonValue]:
+        """:meth:`finish_loop` for several loops of run ``run_id`` at once, ``(path, result)`` each,
+        in one transaction: the results as recorded, in order (a first result stands, per loop)."""
+        ...

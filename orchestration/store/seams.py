@@ -7,7 +7,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 from weakref import WeakKeyDictionary
 
@@ -17,6 +17,7 @@ from agentloop.loops.progress import ProgressEvent
 from agentloop.orchestration.interruptions import INTERRUPTIONS, reraise_interruption
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.redaction import scrub
+from agentloop.orchestration.store.pack_writes import PackWrites
 from agentloop.orchestration.store.protocol import RunStore
 
 logger = logging.getLogger(__name__)
@@ -192,10 +193,12 @@ class StoreCheckpointer:
         *,
         interval: float = 0.0,
         loaded: dict[str, tuple[int, Any] | None] | None = None,
+        writes: PackWrites | None = None,
     ) -> None:
         self.store, self.run_id, self.interval = store, run_id, interval
         self._saved_at: dict[str, float] = {}
         self._loaded = dict(loaded or {})
+        self.writes = writes  # a pack's loops write their checkpoints together (pack_writes.py)
 
     def load(self, *, path: str) -> tuple[int, Any] | None:
         self._saved_at[path] = time.monotonic()
@@ -203,11 +206,19 @@ class StoreCheckpointer:
             return self._loaded.pop(path)
         return self.store.loop_record(self.run_id, path).checkpoint
 
-    def save(self, *, path: str, iteration: int, state: Any) -> None:
+    def save(self, *, path: str, iteration: int, state: Any) -> Awaitable[None] | None:
         now = time.monotonic()
         if self.interval > 0 and now - self._saved_at.get(path, -1e9) < self.interval:
-            return
+            return None
+        if self.writes is not None:
+            return self._save_with_the_pack(path, iteration, state, now)
         self.store.save_checkpoint(self.run_id, path, iteration, state)
+        self._saved_at[path] = now
+        return None
+
+    async def _save_with_the_pack(self, path: str, iteration: int, state: Any, now: float) -> None:
+        assert self.writes is not None
+        await self.writes.checkpoint(path, iteration, state)
         self._saved_at[path] = now
 
 

@@ -367,6 +367,18 @@ class SqlRunStore:
             connection.execute(self._upserts.save_checkpoint, row)
 
     @retried
+    def save_checkpoints(self, run_id: str, checkpoints: Sequence[tuple[str, int, JsonValue]]) -> None:
+        """:meth:`save_checkpoint` for each ``(path, iteration, state)``: one transaction, one
+        multi-row statement."""
+        rows = [
+            loop_row(run_id, path, checkpoint=(iteration, state)) for path, iteration, state in checkpoints
+        ]
+        if not rows:
+            return
+        with one_statement(self.engine) as connection, connection.begin():
+            connection.execute(self._upserts.save_checkpoint, rows)
+
+    @retried
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result, and its latest checkpoint, in one read."""
         statement = _LOOP_RECORD.where(checkpoints.c.run_id == run_id, checkpoints.c.path == path)
@@ -413,6 +425,37 @@ class SqlRunStore:
                 return connection.execute(self._upserts.finish_loop, row).scalar_one()
             batch = pg_event_batch(run_id, rows)
             return connection.execute(PG_FINISH_LOOP, {**row, **batch, **tokens}).scalar_one()
+
+    @retried
+    def finish_loops(
+        self,
+        run_id: str,
+        results: Sequence[tuple[str, JsonValue]],
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> list[JsonValue]:
+        """Record several loops' results (a first result stands, per loop), append ``events``
+        under ``run_id`` and add the tokens to the run's usage, in one transaction: the events in
+        one statement, the results in one multi-row upsert; the results as recorded, in order."""
+        loops = [loop_row(run_id, path, result=result) for path, result in results]
+        rows = event_rows(run_id, events)
+        tokens = {
+            "input_tokens": check_count(input_tokens, "input_tokens"),
+            "output_tokens": check_count(output_tokens, "output_tokens"),
+        }
+        with self.engine.begin() as connection:
+            if rows and self.dialect == "postgresql":
+                connection.execute(PG_APPEND_EVENTS, pg_event_batch(run_id, rows))
+            elif rows:
+                connection.execute(run_events.insert(), rows)
+            if input_tokens or output_tokens:
+                connection.execute(_added_usage(run_id, **tokens))
+            recorded: dict[str, JsonValue] = {}
+            if loops:
+                recorded.update(connection.execute(self._upserts.finish_loops, loops).tuples().all())
+        return [recorded[row["path"]] for row in loops]
 
 
 def _added_usage(run_id: str, input_tokens: int, output_tokens: int) -> Update:

@@ -356,3 +356,17 @@ async def test_a_concurrency_bound_below_one_is_a_clear_error() -> None:
 
     with _pytest.raises(ValueError, match="max_concurrency must be at least 1"):
         await NoRoom.create(context=None).run(input=None)
+
+
+@pytest.mark.parametrize("size", [0, -1, 2.5, True, "50"])
+async def test_a_pack_size_that_is_not_a_whole_number_of_at_least_one_is_a_clear_error(size: object) -> None:
+    from agentloop.pipelines import BaseCompositeAgent
+
+    class BadPack(BaseCompositeAgent):
+        pack_size = size  # type: ignore[assignment]
+
+        def build_branches(self, *, input: object) -> list[object]:
+            return []
+
+    with pytest.raises(ValueError, match="pack_size must be a whole number of at least 1"):
+        await BadPack.create(context=None).run(input=None)

@@ -19,6 +19,7 @@ from agentloop.orchestration.testing.servers.openai_server import (
     Reply,
     reply_delay,
     reply_error,
+    reply_text,
     reply_tool_call,
 )
 
@@ -52,9 +53,18 @@ def marker(kind: str) -> str:
     return f"[fault:{kind}]"
 
 
+#: What a call of the packed scenarios' loops asks (``[packed:<tag>:<iteration>]``), and how long
+#: its answer takes (``tests/faults/pack_scenarios.py``).
+PACKED_MARKER = "[packed:"
+PACKED_LATENCY = 0.2
+
+
 def chaos_responder(body: dict[str, Any]) -> Reply:
-    """The fault of the run's marker, else what the offline model would answer."""
+    """The fault of the run's marker, else what the offline model would answer (a packed
+    scenario's call: ``ok`` after :data:`PACKED_LATENCY`)."""
     text = json.dumps(body.get("messages", []))
+    if PACKED_MARKER in text:
+        return reply_delay(PACKED_LATENCY, reply_text("ok"))
     for kind, reply in FAULTS.items():
         if marker(kind) in text:
             return reply(body)

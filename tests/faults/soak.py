@@ -27,6 +27,7 @@ from rich.table import Table
 
 from .brokers import BrokerKind
 from .infra_scenarios import answered_then_killed, hard_time_limit
+from .pack_scenarios import packed_worker_sigkill
 from .poison import POISONS, send_poison
 from .rig import LONG, FaultRig, WorkerProfile
 from .tally import Outcome, ScenarioResult, print_table, settle
@@ -242,8 +243,9 @@ def _strikes(rig: FaultRig, result: ScenarioResult, runs: dict[str, str]) -> Non
     after them), the edges a worker meets: answers accepted and then their worker killed between
     the resume's writes must still send every run on (:func:`~.infra_scenarios.answered_then_killed`);
     a run killed at its hard time limit must leave the worker's later runs sound
-    (:func:`~.infra_scenarios.hard_time_limit`)."""
-    for scenario in (answered_then_killed, hard_time_limit):
+    (:func:`~.infra_scenarios.hard_time_limit`); packed branches whose worker is killed mid-pack must
+    each resume from their own checkpoint (:func:`~.pack_scenarios.packed_worker_sigkill`)."""
+    for scenario in (answered_then_killed, hard_time_limit, packed_worker_sigkill):
         strike = scenario(rig, QUICK)
         result.problems.extend(f"{strike.name}: {problem}" for problem in strike.problems)
         result.runs.update(strike.runs)

@@ -28,6 +28,7 @@ from .infra_scenarios import (
     worker_sigkill,
 )
 from .message_scenarios import duplicate_ids, model_outages, poison
+from .pack_scenarios import packed_pool_child_killed, packed_redis_restarted, packed_worker_sigkill
 from .poison import POISONS
 from .rig import FaultRig
 from .tally import ScenarioResult, print_table
@@ -58,6 +59,21 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="consumer connection dropped", run=connection_dropped, brokers=("rabbitmq",)),
     Scenario(name="worker SIGKILLed between an answer's writes", run=answered_then_killed),
     Scenario(name="3 workers, one SIGKILLed mid-batch", run=one_of_three_killed, quick=False),
+    Scenario(
+        name="packed: pool processes killed mid-pack",
+        run=packed_pool_child_killed,
+        quick=False,
+        brokers=("redis",),
+    ),
+    Scenario(
+        name="packed: worker SIGKILLed mid-pack", run=packed_worker_sigkill, quick=False, brokers=("redis",)
+    ),
+    Scenario(
+        name="packed: Redis restarted under packs",
+        run=packed_redis_restarted,
+        quick=False,
+        brokers=("redis",),
+    ),
 )
 
 

@@ -1,8 +1,10 @@
 """The runs a scenario puts in flight: real workflows of the parity suite, the durable tests' slow
-loop (so something is mid-run when the fault strikes), and the record-search agent and demo."""
+loop (so something is mid-run when the fault strikes), the record-search agent and demo, and a
+composite of packed branches calling the model."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +60,11 @@ MIX: tuple[Workflow, ...] = (
     Workflow(name="parity.slow_fan_short", input=lambda i: 2),
     Workflow(name="parity.fan_after_stage", input=lambda i: 3),
     Workflow(name="parity.collecting_fan", input=lambda i: None),
+    # a composite of 8 model-calling loops packed to one task (tests/faults/pack_scenarios.py)
+    Workflow(
+        name="parity.packed_model_calls",
+        input=lambda i: {"tag": f"mix{i}-{uuid.uuid4().hex[:8]}", "width": 8, "calls": 3},
+    ),
 )
 
 

@@ -87,7 +87,9 @@ async def test_a_slow_server_times_out_quickly(
     response = await send_forced(processor)
 
     assert response.error == "openai: request timed out after 1 attempt (timeout 0.2s)"
-    assert len(openai_server.requests) == 1
+    # never a second attempt (on a loaded machine the 0.2 s can pass before the server has read the
+    # first one: it then counts none)
+    assert len(openai_server.requests) <= 1
 
 
 async def test_a_timeout_is_retried_like_any_transient_fault(

@@ -37,6 +37,11 @@ SCENARIOS = [
         id="fail-fast-inside-pipeline",
     ),
     pytest.param("parity.bounded", 5, None, id="loop-hits-its-bound"),
+    pytest.param("parity.packed_fan", list(range(20)), None, id="packed-4-in-2-lanes"),
+    pytest.param("parity.packed_wide_fan", list(range(20)), None, id="packed-4-unbounded"),
+    pytest.param("parity.packed_wide_fan", [7], None, id="packed-width-1"),
+    pytest.param("parity.packed_collecting_fan", None, None, id="packed-failing-branch-collected"),
+    pytest.param("parity.packed_fail_fast_fan", None, ["", "branch/bad"], id="packed-fail-fast"),
 ]
 
 
@@ -105,3 +110,25 @@ def run_on_celery_events(rig: Any, run_id: str) -> dict[str, list[tuple[Any, ...
     for _, event in rig.store.events(run_id):
         recorder(ProgressEvent.from_dict(event))
     return recorder.transcript()
+
+
+def test_a_cancel_reaches_every_packed_branch(redis_celery: Any) -> None:
+    handle = CeleryAgentRunner.create(
+        runnable="parity.packed_crawl_fan", app=redis_celery.app, store=redis_celery.store
+    )
+    started = handle.request_sync(input=3)
+    for event in started.events(timeout=30):
+        if event.phase == "iteration":
+            started.cancel()
+            break
+    with pytest.raises(RunCancelledError):
+        started.wait_sync(timeout=30)
+
+    root = [(e[1], e[2]) for e in run_on_celery_events(redis_celery, started.run_id)[""]]
+    assert root == [("start", "started"), ("cancelled", "failed")]
+    # every branch stopped: none ran to its bound (400 steps), and the run records no result
+    ends = [e for _, e in redis_celery.store.events(started.run_id) if e["path"].startswith("branch/")]
+    assert {e["path"] for e in ends} == {"branch/0", "branch/1", "branch/2"}
+    assert max(e["iteration"] for e in ends) < 40
+    record = redis_celery.store.get_run(started.run_id)
+    assert record is not None and record.status == "cancelled" and record.output is None

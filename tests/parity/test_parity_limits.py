@@ -52,8 +52,13 @@ def test_branches_that_expand_and_fail_keep_their_order_in_lanes(parity_celery: 
 
 @pytest.mark.parametrize(
     ("name", "input"),
-    [("parity.crawl_after_count", 1), ("parity.crawl_fan", 3), ("parity.collecting_crawl_fan", 3)],
-    ids=["in-a-pipeline-stage", "in-every-branch", "never-collected-as-a-branch-failure"],
+    [
+        ("parity.crawl_after_count", 1),
+        ("parity.crawl_fan", 3),
+        ("parity.collecting_crawl_fan", 3),
+        ("parity.packed_crawl_fan", 3),
+    ],
+    ids=["in-a-pipeline-stage", "in-every-branch", "never-collected-as-a-branch-failure", "in-a-pack"],
 )
 def test_the_whole_run_deadline_ends_the_run_on_both_runners(
     parity_celery: Any, name: str, input: Any
@@ -72,9 +77,10 @@ def test_the_whole_run_deadline_ends_the_run_on_both_runners(
     assert shape(inline)[""][1] == ("deadline_exceeded", "failed")
 
 
-def test_every_task_of_a_run_sees_the_one_deadline(parity_celery: Any) -> None:
+@pytest.mark.parametrize("runnable", ["parity.crawl_fan", "parity.packed_crawl_fan"])
+def test_every_task_of_a_run_sees_the_one_deadline(parity_celery: Any, runnable: str) -> None:
     handle = CeleryAgentRunner.create(
-        runnable="parity.crawl_fan", app=parity_celery.app, store=parity_celery.store
+        runnable=runnable, app=parity_celery.app, store=parity_celery.store
     ).request_sync(input=3, deadline=1.0)
     with pytest.raises(Exception):  # noqa: B017 - the deadline, as parity above checks
         handle.wait_sync(timeout=60)

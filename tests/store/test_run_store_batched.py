@@ -33,3 +33,38 @@ def test_finishing_a_loop_without_events_records_its_result(run_store: RunStore)
     run_store.finish_loop("r", "q", [1, 2])
     assert run_store.loop_record("r", "q") == (True, [1, 2], None)
     assert run_store.events("r") == []
+
+
+def test_a_packs_checkpoints_are_saved_together_and_a_finished_loop_keeps_its_record(
+    run_store: RunStore,
+) -> None:
+    run_store.finish_loop("r", "done", "kept")
+    run_store.save_checkpoints("r", [("a", 1, {"n": 1}), ("b", 2, {"n": 2}), ("done", 5, {"n": 5})])
+    run_store.save_checkpoints("r", [("a", 3, {"n": 3})])
+    run_store.save_checkpoints("r", [])
+
+    assert run_store.loop_record("r", "a") == (False, None, (3, {"n": 3}))
+    assert run_store.loop_record("r", "b") == (False, None, (2, {"n": 2}))
+    assert run_store.loop_record("r", "done") == (True, "kept", None)
+
+
+def test_a_packs_results_are_recorded_together_and_each_first_result_stands(run_store: RunStore) -> None:
+    run_store.create_run(run_id="r", runnable="fan", input=None)
+    run_store.save_checkpoint("r", "a", 2, {"n": 2})
+    run_store.finish_loop("r", "b", {"first": True})
+
+    recorded = run_store.finish_loops(
+        "r",
+        [("a", [1]), ("b", {"second": True}), ("c", None)],
+        events=[event("a", 3), event("c", 1)],
+        input_tokens=5,
+        output_tokens=2,
+    )
+
+    assert recorded == [[1], {"first": True}, None]  # in order; b's twin result stands
+    assert run_store.loop_record("r", "a") == (True, [1], (2, {"n": 2}))
+    assert run_store.loop_record("r", "c") == (True, None, None)
+    assert [(e["path"], e["iteration"]) for _, e in run_store.events("r")] == [("a", 3), ("c", 1)]
+    record = run_store.get_run("r")
+    assert record is not None and (record.input_tokens, record.output_tokens) == (5, 2)
+    assert run_store.finish_loops("r", []) == []

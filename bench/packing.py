@@ -1,0 +1,339 @@
+"""``python -m bench.packing``: packed branches against a bare chord and the inline runner (issue 24).
+
+One command, one run, every figure side by side (``bench/README.md`` says more):
+
+1. ``--runs`` model-bound runs (3 waits of 200 ms) as one composite on one ``--pool threads``
+   worker: packed ``K`` to a task for each ``K`` of ``--packs``, one task per branch (the
+   default), a bare Celery chord of as many tasks that wait the same way, and the inline runner
+   in this process; each against the 0.6 s latency ideal. Beside each, the CPU per run over the
+   whole host's share of the work: the worker process and its children, the private
+   ``redis-server``, and the PostgreSQL backends serving the run store's database (read from
+   ``/proc``; the inline runner: this process).
+2. The same runs through ``OpenAIProcessor`` against the local OpenAI-protocol server
+   (200 ms a reply), packed with the best ``K`` of step 1, against a bare asyncio script with one
+   ``AsyncOpenAI`` client making the same calls on the same server (a subprocess).
+3. ``--batch`` model-bound inputs through ``agentloop.batch`` (``bench/batch_scale.py``): its wall
+   time against the ideal, the worker's RSS per thousand ended, Redis keys before and after expiry.
+
+Targets: packed <= 1.5x the ideal; <= 1 ms of CPU per run; OpenAI packed <= 1.2x the bare script;
+the batch completes flat and clean. The machine's load (``/proc/loadavg``) is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.celery_overhead.rig import ROOT, NotRunnable
+from bench.model_bound.run import IDEAL, RESULT_TIMEOUT, Rig, bare_once, framework_once, rig
+from bench.model_bound.workflows import CALLS, FAN, PACK_SIZES, packed_fan
+
+TARGET_IDEAL = 1.5
+TARGET_CPU_MS = 1.0
+TARGET_OPENAI = 1.2
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found.update(int(child) for child in task.read_text().split())
+        except OSError:
+            continue
+    return found
+
+
+def _tree(pid: int) -> set[int]:
+    """``pid`` and its descendants."""
+    seen, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(_children(current))
+    return seen
+
+
+class HostCpu:
+    """The CPU seconds the processes doing a run's work have used: the worker's tree, the private
+    Redis, and the PostgreSQL backends connected to the run store's database."""
+
+    def __init__(self, r: Rig) -> None:
+        self.rig = r
+        self._pg: Any = None
+        if r.database_url.startswith("postgresql"):
+            from sqlalchemy import create_engine
+
+            self._pg = create_engine(r.database_url, pool_size=1).connect()
+        #: Which process a pid is: ``worker``, ``redis`` or ``postgres``.
+        self.kinds: dict[int, str] = {}
+
+    def _pids(self) -> set[int]:
+        pids: set[int] = set()
+        for pid in self.rig.worker_pids:
+            pids |= _tree(pid)
+        self.kinds.update(dict.fromkeys(pids, "worker"))
+        if self.rig.redis_pid:
+            pids.add(self.rig.redis_pid)
+            self.kinds[self.rig.redis_pid] = "redis"
+        if self._pg is not None:
+            from sqlalchemy import text
+
+            rows = self._pg.execute(
+                text(
+                    "SELECT pid FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+            self._pg.commit()
+            backends = {int(pid) for (pid,) in rows}
+            self.kinds.update(dict.fromkeys(backends, "postgres"))
+            pids |= backends
+        return pids
+
+    def sample(self) -> dict[int, float]:
+        """CPU seconds so far per process."""
+        return {pid: cpu for pid in self._pids() if (cpu := _cpu_seconds(pid)) is not None}
+
+    @staticmethod
+    def used(before: dict[int, float], after: dict[int, float]) -> float:
+        """CPU seconds between two samples (a process born between them counts from 0)."""
+        return sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in after.items())
+
+    def split(self, before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+        """:meth:`used` per kind of process."""
+        parts: dict[str, float] = {}
+        for pid, cpu in after.items():
+            kind = self.kinds.get(pid, "other")
+            parts[kind] = parts.get(kind, 0.0) + max(0.0, cpu - before.get(pid, 0.0))
+        return parts
+
+    def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
+
+
+@dataclass
+class Side:
+    name: str
+    once: Callable[[], float]
+    #: Measure the CPU over the host's processes (else this process's, for the inline runner).
+    host: bool = True
+    seconds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    #: Per round, the CPU ms per run of each kind of process (worker, redis, postgres).
+    parts: list[dict[str, float]] = field(default_factory=list)
+
+
+def inline_once(runs: int) -> float:
+    """Seconds for the inline runner to run the same composite of ``runs`` loops in this process."""
+    from agentloop import InlineAgentRunner
+    from bench.model_bound.workflows import ModelFan
+
+    runner = InlineAgentRunner.create(runnable=ModelFan, context=None)
+    began = time.perf_counter()
+    value = runner.request_sync(input=runs)
+    seconds = time.perf_counter() - began
+    if value != runs:
+        raise AssertionError(f"the inline composite of {runs} returned {value!r}")
+    return seconds
+
+
+def _measure(r: Rig, sides: list[Side], rounds: int, runs: int) -> None:
+    host = HostCpu(r)
+    try:
+        for side in sides:
+            side.once()  # warm-up
+        for index in range(rounds):
+            for side in sides if index % 2 == 0 else list(reversed(sides)):
+                before, own = host.sample(), time.process_time()
+                side.seconds.append(side.once())
+                after = host.sample()
+                used = HostCpu.used(before, after) if side.host else time.process_time() - own
+                side.cpu.append(used * 1000 / runs)
+                parts = host.split(before, after).items()
+                side.parts.append({kind: cpu * 1000 / runs for kind, cpu in parts})
+    finally:
+        host.close()
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as loadavg:
+        return "load average " + " ".join(loadavg.read().split()[:3]) + f" on {os.cpu_count()} cores"
+
+
+def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
+    """Step 1; returns whether the targets were met and the best pack size."""
+    runs = args.runs
+    with rig(store=args.store, concurrency=args.concurrency, openai=False, env={}, workers=args.workers) as r:
+        sides = [
+            Side(f"packed {k}", functools.partial(framework_once, r, runs, packed_fan(k))) for k in args.packs
+        ]
+        if not args.skip_unpacked:
+            sides.append(Side("one task per branch", lambda: framework_once(r, runs, FAN)))
+        sides.append(Side("bare chord", lambda: bare_once(r, runs)))
+        sides.append(Side("inline runner", lambda: inline_once(runs), host=False))
+        _measure(r, sides, args.rounds, runs)
+        rss = r.worker_rss_mib()
+    print(
+        f"{runs} model-bound runs ({CALLS} x 200 ms, ideal {IDEAL:.1f} s) as one composite; {args.workers} "
+        f"worker(s) --pool threads, {args.concurrency} threads in all, {args.store} store; "
+        f"median of {args.rounds}; {_load()}"
+    )
+    print(f"{'side':<22}{'seconds':>9}{'/ ideal':>9}{'/ bare':>8}{'CPU ms/run':>12}  (host: worker+redis+pg)")
+    bare = statistics.median(next(s for s in sides if s.name == "bare chord").seconds)
+    for side in sides:
+        seconds, cpu = statistics.median(side.seconds), statistics.median(side.cpu)
+        where = "  (this process)"
+        if side.host:
+            split = {
+                kind: statistics.median(p.get(kind, 0.0) for p in side.parts)
+                for kind in ("worker", "redis", "postgres")
+            }
+            where = "  (" + ", ".join(f"{kind} {ms:.2f}" for kind, ms in split.items()) + ")"
+        print(
+            f"{side.name:<22}{seconds:>9.2f}{seconds / IDEAL:>8.2f}x"
+            f"{seconds / bare:>7.2f}x{cpu:>12.2f}{where}"
+        )
+    packed = [s for s in sides if s.name.startswith("packed")]
+    best = min(packed, key=lambda s: statistics.median(s.seconds))
+    seconds, cpu = statistics.median(best.seconds), statistics.median(best.cpu)
+    ok = seconds / IDEAL <= TARGET_IDEAL and cpu <= TARGET_CPU_MS
+    print(
+        f"targets: packed <= {TARGET_IDEAL}x ideal, <= {TARGET_CPU_MS} ms CPU/run: best {best.name} "
+        f"{seconds / IDEAL:.2f}x, {cpu:.2f} ms: {'PASS' if ok else 'FAIL'}; worker RSS {rss:.0f} MiB"
+    )
+    return ok, int(best.name.split()[1])
+
+
+async def _bare_openai(base_url: str, runs: int) -> float:
+    """A bare asyncio script: one ``AsyncOpenAI`` client, ``runs`` x :data:`CALLS` calls in sequence each."""
+    from openai import AsyncOpenAI
+
+    # the worker's processor's settings: OPENAI_TIMEOUT_SECONDS' default 60 s (connect included), no retry
+    client = AsyncOpenAI(api_key="bench", base_url=base_url, timeout=60.0, max_retries=0)
+
+    async def one() -> None:
+        for _ in range(CALLS):
+            reply = await client.chat.completions.create(
+                model="bench", messages=[{"role": "user", "content": "ping"}]
+            )
+            if not reply.choices:
+                raise AssertionError("no reply")
+
+    try:
+        began = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(runs)))
+        return time.perf_counter() - began
+    finally:
+        await client.close()
+
+
+def bare_openai_once(base_url: str, runs: int) -> float:
+    """:func:`_bare_openai` in a process of its own (as a script would be); its seconds."""
+    command = [sys.executable, "-m", "bench.packing", "--bare-openai", base_url, "--runs", str(runs)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, cwd=ROOT, timeout=RESULT_TIMEOUT, check=True
+    )
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
+
+
+def openai_table(args: argparse.Namespace, pack: int) -> bool:
+    """Step 2: packed through ``OpenAIProcessor`` against a bare asyncio script on the same server."""
+    runs = args.runs
+    with rig(store=args.store, concurrency=args.concurrency, openai=True, env={}, workers=args.workers) as r:
+        sides = [
+            Side(f"packed {pack}", lambda: framework_once(r, runs, packed_fan(pack))),
+            Side("bare AsyncOpenAI", lambda: bare_openai_once(r.model_url, runs), host=False),
+        ]
+        _measure(r, sides, args.rounds, runs)
+    packed, bare = (statistics.median(side.seconds) for side in sides)
+    print(
+        f"{runs} runs through OpenAIProcessor (local OpenAI-protocol server, 200 ms a reply); "
+        f"median of {args.rounds}; {_load()}"
+    )
+    print(
+        f"  packed {pack}: {packed:.2f} s ({packed / IDEAL:.2f}x ideal, "
+        f"CPU {statistics.median(sides[0].cpu):.2f} ms/run)"
+    )
+    print(f"  bare asyncio script, one AsyncOpenAI client: {bare:.2f} s ({bare / IDEAL:.2f}x ideal)")
+    ok = packed / bare <= TARGET_OPENAI
+    print(f"target: packed / bare <= {TARGET_OPENAI}x: {packed / bare:.2f}x {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def batch_table(args: argparse.Namespace) -> bool:
+    """Step 3: ``--batch`` model-bound inputs through ``agentloop.batch``."""
+    from bench import batch_scale
+
+    argv = ["--inputs", str(args.batch), "--runnable", "bench.model.loop"]
+    argv += ["--imports", "bench.model_bound.workflows", "--concurrency", str(args.concurrency)]
+    argv += ["--store", args.store, "--ideal", str(IDEAL), "--check"]
+    print(_load())
+    return batch_scale.main(argv) == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.packing", description=__doc__)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--packs", default=",".join(map(str, PACK_SIZES)), help="pack sizes, of " + str(PACK_SIZES)
+    )
+    parser.add_argument("--concurrency", type=int, default=200, help="the workers' threads, in all")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes sharing those threads")
+    parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
+    parser.add_argument("--batch", type=int, default=10_000, help="inputs of the batch (0: no batch)")
+    parser.add_argument("--skip-unpacked", action="store_true", help="no one-task-per-branch side")
+    parser.add_argument("--skip-openai", action="store_true")
+    parser.add_argument(
+        "--skip-latency", action="store_true", help="no step 1 (the OpenAI step packs --pack)"
+    )
+    parser.add_argument("--pack", type=int, default=100, help="the OpenAI step's pack size without step 1")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--bare-openai", metavar="BASE_URL", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.bare_openai:
+        print(json.dumps({"seconds": asyncio.run(_bare_openai(args.bare_openai, args.runs))}))
+        return 0
+    args.packs = [int(part) for part in args.packs.split(",") if part.strip()]
+    unknown = set(args.packs) - set(PACK_SIZES)
+    if unknown:
+        parser.error(f"--packs: registered pack sizes are {PACK_SIZES}, not {sorted(unknown)}")
+    try:
+        ok, best = latency_table(args) if not args.skip_latency else (True, args.pack)
+        if not args.skip_openai:
+            print()
+            ok = openai_table(args, best) and ok
+        if args.batch:
+            print()
+            ok = batch_table(args) and ok
+    except NotRunnable as missing:
+        print(f"packing: NOT RUN ({missing})")
+        return 0
+    return 1 if args.check and not ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

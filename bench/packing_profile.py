@@ -1,0 +1,83 @@
+"""``python -m bench.packing_profile [--branches 200] [--packs 15] [--profile]``: one process runs
+``WorkflowEngine.start_pack`` over ``--branches`` ``bench.model.loop`` branches against a private
+PostgreSQL run store, ``--packs`` times (no Celery), and prints the wall time and the CPU per run;
+``--profile`` adds a cProfile of it (sampling profilers: ``py-spy record -- python -m
+bench.packing_profile``). What ``bench/README.md`` reports of a packed run's worker CPU."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.packing_profile", description=__doc__)
+    parser.add_argument("--branches", type=int, default=200)
+    parser.add_argument("--packs", type=int, default=15)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args(argv)
+    from agentloop.orchestration.engine import WorkflowEngine
+    from agentloop.orchestration.registry import RunnableRegistry
+    from agentloop.orchestration.store import open_store
+    from agentloop.orchestration.wire import WorkflowNode
+    from bench.model_bound.workflows import FAN, LOOP
+    from tests.servers.postgres import PostgresUnavailableError, private_postgres_database
+
+    try:
+        database = private_postgres_database()
+        url = database.__enter__()
+    except PostgresUnavailableError as error:
+        print(f"packing_profile: NOT RUN (no PostgreSQL: {error})")
+        return 0
+    try:
+        store, _ = open_store(url)
+        registry = RunnableRegistry.from_modules(["bench.model_bound.workflows"])
+        engine = WorkflowEngine(
+            registry=registry,
+            store=store,
+            progress_interval=0.5,
+            events_interval=1.0,
+            checkpoint_interval=0.5,
+        )
+        loop = asyncio.new_event_loop()
+
+        def one_pack(index: int) -> None:
+            run_id = f"pack-{index}"
+            store.create_run(run_id=run_id, runnable=FAN, input=args.branches)
+            node = WorkflowNode(run_id=run_id, runnable=FAN, fresh=True)
+            nodes = [
+                WorkflowEngine.branch_node(node, LOOP, str(k), args.branches, True)
+                for k in range(args.branches)
+            ]
+            loop.run_until_complete(engine.start_pack(nodes, [None] * args.branches))
+
+        one_pack(-1)  # warm-up
+        profile = cProfile.Profile() if args.profile else None
+        began, cpu = time.perf_counter(), time.process_time()
+        if profile is not None:
+            profile.enable()
+        for index in range(args.packs):
+            one_pack(index)
+        if profile is not None:
+            profile.disable()
+        runs = args.packs * args.branches
+        wall, used = time.perf_counter() - began, time.process_time() - cpu
+        print(
+            f"{args.packs} packs of {args.branches}: {wall / args.packs:.2f} s a pack (ideal 0.6 s), "
+            f"{used * 1000 / runs:.2f} ms of this process's CPU per run"
+        )
+        if profile is not None:
+            pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+        loop.close()
+        store.engine.dispose()
+    finally:
+        database.__exit__(None, None, None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

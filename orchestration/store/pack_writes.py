@@ -1,0 +1,120 @@
+"""``PackWrites``: the run-store writes of the loops one task runs together, gathered.
+
+A pack (``agentloop.pack``, ``docs/how-to/packing.md``) runs many loops of one run on one event
+loop. Each would write its checkpoints and its result with a call of its own, each call a
+database round trip during which the event loop, and so every other loop of the pack, waits.
+Instead each loop hands its write here and awaits it: the writes that fall due while the event
+loop runs one round are written together when that round ends, one multi-row statement for the
+checkpoints (:meth:`~agentloop.orchestration.store.RunStore.save_checkpoints`) and one
+transaction for the results with their events and usage
+(:meth:`~agentloop.orchestration.store.RunStore.finish_loops`). A loop goes on only once its own
+write is recorded, so it is as durable as writing alone; a failed write fails each loop that
+waited on it, with the store's error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentloop.orchestration.store.json_values import JsonValue
+from agentloop.orchestration.store.protocol import RunStore
+
+__all__ = ["PackWrites"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkpoint:
+    path: str
+    iteration: int
+    state: JsonValue
+    done: asyncio.Future[None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    path: str
+    result: JsonValue
+    events: Sequence[Mapping[str, Any]]
+    input_tokens: int
+    output_tokens: int
+    done: asyncio.Future[JsonValue]
+
+
+class PackWrites:
+    """The checkpoints and results of run ``run_id``'s packed loops, written together (see the
+    module doc). Used from one event loop."""
+
+    def __init__(self, store: RunStore, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+        self._checkpoints: list[_Checkpoint] = []
+        self._results: list[_Result] = []
+        self._due = False
+        #: How many writes of each kind went out, and in how many store calls (for the bench).
+        self.writes = self.calls = 0
+
+    def checkpoint(self, path: str, iteration: int, state: JsonValue) -> asyncio.Future[None]:
+        """Save the loop at ``path``'s checkpoint with the others due; done once recorded."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._checkpoints.append(_Checkpoint(path, iteration, state, done))
+        self._schedule()
+        return done
+
+    def finish(
+        self,
+        path: str,
+        result: JsonValue,
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> asyncio.Future[JsonValue]:
+        """Record the loop at ``path``'s result (with ``events`` and its usage) with the others due;
+        done with the result as recorded (a first result stands)."""
+        done: asyncio.Future[JsonValue] = asyncio.get_running_loop().create_future()
+        self._results.append(_Result(path, result, events, input_tokens, output_tokens, done))
+        self._schedule()
+        return done
+
+    def _schedule(self) -> None:
+        if not self._due:
+            self._due = True
+            asyncio.get_running_loop().call_soon(self._write)
+
+    def _write(self) -> None:
+        self._due = False
+        checkpoints, self._checkpoints = self._checkpoints, []
+        results, self._results = self._results, []
+        if checkpoints:
+            rows = [(c.path, c.iteration, c.state) for c in checkpoints]
+            _settle([c.done for c in checkpoints], lambda: self.store.save_checkpoints(self.run_id, rows))
+        if results:
+            _settle([r.done for r in results], lambda: self._finish(results))
+        self.writes += len(checkpoints) + len(results)
+        self.calls += bool(checkpoints) + bool(results)
+
+    def _finish(self, results: list[_Result]) -> list[JsonValue]:
+        return self.store.finish_loops(
+            self.run_id,
+            [(r.path, r.result) for r in results],
+            events=[event for r in results for event in r.events],
+            input_tokens=sum(r.input_tokens for r in results),
+            output_tokens=sum(r.output_tokens for r in results),
+        )
+
+
+def _settle(waiting: list[asyncio.Future[Any]], write: Any) -> None:
+    """Run ``write`` and hand each waiting loop its value (one per loop, or ``None`` for all), or
+    the error it raised (the soft time limit too: each loop raises it in turn)."""
+    try:
+        values = write()
+    except Exception as error:
+        for done in waiting:
+            if not done.done():
+                done.set_exception(error)
+        return
+    for index, done in enumerate(waiting):
+        if not done.done():
+            done.set_result(None if values is None else values[index])

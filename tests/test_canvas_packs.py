@@ -1,0 +1,130 @@
+"""What the canvas compiler builds for a composite whose branches are packed, pinned without a
+broker or a worker (``celery_adapter/canvas.py``; ``docs/how-to/packing.md``).
+
+Consecutive loop branches go ``pack_size`` to an ``agentloop.pack`` task; a branch that expands
+(a pipeline or a composite) is an ``agentloop.lane`` step of its own; unbounded, the steps are a
+chord whose merge concatenates their lists; under a ``max_concurrency`` below the width, packs of
+at most that many run in ``max(1, bound // size)`` lanes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_canvas_shapes import FakeTask, shape
+
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.canvas import continue_pack, fan_out
+from agentloop.orchestration.engine import WorkflowEngine
+from agentloop.orchestration.errors import InvalidNodeError
+from agentloop.orchestration.settings import load_settings
+from agentloop.orchestration.task_outcome import Done, FanOut
+from agentloop.orchestration.wire import LANE, MERGE, PACK, RUN, BranchFailure, WorkflowNode, packed_branches
+
+NODE = WorkflowNode(run_id="r", runnable="fan", path="pipeline/1")
+
+
+def branches(width: int) -> list[tuple[WorkflowNode, Any]]:
+    return [(WorkflowEngine.branch_node(NODE, "leaf", str(i), width, True), {"n": i}) for i in range(width)]
+
+
+def pack(indexes: list[int], width: int, *, first: bool) -> tuple[Any, ...]:
+    entries = [["leaf", str(i), {"n": i}] for i in indexes]
+    lead: tuple[Any, ...] = ([],) if first else ()
+    return (PACK, (*lead, NODE.to_dict(), entries, width, True), {}, first)
+
+
+@pytest.fixture(scope="module")
+def task() -> Iterator[FakeTask]:
+    app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
+    yield FakeTask(app)
+    app.close()
+
+
+def test_unbounded_branches_go_pack_size_to_a_task_in_a_chord_whose_merge_concatenates(
+    task: FakeTask,
+) -> None:
+    outcome = FanOut(node=NODE, input="in", branches=branches(5), pack_size=2)
+
+    header = (pack([0, 1], 5, first=True), pack([2, 3], 5, first=True), pack([4], 5, first=True))
+    merge = (MERGE, (NODE.to_dict(), "in"), {"packed": True}, False)
+    assert shape(fan_out(task, outcome)) == ("chord", header, merge)
+
+
+def test_one_pack_of_all_branches_is_chained_to_the_merge(task: FakeTask) -> None:
+    outcome = FanOut(node=NODE, input="in", branches=branches(3), pack_size=10)
+
+    merge = (MERGE, (NODE.to_dict(), "in", True), {"packed": True}, False)
+    assert shape(fan_out(task, outcome)) == ("chain", pack([0, 1, 2], 3, first=True), merge)
+
+
+def test_a_branch_that_expands_is_a_lane_step_of_its_own_between_packs(task: FakeTask) -> None:
+    children = branches(4)
+    outcome = FanOut(node=NODE, input="in", branches=children, pack_size=3, expanding=frozenset({1}))
+
+    nested, nested_input = children[1]
+    header = (
+        pack([0], 4, first=True),
+        (LANE, ([], nested.to_dict(), nested_input), {}, True),
+        pack([2, 3], 4, first=True),
+    )
+    assert shape(fan_out(task, outcome))[1] == header
+
+
+def test_under_a_bound_packs_hold_at_most_the_bound_and_run_in_lanes(task: FakeTask) -> None:
+    # bound 4, pack size 2: two lanes (branch i in lane i % 2), each a chain of packs of 2
+    outcome = FanOut(node=NODE, input="in", branches=branches(7), pack_size=2, max_concurrency=4)
+
+    lanes = (
+        ("chain", pack([0, 2], 7, first=True), pack([4, 6], 7, first=False)),
+        ("chain", pack([1, 3], 7, first=True), pack([5], 7, first=False)),
+    )
+    assert shape(fan_out(task, outcome)) == (
+        "chord",
+        lanes,
+        (MERGE, (NODE.to_dict(), "in"), {"lanes": 2}, False),
+    )
+
+
+def test_a_pack_size_above_the_bound_is_cut_to_it_in_one_lane(task: FakeTask) -> None:
+    outcome = FanOut(node=NODE, input="in", branches=branches(5), pack_size=100, max_concurrency=2)
+
+    lane = ("chain", pack([0, 1], 5, first=True), pack([2, 3], 5, first=False), pack([4], 5, first=False))
+    merge = (MERGE, (NODE.to_dict(), "in", True), {"lanes": 1}, False)
+    assert shape(fan_out(task, outcome)) == ("chain", *lane[1:], merge)
+
+
+def test_the_deployments_pack_size_serves_a_composite_without_its_own() -> None:
+    settings = load_settings({"AGENTLOOP_PACK_SIZE": "3"})
+    app = create_app(settings=settings.model_copy(update={"broker_url": "memory://"}))
+    try:
+        canvas = fan_out(FakeTask(app), FanOut(node=NODE, input="in", branches=branches(3)))
+        assert shape(canvas)[1] == pack([0, 1, 2], 3, first=True)
+        one_each = fan_out(FakeTask(app), FanOut(node=NODE, input="in", branches=branches(2), pack_size=1))
+        assert [step[0] for step in shape(one_each)[1]] == [RUN, RUN]  # the composite's own 1 wins
+    finally:
+        app.close()
+
+
+def test_a_pack_appends_its_outputs_and_failures_to_what_was_collected(task: FakeTask) -> None:
+    failure = BranchFailure(capture="pipeline/1", type="ValueError", message="no")
+    values = continue_pack(task, [Done(value=1), failure, Done(value=[3])], ["before"])  # type: ignore[arg-type]
+
+    assert values == ["before", 1, failure.to_wire(), [3]]
+
+
+def test_a_packed_branch_that_expands_fails_the_pack_with_a_clear_error(task: FakeTask) -> None:
+    expansion = FanOut(node=NODE, input=None, branches=branches(2))
+    with pytest.raises(InvalidNodeError, match="only loops and stages are packed"):
+        continue_pack(task, [expansion], [])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [[], "x", [["leaf", "0"]], [[1, "0", None]], [["leaf", "", None]], [["leaf", "a/b", None]]],
+)
+def test_a_malformed_list_of_packed_branches_is_an_invalid_node(data: Any) -> None:
+    with pytest.raises(InvalidNodeError):
+        packed_branches(data)
