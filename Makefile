@@ -39,14 +39,17 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 # The fault suite on a real worker, a private Redis and PostgreSQL (tests/faults/): each scenario's
-# runs tried / completed / failed with a reason / lost / stuck. CI runs its quick part in `make test`.
+# runs tried / completed / failed with a reason / lost / stuck; then again on a private RabbitMQ
+# node. CI runs its quick part (Redis) in `make test`.
 faults: $(STAMP)
-	$(BIN)/python -m tests.faults $(FAULTS_ARGS)
+	$(BIN)/python -m tests.faults --broker redis $(FAULTS_ARGS)
+	$(BIN)/python -m tests.faults --broker rabbitmq $(FAULTS_ARGS)
 
-# The bounded soak (about 5 minutes, not in CI): mixed workflows and a poison message every 10 s;
-# the worker's memory and Redis's keys must stay flat and every run must end.
+# The bounded soak (about 5 minutes per broker, not in CI): mixed workflows and a poison message
+# every 10 s; the worker's memory and Redis's keys must stay flat and every run must end.
 soak: $(STAMP)
-	$(BIN)/python -m tests.faults soak --minutes 5
+	$(BIN)/python -m tests.faults soak --minutes 5 --broker redis
+	$(BIN)/python -m tests.faults soak --minutes 5 --broker rabbitmq
 
 # A mutation run over the decision points ([tool.mutmut] in pyproject.toml; not part of CI):
 # each mutant of the bound, budgets, width rules, registry, redaction and store seams against

@@ -69,6 +69,19 @@ are documented with the fields of ``agentloop.orchestration.settings.Settings``)
 ``AGENTLOOP_WORKER_PREFETCH_MULTIPLIER``
     Messages each worker process reserves ahead (``0``: no limit). Default:
     ``1``, so a long LLM task does not hold back others reserved behind it.
+``AGENTLOOP_DELIVERY_LIMIT``
+    RabbitMQ only: the queues' ``x-delivery-limit``, how often a message may
+    come back unacknowledged (its worker died, its connection dropped). The
+    delivery past it is not run: its run ends ``failed`` with
+    ``DeliveryLimitError``. Every client and worker must use the same value
+    (RabbitMQ refuses a queue declared with other arguments). Default: ``20``.
+
+With a RabbitMQ broker (``amqp://``) the default queue and ``<queue>.batch``
+(a batch's chunks and launches: quorum queues have no priorities) are declared
+as quorum queues with that delivery limit, dead-lettering to ``<queue>.dead``,
+on a topic exchange named like the queue (Celery's native delayed delivery
+needs one for countdowns on quorum queues); messages are published with
+publisher confirms. Redis and the others keep Celery's one queue.
 
 Fixed settings: JSON is the only serializer for tasks and results and the only
 content accepted (a pickle message is refused by the worker); late acks, and

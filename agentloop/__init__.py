@@ -56,6 +56,7 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── ScheduleError              [ValueError] a beat schedule entry that cannot be used
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
     ├── UnsendableMessageError     [ValueError] a message a run needs would be refused at the workers' edge
+    ├── DeliveryLimitError         [RuntimeError] a message came back unacknowledged past its delivery limit
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
     ├── NetworkBlockedError        [ConnectionRefusedError] a connection off this machine during a replay
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
@@ -165,6 +166,7 @@ from agentloop.orchestration.context import StandardContext, StandardContextFact
 from agentloop.orchestration.degraded import DegradedBody
 from agentloop.orchestration.errors import (
     ContextSpecError,
+    DeliveryLimitError,
     EvaluationInputError,
     InvalidNodeError,
     LaunchRequestError,
@@ -235,6 +237,7 @@ __all__ = [
     "DegradationSink",
     "DegradedBody",
     "DegradedResult",
+    "DeliveryLimitError",
     "EvalScore",
     "EvaluationInputError",
     "FailurePolicy",

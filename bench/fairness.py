@@ -1,9 +1,10 @@
 """``python -m bench.fairness``: does one interactive run start within 1 s while a batch runs?
 
-On a private Redis, a private PostgreSQL database (``--store sqlite`` for a
-file) and one ``--pool threads`` worker: ``agentloop.batch`` of ``--inputs``
-(2,000) ``bench.trivial`` loops is sent, and once its first runs have ended a
-single ``agentloop.launch`` of ``bench.trivial`` follows. Printed: the seconds
+On a private Redis (``--broker rabbitmq``: a private vhost of the local RabbitMQ as the broker,
+results still in the private Redis; there the batch's messages go to their own quorum queue), a
+private PostgreSQL database (``--store sqlite`` for a file) and one ``--pool threads`` worker:
+``agentloop.batch`` of ``--inputs`` (2,000) ``bench.trivial`` loops is sent, and once its first
+runs have ended a single ``agentloop.launch`` of ``bench.trivial`` follows. Printed: the seconds
 from sending that launch to its run being recorded running in the run store,
 and to its result, against the 1 s target. Only 127.0.0.1 is used; every wait
 is bounded (``--timeout``).
@@ -38,19 +39,26 @@ def run(args: argparse.Namespace) -> bool:
     from agentloop.orchestration.celery_adapter.batches import summarize
     from agentloop.orchestration.store import open_store
     from agentloop.orchestration.wire import BATCH, LAUNCH
+    from tests.servers.rabbitmq import private_rabbitmq
     from tests.servers.redis_server import ServiceUnavailable, private_redis_server
     from tests.servers.worker import run_worker_process
 
     with ExitStack() as stack:
         try:
             server = stack.enter_context(private_redis_server())
+            broker = server.url
+            if args.broker == "rabbitmq":
+                target = stack.enter_context(private_rabbitmq())
+                if not target.private:
+                    raise NotRunnable("no private RabbitMQ vhost (rabbitmqctl) for the batch queue")
+                broker = target.url
         except ServiceUnavailable as unavailable:
             raise NotRunnable(unavailable.reason) from unavailable
         database_url = stack.enter_context(run_store_url(args.store))
         env = {"DATABASE_URL": database_url, "AGENTLOOP_BENCH_WORKER": "1", "PYTHONPATH": str(ROOT)}
         stack.enter_context(
             run_worker_process(
-                broker_url=server.url,
+                broker_url=broker,
                 result_backend=server.url,
                 imports=["bench.workflows_celery"],
                 env=env,
@@ -60,7 +68,7 @@ def run(args: argparse.Namespace) -> bool:
                 start_timeout=60.0,
             )
         )
-        client_env = {"BROKER_URL": server.url, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
+        client_env = {"BROKER_URL": broker, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
         app = create_app(settings=load_settings(client_env))
         stack.callback(app.close)
         stack.callback(_detach_result_consumer, app)
@@ -84,7 +92,8 @@ def run(args: argparse.Namespace) -> bool:
 
     ok = started <= TARGET_SECONDS
     print(
-        f"fairness: one interactive run beside a batch of {args.inputs}, --pool threads -c {args.concurrency}"
+        f"fairness on {args.broker}: one interactive run beside a batch of {args.inputs},"
+        f" --pool threads -c {args.concurrency}"
     )
     print(f"  started after {started:.2f} s (target {TARGET_SECONDS} s), result after {finished:.2f} s;")
     print(f"  batch runs still open when it ended: {open_runs}")
@@ -97,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inputs", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
+    parser.add_argument("--broker", default="redis", choices=("redis", "rabbitmq"))
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--check", action="store_true", help="exit 1 when the verdict is FAIL")
     args = parser.parse_args(argv)

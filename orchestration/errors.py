@@ -18,6 +18,7 @@ from agentloop.actions.errors import AgentLoopError
 
 __all__ = [
     "ContextSpecError",
+    "DeliveryLimitError",
     "DenialReason",
     "EvaluationInputError",
     "InvalidNodeError",
@@ -206,6 +207,11 @@ class ScheduleError(AgentLoopError, ValueError):
 
 class WorkerStartError(AgentLoopError, RuntimeError):
     """A worker did not come up (it exited, or never answered the ping)."""
+
+
+class DeliveryLimitError(AgentLoopError, RuntimeError):
+    """A message came back unacknowledged as often as the broker allows (``AGENTLOOP_DELIVERY_LIMIT``,
+    RabbitMQ): every worker that took it died or lost its connection; its run ends with this."""
 
 
 class UnsendableMessageError(AgentLoopError, ValueError):

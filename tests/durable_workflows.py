@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import Any
 
@@ -129,6 +130,39 @@ class TypedSlowCount(SlowCount):
         return {"counted": state.n}
 
 
+class KillsItsProcess(SlowCount):
+    """Kills the process it runs in at its first iteration, on every delivery (a poison message no
+    check can see: a segfaulting library, an OOM): only a delivery limit stops it."""
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return state
+
+
+class TalliedCount(BaseAgentLoop):
+    """Counts to ``input["goal"]``; every iteration appends ``<input["id"]> <iteration> <pid>`` to the
+    file named by the context's ``log``, so a test sees which iteration of which run ran twice."""
+
+    max_iterations = 50
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"id": input["id"], "goal": input["goal"], "n": 0}
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        time.sleep(float(self.context.get("step_seconds", 0.0)))
+        with open(self.context["log"], "a") as handle:
+            handle.write(f"{state['id']} {iteration} {os.getpid()}\n")
+        return {**state, "n": state["n"] + 1}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["n"] >= state["goal"])
+
+    def build_result(self, *, state: Any) -> Any:
+        return {"id": state["id"], "counted": state["n"]}
+
+
+register("durable.kills_its_process", KillsItsProcess)
+register("durable.tallied", TalliedCount)
 register("durable.slow_count", SlowCount)
 register("durable.typed_slow_count", TypedSlowCount)
 register("durable.not_json_state", NotJsonState)

@@ -43,6 +43,7 @@ EVERY_VARIABLE = {
     "AGENTLOOP_RESULT_EXPIRES": "3600",
     "AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES": "0",
     "AGENTLOOP_WORKER_PREFETCH_MULTIPLIER": "2",
+    "AGENTLOOP_DELIVERY_LIMIT": "5",
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
     "AGENTLOOP_PACK_SIZE": "50",
     "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
@@ -116,6 +117,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.result_expires == 3600
     assert settings.broker_connection_max_retries == 0
     assert settings.worker_prefetch_multiplier == 2
+    assert settings.delivery_limit == 5
     assert settings.checkpoint_seconds == 0.0
     assert settings.pack_size == 50
     assert settings.store.retry_seconds == 7.5
@@ -225,6 +227,10 @@ def test_the_visibility_timeout_follows_the_hard_time_limit() -> None:
         (
             {"AGENTLOOP_TASK_TIME_LIMIT": "-1"},
             "AGENTLOOP_TASK_TIME_LIMIT must be a non-negative integer, not '-1'",
+        ),
+        (
+            {"AGENTLOOP_DELIVERY_LIMIT": "0"},
+            "AGENTLOOP_DELIVERY_LIMIT must be a positive integer, not '0'",
         ),
         (
             {"AGENTLOOP_WORKER_PREFETCH_MULTIPLIER": "1.5"},

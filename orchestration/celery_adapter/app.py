@@ -18,7 +18,7 @@ from typing import Any
 
 from celery import Celery
 
-from agentloop.orchestration.celery_adapter.config import celery_config
+from agentloop.orchestration.celery_adapter.config import celery_config, project_broker
 from agentloop.orchestration.celery_adapter.dependencies import AppDependencies
 from agentloop.orchestration.celery_adapter.edge_consumer import install_edge
 from agentloop.orchestration.celery_adapter.memory_results import use_memory_results
@@ -70,6 +70,8 @@ def create_app(
         app.config_from_object(config)
     if overrides:
         app.conf.update(dict(overrides))
+        if config is None and _moves_broker(overrides):  # e.g. a test's broker: its queues, not the settings'
+            project_broker(app.conf, settings.delivery_limit)
     use_memory_results(app)  # cache+memory:// keeps results for their expiry, not 5,000 of them
     app.agentloop_dependencies = AppDependencies(settings=settings, registry=registry, store=store)
     app.agentloop_progress_events = ProgressEvents(app)  # built here: no two threads race to make it
@@ -82,6 +84,13 @@ def create_app(
 
         install_tracing(app, settings.tracing)
     return app
+
+
+def _moves_broker(overrides: Mapping[str, Any]) -> bool:
+    """Whether ``overrides`` change the broker or the default queue, and leave the queues to us."""
+    return bool({"broker_url", "task_default_queue"} & set(overrides)) and not (
+        {"task_queues", "task_routes", "broker_transport_options"} & set(overrides)
+    )
 
 
 def describe_app(app: Celery) -> dict[str, Any]:

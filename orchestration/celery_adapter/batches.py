@@ -15,6 +15,7 @@ by the next tick.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import suppress
 from typing import Any
@@ -30,9 +31,18 @@ from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUN
 
 #: The priority of a batch's chunks and launches. On Redis a worker takes messages of priority 0
 #: (every other message's) before those of 9, so a run launched while a batch of thousands is
-#: queued starts at the next free slot instead of behind the batch (bench/fairness.py). RabbitMQ
-#: queues are declared without ``x-max-priority``, so there it changes nothing.
+#: queued starts at the next free slot instead of behind the batch (bench/fairness.py). RabbitMQ's
+#: quorum queues have no priorities: there the priority routes them to the batch queue instead
+#: (``config.BatchRouter``).
 BATCH_PRIORITY = 9
+
+
+def _countdown(app: Celery, seconds: float) -> float:
+    """``seconds`` as a countdown ``app``'s broker can keep: on RabbitMQ Celery's native delayed
+    delivery counts whole seconds and refuses one under 1 s (``calculate_routing_key``), so a
+    fraction is rounded up there."""
+    scheme = str(app.conf.broker_url or "").split("://", 1)[0].lower()
+    return float(max(1, math.ceil(seconds))) if scheme in ("amqp", "amqps", "pyamqp") else seconds
 
 
 def batch_runnable_name(key: str) -> str:
@@ -143,7 +153,8 @@ def batch(
             priority=BATCH_PRIORITY,
         )  # what Flower and the logs show of it: privacy.PrivateAMQP's redacted reprs
     self.app.tasks[BATCH_SUMMARY].apply_async(
-        args=(batch_id, key, time.time(), poll_seconds, max_seconds), countdown=min(poll_seconds, 1.0)
+        args=(batch_id, key, time.time(), poll_seconds, max_seconds),
+        countdown=_countdown(self.app, min(poll_seconds, 1.0)),
     )
     return {"batch_id": batch_id, "count": len(items), "chunks": -(-len(items) // size)}
 
@@ -187,7 +198,8 @@ def batch_summary(
     elapsed = time.time() - started_at
     if state["open"] > 0 and elapsed < max_seconds:
         self.app.tasks[BATCH_SUMMARY].apply_async(
-            args=(batch_id, key, started_at, poll_seconds, max_seconds), countdown=poll_seconds
+            args=(batch_id, key, started_at, poll_seconds, max_seconds),
+            countdown=_countdown(self.app, poll_seconds),
         )
         return {"batch_id": batch_id, "pending": state["open"]}
     record = store.get_run(batch_id)

@@ -8,12 +8,25 @@ time limit < the hard one < the visibility timeout.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from kombu.entity import Exchange, Queue
+
+from agentloop.orchestration.celery_adapter.batches import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.schedule import framework_entries, schedule_from_json
 from agentloop.orchestration.settings import Settings
 
-__all__ = ["PUBLISH_RETRY_POLICY", "celery_config"]
+__all__ = [
+    "PUBLISH_RETRY_POLICY",
+    "BatchRouter",
+    "batch_queue_name",
+    "celery_config",
+    "dead_letter_queue_name",
+    "is_amqp",
+    "project_broker",
+    "queue_config",
+]
 
 #: How a message a process sends (a chain's next task, a chord's merge, a canvas, an event) is
 #: retried while the broker is away: at once, then every 0.25, 0.5, 0.75 and 1 s, for some 30 s in
@@ -52,7 +65,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": True,
         "task_send_sent_event": True,
         # -- routing, time, modules, schedule ------------------------------------------------------
-        "task_default_queue": settings.task_default_queue,
+        **queue_config(settings.broker_url, settings.task_default_queue, settings.delivery_limit),
         "timezone": "UTC",
         "enable_utc": True,
         "imports": settings.imports,
@@ -85,14 +98,109 @@ def _broker_and_results(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _transport_options(settings: Settings) -> dict[str, float]:
-    options: dict[str, float] = {
+def is_amqp(url: str) -> bool:
+    """Whether ``url`` is a RabbitMQ (AMQP 0-9-1) broker's: ``amqp``, ``amqps``, ``pyamqp``."""
+    return url.split("://", 1)[0].lower().split("+")[0] in ("amqp", "amqps", "pyamqp")
+
+
+def batch_queue_name(default_queue: str) -> str:
+    """The queue a batch's chunks and launches go to on RabbitMQ: ``<default>.batch``."""
+    return f"{default_queue}.batch"
+
+
+def dead_letter_queue_name(default_queue: str) -> str:
+    """Where RabbitMQ puts a message past its delivery limit: ``<default>.dead`` (no worker reads it)."""
+    return f"{default_queue}.dead"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRouter:
+    """Celery's ``task_routes`` on RabbitMQ: a message sent with :data:`BATCH_PRIORITY` (a batch's
+    chunks and the launches of its runs) goes to the batch queue; every other to the default one.
+
+    RabbitMQ 3's quorum queues have no priorities: two queues do what the priority does on Redis.
+    A worker consumes both, and RabbitMQ hands it the next message of either as soon as a process
+    is free, so a run launched beside a queued batch of thousands waits for one free slot, not for
+    the batch."""
+
+    queue: str
+
+    def __call__(self, name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> Any:
+        """``{"queue": ...}`` for a batch message, ``None`` (Celery's default route) for the others."""
+        if isinstance(options, dict) and options.get("priority") == BATCH_PRIORITY:
+            return {"queue": self.queue}
+        return None
+
+
+def queue_config(broker_url: str, default_queue: str, delivery_limit: int) -> dict[str, Any]:
+    """The queues and routes of a broker (Celery's settings).
+
+    Redis and the others: one queue, ``default_queue``, as Celery declares it (a batch's messages
+    take their turn by priority: ``batches.BATCH_PRIORITY``). RabbitMQ: ``default_queue`` and its
+    batch queue (:func:`batch_queue_name`), both quorum queues (replicated, durable, the type
+    RabbitMQ recommends for work queues) with ``x-delivery-limit`` (how often a message may come
+    back unacknowledged) and a dead-letter queue past it; bound to a topic exchange of the same
+    name, which Celery's native delayed delivery needs for a countdown on a quorum queue (quorum
+    queues refuse the global QoS an ETA held in the worker relies on)."""
+    if not is_amqp(broker_url):
+        return {
+            "task_default_queue": default_queue,
+            "task_queues": None,
+            "task_routes": None,
+            "task_default_exchange": None,
+            "task_default_exchange_type": "direct",
+            "task_default_routing_key": None,
+            "task_create_missing_queue_type": "classic",
+        }
+    exchange = Exchange(default_queue, type="topic", durable=True)  # type: ignore[no-untyped-call]
+    arguments = {
+        "x-queue-type": "quorum",
+        "x-delivery-limit": delivery_limit,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": dead_letter_queue_name(default_queue),
+    }
+    batch = batch_queue_name(default_queue)
+    return {
+        "task_default_queue": default_queue,
+        "task_queues": [
+            Queue(name, exchange, routing_key=name, durable=True, queue_arguments=dict(arguments))  # type: ignore[no-untyped-call]
+            for name in (default_queue, batch)
+        ],
+        "task_routes": [BatchRouter(batch)],
+        "task_default_exchange": default_queue,
+        "task_default_exchange_type": "topic",
+        "task_default_routing_key": default_queue,
+        "task_create_missing_queue_type": "quorum",
+    }
+
+
+def _transport_options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {
         "visibility_timeout": settings.visibility_timeout,
         # One Redis scan per interval (kombu otherwise scans on every tenth 10 s tick).
         "unacked_restore_interval": settings.unacked_restore_seconds,
         "unacked_restore_throttle": 1,
     }
-    if settings.broker_url.split("://", 1)[0].lower() == "memory":
+    return _broker_options(settings.broker_url, options)
+
+
+def _broker_options(broker_url: str, options: dict[str, Any]) -> dict[str, Any]:
+    options = {k: v for k, v in options.items() if k not in ("confirm_publish", "polling_interval")}
+    if is_amqp(broker_url):
+        # Publisher confirms: a send returns once RabbitMQ has taken the message (a quorum queue:
+        # written on a majority of its nodes), so a broker that goes down under a send is retried
+        # (PUBLISH_RETRY_POLICY), never a message that silently vanished.
+        options["confirm_publish"] = True
+    if broker_url.split("://", 1)[0].lower() == "memory":
         # kombu polls its in-memory queues once a second by default: each hop of a chain costs 1 s.
         options["polling_interval"] = 0.01
     return options
+
+
+def project_broker(conf: Any, delivery_limit: int) -> None:
+    """Make ``conf``'s queues, routes and transport options those of its broker and default queue
+    as they are now: ``create_app`` calls it after a caller's ``overrides`` changed either."""
+    conf.update(queue_config(str(conf.broker_url), str(conf.task_default_queue), delivery_limit))
+    conf.broker_transport_options = _broker_options(
+        str(conf.broker_url), dict(conf.broker_transport_options or {})
+    )

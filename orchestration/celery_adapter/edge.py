@@ -25,20 +25,23 @@ one: acknowledge the message, fail its result and record the run.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentloop.orchestration.wire import DEFERRALS_HEADER, LAUNCH, WIRE_HEADER, wire_version_of
 
 __all__ = [
+    "DELIVERY_COUNT_HEADER",
     "MAX_BODY_BYTES",
     "MAX_DEPTH",
     "MAX_EMBED_DEPTH",
     "MAX_ID_CHARS",
     "Rejection",
     "check_message",
+    "delivery_count",
     "describe",
     "nests_deeper_than",
+    "past_delivery_limit",
     "rejection_of",
 ]
 
@@ -48,6 +51,8 @@ MAX_DEPTH = 64
 MAX_EMBED_DEPTH = 256
 #: The largest body a worker takes, in bytes as it arrives (8 MiB).
 MAX_BODY_BYTES = 8 * 1024 * 1024
+#: The header RabbitMQ's quorum queues put on a message: how often it came back unacknowledged.
+DELIVERY_COUNT_HEADER = "x-delivery-count"
 #: The longest task id, task name or run id the edge records anything under (the run store's key size).
 MAX_ID_CHARS = 255
 _MAX_REASON_CHARS = 500
@@ -63,6 +68,9 @@ class Rejection:
     ``task`` and ``task_id`` are ``None`` when the headers do not carry a usable
     one. ``run_id`` is the run an ``agentloop.launch`` would have started (its
     ``run_id`` kwarg when readable, else its task id); ``runnable`` its name when readable.
+    ``exhausted`` marks a well-formed message refused because it reached its delivery limit
+    (:func:`past_delivery_limit`): its ``args`` and ``kwargs`` are kept, for its task's own
+    failure path to end its run.
     """
 
     reason: str
@@ -70,6 +78,9 @@ class Rejection:
     task_id: str | None = None
     run_id: str | None = None
     runnable: str | None = None
+    exhausted: bool = False
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] | None = None
 
 
 def _sane_id(value: object) -> str | None:
@@ -195,6 +206,32 @@ def check_message(message: Any) -> Rejection | None:
     if problem is None:
         problem = _body_problem(body)
     return None if problem is None else rejection_of(message, problem, body)
+
+
+def delivery_count(message: Any) -> int:
+    """How often ``message`` came back unacknowledged before this delivery (RabbitMQ's quorum
+    queues say so in :data:`DELIVERY_COUNT_HEADER`; 0 on other brokers)."""
+    headers = message.headers if isinstance(message.headers, Mapping) else {}
+    count = headers.get(DELIVERY_COUNT_HEADER)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def past_delivery_limit(message: Any, limit: int) -> Rejection | None:
+    """``None`` unless a message that :func:`check_message` let through came back ``limit`` times
+    or more: then RabbitMQ (``x-delivery-limit``) will not deliver it again, and this, its last
+    delivery, is not run (whatever killed its workers would kill this one) but refused, its run
+    ended ``failed`` with :class:`~agentloop.orchestration.errors.DeliveryLimitError`."""
+    count = delivery_count(message)
+    if count < limit:
+        return None
+    body = message.payload  # decoded and checked already: a protocol-2 triple
+    reason = (
+        f"it came back unacknowledged {count} times (delivery limit {limit}): each worker that "
+        "took it died or lost its connection before it ended, so it is not run again"
+    )
+    return replace(
+        rejection_of(message, reason, body), exhausted=True, args=tuple(body[0]), kwargs=dict(body[1])
+    )
 
 
 def describe(rejection: Rejection) -> str:

@@ -44,24 +44,33 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from celery import Celery, signals, states
+from celery import Celery, bootsteps, signals, states
 from celery.exceptions import InvalidTaskError
 from celery.utils.log import get_logger
 from celery.worker.consumer import Consumer
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
-from agentloop.orchestration.celery_adapter.edge import Rejection, check_message, describe, rejection_of
+from agentloop.orchestration.celery_adapter.edge import (
+    Rejection,
+    check_message,
+    describe,
+    past_delivery_limit,
+    rejection_of,
+)
+from agentloop.orchestration.celery_adapter.run_failures import RUN_TASKS, end_run_of_message
 from agentloop.orchestration.celery_adapter.wire_versions import WireGate, too_new
-from agentloop.orchestration.errors import RunExistsError
+from agentloop.orchestration.errors import DeliveryLimitError, RunExistsError
 from agentloop.orchestration.store import RunStore, open_store
 from agentloop.orchestration.wire import LAUNCH_SENT_STATE
 
-__all__ = ["EdgeConsumer", "RejectionRecorder", "install_edge", "recorder_of"]
+__all__ = ["DeadLetterQueue", "EdgeConsumer", "RejectionRecorder", "install_edge", "recorder_of"]
 
 logger = get_logger(__name__)
 
 #: The states a task id may be in for a refusal to fail it: unknown, or sent by a client.
 _FAILABLE = frozenset({states.PENDING, LAUNCH_SENT_STATE})
+#: ... and for a message past its delivery limit: also started or retried by a worker that died.
+_FAILABLE_EXHAUSTED = _FAILABLE | {states.STARTED, states.RETRY}
 #: Errors of a connection that are really errors of one message's content.
 _CONTENT_ERRORS = (LookupError, ValueError, TypeError)
 
@@ -120,6 +129,9 @@ class RejectionRecorder:
     def record(self, rejection: Rejection) -> None:
         """Write ``rejection`` now: the run first, then the task's result (whose waiters read the run)."""
         assert rejection.task_id is not None
+        if rejection.exhausted:
+            self._end_exhausted(rejection)
+            return
         error = InvalidTaskError(describe(rejection))
         if rejection.run_id is not None:
             try:
@@ -130,6 +142,21 @@ class RejectionRecorder:
             except Exception:  # the store is out of reach: the sender still learns at once
                 logger.exception("Could not record the refused launch of run %s", rejection.run_id)
         self._fail_result(rejection.task_id, error)
+
+    def _end_exhausted(self, rejection: Rejection) -> None:
+        """A message past its delivery limit: its run ends ``failed`` by its task's own failure path
+        (a launch's run is claimed, created if it never was; a step's run only with the owner token
+        its message carries), then its result fails."""
+        assert rejection.task_id is not None
+        error = DeliveryLimitError(f"{rejection.task}[{rejection.task_id}]: {rejection.reason}")
+        task = self._app.tasks.get(rejection.task) if rejection.task in RUN_TASKS else None
+        if task is not None:
+            end_run_of_message(
+                task, self._run_store(), error, rejection.task_id, rejection.args, rejection.kwargs
+            )
+        backend = self._app.backend
+        if backend.get_state(rejection.task_id) in _FAILABLE_EXHAUSTED:
+            backend.mark_as_failure(rejection.task_id, error)
 
     def _run_store(self) -> RunStore:
         if self._store is None:
@@ -176,11 +203,14 @@ class EdgeConsumer(Consumer):  # type: ignore[misc]
         """Celery's task handler, called only for messages the edge lets through."""
         handle: Callable[[Any], None] = super().create_task_handler(*args, **kwargs)
 
+        limit = dependencies_of(self.app).settings.delivery_limit
+
         def on_task_received(message: Any) -> None:
             rejection = check_message(message)
             if rejection is None and (version := too_new(message.headers, self.wire_gate.version)):
-                self.defer(message, version)
+                self.defer(message, version)  # a newer worker's: not counted against the limit
                 return
+            rejection = rejection or past_delivery_limit(message, limit)
             if rejection is None:
                 try:
                     handle(message)
@@ -236,6 +266,31 @@ class EdgeConsumer(Consumer):  # type: ignore[misc]
         recorder_of(self.app).close()
 
 
+class DeadLetterQueue(bootsteps.StartStopStep):  # type: ignore[misc]
+    """A consumer bootstep: on RabbitMQ, declare the queue the worker's queues dead-letter to (their
+    ``x-dead-letter-routing-key``, ``<queue>.dead``: ``config.queue_config``), so a message past its
+    delivery limit that even its last delivery could not settle is kept there for an operator, not
+    dropped. No worker consumes it."""
+
+    requires = ("celery.worker.consumer.connection:Connection",)
+
+    def start(self, c: Any) -> None:
+        """Declare each dead-letter queue named by the queues ``c`` consumes (durable, quorum)."""
+        from kombu.entity import Queue
+
+        names = {
+            str(queue.queue_arguments["x-dead-letter-routing-key"])
+            for queue in c.app.amqp.queues.values()
+            if "x-dead-letter-routing-key" in (queue.queue_arguments or {})
+        }
+        if not names or c.connection is None or c.connection.transport.driver_type != "amqp":
+            return
+        with c.connection.channel() as channel:
+            for name in sorted(names):
+                queue: Any = Queue(name, durable=True, queue_arguments={"x-queue-type": "quorum"})  # type: ignore[no-untyped-call]
+                queue(channel).declare()
+
+
 def install_edge(app: Celery, *, store: RunStore | None = None) -> None:
     """Make :class:`EdgeConsumer` ``app``'s worker consumer; refusals recorded in ``store`` when given.
 
@@ -243,4 +298,5 @@ def install_edge(app: Celery, *, store: RunStore | None = None) -> None:
     at the first refusal. Nothing changes for clients: the consumer exists only in workers.
     """
     app.conf.worker_consumer = f"{EdgeConsumer.__module__}:{EdgeConsumer.__qualname__}"
+    app.steps["consumer"].add(DeadLetterQueue)
     app.agentloop_rejections = RejectionRecorder(app, store=store)

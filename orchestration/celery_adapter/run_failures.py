@@ -43,6 +43,7 @@ __all__ = [
     "MAX_STORE_RETRIES",
     "RUN_TASKS",
     "RUN_TASK_OPTIONS",
+    "end_run_of_message",
     "end_run_on_failure",
     "hard_time_limit_error",
 ]
@@ -90,6 +91,16 @@ def end_run_on_failure(
     finally:
         if killed:
             dependencies.release_connections()
+
+
+def end_run_of_message(
+    task: Task, store: RunStore, exc: BaseException, task_id: str, args: Any, kwargs: Any
+) -> None:
+    """End the run of a message of ``task`` that was never run (past its delivery limit) with
+    ``exc``, in ``store``, the way :func:`end_run_on_failure` would have."""
+    arguments = _arguments(task, args, kwargs)
+    if arguments is not None:
+        _end_run(task, store, exc, task_id, arguments)
 
 
 def hard_time_limit_error(exc: BaseException) -> TimeLimitExceeded:

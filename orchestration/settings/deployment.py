@@ -182,6 +182,11 @@ class Settings(_Group):
     """``AGENTLOOP_BROKER_CONNECTION_MAX_RETRIES``: ``0`` retries forever. Default: ``100``."""
     worker_prefetch_multiplier: int = _env("AGENTLOOP_WORKER_PREFETCH_MULTIPLIER", 1)
     """``AGENTLOOP_WORKER_PREFETCH_MULTIPLIER``: messages a process reserves ahead. Default: ``1``."""
+    delivery_limit: int = _env("AGENTLOOP_DELIVERY_LIMIT", 20)
+    """``AGENTLOOP_DELIVERY_LIMIT``: RabbitMQ only: how often a message may come back unacknowledged
+    (its worker died, its connection dropped) before it is not run again: the last delivery ends the
+    message's run ``failed`` instead, and a message that even that delivery cannot settle is
+    dead-lettered to ``<queue>.dead`` (the queues' ``x-delivery-limit``). Default: ``20``."""
     checkpoint_seconds: float = _env("AGENTLOOP_CHECKPOINT_SECONDS", 0.5)
     """``AGENTLOOP_CHECKPOINT_SECONDS``: least time between checkpoints of a fast loop (``0``: every
     iteration). Default: ``0.5``."""
@@ -219,6 +224,11 @@ class Settings(_Group):
     @classmethod
     def _non_negative(cls, value: Any, info: ValidationInfo) -> int:
         return count(value, cls.env_name(info.field_name))
+
+    @field_validator("delivery_limit", mode="before")
+    @classmethod
+    def _positive(cls, value: Any, info: ValidationInfo) -> int:
+        return count(value, cls.env_name(info.field_name), least=1)
 
     @field_validator("wire_version_override", mode="before")
     @classmethod

@@ -64,15 +64,36 @@ def pool_child_killed(rig: FaultRig, size: Size) -> ScenarioResult:
     return result
 
 
-def redis_restarted(rig: FaultRig, size: Size) -> ScenarioResult:
-    """Redis (broker and results, append-only) restarts under the runs."""
-    result = ScenarioResult(name="Redis restarted")
+def broker_restarted(rig: FaultRig, size: Size) -> ScenarioResult:
+    """The broker restarts under the runs: Redis (broker and results, append-only), or the private
+    RabbitMQ node (its quorum queues on disk; results stay in Redis)."""
+    result = ScenarioResult(name=f"{rig.broker.label} restarted")
     rig.use_profile(SHORT)
     runs = _start(rig, result, size)
-    rig.redis_server.restart()
-    result.runs = settle(rig.store, rig.app, runs, bound=size.bound, alive=rig.worker_ok)
+    rig.broker.restart()
+    result.runs = settle(rig.store, rig.app, runs, bound=size.bound + 60, alive=rig.worker_ok)
     result.expect(result.runs.values(), [Outcome.COMPLETED], "the worker reconnects and goes on")
+    _no_dead_letters(rig, result)
     return result
+
+
+def connection_dropped(rig: FaultRig, size: Size) -> ScenarioResult:
+    """The worker's broker connections are reset (and refused for 1 s) under the runs: its
+    unacknowledged messages go back to the queue at once (RabbitMQ), its running tasks go on."""
+    result = ScenarioResult(name="consumer connection dropped")
+    rig.use_profile(SHORT)
+    runs = _start(rig, result, size)
+    rig.broker.drop_connections(1.0)
+    result.runs = settle(rig.store, rig.app, runs, bound=size.bound, alive=rig.worker_ok)
+    result.expect(result.runs.values(), [Outcome.COMPLETED], "the worker reconnects; nothing runs twice")
+    _no_dead_letters(rig, result)
+    return result
+
+
+def _no_dead_letters(rig: FaultRig, result: ScenarioResult) -> None:
+    dead = rig.broker.dead_letters()
+    if dead:
+        result.problems.append(f"{dead} messages were dead-lettered past their delivery limit")
 
 
 def hard_time_limit(rig: FaultRig, size: Size) -> ScenarioResult:

@@ -32,6 +32,7 @@ from tests.servers.redis_server import RedisServer, private_redis_server
 from tests.servers.tcp_proxy import TcpProxy
 from tests.servers.worker import WorkerProcess, run_worker_process
 
+from .brokers import BrokerKind, BrokerUnderTest, broker_under_test
 from .chaos_model import API_KEY, MODEL_MAX_RETRIES, MODEL_TIMEOUT_SECONDS, chaos_responder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +75,16 @@ SHORT = WorkerProfile(
         "AGENTLOOP_UNACKED_RESTORE_SECONDS": "1",
     },
 )
+#: :data:`SHORT` on RabbitMQ: the time limits are short on Redis only for its visibility timeout
+#: (RabbitMQ returns a dead worker's messages when its connection closes), and they are short on a
+#: loaded machine for a fresh pool process's first model call, which imports the OpenAI SDK's chat
+#: resources (3.3 s alone here) inside the task: a record-search run took over 8 s on the RabbitMQ
+#: rig, 3.7 s on the Redis one (the private node's Erlang VM shares the 2 cores).
+RABBITMQ_SHORT = {
+    "AGENTLOOP_TASK_SOFT_TIME_LIMIT": "30",
+    "AGENTLOOP_TASK_TIME_LIMIT": "35",
+    "AGENTLOOP_VISIBILITY_TIMEOUT": "40",
+}
 #: Room for store writes retried through a minute-long database outage (the default retry window),
 #: and for model calls that time out and are retried.
 LONG = WorkerProfile(
@@ -96,11 +107,13 @@ class FaultRig:
         database_url: str,
         proxy: TcpProxy,
         redis_server: RedisServer,
+        broker: BrokerUnderTest,
         model: OpenAICompatibleServer,
         store: RunStore,
         app: Celery,
         foreign: Celery,
     ) -> None:
+        self.broker = broker
         self.database_url, self.proxy, self.redis_server, self.model = (
             database_url,
             proxy,
@@ -116,30 +129,33 @@ class FaultRig:
 
     @classmethod
     @contextmanager
-    def open(cls) -> Iterator[FaultRig]:
-        """Start the servers for the ``with`` block (no worker yet: :meth:`use_profile`).
+    def open(cls, broker: BrokerKind = "redis") -> Iterator[FaultRig]:
+        """Start the servers for the ``with`` block (no worker yet: :meth:`use_profile`); the
+        broker is a private Redis (also the results') or a private RabbitMQ node (:mod:`.brokers`).
 
-        Raises what the servers' helpers raise when PostgreSQL or Redis cannot be had."""
+        Raises what the servers' helpers raise when PostgreSQL, Redis or RabbitMQ cannot be had."""
         with ExitStack() as stack:
             database_url = stack.enter_context(private_postgres_database())
             redis_server = stack.enter_context(private_redis_server(appendonly=True))
+            under_test = stack.enter_context(broker_under_test(broker, redis_server, QUEUE))
             parsed = make_url(database_url)
             proxy = stack.enter_context(TcpProxy(parsed.host or "127.0.0.1", parsed.port or 5432))
             model = stack.enter_context(OpenAICompatibleServer(api_key=API_KEY, responder=chaos_responder))
             store, _ = open_store(database_url)
             stack.callback(store.engine.dispose)
-            urls = {"broker_url": redis_server.url, "result_backend": redis_server.url}
+            urls = {"broker_url": under_test.url, "result_backend": redis_server.url}
             app = create_app(overrides=urls)
             stack.callback(app.close)
             foreign = Celery(
-                "foreign-service", broker=redis_server.url, backend=redis_server.url, set_as_current=False
+                "foreign-service", broker=under_test.url, backend=redis_server.url, set_as_current=False
             )
-            foreign.conf.update(task_default_queue=QUEUE, result_backend_always_retry=True)
+            under_test.configure_foreign(foreign)
             stack.callback(foreign.close)
             rig = cls(
                 database_url=database_url,
                 proxy=proxy,
                 redis_server=redis_server,
+                broker=under_test,
                 model=model,
                 store=store,
                 app=app,
@@ -153,6 +169,13 @@ class FaultRig:
 
     def worker_env(self, profile: WorkerProfile, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {
+            **self._env(profile),
+            **(RABBITMQ_SHORT if profile == SHORT and self.broker.kind == "rabbitmq" else {}),
+            **(extra or {}),
+        }
+
+    def _env(self, profile: WorkerProfile) -> dict[str, str]:
+        return {
             "DATABASE_URL": self.proxy.url_of(self.database_url),
             "OPENAI_API_KEY": API_KEY,
             "OPENAI_BASE_URL": self.model.base_url,
@@ -160,7 +183,6 @@ class FaultRig:
             "OPENAI_MAX_RETRIES": str(MODEL_MAX_RETRIES),
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
             **profile.env,
-            **(extra or {}),
         }
 
     def start_worker(self, profile: WorkerProfile, *, extra_env: Mapping[str, str] | None = None) -> None:
@@ -168,13 +190,13 @@ class FaultRig:
         self.stop_worker()
         self.worker = self._worker_stack.enter_context(
             run_worker_process(
-                broker_url=self.redis_server.url,
+                broker_url=self.broker.worker_url,
                 result_backend=self.redis_server.url,
                 imports=IMPORTS,
                 env=self.worker_env(profile, extra_env),
                 concurrency=2,
                 loglevel="WARNING",
-                start_timeout=60,
+                start_timeout=90,
             )
         )
         self.profile = profile
@@ -250,17 +272,17 @@ class FaultRig:
 
     def purge_queue(self) -> None:
         """Drop every queued and unacknowledged message (results and other keys stay)."""
-        names = [key for key in self.redis.scan_iter(f"{QUEUE}*")]
-        self.redis.delete(*names, "unacked", "unacked_index", "unacked_mutex")
+        self.broker.purge()
 
     def broker_idle(self) -> bool:
         """Nothing queued, nothing delivered and not yet acknowledged."""
-        return not self.redis.llen(QUEUE) and not self.redis.hlen("unacked")
+        return self.broker.idle()
 
     def key_census(self) -> dict[str, int]:
-        """Redis's keys: ``all``, ``results`` (``celery-task-meta-*``), ``groups`` (chords' and groups'
-        keys, ``celery-taskset-meta-*``), ``no expiry`` (no time to live: nothing cleans them up);
-        and ``channels``, the pub/sub channels someone is subscribed to (results awaited)."""
+        """The result Redis's keys (on Redis the broker's too): ``all``, ``results``
+        (``celery-task-meta-*``), ``groups`` (chords' and groups' keys, ``celery-taskset-meta-*``),
+        ``no expiry`` (no time to live: nothing cleans them up); and ``channels``, the pub/sub
+        channels someone is subscribed to (results awaited)."""
         keys = list(self.redis.scan_iter(count=1000))
         with self.redis.pipeline(transaction=False) as pipe:
             for key in keys:

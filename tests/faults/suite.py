@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from .brokers import BROKERS, BrokerKind
 from .infra_scenarios import (
     answered_then_killed,
+    broker_restarted,
+    connection_dropped,
     hard_time_limit,
     pool_child_killed,
     postgres_outage,
-    redis_restarted,
     worker_sigkill,
 )
 from .message_scenarios import duplicate_ids, model_outages, poison
@@ -30,6 +32,7 @@ from .pack_scenarios import packed_pool_child_killed, packed_redis_restarted, pa
 from .poison import POISONS
 from .rig import FaultRig
 from .tally import ScenarioResult, print_table
+from .worker_hosts import one_of_three_killed
 from .workload import ScenarioFn, Size
 
 
@@ -39,6 +42,8 @@ class Scenario:
     run: ScenarioFn
     #: Part of the fast run CI makes inside the test suite.
     quick: bool = True
+    #: The brokers it runs on.
+    brokers: tuple[BrokerKind, ...] = BROKERS
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -50,18 +55,32 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="pool child killed", run=pool_child_killed),
     Scenario(name="hard time limit kill", run=hard_time_limit),
     Scenario(name="worker SIGKILLed", run=worker_sigkill),
-    Scenario(name="Redis restarted", run=redis_restarted),
+    Scenario(name="broker restarted", run=broker_restarted),
+    Scenario(name="consumer connection dropped", run=connection_dropped, brokers=("rabbitmq",)),
     Scenario(name="worker SIGKILLed between an answer's writes", run=answered_then_killed),
-    Scenario(name="packed: pool processes killed mid-pack", run=packed_pool_child_killed, quick=False),
-    Scenario(name="packed: worker SIGKILLed mid-pack", run=packed_worker_sigkill, quick=False),
-    Scenario(name="packed: Redis restarted under packs", run=packed_redis_restarted, quick=False),
+    Scenario(name="3 workers, one SIGKILLed mid-batch", run=one_of_three_killed, quick=False),
+    Scenario(
+        name="packed: pool processes killed mid-pack",
+        run=packed_pool_child_killed,
+        quick=False,
+        brokers=("redis",),
+    ),
+    Scenario(
+        name="packed: worker SIGKILLed mid-pack", run=packed_worker_sigkill, quick=False, brokers=("redis",)
+    ),
+    Scenario(
+        name="packed: Redis restarted under packs",
+        run=packed_redis_restarted,
+        quick=False,
+        brokers=("redis",),
+    ),
 )
 
 
-def select(size: Size, only: Sequence[str] = ()) -> list[Scenario]:
-    """The scenarios of ``size`` (all of them for the full run), those whose name contains one
-    of ``only`` when given."""
-    chosen = [scenario for scenario in SCENARIOS if scenario.quick or not size.quick]
+def select(size: Size, only: Sequence[str] = (), broker: BrokerKind = "redis") -> list[Scenario]:
+    """The scenarios of ``size`` (all of them for the full run) on ``broker``, those whose name
+    contains one of ``only`` when given."""
+    chosen = [s for s in SCENARIOS if (s.quick or not size.quick) and broker in s.brokers]
     if only:
         chosen = [s for s in chosen if any(word.lower() in s.name.lower() for word in only)]
     return chosen
@@ -84,15 +103,18 @@ def run_scenario(rig: FaultRig, scenario: Scenario, size: Size) -> ScenarioResul
     return result
 
 
-def run_suite(size: Size, only: Sequence[str] = (), console: Console | None = None) -> list[ScenarioResult]:
+def run_suite(
+    size: Size, only: Sequence[str] = (), console: Console | None = None, broker: BrokerKind = "redis"
+) -> list[ScenarioResult]:
     """Every selected scenario on one rig; the table of their figures is printed at the end."""
     console = console or Console()
     results = []
-    with FaultRig.open() as rig:
-        for scenario in select(size, only):
+    with FaultRig.open(broker) as rig:
+        for scenario in select(size, only, broker):
             console.print(f"[bold]{scenario.name}[/bold] ...")
             result = run_scenario(rig, scenario, size)
             console.print(f"  {result.summary_line()}", markup=False, highlight=False)
             results.append(result)
-    print_table(results, title="Fault suite (quick)" if size.quick else "Fault suite", console=console)
+    title = f"Fault suite on {rig.broker.label}" + (" (quick)" if size.quick else "")
+    print_table(results, title=title, console=console)
     return results

@@ -23,6 +23,7 @@ the broker comes from, in order:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -31,12 +32,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from tests.servers.redis_server import service_unavailable
 
-__all__ = ["RabbitMQTarget", "private_rabbitmq", "private_rabbitmq_vhost"]
+__all__ = ["RabbitMQTarget", "list_queues", "private_rabbitmq", "private_rabbitmq_vhost"]
 
 _HOST = "127.0.0.1"
 _PORT = 5672
@@ -81,6 +83,19 @@ def _rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [executable, "-q", *args], capture_output=True, text=True, check=True, timeout=_CTL_TIMEOUT
     )
+
+
+def list_queues(vhost: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The queues of ``vhost`` on the machine's RabbitMQ: name -> (type, arguments); needs
+    ``rabbitmqctl`` (no management plugin)."""
+    listing = _rabbitmqctl("list_queues", "-p", vhost, "--formatter", "json", "name", "type", "arguments")
+    queues = {}
+    for queue in json.loads(listing.stdout):
+        arguments = queue.get("arguments") or {}
+        if isinstance(arguments, list):  # [[name, AMQP type, value], ...]
+            arguments = {str(item[0]): item[-1] for item in arguments}
+        queues[str(queue["name"])] = (str(queue["type"]), dict(arguments))
+    return queues
 
 
 def _amqp_url(vhost: str) -> str:
