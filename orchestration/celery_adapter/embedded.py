@@ -8,6 +8,7 @@ test process. Real deployments start workers with ``celery -A agentloop worker``
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -59,17 +60,53 @@ def _wake_for_shutdown(app: Any) -> None:
 
     Celery's blocking loop waits up to 2 s for a message and, once told to
     stop, waits one more round before it exits. On the polling memory
-    transport nothing interrupts those waits, so the shutdown flag is set
-    here and two ping messages (results ignored) end both waits. Other
-    transports are left alone: their loop wakes on its own.
+    transport nothing interrupts those waits, so two ping messages (results
+    ignored) end both waits. Other transports are left alone: their loop
+    wakes on its own.
     """
     if not str(app.conf.broker_url or "").startswith("memory://"):
         return
-    from celery.worker import state as worker_state
-
-    worker_state.should_terminate = 0  # what start_worker does next, before it joins the thread
     for _ in range(2):
         app.send_task(PING, ignore_result=True)
+
+
+@contextmanager
+def _worker_thread(app: Any, *, shutdown_timeout: float, **options: Any) -> Iterator[Any]:
+    """A ``WorkController`` for ``app`` running in a thread for the block; stopped alone after it.
+
+    What ``celery.contrib.testing.worker.start_worker`` does, but for its end: Celery stops its
+    test worker by setting the process-wide ``celery.worker.state.should_terminate`` and never
+    clears it, which ended every other embedded worker of the process too (a long-lived one, as
+    ``agentloop serve``'s or a test session's, stopped when a short one's block ended, and its runs
+    stayed ``running``). This worker is stopped by its own ``stop()``.
+    """
+    from celery.contrib.testing.worker import TestWorkController, setup_app_for_worker
+    from celery.result import _set_task_join_will_block
+    from celery.utils.nodenames import anon_nodename
+
+    setup_app_for_worker(app, options["loglevel"], None)
+    worker = TestWorkController(
+        app=app,
+        hostname=options.pop("hostname", anon_nodename()),
+        logfile=None,
+        ready_callback=None,
+        without_heartbeat=options.pop("without_heartbeat", True),
+        without_mingle=True,
+        without_gossip=True,
+        **options,
+    )
+    thread = threading.Thread(target=worker.start, daemon=True, name=f"embedded-worker-{app.main}")
+    thread.start()
+    worker.ensure_started()
+    _set_task_join_will_block(False)
+    try:
+        yield worker
+    finally:
+        worker.stop(in_sighandler=False)
+        _wake_for_shutdown(app)
+        thread.join(shutdown_timeout)
+        if thread.is_alive():
+            raise WorkerStartError(f"the embedded worker did not stop within {shutdown_timeout} s")
 
 
 @contextmanager
@@ -98,8 +135,8 @@ def embedded_worker(
 ) -> Iterator[Any]:
     """Run a worker thread for ``app`` in this process for the ``with`` block; yields the ``WorkController``.
 
-    Wraps ``celery.contrib.testing.worker.start_worker`` (mingle, gossip and
-    heartbeats off). Made for apps on ``memory://`` / ``cache+memory://``,
+    Starts Celery's test worker as ``celery.contrib.testing.worker.start_worker`` does (mingle,
+    gossip and heartbeats off), and stops it alone (:func:`_worker_thread`). Made for apps on ``memory://`` / ``cache+memory://``,
     whose queues live in this process. With ``ping_check`` it waits until
     the worker has run :data:`~agentloop.orchestration.wire.PING` (Celery's own
     check needs ``celery.ping``, which agentloop apps do not register).
@@ -112,7 +149,6 @@ def embedded_worker(
     ``start_worker`` (e.g. ``hostname``).
     """
     from celery import _state
-    from celery.contrib.testing.worker import start_worker
 
     previous_default = _state.default_app
     previous_current = _state._tls.current_app
@@ -124,24 +160,20 @@ def embedded_worker(
     try:
         with (
             _root_logger_kept(),
-            start_worker(
+            _worker_thread(
                 app,
                 pool=_own_app_pool(pool),
                 concurrency=concurrency,
                 loglevel=loglevel,
-                perform_ping_check=False,
                 shutdown_timeout=shutdown_timeout,
                 **kwargs,
             ) as worker,
         ):
-            try:
-                if ping_check:
-                    reply = app.send_task(PING).get(timeout=ping_timeout, interval=0.01)
-                    if reply != "pong":
-                        raise WorkerStartError(f"embedded worker answered {reply!r} to {PING}")
-                yield worker
-            finally:
-                _wake_for_shutdown(app)
+            if ping_check:
+                reply = app.send_task(PING).get(timeout=ping_timeout, interval=0.01)
+                if reply != "pong":
+                    raise WorkerStartError(f"embedded worker answered {reply!r} to {PING}")
+            yield worker
     finally:
         _state.set_default_app(previous_default)
         _state._tls.current_app = previous_current

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -97,3 +98,34 @@ def test_two_embedded_workers_in_one_process_each_run_their_own_apps_tasks(pool:
             app.close()
 
     assert ran == {"first": ["first"] * 3, "second": ["second"] * 3}
+
+
+def test_a_worker_that_stops_leaves_the_other_workers_of_the_process_running() -> None:
+    """Celery's test worker stopped by setting the process-wide ``should_terminate`` (and never
+    cleared it): a short-lived embedded worker's end stopped a long-lived one beside it, whose
+    runs then stayed ``running`` (the test session's ``memory_celery`` rig, in CI)."""
+    apps = [
+        create_app(
+            overrides={
+                "broker_url": "memory://",
+                "result_backend": "cache+memory://",
+                "task_default_queue": f"{name}-{uuid.uuid4().hex[:8]}",
+            }
+        )
+        for name in ("long", "short")
+    ]
+    long_lived, short_lived = apps
+    try:
+        with embedded_worker(long_lived, pool="threads", concurrency=2):
+            with embedded_worker(short_lived):
+                assert short_lived.send_task(PING).get(timeout=10) == "pong"
+                for _ in range(300):  # the long-lived worker's loop goes round while the other stops
+                    long_lived.send_task(PING, ignore_result=True)
+            for _ in range(3):  # after the other's end, and past a round of its loop (2 s at most)
+                assert long_lived.send_task(PING).get(timeout=10) == "pong"
+                time.sleep(1.0)
+            with embedded_worker(short_lived):  # and another can start after it
+                assert short_lived.send_task(PING).get(timeout=10) == "pong"
+    finally:
+        for app in apps:
+            app.close()
