@@ -162,11 +162,12 @@ def _drive(
         time.sleep(0.2)
 
 
-def _judge(report: SoakReport, seconds: float, before: Sample, after: Sample) -> None:
+def _judge(report: SoakReport, seconds: float, before: Sample, after: Sample, struck: set[str]) -> None:
     result = report.result
-    poisons = [check for check in result.runs.values() if check.label.startswith("poison")]
+    load = [check for run_id, check in result.runs.items() if run_id not in struck]
+    poisons = [check for check in load if check.label.startswith("poison")]
     result.expect(poisons, [Outcome.FAILED], "a bad message is rejected with a recorded failure")
-    others = [check for check in result.runs.values() if not check.label.startswith("poison")]
+    others = [check for check in load if not check.label.startswith("poison")]
     result.expect(others, [Outcome.COMPLETED])
     start = RESULT_EXPIRES + 10.0
 
@@ -238,18 +239,21 @@ def print_soak(report: SoakReport, console: Console) -> None:
     )
 
 
-def _strikes(rig: FaultRig, result: ScenarioResult, runs: dict[str, str]) -> None:
+def _strikes(rig: FaultRig, result: ScenarioResult, runs: dict[str, str]) -> set[str]:
     """Before the load (on their own short-limit workers, so the memory and key figures start
     after them), the edges a worker meets: answers accepted and then their worker killed between
     the resume's writes must still send every run on (:func:`~.infra_scenarios.answered_then_killed`);
     a run killed at its hard time limit must leave the worker's later runs sound
     (:func:`~.infra_scenarios.hard_time_limit`); packed branches whose worker is killed mid-pack must
     each resume from their own checkpoint (:func:`~.pack_scenarios.packed_worker_sigkill`)."""
+    judged: set[str] = set()
     for scenario in (answered_then_killed, hard_time_limit, packed_worker_sigkill):
         strike = scenario(rig, QUICK)
         result.problems.extend(f"{strike.name}: {problem}" for problem in strike.problems)
         result.runs.update(strike.runs)
         runs.update({run_id: check.label for run_id, check in strike.runs.items()})
+        judged.update(strike.runs)
+    return judged  # each judged by its own scenario (a run killed at its hard limit must fail)
 
 
 def run_soak(
@@ -263,7 +267,7 @@ def run_soak(
     runs: dict[str, str] = {}
     started = time.monotonic()
     with FaultRig.open(broker) as rig:
-        _strikes(rig, report.result, runs)
+        struck = _strikes(rig, report.result, runs)
         rig.start_worker(SOAK)
         before = _sample(rig, 0.0)
         console.print(f"soak: {seconds:.0f} s of load, then every run must end")
@@ -274,6 +278,6 @@ def run_soak(
         if not report.result.passed or report.result.problems:
             report.result.problems.extend(f"worker log: {line}" for line in rig.worker_errors())
     report.result.seconds = time.monotonic() - started
-    _judge(report, seconds, before, after)
+    _judge(report, seconds, before, after, struck)
     print_soak(report, console)
     return report
