@@ -9,8 +9,14 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+#: What a plain ``def`` hook returns most often: never awaitable, known without the ABC check.
+_PLAIN = frozenset({type(None), bool, int, float, str, dict, list, tuple})
+
+
 async def maybe_await(value: T | Awaitable[T]) -> T:
     """Await ``value`` when it is awaitable: hooks may be ``def`` or ``async def``."""
+    if type(value) in _PLAIN:
+        return value  # type: ignore[return-value]
     if inspect.isawaitable(value):
         return await value
     return value

@@ -32,7 +32,13 @@ from agentloop.actions.recording import RUN, RecordedEntry, Recorder
 from agentloop.actions.tracing import Tracer
 from agentloop.actions.usage import use_meter
 from agentloop.loops.progress import ProgressStatus
-from agentloop.loops.run_outcome import DegradationRecorder, degradation_error, degraded_event, failures_in
+from agentloop.loops.run_outcome import (
+    MODEL_UNAVAILABLE,
+    DegradationRecorder,
+    degradation_error,
+    degraded_event,
+    failures_in,
+)
 from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
 from agentloop.orchestration.errors import InvalidNodeError, StoreUnavailableError
 from agentloop.orchestration.metrics import record as metrics
@@ -476,7 +482,7 @@ class WorkflowEngine:
         """Record the run's end with its ``result`` and return what its task returns: ``succeeded``
         and the result, or ``degraded`` (model failures among its events) and a
         :class:`~agentloop.orchestration.wire.DegradedResult` on the wire, after a last ``degraded`` event."""
-        failures = failures_in(event for _, event in self.store.events(run_id))
+        failures = failures_in(event for _, event in self.store.events(run_id, phase=MODEL_UNAVAILABLE))
         if not failures:
             self.store.finish_run(run_id, status="succeeded", output=result, owner_token=owner_token)
             return result

@@ -67,7 +67,7 @@ def end_with_failure(store: RunStore, run_id: str, error: BaseException, *, owne
 def failed_paths(store: RunStore, run_id: str) -> set[str]:
     """The paths whose ``failed`` event the run has recorded (none, when the store cannot say)."""
     try:
-        return {e["path"] for _, e in store.events(run_id) if e.get("status") == "failed"}
+        return {e["path"] for _, e in store.events(run_id, status="failed")}
     except Exception as error:  # unreachable: report every level again rather than stop here
         reraise_interruption(error)
         logger.warning("could not read the events of run %s", run_id, exc_info=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentloop.orchestration.errors import RunAlreadyEndedError, RunNotFoundError, RunOwnershipError
-from agentloop.orchestration.store.json_values import JsonValue, to_json_value
+from agentloop.orchestration.store.json_values import JsonValue, flat_json_copy, to_json_value
 from agentloop.orchestration.store.protocol import TERMINAL_STATUSES, RunOwner, RunRecord
 from agentloop.orchestration.store.tables import utcnow
 
@@ -63,7 +63,10 @@ def event_payloads(root_run_id: str, events: Sequence[Mapping[str, Any]]) -> lis
     for event in events:
         if not isinstance(event, Mapping):
             raise TypeError(f"a progress event is a mapping, not {type(event).__name__}")
-        payloads.append(to_json_value(dict(event), what=f"progress event of run {root_run_id!r}"))
+        flat = flat_json_copy(event)  # most events: no data, nothing to walk
+        if flat is None:
+            flat = to_json_value(dict(event), what=f"progress event of run {root_run_id!r}")
+        payloads.append(flat)
     return payloads
 
 

@@ -214,6 +214,56 @@ returned), a batch of events under its root run and the task's token usage, as o
 (params: the finished row, :func:`pg_event_batch` and the two token counts)."""
 
 
+_PG_LOOP_CONFLICT = """ON CONFLICT (run_id, path) DO UPDATE
+SET finished = true,
+    result = CASE WHEN checkpoints.finished THEN checkpoints.result ELSE EXCLUDED.result END,
+    updated_at = CASE WHEN checkpoints.finished THEN checkpoints.updated_at ELSE EXCLUDED.updated_at END"""
+
+PG_FINISH_LOOPS: TextualSelect = (
+    text(
+        f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT}), used AS (
+    UPDATE runs SET input_tokens = runs.input_tokens + :input_tokens,
+                    output_tokens = runs.output_tokens + :output_tokens
+    WHERE runs.id = :run_id AND :input_tokens + :output_tokens > 0
+)
+INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
+SELECT :run_id, loop.value ->> 'path', NULL, NULL, true, NULLIF(loop.value -> 'result', 'null'::jsonb),
+       :updated_at
+FROM jsonb_array_elements(:loops) AS loop(value)
+{_PG_LOOP_CONFLICT}
+RETURNING checkpoints.path, checkpoints.result"""
+    )
+    .bindparams(
+        *_EVENT_PARAMS,
+        bindparam("run_id", type_=String()),
+        bindparam("loops", type_=postgresql.JSONB()),
+        bindparam("updated_at", type_=UtcDateTime()),
+        bindparam("input_tokens", type_=BigInteger()),
+        bindparam("output_tokens", type_=BigInteger()),
+    )
+    .columns(column("path", String()), column("result", postgresql.JSONB(none_as_null=True)))
+)
+"""Several loops' results (``loops``: ``[{"path", "result"}, ...]``, each path once), a batch of
+events under their root run and the pack's token usage, as one statement: one round trip, and
+one short statement text, where a multi-row ``VALUES`` is a statement as long as the pack."""
+
+PG_SAVE_CHECKPOINTS: TextClause = text(
+    """INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
+SELECT :run_id, saved.value ->> 'path', CAST(saved.value ->> 'iteration' AS INTEGER),
+       NULLIF(saved.value -> 'state', 'null'::jsonb), false, NULL, :updated_at
+FROM jsonb_array_elements(:checkpoints) AS saved(value)
+ON CONFLICT (run_id, path) DO UPDATE
+SET iteration = EXCLUDED.iteration, state = EXCLUDED.state, updated_at = EXCLUDED.updated_at
+WHERE checkpoints.finished IS false"""
+).bindparams(
+    bindparam("run_id", type_=String()),
+    bindparam("checkpoints", type_=postgresql.JSONB()),
+    bindparam("updated_at", type_=UtcDateTime()),
+)
+"""Several loops' checkpoints (``checkpoints``: ``[{"path", "iteration", "state"}, ...]``, each
+path once) in one statement; a finished loop's record stays as it ended."""
+
+
 def pg_event_batch(root_run_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The parameters of :data:`PG_APPEND_EVENTS` for event ``rows`` (``checks.event_rows``)."""
     columns = ("payload", "path", "status", "phase", "iteration")

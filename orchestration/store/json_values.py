@@ -24,6 +24,7 @@ JsonValue = Any
 
 _SCALARS = (int, bool, type(None))
 _NUL = "\x00"
+_FLAT = frozenset({int, bool, type(None)})
 
 
 def find_non_json(value: object, where: str = "value") -> str | None:
@@ -73,3 +74,29 @@ def to_json_value(value: object, *, what: str) -> JsonValue:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError, RecursionError) as error:  # e.g. a cycle or absurd nesting
         raise StateNotSerializableError(f"{what} must be JSON-serialisable: {error}") from error
+
+
+def flat_json_copy(value: Mapping[Any, Any]) -> dict[str, Any] | None:
+    """What :func:`to_json_value` returns for ``value``, found without a walk and a round trip when
+    ``value`` is flat: string keys, each value a plain ``str`` without NUL, ``int``, ``bool``,
+    ``None``, finite ``float`` or an empty ``dict`` or ``list`` (a progress event without data);
+    ``None`` for anything else, which the caller checks the long way."""
+    copy: dict[str, Any] = {}
+    for key, item in value.items():
+        kind = type(item)
+        if type(key) is not str or _NUL in key:
+            return None
+        if kind is str:
+            if _NUL in item:
+                return None
+        elif kind is float:
+            if not math.isfinite(item):
+                return None
+        elif kind is dict or kind is list:
+            if item:
+                return None
+            item = kind()
+        elif kind not in _FLAT:
+            return None
+        copy[key] = item
+    return copy

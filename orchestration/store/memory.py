@@ -24,6 +24,7 @@ from agentloop.orchestration.store.checks import (
     check_finish,
     check_terminal_status,
     error_value,
+    event_columns,
     event_payloads,
     loop_row,
     new_run_values,
@@ -262,13 +263,26 @@ class InMemoryRunStore:
         stored.extend((next(self._event_ids), payload) for payload in payloads)
 
     def events(
-        self, run_id: str, *, after_id: int = 0, limit: int | None = None
+        self,
+        run_id: str,
+        *,
+        after_id: int = 0,
+        limit: int | None = None,
+        phase: str | None = None,
+        status: str | None = None,
     ) -> list[tuple[int, dict[str, Any]]]:
-        """The events of root run ``run_id`` with an id above ``after_id``, oldest first."""
+        """The events of root run ``run_id`` with an id above ``after_id``, oldest first (only
+        those of ``phase`` and ``status`` when given)."""
         if limit is not None:
             check_count(limit, "limit")
         with self._lock:
-            selected = [(i, copy.deepcopy(e)) for i, e in self._events.get(run_id, []) if i > after_id]
+            selected = [
+                (i, copy.deepcopy(e))
+                for i, e in self._events.get(run_id, [])
+                if i > after_id
+                and (phase is None or event_columns(e)["phase"] == phase)
+                and (status is None or event_columns(e)["status"] == status)
+            ]
         return selected if limit is None else selected[:limit]
 
     def prune_workflows(

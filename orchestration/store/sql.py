@@ -32,6 +32,8 @@ from agentloop.orchestration.store.checks import (
 from agentloop.orchestration.store.dialects import (
     PG_APPEND_EVENTS,
     PG_FINISH_LOOP,
+    PG_FINISH_LOOPS,
+    PG_SAVE_CHECKPOINTS,
     dialect_of,
     insert_events_failing_once,
     one_statement,
@@ -294,9 +296,16 @@ class SqlRunStore:
 
     @retried
     def events(
-        self, run_id: str, *, after_id: int = 0, limit: int | None = None
+        self,
+        run_id: str,
+        *,
+        after_id: int = 0,
+        limit: int | None = None,
+        phase: str | None = None,
+        status: str | None = None,
     ) -> list[tuple[int, dict[str, Any]]]:
-        """The events of root run ``run_id`` with an id above ``after_id``, oldest first."""
+        """The events of root run ``run_id`` with an id above ``after_id``, oldest first (only
+        those of ``phase`` and ``status`` when given, chosen by the database)."""
         if not is_storable_id(run_id):
             return []
         statement = (
@@ -304,6 +313,10 @@ class SqlRunStore:
             .where(run_events.c.run_id == run_id, run_events.c.id > after_id)
             .order_by(run_events.c.id)
         )
+        if phase is not None:
+            statement = statement.where(run_events.c.phase == phase)
+        if status is not None:
+            statement = statement.where(run_events.c.status == status)
         if limit is not None:
             statement = statement.limit(check_count(limit, "limit"))
         with one_statement(self.engine) as connection:
@@ -376,7 +389,12 @@ class SqlRunStore:
         if not rows:
             return
         with one_statement(self.engine) as connection, connection.begin():
-            connection.execute(self._upserts.save_checkpoint, rows)
+            if self.dialect != "postgresql":
+                connection.execute(self._upserts.save_checkpoint, rows)
+                return
+            saved = [{key: row[key] for key in ("path", "iteration", "state")} for row in rows]
+            params = {"run_id": run_id, "checkpoints": saved, "updated_at": rows[0]["updated_at"]}
+            connection.execute(PG_SAVE_CHECKPOINTS, params)
 
     @retried
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
@@ -445,16 +463,28 @@ class SqlRunStore:
             "input_tokens": check_count(input_tokens, "input_tokens"),
             "output_tokens": check_count(output_tokens, "output_tokens"),
         }
+        recorded: dict[str, JsonValue] = {}
+        if not (loops or rows or input_tokens or output_tokens):
+            return []
+        if self.dialect == "postgresql":  # one statement (dialects.py)
+            params = {
+                **pg_event_batch(run_id, rows),
+                **tokens,
+                "run_id": run_id,
+                "loops": [{"path": row["path"], "result": row["result"]} for row in loops],
+                "updated_at": loops[0]["updated_at"] if loops else utcnow(),
+            }
+            with one_statement(self.engine) as connection, connection.begin():
+                recorded.update((path, value) for path, value in connection.execute(PG_FINISH_LOOPS, params))
+            return [recorded[row["path"]] for row in loops]
         with self.engine.begin() as connection:
-            if rows and self.dialect == "postgresql":
-                connection.execute(PG_APPEND_EVENTS, pg_event_batch(run_id, rows))
-            elif rows:
+            if rows:
                 connection.execute(run_events.insert(), rows)
             if input_tokens or output_tokens:
                 connection.execute(_added_usage(run_id, **tokens))
-            recorded: dict[str, JsonValue] = {}
             if loops:
-                recorded.update(connection.execute(self._upserts.finish_loops, loops).tuples().all())
+                returned = connection.execute(self._upserts.finish_loops, loops)
+                recorded.update((path, value) for path, value in returned)
         return [recorded[row["path"]] for row in loops]
 
 

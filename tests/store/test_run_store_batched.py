@@ -68,3 +68,19 @@ def test_a_packs_results_are_recorded_together_and_each_first_result_stands(run_
     record = run_store.get_run("r")
     assert record is not None and (record.input_tokens, record.output_tokens) == (5, 2)
     assert run_store.finish_loops("r", []) == []
+
+
+def test_events_are_read_by_phase_and_status_without_the_others(run_store: RunStore) -> None:
+    """What a run's end reads (its model failures, its failed levels) among thousands of events."""
+    outage = {**event("a", 1), "phase": "model_unavailable", "data": {"reason": "down"}}
+    failed = {**event("b", 2), "status": "failed"}
+    run_store.append_events("r", [event("a", 0), outage, failed, event("b", 3), {**outage, "iteration": 4}])
+
+    by_phase = run_store.events("r", phase="model_unavailable")
+    assert [(e["path"], e["iteration"]) for _, e in by_phase] == [("a", 1), ("a", 4)]
+    assert by_phase[0][1]["data"] == {"reason": "down"}
+    assert [(e["path"], e["iteration"]) for _, e in run_store.events("r", status="failed")] == [("b", 2)]
+    assert run_store.events("r", phase="model_unavailable", status="failed") == []
+    after = by_phase[0][0]
+    later = run_store.events("r", phase="model_unavailable", after_id=after)
+    assert [e["iteration"] for _, e in later] == [4]

@@ -112,3 +112,48 @@ def test_the_public_surface_is_sorted_and_importable() -> None:
 def test_nul_characters_are_refused(value: Any) -> None:
     with pytest.raises(StateNotSerializableError, match="NUL character"):
         to_json_value(value, what="value")
+
+
+#: Anything a progress event's mapping may hold, JSON or not: exact types, subclasses, NaN, NUL.
+class _Label(str):
+    pass
+
+
+_any_item = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text()
+    | st.builds(_Label, st.text())
+    | st.tuples(st.integers())
+    | st.just(set()),
+    lambda children: st.lists(children, max_size=2) | st.dictionaries(st.text(), children, max_size=2),
+    max_leaves=4,
+)
+
+
+@given(st.dictionaries(st.text() | st.integers(), _any_item, max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_the_flat_fast_path_agrees_with_the_full_check_or_leaves_it_the_value(event: dict[Any, Any]) -> None:
+    """``event_payloads``' fast path (``flat_json_copy``) gives exactly what ``to_json_value`` gives,
+    or ``None`` so the full check decides: it never lets through what the full check refuses."""
+    from agentloop.orchestration.store.json_values import flat_json_copy
+
+    flat = flat_json_copy(event)
+    if flat is None:
+        return
+    checked = to_json_value(event, what="event")
+    assert flat == checked
+    assert [type(value) for value in flat.values()] == [type(value) for value in checked.values()]
+
+
+def test_an_event_without_data_takes_the_fast_path_and_one_with_data_the_full_check() -> None:
+    from agentloop.orchestration.store.json_values import flat_json_copy
+
+    event = {"path": "a", "iteration": 2, "status": "progress", "message": "", "data": {}, "at": 1.5}
+    assert flat_json_copy(event) == event
+    assert flat_json_copy({**event, "data": {"k": 1}}) is None
+    assert flat_json_copy({**event, "message": "a\x00b"}) is None
+    assert flat_json_copy({**event, "at": float("nan")}) is None
+    assert flat_json_copy({**event, "path": _Label("a")}) is None
