@@ -43,7 +43,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentloop.orchestration.errors import InvalidNodeError, LaunchRequestError
@@ -311,8 +311,17 @@ class WorkflowNode:
         capture = self.capture
         if parent.kind == "composite" and not parent.fail_fast:
             capture = parent.path
-        return replace(
-            self, runnable=runnable, path=path, ancestors=(*self.ancestors, parent), capture=capture
+        return WorkflowNode(  # not dataclasses.replace: a composite makes one per branch
+            run_id=self.run_id,
+            runnable=runnable,
+            path=path,
+            context=self.context,
+            ancestors=(*self.ancestors, parent),
+            capture=capture,
+            deadline=self.deadline,
+            owner_token=self.owner_token,
+            fresh=self.fresh,
+            record=self.record,
         )
 
     def to_dict(self) -> dict[str, Any]:

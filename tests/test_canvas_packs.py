@@ -128,3 +128,30 @@ def test_a_packed_branch_that_expands_fails_the_pack_with_a_clear_error(task: Fa
 def test_a_malformed_list_of_packed_branches_is_an_invalid_node(data: Any) -> None:
     with pytest.raises(InvalidNodeError):
         packed_branches(data)
+
+
+def test_a_branch_node_carries_every_field_of_its_parent_but_where_it_sits() -> None:
+    """``WorkflowNode.child`` builds the node field by field (it runs once per branch): a field
+    added to the node and forgotten there would be lost by every branch; this names it."""
+    import dataclasses
+
+    from agentloop.orchestration.wire import Ancestor
+
+    parent = WorkflowNode(
+        run_id="r",
+        runnable="fan",
+        path="p",
+        context={"documents": ["d"]},
+        capture="c",
+        deadline=12.5,
+        owner_token="secret",
+        fresh=True,
+        record=True,
+    )
+    ancestor = Ancestor(kind="composite", runnable="fan", path="p", position="0", width=2, fail_fast=True)
+    child = parent.child(runnable="loop", segment="branch/0", parent=ancestor)
+
+    placed = {"runnable": "loop", "path": "p/branch/0", "ancestors": (ancestor,)}
+    for field in dataclasses.fields(WorkflowNode):
+        expected = placed.get(field.name, getattr(parent, field.name))
+        assert getattr(child, field.name) == expected, field.name

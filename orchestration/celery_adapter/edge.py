@@ -87,20 +87,25 @@ def _sane_id(value: object) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS else None
 
 
+#: The types that hold nothing, known without an ``isinstance`` check (a message is mostly these).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def nests_deeper_than(value: Any, limit: int) -> bool:
     """Whether lists, tuples and mappings in ``value`` nest more than ``limit`` levels (no recursion)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, Mapping):
+        kind = type(item)
+        if kind is dict or (kind not in _LEAVES and isinstance(item, Mapping)):
             children: Any = item.values()
-        elif isinstance(item, list | tuple):
+        elif kind is list or kind is tuple or (kind not in _LEAVES and isinstance(item, list | tuple)):
             children = item
         else:
             continue
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children)
+        stack.extend((child, depth + 1) for child in children if type(child) not in _LEAVES)
     return False
 
 

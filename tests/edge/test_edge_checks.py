@@ -4,11 +4,13 @@ what a refusal records. ``check_message`` never raises and never recurses."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 from celery.exceptions import InvalidTaskError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kombu.exceptions import ContentDisallowed
 
 from agentloop.orchestration.celery_adapter.app import create_app
@@ -272,3 +274,35 @@ def test_a_lost_connection_still_reaches_celery(memory_app: Any, monkeypatch: py
     with pytest.raises(ConnectionResetError):
         on_task_received(message)
     assert not message.acknowledged
+
+
+def _depth(value: Any) -> int:
+    """The nesting of lists, tuples and mappings in ``value``, the plain recursive way (0: a leaf)."""
+    if isinstance(value, Mapping):
+        return 1 + max((_depth(item) for item in value.values()), default=0)
+    if isinstance(value, list | tuple):
+        return 1 + max((_depth(item) for item in value), default=0)
+    return 0
+
+
+class _Items(dict[str, Any]):
+    pass
+
+
+_nestable = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.tuples(children)
+        | st.dictionaries(st.text(max_size=2), children, max_size=3)
+        | st.builds(_Items, st.dictionaries(st.text(max_size=2), children, max_size=2))
+    ),
+    max_leaves=20,
+)
+
+
+@given(_nestable, st.integers(min_value=0, max_value=6))
+@settings(max_examples=400, deadline=None)
+def test_the_depth_check_agrees_with_plain_recursion(value: Any, limit: int) -> None:
+    """Its fast path for plain leaves and containers, and mapping subclasses, measure as recursion does."""
+    assert nests_deeper_than(value, limit) == (_depth(value) > limit)
