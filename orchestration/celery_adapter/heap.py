@@ -1,0 +1,57 @@
+"""A worker's boot-time heap, frozen out of the garbage collector's way.
+
+A worker process holds a million or so objects once Celery, kombu, SQLAlchemy and the task
+modules are imported, none of which ever becomes garbage. CPython's full collections walk all of
+them, and a task that makes many objects at once (a pack of hundreds of loops starting together,
+``docs/how-to/packing.md``) sets off a full collection every few milliseconds: a quarter of a
+packed branch's CPU. Once the worker has imported everything, :func:`gc.freeze` moves those
+objects into the collector's permanent generation, which no collection walks (the standard advice
+for pre-forking servers, https://docs.python.org/3/library/gc.html#gc.freeze). Objects made later,
+the runs' own, are collected as before; only cyclic garbage made before boot ends would be kept,
+and a worker makes none it drops.
+
+Measured (``python -m bench.packing``): a packed branch's start 170 us of CPU, 77 us frozen.
+
+The main process freezes when its bootsteps start (a threads or solo pool runs its tasks there);
+each prefork pool process freezes once forked (what it inherited and imported). An embedded worker
+(``celery_adapter/embedded.py``: tests, ``agentloop serve``, a notebook) lives in a process that is
+not only a worker, and freezes nothing.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from celery import Celery, bootsteps, signals
+
+__all__ = ["freeze_heap", "install_heap_freeze"]
+
+
+def freeze_heap(**_: Any) -> None:
+    """Collect what is garbage now, then move every object left out of the collector's walks."""
+    gc.collect()
+    gc.freeze()
+
+
+class FrozenHeap(bootsteps.StartStopStep):  # type: ignore[misc]
+    """A worker bootstep: freeze the heap once the worker has imported everything (the module doc)."""
+
+    name = "agentloop.frozen_heap"
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        from celery.contrib.testing.worker import TestWorkController
+
+        self.enabled = not isinstance(parent, TestWorkController)
+        if self.enabled:  # connected before the pool forks: each pool process freezes its own heap
+            signals.worker_process_init.connect(freeze_heap, weak=False, dispatch_uid="agentloop.frozen_heap")
+
+    def start(self, parent: Any) -> None:
+        if self.enabled:
+            freeze_heap()
+
+
+def install_heap_freeze(app: Celery) -> None:
+    """Have ``app``'s workers freeze their boot-time heap (the module doc). Idempotent."""
+    app.steps["worker"].add(FrozenHeap)

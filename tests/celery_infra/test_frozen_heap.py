@@ -1,0 +1,52 @@
+"""A worker freezes its boot-time heap (``celery_adapter/heap.py``); an embedded worker does not."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery.contrib.testing.worker import TestWorkController
+
+from agentloop import create_app, load_settings
+from agentloop.orchestration.celery_adapter.heap import FrozenHeap
+
+
+@pytest.fixture
+def thawed() -> Iterator[None]:
+    gc.unfreeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()  # the rest of the test session collects as before
+
+
+class _Worker:
+    """What the bootstep reads of a worker: nothing but its type."""
+
+    app: Any = None
+
+
+def test_every_app_has_its_workers_freeze_their_heap() -> None:
+    app = create_app(settings=load_settings({}))
+    assert FrozenHeap in app.steps["worker"]
+
+
+def test_a_worker_moves_its_boot_time_objects_out_of_the_collectors_walks(thawed: None) -> None:
+    booted = [[] for _ in range(10)]  # stands for the modules a worker has imported
+    step = FrozenHeap(_Worker())
+    assert gc.get_freeze_count() == 0
+
+    step.start(_Worker())
+
+    assert gc.get_freeze_count() >= len(booted)
+
+
+def test_an_embedded_worker_freezes_nothing_of_the_process_it_shares(thawed: None) -> None:
+    worker = TestWorkController.__new__(TestWorkController)  # its type is all the step reads
+    step = FrozenHeap(worker)
+
+    step.start(worker)
+
+    assert gc.get_freeze_count() == 0
