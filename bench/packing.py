@@ -302,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         "--packs", default=",".join(map(str, PACK_SIZES)), help="pack sizes, of " + str(PACK_SIZES)
     )
     parser.add_argument("--concurrency", type=int, default=200, help="the workers' threads, in all")
-    parser.add_argument("--workers", type=int, default=1, help="worker processes sharing those threads")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="worker processes sharing those threads (one a core: 2)"
+    )
     parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
     parser.add_argument("--batch", type=int, default=10_000, help="inputs of the batch (0: no batch)")
     parser.add_argument("--skip-unpacked", action="store_true", help="no one-task-per-branch side")
