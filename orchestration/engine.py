@@ -203,7 +203,8 @@ class WorkflowEngine:
         """
         if not nodes:
             return []
-        publisher, writes = self.publisher(nodes[0]), PackWrites(self.store, nodes[0].run_id)
+        publisher = self.publisher(nodes[0])  # its events go with the pack's checkpoints (pack_writes.py)
+        writes = PackWrites(self.store, nodes[0].run_id, events=publisher)
         tasks = [
             asyncio.ensure_future(self.start(node, value, publisher, writes))
             for node, value in zip(nodes, inputs, strict=True)

@@ -183,19 +183,22 @@ _EVENT_PARAMS = (
 PG_APPEND_EVENTS: TextClause = text(f"WITH {_EVENT_LOCK} {_EVENT_INSERT}").bindparams(*_EVENT_PARAMS)
 """Append a batch of events under a root run (params: :func:`pg_event_batch`)."""
 
-PG_FINISH_LOOP: TextualSelect = (
-    text(
-        f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT}), used AS (
+_PG_USAGE = """used AS (
     UPDATE runs SET input_tokens = runs.input_tokens + :input_tokens,
                     output_tokens = runs.output_tokens + :output_tokens
     WHERE runs.id = :run_id AND :input_tokens + :output_tokens > 0
-)
-INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
-VALUES (:run_id, :path, NULL, NULL, true, :result, :updated_at)
-ON CONFLICT (run_id, path) DO UPDATE
+)"""
+_PG_FIRST_RESULT_STANDS = """ON CONFLICT (run_id, path) DO UPDATE
 SET finished = true,
     result = CASE WHEN checkpoints.finished THEN checkpoints.result ELSE EXCLUDED.result END,
-    updated_at = CASE WHEN checkpoints.finished THEN checkpoints.updated_at ELSE EXCLUDED.updated_at END
+    updated_at = CASE WHEN checkpoints.finished THEN checkpoints.updated_at ELSE EXCLUDED.updated_at END"""
+
+PG_FINISH_LOOP: TextualSelect = (
+    text(
+        f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT}), {_PG_USAGE}
+INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
+VALUES (:run_id, :path, NULL, NULL, true, :result, :updated_at)
+{_PG_FIRST_RESULT_STANDS}
 RETURNING checkpoints.result"""
     )
     .bindparams(
@@ -214,23 +217,14 @@ returned), a batch of events under its root run and the task's token usage, as o
 (params: the finished row, :func:`pg_event_batch` and the two token counts)."""
 
 
-_PG_LOOP_CONFLICT = """ON CONFLICT (run_id, path) DO UPDATE
-SET finished = true,
-    result = CASE WHEN checkpoints.finished THEN checkpoints.result ELSE EXCLUDED.result END,
-    updated_at = CASE WHEN checkpoints.finished THEN checkpoints.updated_at ELSE EXCLUDED.updated_at END"""
-
 PG_FINISH_LOOPS: TextualSelect = (
     text(
-        f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT}), used AS (
-    UPDATE runs SET input_tokens = runs.input_tokens + :input_tokens,
-                    output_tokens = runs.output_tokens + :output_tokens
-    WHERE runs.id = :run_id AND :input_tokens + :output_tokens > 0
-)
+        f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT}), {_PG_USAGE}
 INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
 SELECT :run_id, loop.value ->> 'path', NULL, NULL, true, NULLIF(loop.value -> 'result', 'null'::jsonb),
        :updated_at
 FROM jsonb_array_elements(:loops) AS loop(value)
-{_PG_LOOP_CONFLICT}
+{_PG_FIRST_RESULT_STANDS}
 RETURNING checkpoints.path, checkpoints.result"""
     )
     .bindparams(
@@ -248,7 +242,8 @@ events under their root run and the pack's token usage, as one statement: one ro
 one short statement text, where a multi-row ``VALUES`` is a statement as long as the pack."""
 
 PG_SAVE_CHECKPOINTS: TextClause = text(
-    """INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
+    f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT})
+INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
 SELECT :run_id, saved.value ->> 'path', CAST(saved.value ->> 'iteration' AS INTEGER),
        NULLIF(saved.value -> 'state', 'null'::jsonb), false, NULL, :updated_at
 FROM jsonb_array_elements(:checkpoints) AS saved(value)
@@ -256,12 +251,14 @@ ON CONFLICT (run_id, path) DO UPDATE
 SET iteration = EXCLUDED.iteration, state = EXCLUDED.state, updated_at = EXCLUDED.updated_at
 WHERE checkpoints.finished IS false"""
 ).bindparams(
+    *_EVENT_PARAMS,
     bindparam("run_id", type_=String()),
     bindparam("checkpoints", type_=postgresql.JSONB()),
     bindparam("updated_at", type_=UtcDateTime()),
 )
 """Several loops' checkpoints (``checkpoints``: ``[{"path", "iteration", "state"}, ...]``, each
-path once) in one statement; a finished loop's record stays as it ended."""
+path once) and the events emitted before them (:func:`pg_event_batch`), in one statement; a
+finished loop's record stays as it ended."""
 
 
 def pg_event_batch(root_run_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:

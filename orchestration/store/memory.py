@@ -381,12 +381,23 @@ class InMemoryRunStore:
             if not checkpoint.finished:
                 checkpoint.iteration, checkpoint.state = row["iteration"], row["state"]
 
-    def save_checkpoints(self, run_id: str, checkpoints: Sequence[tuple[str, int, JsonValue]]) -> None:
-        """:meth:`save_checkpoint` for each ``(path, iteration, state)``, at once."""
+    def save_checkpoints(
+        self,
+        run_id: str,
+        checkpoints: Sequence[tuple[str, int, JsonValue]],
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """:meth:`save_checkpoint` for each ``(path, iteration, state)`` with ``events`` appended
+        first, at once."""
         rows = [
             loop_row(run_id, path, checkpoint=(iteration, state)) for path, iteration, state in checkpoints
         ]
+        payloads = event_payloads(run_id, events)
         with self._lock:
+            if any(payload.get("status") == "failed" for payload in payloads):
+                payloads = self._first_failures(run_id, payloads)
+            self._keep_events(run_id, payloads)
             for row in rows:
                 checkpoint = self._checkpoints.setdefault((run_id, row["path"]), _Checkpoint())
                 if not checkpoint.finished:

@@ -4,8 +4,10 @@ A pack (``agentloop.pack``, ``docs/how-to/packing.md``) runs many loops of one r
 loop. Each would write its checkpoints and its result with a call of its own, each call a
 database round trip during which the event loop, and so every other loop of the pack, waits.
 Instead each loop hands its write here and awaits it: the writes that fall due while the event
-loop runs one round are written together when that round ends, one multi-row statement for the
-checkpoints (:meth:`~agentloop.orchestration.store.RunStore.save_checkpoints`) and one
+loop runs one round are written together when that round ends, one statement for the
+checkpoints with the progress events the pack emitted before them
+(:meth:`~agentloop.orchestration.store.RunStore.save_checkpoints`: a process killed after a
+checkpoint has stored every event up to it, and a resumption emits the later ones again) and one
 transaction for the results with their events and usage
 (:meth:`~agentloop.orchestration.store.RunStore.finish_loops`). A loop goes on only once its own
 write is recorded, so it is as durable as writing alone; a failed write fails each loop that
@@ -17,12 +19,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import RunStore
 
-__all__ = ["PackWrites"]
+__all__ = ["EventBuffer", "PackWrites"]
+
+
+class EventBuffer(Protocol):
+    """Where a pack's progress events wait to be written (the task's publisher)."""
+
+    def take_events(self) -> list[dict[str, Any]]:
+        """The events not written yet, which leave the buffer."""
+        ...
+
+    def give_back(self, events: list[dict[str, Any]]) -> None:
+        """Put events taken but not written back at the buffer's head."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +61,8 @@ class PackWrites:
     """The checkpoints and results of run ``run_id``'s packed loops, written together (see the
     module doc). Used from one event loop."""
 
-    def __init__(self, store: RunStore, run_id: str) -> None:
-        self.store, self.run_id = store, run_id
+    def __init__(self, store: RunStore, run_id: str, *, events: EventBuffer | None = None) -> None:
+        self.store, self.run_id, self.events = store, run_id, events
         self._checkpoints: list[_Checkpoint] = []
         self._results: list[_Result] = []
         self._due = False
@@ -89,11 +103,20 @@ class PackWrites:
         results, self._results = self._results, []
         if checkpoints:
             rows = [(c.path, c.iteration, c.state) for c in checkpoints]
-            _settle([c.done for c in checkpoints], lambda: self.store.save_checkpoints(self.run_id, rows))
+            _settle([c.done for c in checkpoints], lambda: self._save(rows))
         if results:
             _settle([r.done for r in results], lambda: self._finish(results))
         self.writes += len(checkpoints) + len(results)
         self.calls += bool(checkpoints) + bool(results)
+
+    def _save(self, rows: list[tuple[str, int, JsonValue]]) -> None:
+        events = self.events.take_events() if self.events is not None else []
+        try:
+            self.store.save_checkpoints(self.run_id, rows, events=events)
+        except BaseException:
+            if events and self.events is not None:  # kept for the next write: progress is never lost here
+                self.events.give_back(events)
+            raise
 
     def _finish(self, results: list[_Result]) -> list[JsonValue]:
         return self.store.finish_loops(

@@ -340,9 +340,17 @@ class RunStore(Protocol):
         """
         ...
 
-    def save_checkpoints(self, run_id: str, checkpoints: Sequence[tuple[str, int, JsonValue]]) -> None:
+    def save_checkpoints(
+        self,
+        run_id: str,
+        checkpoints: Sequence[tuple[str, int, JsonValue]],
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         """:meth:`save_checkpoint` for several loops of run ``run_id`` at once, ``(path, iteration,
-        state)`` each, in one transaction (the branches of one pack: ``docs/how-to/packing.md``)."""
+        state)`` each, with ``events`` appended under ``run_id`` first, in one transaction (the
+        branches of one pack and the events they emitted up to their checkpoints:
+        ``docs/how-to/packing.md``)."""
         ...
 
     def finish_loops(

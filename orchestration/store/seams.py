@@ -321,9 +321,23 @@ class ProgressPublisher:
         pending, self._pending = self._pending, []
         return pending
 
-    def _write(self) -> None:
+    def take_events(self) -> list[dict[str, Any]]:
+        """The events not written yet, for the caller to write (with a pack's checkpoints,
+        ``pack_writes.py``); the state is published as before."""
         self._disarm("events")
         pending, self._pending = self._pending, []
+        return pending
+
+    def give_back(self, events: list[dict[str, Any]]) -> None:
+        """Events :meth:`take_events` gave that could not be written: first in the next write."""
+        if events:
+            if not self._pending:
+                self._first_pending_at = time.monotonic()
+                self._arm("events", self.interval, self._write)
+            self._pending = events + self._pending
+
+    def _write(self) -> None:
+        pending = self.take_events()
         if not pending:
             return
         try:

@@ -380,20 +380,38 @@ class SqlRunStore:
             connection.execute(self._upserts.save_checkpoint, row)
 
     @retried
-    def save_checkpoints(self, run_id: str, checkpoints: Sequence[tuple[str, int, JsonValue]]) -> None:
-        """:meth:`save_checkpoint` for each ``(path, iteration, state)``: one transaction, one
-        multi-row statement."""
+    def save_checkpoints(
+        self,
+        run_id: str,
+        checkpoints: Sequence[tuple[str, int, JsonValue]],
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """:meth:`save_checkpoint` for each ``(path, iteration, state)`` with ``events`` appended
+        first: one transaction; on PostgreSQL one statement."""
         rows = [
             loop_row(run_id, path, checkpoint=(iteration, state)) for path, iteration, state in checkpoints
         ]
-        if not rows:
+        event_batch = event_rows(run_id, events)
+        if not rows and not event_batch:
             return
         with one_statement(self.engine) as connection, connection.begin():
+            if any(row["status"] == "failed" for row in event_batch):  # each level fails once
+                insert_events_failing_once(connection, run_id, event_batch)
+                event_batch = []
             if self.dialect != "postgresql":
-                connection.execute(self._upserts.save_checkpoint, rows)
+                if event_batch:
+                    connection.execute(run_events.insert(), event_batch)
+                if rows:
+                    connection.execute(self._upserts.save_checkpoint, rows)
                 return
             saved = [{key: row[key] for key in ("path", "iteration", "state")} for row in rows]
-            params = {"run_id": run_id, "checkpoints": saved, "updated_at": rows[0]["updated_at"]}
+            params = {
+                **pg_event_batch(run_id, event_batch),
+                "run_id": run_id,
+                "checkpoints": saved,
+                "updated_at": rows[0]["updated_at"] if rows else utcnow(),
+            }
             connection.execute(PG_SAVE_CHECKPOINTS, params)
 
     @retried

@@ -9,9 +9,13 @@ from typing import Any
 
 import pytest
 
+from agentloop import BaseAgentLoop
+from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.errors import StoreUnavailableError
+from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.store.pack_writes import PackWrites
+from agentloop.orchestration.wire import WorkflowNode
 
 
 class CountingStore(InMemoryRunStore):
@@ -20,11 +24,17 @@ class CountingStore(InMemoryRunStore):
         self.calls: list[tuple[str, int]] = []
         self.failing = failing
 
-    def save_checkpoints(self, run_id: str, checkpoints: Sequence[tuple[str, int, Any]]) -> None:
+    def save_checkpoints(
+        self,
+        run_id: str,
+        checkpoints: Sequence[tuple[str, int, Any]],
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         self.calls.append(("save_checkpoints", len(checkpoints)))
         if self.failing:
             raise StoreUnavailableError("the database is away", seconds=0.0)
-        super().save_checkpoints(run_id, checkpoints)
+        super().save_checkpoints(run_id, checkpoints, events=events)
 
     def finish_loops(
         self,
@@ -90,3 +100,112 @@ def test_each_loop_gets_its_own_result_back(size: int) -> None:
         return list(await asyncio.gather(*(writes.finish(f"b/{i}", {"i": i}) for i in range(size))))
 
     assert asyncio.run(pack()) == [{"i": i} for i in range(size)]
+
+
+class Buffer:
+    """A publisher's event buffer as PackWrites sees it."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.pending = events
+
+    def take_events(self) -> list[dict[str, Any]]:
+        taken, self.pending = self.pending, []
+        return taken
+
+    def give_back(self, events: list[dict[str, Any]]) -> None:
+        self.pending = events + self.pending
+
+
+def _event(path: str, iteration: int) -> dict[str, Any]:
+    return {"path": path, "iteration": iteration, "phase": "iteration", "status": "progress", "data": {}}
+
+
+def test_a_checkpoint_is_written_with_the_events_emitted_before_it() -> None:
+    """A worker killed after a pack's checkpoint has stored every event up to it (the pack's events
+    were buffered for a second while its checkpoints were written at once: a resumed branch's
+    first stored event was ``resume``, its ``start`` lost)."""
+    store = CountingStore()
+    buffer = Buffer([_event("b/0", 0), _event("b/0", 1)])
+
+    async def pack() -> None:
+        writes = PackWrites(store, "r", events=buffer)
+        await writes.checkpoint("b/0", 1, {"n": 1})
+
+    asyncio.run(pack())
+    assert [(e["path"], e["iteration"]) for _, e in store.events("r")] == [("b/0", 0), ("b/0", 1)]
+    assert store.loop_record("r", "b/0").checkpoint == (1, {"n": 1})
+    assert buffer.pending == []
+
+
+def test_events_taken_for_a_checkpoint_that_failed_go_back_to_the_buffer() -> None:
+    store = CountingStore(failing=True)
+    buffer = Buffer([_event("b/0", 1)])
+
+    async def pack() -> None:
+        writes = PackWrites(store, "r", events=buffer)
+        await writes.checkpoint("b/0", 1, {"n": 1})
+
+    with pytest.raises(StoreUnavailableError):
+        asyncio.run(pack())
+    assert buffer.pending == [_event("b/0", 1)]
+
+
+class _Counting(BaseAgentLoop):
+    """Three iterations of one awaited wait each."""
+
+    max_iterations = 4
+
+    def create_initial_state(self, *, input: Any) -> dict[str, int]:
+        return {"n": 0}
+
+    async def advance_state(self, *, state: dict[str, int], iteration: int) -> dict[str, int]:
+        await asyncio.sleep(0)
+        return {"n": state["n"] + 1}
+
+    def is_complete(self, *, state: dict[str, int], iteration: int) -> bool:
+        return state["n"] >= 3
+
+    def build_result(self, *, state: dict[str, int]) -> int:
+        return state["n"]
+
+
+class CheckpointWatch(InMemoryRunStore):
+    """At each pack checkpoint: which events of its loops' iterations the store then holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.missing: list[tuple[str, int]] = []
+        self.checkpoints = 0
+
+    def save_checkpoints(
+        self,
+        run_id: str,
+        checkpoints: Sequence[tuple[str, int, Any]],
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        super().save_checkpoints(run_id, checkpoints, events=events)
+        stored = {(e["path"], e["iteration"]) for _, e in self.events(run_id)}
+        self.checkpoints += len(checkpoints)
+        self.missing += [(path, n) for path, iteration, _ in checkpoints for n in range(iteration + 1)
+                         if (path, n) not in stored]  # fmt: skip
+
+
+def test_a_pack_on_the_engine_stores_each_branchs_events_up_to_its_checkpoint_with_it() -> None:
+    """Through ``WorkflowEngine.start_pack``: events are written at most every second, checkpoints
+    after every iteration here; every checkpoint finds its loop's events up to it stored."""
+    registry = RunnableRegistry()
+    registry.register("counting", _Counting)
+    store = CheckpointWatch()
+    engine = WorkflowEngine(
+        registry=registry, store=store, progress_interval=60, events_interval=60, checkpoint_interval=0
+    )
+    store.create_run(run_id="r", runnable="fan", input=3)
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=True)
+    nodes = [WorkflowEngine.branch_node(root, "counting", str(k), 3, True) for k in range(3)]
+
+    outcomes = asyncio.run(engine.start_pack(nodes, [None] * 3))
+
+    assert [outcome.value for outcome in outcomes] == [3, 3, 3]  # type: ignore[union-attr]
+    assert store.checkpoints == 6  # after iterations 1 and 2 of each branch (3 ends it)
+    assert store.missing == []

@@ -84,3 +84,17 @@ def test_events_are_read_by_phase_and_status_without_the_others(run_store: RunSt
     after = by_phase[0][0]
     later = run_store.events("r", phase="model_unavailable", after_id=after)
     assert [e["iteration"] for _, e in later] == [4]
+
+
+def test_checkpoints_are_saved_with_the_events_before_them_and_a_level_fails_once(
+    run_store: RunStore,
+) -> None:
+    failed = {**event("", 0), "status": "failed", "phase": "error"}
+    run_store.append_events("r", [failed])
+
+    run_store.save_checkpoints("r", [("a", 1, {"n": 1})], events=[event("a", 0), event("a", 1), failed])
+    run_store.save_checkpoints("r", [], events=[event("b", 0)])
+
+    stored = [(e["path"], e["iteration"], e["status"]) for _, e in run_store.events("r")]
+    assert stored == [("", 0, "failed"), ("a", 0, "progress"), ("a", 1, "progress"), ("b", 0, "progress")]
+    assert run_store.loop_record("r", "a") == (False, None, (1, {"n": 1}))
