@@ -77,7 +77,7 @@ class ModelFan(BaseCompositeAgent):
 
 
 #: The pack sizes the packed fans are registered with: ``bench.model.fan_packed_<K>``.
-PACK_SIZES = (10, 50, 100, 200)
+PACK_SIZES = (10, 50, 100, 200, 500)
 
 
 def packed_fan(size: int) -> str:
@@ -103,6 +103,11 @@ class ModelFanPacked100(ModelFan):
 @register(packed_fan(200))
 class ModelFanPacked200(ModelFan):
     pack_size = 200
+
+
+@register(packed_fan(500))
+class ModelFanPacked500(ModelFan):
+    pack_size = 500
 
 
 def _sleep(*args: Any, **kwargs: Any) -> int:
