@@ -7,7 +7,8 @@ strike the scenario reads each branch's record in the run store: a branch that h
 every iteration before a branch's checkpoint, is then recorded for good. After it, every run
 must complete with each branch's count of calls, and the model server must have seen no call of
 a finished branch and no second call of an iteration before its branch's checkpoint: every
-branch resumed from its own checkpoint, none was run over.
+branch resumed from its own checkpoint, none was run over; and every branch's ``start`` event
+must be stored (a checkpoint writes the events before it: none is lost with the worker).
 """
 
 from __future__ import annotations
@@ -106,6 +107,11 @@ def packed(strike_name: str, strike: Callable[[FaultRig], None]) -> ScenarioFn:
                     f"branch {tag}/{branch} repeated calls {repeated} from before its checkpoint "
                     f"({checkpoint})"
                 )
+        for run_id, tag in runs.items():  # events up to a checkpoint are stored with it (pack_writes.py)
+            started = {event["path"] for _, event in rig.store.events(run_id, phase="start")}
+            lost = [branch for branch in range(width) if f"branch/{branch}" not in started]
+            if lost:
+                result.problems.append(f"run {tag}: no stored start event for branches {lost[:5]}")
         missing = [
             (tag, branch, iteration)
             for tag in runs.values()
