@@ -177,14 +177,16 @@ class WorkflowEngine:
         input: Any,
         publisher: ProgressPublisher | None = None,
         writes: PackWrites | None = None,
+        record: LoopRecord | None = None,
     ) -> Outcome:
         """Run ``node`` here (a loop or action stage) or say how it expands.
 
         The task's events go out through one ``publisher``, written when the task ends; a
-        packed loop's checkpoints and result go with its pack's (``writes``).
+        packed loop's checkpoints and result go with its pack's (``writes``), and its record,
+        when it may have run before, is read with theirs (``record``).
         """
         if publisher is not None:
-            return await self._start(node, input, publisher, writes)
+            return await self._start(node, input, publisher, writes, record)
         publisher = self.publisher(node)
         try:
             return await self._start(node, input, publisher)
@@ -205,8 +207,13 @@ class WorkflowEngine:
             return []
         publisher = self.publisher(nodes[0])  # its events go with the pack's checkpoints (pack_writes.py)
         writes = PackWrites(self.store, nodes[0].run_id, events=publisher)
+        # A pack that may have run before reads its branches' records in one go, not one each.
+        tried = [node.path for node in nodes if not node.fresh]
+        records = (
+            dict(zip(tried, self.store.loop_records(nodes[0].run_id, tried), strict=True)) if tried else {}
+        )
         tasks = [
-            asyncio.ensure_future(self.start(node, value, publisher, writes))
+            asyncio.ensure_future(self.start(node, value, publisher, writes, records.get(node.path)))
             for node, value in zip(nodes, inputs, strict=True)
         ]
         try:
@@ -230,7 +237,12 @@ class WorkflowEngine:
             publisher.flush(final=True)
 
     async def _start(
-        self, node: WorkflowNode, input: Any, publisher: ProgressPublisher, writes: PackWrites | None = None
+        self,
+        node: WorkflowNode,
+        input: Any,
+        publisher: ProgressPublisher,
+        writes: PackWrites | None = None,
+        record: LoopRecord | None = None,
     ) -> Outcome:
         scope = self.scope(node)
         try:
@@ -243,9 +255,9 @@ class WorkflowEngine:
         if isinstance(instance, BaseCompositeAgent):
             return await self._start_composite(node, instance, scope, input, publisher)
         # A fresh node (wire.py) has had no earlier try to leave a result or a checkpoint.
-        finished, result, checkpoint = (
-            _NOTHING_YET if node.fresh else self.store.loop_record(node.run_id, node.path)
-        )
+        if record is None:
+            record = _NOTHING_YET if node.fresh else self.store.loop_record(node.run_id, node.path)
+        finished, result, checkpoint = record
         if finished:  # a redelivered task whose work is already done
             return Done(value=result)
         # Model failures the loop survives become events of this task (loops/run_outcome.py).

@@ -406,14 +406,23 @@ class InMemoryRunStore:
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
         with self._lock:
-            kept = self._checkpoints.get((run_id, path))
-            if kept is None:
-                return LoopRecord(finished=False, result=None, checkpoint=None)
-            return LoopRecord(
-                finished=kept.finished,
-                result=copy.deepcopy(kept.result) if kept.finished else None,
-                checkpoint=None if kept.iteration is None else (kept.iteration, copy.deepcopy(kept.state)),
-            )
+            return self._loop_record(run_id, path)
+
+    def loop_records(self, run_id: str, paths: Sequence[str]) -> list[LoopRecord]:
+        """:meth:`loop_record` of each of ``paths``, in their order, in one read."""
+        with self._lock:
+            return [self._loop_record(run_id, path) for path in paths]
+
+    def _loop_record(self, run_id: str, path: str) -> LoopRecord:
+        """The loop's record (the caller holds the lock)."""
+        kept = self._checkpoints.get((run_id, path))
+        if kept is None:
+            return LoopRecord(finished=False, result=None, checkpoint=None)
+        return LoopRecord(
+            finished=kept.finished,
+            result=copy.deepcopy(kept.result) if kept.finished else None,
+            checkpoint=None if kept.iteration is None else (kept.iteration, copy.deepcopy(kept.state)),
+        )
 
     def finish_loop(
         self,

@@ -320,6 +320,11 @@ class RunStore(Protocol):
         """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
         ...
 
+    def loop_records(self, run_id: str, paths: Sequence[str]) -> list[LoopRecord]:
+        """:meth:`loop_record` of each of ``paths``, in their order, read together (a redelivered
+        pack's branches: ``docs/how-to/packing.md``)."""
+        ...
+
     def finish_loop(
         self,
         run_id: str,

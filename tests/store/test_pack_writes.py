@@ -209,3 +209,38 @@ def test_a_pack_on_the_engine_stores_each_branchs_events_up_to_its_checkpoint_wi
     assert [outcome.value for outcome in outcomes] == [3, 3, 3]  # type: ignore[union-attr]
     assert store.checkpoints == 6  # after iterations 1 and 2 of each branch (3 ends it)
     assert store.missing == []
+
+
+class RecordReads(InMemoryRunStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def loop_record(self, run_id: str, path: str) -> Any:
+        self.reads.append("loop_record")
+        return super().loop_record(run_id, path)
+
+    def loop_records(self, run_id: str, paths: Sequence[str]) -> Any:
+        self.reads.append(f"loop_records({len(paths)})")
+        return super().loop_records(run_id, paths)
+
+
+def test_a_redelivered_pack_reads_its_branches_records_at_once_and_each_resumes_from_its_own() -> None:
+    registry = RunnableRegistry()
+    registry.register("counting", _Counting)
+    store = RecordReads()
+    engine = WorkflowEngine(
+        registry=registry, store=store, progress_interval=60, events_interval=60, checkpoint_interval=0
+    )
+    store.create_run(run_id="r", runnable="fan", input=3)
+    store.finish_loop("r", "branch/0", 99)  # ended before the worker died: its result stands
+    store.save_checkpoint("r", "branch/1", 2, {"n": 2})  # one iteration left
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=False)  # a redelivered pack
+    nodes = [WorkflowEngine.branch_node(root, "counting", str(k), 3, True) for k in range(3)]
+
+    outcomes = asyncio.run(engine.start_pack(nodes, [None] * 3))
+
+    assert [outcome.value for outcome in outcomes] == [99, 3, 3]  # type: ignore[union-attr]
+    assert store.reads == ["loop_records(3)"]
+    resumed = [e for _, e in store.events("r") if e["path"] == "branch/1" and e["phase"] == "resume"]
+    assert [e["iteration"] for e in resumed] == [2]

@@ -98,3 +98,18 @@ def test_checkpoints_are_saved_with_the_events_before_them_and_a_level_fails_onc
     stored = [(e["path"], e["iteration"], e["status"]) for _, e in run_store.events("r")]
     assert stored == [("", 0, "failed"), ("a", 0, "progress"), ("a", 1, "progress"), ("b", 0, "progress")]
     assert run_store.loop_record("r", "a") == (False, None, (1, {"n": 1}))
+
+
+def test_a_packs_loop_records_are_read_together_in_their_order(run_store: RunStore) -> None:
+    run_store.save_checkpoint("r", "branch/1", 2, {"n": 2})
+    run_store.finish_loop("r", "branch/2", {"done": True})
+    paths = [f"branch/{index}" for index in range(1_200)]  # more than one read's worth
+
+    records = run_store.loop_records("r", paths)
+
+    assert len(records) == 1_200
+    assert records[1] == (False, None, (2, {"n": 2}))
+    assert records[2] == (True, {"done": True}, None)
+    assert records[0] == records[1_199] == (False, None, None)
+    assert run_store.loop_records("r", ["branch/2", "branch/1"]) == [records[2], records[1]]
+    assert run_store.loop_records("r", []) == []
