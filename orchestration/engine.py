@@ -413,6 +413,8 @@ class WorkflowEngine:
         failure = BranchFailure.from_wire(previous)
         if failure is not None:
             return failure
+        if not node.fresh and self._closed_already(node):  # a twin chain (a copy of its launch) closed it
+            return Done(value=previous)
         publisher = self.publisher(node)
         pipeline = self.instance_of(node, BaseAgentPipeline)
         scope, total = self.scope(node), len(pipeline.stages)
@@ -424,6 +426,12 @@ class WorkflowEngine:
         )
         publisher.flush(final=True)
         return Done(value=previous)
+
+    def _closed_already(self, node: WorkflowNode) -> bool:
+        """Whether the run's events already hold ``node``'s ``done``: a second copy of a launch
+        runs a chain of its own beside the first, and its close would report the end twice."""
+        done = self.store.events(node.run_id, phase="done", status=ProgressStatus.COMPLETED.value)
+        return any(event.get("path") == node.path for _, event in done)
 
     # ----- composite fan-in -------------------------------------------------------------------
 
