@@ -188,6 +188,21 @@ def describe_event(event: ProgressEvent) -> str:
     return escape(f"{event.runnable} ({where}) {event.phase}: {event.message}")
 
 
+def progress_bar(*, quiet: bool, last_event: bool = False) -> Progress:
+    """The commands' progress bar: a spinner, the title, the bar, done of total and the time (and,
+    with ``last_event``, the task's ``last`` field); on stderr, and gone when done, when ``quiet``."""
+    columns = [
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    ]
+    if last_event:
+        columns.append(TextColumn("{task.fields[last]}", style="dim"))
+    return Progress(*columns, console=errors if quiet else console, transient=quiet)
+
+
 def follow(handle: Any, *, timeout: float | None, title: str = "running", quiet: bool = False) -> Any:
     """Wait for ``handle``'s result with a live progress bar of the run's steps (on stderr when ``quiet``).
 
@@ -197,15 +212,7 @@ def follow(handle: Any, *, timeout: float | None, title: str = "running", quiet:
     started: set[str] = set()
     finished: set[str] = set()
     deadline = None if timeout is None else time.monotonic() + timeout
-    columns = (
-        SpinnerColumn(),
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}", style="dim"),
-    )
-    with Progress(*columns, console=errors if quiet else console, transient=quiet) as bar:
+    with progress_bar(quiet=quiet, last_event=True) as bar:
         task = bar.add_task(title, total=None, last="")
         while True:
             done = handle.result.ready()

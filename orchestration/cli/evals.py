@@ -29,14 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
@@ -55,6 +47,7 @@ from agentloop.orchestration.cli.common import (
     json_option,
     parse_json,
     print_json,
+    progress_bar,
 )
 from agentloop.orchestration.errors import (
     ContextSpecError,
@@ -113,14 +106,7 @@ def _short(value: Any, limit: int = _CELL) -> str:
 def _bar(title: str, total: int, *, quiet: bool) -> Iterator[Callable[[int], None]]:
     """A progress bar of ``total`` cases (on stderr, and gone when done, under ``--json``); yields
     the callback told how many have ended."""
-    columns = (
-        SpinnerColumn(),
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=errors if quiet else console, transient=quiet) as progress:
+    with progress_bar(quiet=quiet) as progress:
         task = progress.add_task(title, total=total)
         yield lambda done: progress.update(task, completed=done)
 

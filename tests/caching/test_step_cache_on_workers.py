@@ -21,14 +21,14 @@ from caching_workflows import LabelTicket
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
-from agentloop.orchestration.store import SqlRunStore, SqlToolStore, open_store
+from agentloop.orchestration.store import SqlRunStore, SqlToolStore
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,
     reply_error,
     reply_tool_call,
 )
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.private_services import redis_and_store
 from tests.servers.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
@@ -64,13 +64,13 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     with ExitStack() as stack:
-        try:
-            redis = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        database_url = f"sqlite:///{tmp_path_factory.mktemp('caching') / 'agent.sqlite3'}"
-        store, tools = open_store(database_url)
-        stack.callback(store.engine.dispose)
+        services = redis_and_store(stack, tmp_path_factory.mktemp("caching"), file="agent.sqlite3")
+        redis, database_url, store, tools = (
+            services.redis,
+            services.database_url,
+            services.store,
+            services.tools,
+        )
         tools.put("label_ticket", LabelTicket.tool_payload())
         server = stack.enter_context(OpenAICompatibleServer(api_key=API_KEY, responder=label))
         env = {

@@ -33,9 +33,8 @@ from agentloop.orchestration.celery_adapter.wire_versions import MAX_DEFERRALS, 
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import load_settings
-from agentloop.orchestration.store import open_store
 from agentloop.orchestration.wire import DEFERRALS_HEADER, WIRE_HEADER
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.private_services import redis_and_store
 from tests.servers.worker import WorkerProcess, run_worker_process
 
 HERE = Path(__file__).resolve().parent
@@ -62,13 +61,8 @@ def wait_for(what: str, condition: Callable[[], Any], worker: WorkerProcess | No
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
     with ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
-        store, _ = open_store(database_url)
-        stack.callback(store.engine.dispose)
+        services = redis_and_store(stack, tmp_path)
+        server, database_url, store = services.redis, services.database_url, services.store
         base = {"BROKER_URL": server.url, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
         registry = RunnableRegistry.from_modules(MODULES)
         apps = {}

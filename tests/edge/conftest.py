@@ -16,8 +16,7 @@ from edge_support import EdgeRig
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.store import open_store
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.private_services import redis_and_store
 from tests.servers.worker import run_worker_process
 
 HERE = Path(__file__).resolve().parent
@@ -30,14 +29,9 @@ EDGE_MODULES = ("parity_workflows", "edge_workflows", "agentloop.examples.record
 @pytest.fixture(scope="package")
 def edge_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EdgeRig]:
     with ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
         folder = tmp_path_factory.mktemp("edge")
-        database_url = f"sqlite:///{folder / 'runs.sqlite3'}"
-        store, _ = open_store(database_url)
-        stack.callback(store.engine.dispose)
+        services = redis_and_store(stack, folder)
+        server, database_url, store = services.redis, services.database_url, services.store
         worker = stack.enter_context(
             run_worker_process(
                 broker_url=server.url,

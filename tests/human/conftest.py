@@ -15,8 +15,8 @@ import pytest
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.store import SqlRunStore, open_store
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from agentloop.orchestration.store import SqlRunStore
+from tests.servers.private_services import redis_and_store
 from tests.servers.worker import WorkerProcess, run_worker_process
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -49,13 +49,8 @@ def open_human_rig(
     """The rig on a private Redis and a SQLite store in ``folder``; its workers import ``imports``
     and get ``extra_env``."""
     with ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        database_url = f"sqlite:///{folder / 'runs.sqlite3'}"
-        store, _ = open_store(database_url)
-        stack.callback(store.engine.dispose)
+        services = redis_and_store(stack, folder)
+        server, database_url, store = services.redis, services.database_url, services.store
         env = {
             "DATABASE_URL": database_url,
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),

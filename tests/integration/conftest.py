@@ -13,8 +13,8 @@ import pytest
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.store import RunStore, open_store
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from agentloop.orchestration.store import RunStore
+from tests.servers.private_services import redis_and_store
 from tests.servers.worker import run_worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,13 +33,8 @@ class LoneWorker:
 def lone_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoneWorker]:
     """One prefork worker (one pool process) on a private Redis, a SQLite store shared with the test."""
     with ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        database_url = f"sqlite:///{tmp_path_factory.mktemp('lone-worker') / 'runs.sqlite3'}"
-        store, _ = open_store(database_url)
-        stack.callback(store.engine.dispose)
+        services = redis_and_store(stack, tmp_path_factory.mktemp("lone-worker"))
+        server, database_url, store = services.redis, services.database_url, services.store
         env = {"DATABASE_URL": database_url, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
         stack.enter_context(
             run_worker_process(

@@ -23,11 +23,11 @@ from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.settings.http import HttpSettings, parse_tokens
-from agentloop.orchestration.store import RunRecord, RunStore, open_store
+from agentloop.orchestration.store import RunRecord, RunStore
 from agentloop.orchestration.web import create_web_app
 from agentloop.orchestration.wire import LAUNCH, PING
 from tests.metrics.scrape import Key, fetch, free_ports, names, samples, summed, value
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.private_services import redis_and_store
 from tests.servers.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
@@ -97,13 +97,8 @@ def _web(app: Any, store: RunStore) -> Any:
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     with ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        database_url = f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'runs.sqlite3'}"
-        store, _ = open_store(database_url)
-        stack.callback(store.engine.dispose)
+        services = redis_and_store(stack, tmp_path_factory.mktemp("metrics"))
+        server, database_url, store = services.redis, services.database_url, services.store
         base = free_ports(3)
         env = {
             "DATABASE_URL": database_url,

@@ -15,8 +15,8 @@ import pytest
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.store import RunStore, open_store
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from agentloop.orchestration.store import RunStore
+from tests.servers.private_services import redis_and_store
 from tests.servers.worker import run_worker_process
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -49,13 +49,8 @@ def parity_celery(
     """A worker of :data:`WORKER_CONCURRENCY` processes running ``parity_workflows``, sharing a
     SQLite run store with the test."""
     with ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        database_url = f"sqlite:///{tmp_path_factory.mktemp('parity-celery') / 'runs.sqlite3'}"
-        store, _ = open_store(database_url)
-        stack.callback(store.engine.dispose)
+        services = redis_and_store(stack, tmp_path_factory.mktemp("parity-celery"))
+        server, database_url, store = services.redis, services.database_url, services.store
         stack.enter_context(
             run_worker_process(
                 broker_url=server.url,

@@ -21,14 +21,14 @@ from agentloop.examples.record_search.workflows import ASK
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
 from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
-from agentloop.orchestration.store import RunStore, open_store
+from agentloop.orchestration.store import RunStore
 from agentloop.orchestration.testing.servers.openai_server import (
     OpenAICompatibleServer,
     Reply,
     reply_broken_stream,
     reply_tool_call,
 )
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.servers.private_services import redis_and_store
 from tests.servers.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
@@ -64,14 +64,9 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     with ExitStack() as stack:
-        try:
-            redis = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        database_url = f"sqlite:///{tmp_path_factory.mktemp('streaming') / 'agent.sqlite3'}"
+        services = redis_and_store(stack, tmp_path_factory.mktemp("streaming"), file="agent.sqlite3")
+        redis, database_url, store = services.redis, services.database_url, services.store
         open_resources(database_url).dispose()  # the sample records and tools, before any task
-        store, _ = open_store(database_url)
-        stack.callback(store.engine.dispose)
         server = stack.enter_context(
             OpenAICompatibleServer(
                 api_key=API_KEY,
