@@ -87,10 +87,17 @@ def _port(profile: str) -> int | None:
     return int(text.split()[0]) if text.strip() else None
 
 
-@asynccontextmanager
-async def headless_chromium(binary: str, *, width: int = 1400, height: int = 1000) -> AsyncIterator[Page]:
-    """A headless Chromium on a private profile; yields its first tab."""
-    with tempfile.TemporaryDirectory(prefix="agentloop-chromium-", ignore_cleanup_errors=True) as profile:
+#: Tries to start Chromium: on a loaded host its first start now and then exits before it opens
+#: its debugging port (seen once in CI); another start on a fresh profile opens it.
+STARTS = 3
+
+
+async def _start_chromium(
+    binary: str, profile: str, log: Path, width: int, height: int
+) -> tuple[asyncio.subprocess.Process, int | None]:
+    """Chromium on ``profile`` (its stderr in ``log``) and its debugging port, or ``None`` when it
+    exited without one or did not write it within 60 s."""
+    with log.open("wb") as stderr:
         process = await asyncio.create_subprocess_exec(
             binary,
             "--headless=new",
@@ -105,14 +112,43 @@ async def headless_chromium(binary: str, *, width: int = 1400, height: int = 100
             f"--window-size={width},{height}",
             "about:blank",
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=stderr,
         )
+    deadline = time.monotonic() + 60
+    while (port := await asyncio.to_thread(_port, profile)) is None:
+        if process.returncode is not None or time.monotonic() > deadline:
+            return process, None
+        await asyncio.sleep(0.05)
+    return process, port
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
         try:
-            deadline = time.monotonic() + 30
-            while (port := await asyncio.to_thread(_port, profile)) is None:
-                if process.returncode is not None or time.monotonic() > deadline:
-                    raise RuntimeError("chromium did not open its debugging port")
-                await asyncio.sleep(0.05)
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+@asynccontextmanager
+async def headless_chromium(binary: str, *, width: int = 1400, height: int = 1000) -> AsyncIterator[Page]:
+    """A headless Chromium on a private profile; yields its first tab."""
+    with tempfile.TemporaryDirectory(prefix="agentloop-chromium-", ignore_cleanup_errors=True) as folder:
+        for attempt in range(1, STARTS + 1):
+            profile, log = str(Path(folder) / f"profile-{attempt}"), Path(folder) / f"stderr-{attempt}.log"
+            process, port = await _start_chromium(binary, profile, log, width, height)
+            if port is not None:
+                break
+            await _stop(process)
+        else:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(
+                f"chromium did not open its debugging port in {STARTS} starts "
+                f"(the last exited with {process.returncode}); its stderr ends:\n{tail}"
+            )
+        try:
             async with httpx.AsyncClient() as client:
                 targets = (await client.get(f"http://127.0.0.1:{port}/json/list")).json()
             page_url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
@@ -122,10 +158,4 @@ async def headless_chromium(binary: str, *, width: int = 1400, height: int = 100
                 await page.call("Runtime.enable")
                 yield page
         finally:
-            if process.returncode is None:
-                process.terminate()
-                try:
-                    await asyncio.wait_for(process.wait(), 10)
-                except TimeoutError:
-                    process.kill()
-                    await process.wait()
+            await _stop(process)
