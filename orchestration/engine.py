@@ -429,8 +429,7 @@ class WorkflowEngine:
 
     def _closed_already(self, node: WorkflowNode) -> bool:
         """Whether the run's events already hold ``node``'s ``done``: a second copy of a launch
-        runs a chain (or chord) of its own beside the first, and its close (a pipeline's, a
-        composite's merge) would report the end twice."""
+        runs a chain of its own beside the first, and its close would report the end twice."""
         done = self.store.events(node.run_id, phase="done", status=ProgressStatus.COMPLETED.value)
         return any(event.get("path") == node.path for _, event in done)
 
@@ -472,17 +471,14 @@ class WorkflowEngine:
         publisher: ProgressPublisher,
     ) -> Outcome:
         scope, width = self.scope(node), len(results)
-        # a twin chain (a copy of its launch) merged it already: the same results, reported once
-        reported = not node.fresh and self._closed_already(node)
-        if not reported:
-            await composite.emit_composite_event(
-                scope=scope,
-                on_progress=publisher,
-                phase="merge",
-                status=ProgressStatus.PROGRESS,
-                width=width,
-                done=width,
-            )
+        await composite.emit_composite_event(
+            scope=scope,
+            on_progress=publisher,
+            phase="merge",
+            status=ProgressStatus.PROGRESS,
+            width=width,
+            done=width,
+        )
         try:
             merged = await maybe_await(composite.merge_results(results=results, input=input))
         except Exception as error:
@@ -491,15 +487,14 @@ class WorkflowEngine:
             )
             publisher.flush(final=True)
             return await self.fail(node, error)
-        if not reported:
-            await composite.emit_composite_event(
-                scope=scope,
-                on_progress=publisher,
-                phase="done",
-                status=ProgressStatus.COMPLETED,
-                width=width,
-                done=width,
-            )
+        await composite.emit_composite_event(
+            scope=scope,
+            on_progress=publisher,
+            phase="done",
+            status=ProgressStatus.COMPLETED,
+            width=width,
+            done=width,
+        )
         return Done(value=merged)
 
     # ----- the run's end ------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""A pipeline's close and a composite's merge report their end once, though a second copy of the
-launch runs a chain (or chord) beside the first (``WorkflowEngine.pipeline_done``, ``merge``)."""
+"""A pipeline's close reports its end once, though a second copy of its launch runs a chain of
+stages beside the first (``WorkflowEngine.pipeline_done``)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from agentloop import BaseAgentLoop, BaseAgentPipeline, BaseCompositeAgent, Branch
+from agentloop import BaseAgentLoop, BaseAgentPipeline
 from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import InMemoryRunStore
@@ -55,30 +55,3 @@ def test_a_pipeline_is_closed_once_though_a_copy_of_its_launch_runs_a_chain_besi
 
     asyncio.run(engine.pipeline_done(3, first))  # a fresh chain is the only one: it always reports
     assert len([e for _, e in store.events("r") if e["phase"] == "done"]) == 2
-
-
-class _Fan(BaseCompositeAgent):
-    max_concurrency = None
-
-    def build_branches(self, *, input: Any) -> list[Branch]:
-        return [Branch(runnable=_Counting, input=None, key=str(k)) for k in range(2)]
-
-    def merge_results(self, *, results: Any, input: Any) -> Any:
-        return [result.output for result in results]
-
-
-def test_a_composite_is_merged_and_closed_once_though_a_copy_of_its_launch_merges_too() -> None:
-    registry = RunnableRegistry()
-    registry.register("fan", _Fan)
-    store = InMemoryRunStore()
-    engine = WorkflowEngine(registry=registry, store=store)
-    store.create_run(run_id="r", runnable="fan", input=None)
-    first = WorkflowNode(run_id="r", runnable="fan", fresh=True)
-    copy = WorkflowNode(run_id="r", runnable="fan", fresh=False)
-
-    async def merge_both() -> list[Any]:
-        return [await engine.merge(first, [1, 1], None), await engine.merge(copy, [1, 1], None)]
-
-    assert [outcome.value for outcome in asyncio.run(merge_both())] == [[1, 1], [1, 1]]
-    ends = [(e["path"], e["phase"]) for _, e in store.events("r") if e["phase"] in ("merge", "done")]
-    assert ends == [("", "merge"), ("", "done")]
