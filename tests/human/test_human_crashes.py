@@ -7,6 +7,8 @@ workers run with short time limits, so the message of the killed one comes back 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +18,20 @@ from human_support import phases_at, start, wait_for_status, wait_until, waits
 from agentloop.orchestration.wire import RESUME
 
 
-def _killed_after(rig: Any, crash_file: Path, write: str, run_id: str, answer: object) -> object:
+@contextmanager
+def _killed_after(rig: Any, crash_file: Path, write: str, run_id: str, answer: object) -> Iterator[object]:
     """Answer ``run_id`` with the worker armed to die after ``write``; a new worker takes over.
-    Returns the resume's result (the redelivered message's)."""
+    Gives the resume's result (the redelivered message's) while that worker still runs: the
+    caller waits for the run's end before it is stopped. Stopping it as soon as the resume
+    returned killed it now and then inside the resumed branch's chord bookkeeping, a second
+    fault this test is not about (three CI runs of 2026-12-02, the note of that session)."""
     with rig.worker() as worker:
         crash_file.write_text(write)
         sent = rig.app.send_task(RESUME, kwargs={"run_id": run_id, "answer": answer})
         worker.wait(30)  # it killed itself after the write
     assert not crash_file.exists(), f"the worker never made its {write} write"
     with rig.worker():
-        return sent.get(timeout=60)
+        yield sent.get(timeout=60)
 
 
 @pytest.mark.parametrize("write", ["settle", "mark_running"])
@@ -36,9 +42,8 @@ def test_an_answer_accepted_before_the_worker_died_sends_the_run_on(
     with rig.worker():
         handle = start(rig.app, rig.store, "human.fan")
         wait_for_status(rig.store, handle.run_id, "waiting")
-    reply = _killed_after(rig, crash_file, write, handle.run_id, True)
-    assert isinstance(reply, dict) and reply["accepted"] is True, reply
-    with rig.worker():
+    with _killed_after(rig, crash_file, write, handle.run_id, True) as reply:
+        assert isinstance(reply, dict) and reply["accepted"] is True, reply
         result = handle.wait_sync(timeout=60)
     assert result["b"] == {"input": "b", "steps": ["step0", "approved=True", "step2"]}
     assert rig.store.get_run(handle.run_id).status == "succeeded"
