@@ -14,7 +14,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Row, RowMapping, Update, func, literal, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Row,
+    RowMapping,
+    Update,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
 from agentloop.orchestration.metrics import record as metrics
@@ -71,6 +83,20 @@ def _loop_record(row: Sequence[Any] | None) -> LoopRecord:
         result=result if finished else None,
         checkpoint=None if iteration is None else (iteration, state),
     )
+
+
+def _fails(rows: list[dict[str, Any]]) -> bool:
+    """Whether event ``rows`` report a failure (each level fails once: ``_insert_events``)."""
+    return any(row["status"] == "failed" for row in rows)
+
+
+def _insert_events(connection: Connection, root_run_id: str, rows: list[dict[str, Any]]) -> None:
+    """Insert event ``rows`` in the caller's transaction, a ``failed`` one only for a level that has
+    none yet (``dialects.insert_events_failing_once``)."""
+    if _fails(rows):
+        insert_events_failing_once(connection, root_run_id, rows)
+    elif rows:
+        connection.execute(run_events.insert(), rows)
 
 
 def _record(row: Row[Any]) -> RunRecord:
@@ -296,15 +322,16 @@ class SqlRunStore:
         """Store progress events under ``root_run_id`` in one transaction, in order (a path's second
         ``failed`` event is left out: ``dialects.insert_events_failing_once``)."""
         rows = event_rows(root_run_id, events)
-        if any(row["status"] == "failed" for row in rows):
-            with self.engine.begin() as connection:
-                insert_events_failing_once(connection, root_run_id, rows)
-        elif rows and self.dialect == "postgresql":  # one statement under the root run's lock (dialects.py)
+        if not rows:
+            return
+        if self.dialect == "postgresql" and not _fails(
+            rows
+        ):  # one statement under the run's lock (dialects.py)
             with one_statement(self.engine) as connection, connection.begin():
                 connection.execute(PG_APPEND_EVENTS, pg_event_batch(root_run_id, rows))
-        elif rows:
-            with self.engine.begin() as connection:
-                connection.execute(run_events.insert(), rows)
+            return
+        with self.engine.begin() as connection:
+            _insert_events(connection, root_run_id, rows)
 
     @retried
     def events(
@@ -407,16 +434,7 @@ class SqlRunStore:
         event_batch = event_rows(run_id, events)
         if not rows and not event_batch:
             return
-        with one_statement(self.engine) as connection, connection.begin():
-            if any(row["status"] == "failed" for row in event_batch):  # each level fails once
-                insert_events_failing_once(connection, run_id, event_batch)
-                event_batch = []
-            if self.dialect != "postgresql":
-                if event_batch:
-                    connection.execute(run_events.insert(), event_batch)
-                if rows:
-                    connection.execute(self._upserts.save_checkpoint, rows)
-                return
+        if self.dialect == "postgresql" and not _fails(event_batch):  # one statement (dialects.py)
             saved = [{key: row[key] for key in ("path", "iteration", "state")} for row in rows]
             params = {
                 **pg_event_batch(run_id, event_batch),
@@ -424,7 +442,13 @@ class SqlRunStore:
                 "checkpoints": saved,
                 "updated_at": rows[0]["updated_at"] if rows else utcnow(),
             }
-            connection.execute(PG_SAVE_CHECKPOINTS, params)
+            with one_statement(self.engine) as connection, connection.begin():
+                connection.execute(PG_SAVE_CHECKPOINTS, params)
+            return
+        with self.engine.begin() as connection:  # the events, then the checkpoints: one transaction
+            _insert_events(connection, run_id, event_batch)
+            if rows:
+                connection.execute(self._upserts.save_checkpoint, rows)
 
     @retried
     def loop_record(self, run_id: str, path: str) -> LoopRecord:

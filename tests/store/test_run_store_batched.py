@@ -3,7 +3,13 @@ events, and a loop's whole record read at once; on every store implementation.""
 
 from __future__ import annotations
 
-from agentloop.orchestration.store import LoopRecord, RunStore
+from dataclasses import replace
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
+
+from agentloop.orchestration.store import LoopRecord, RunStore, SqlRunStore
 
 
 def event(path: str, n: int) -> dict[str, object]:
@@ -113,3 +119,18 @@ def test_a_packs_loop_records_are_read_together_in_their_order(run_store: RunSto
     assert records[0] == records[1_199] == (False, None, None)
     assert run_store.loop_records("r", ["branch/2", "branch/1"]) == [records[2], records[1]]
     assert run_store.loop_records("r", []) == []
+
+
+def test_checkpoints_that_fail_to_save_leave_no_failed_event_of_theirs(sql_engine: Engine) -> None:
+    """A failed event goes in with its checkpoints or not at all: one transaction, on PostgreSQL too
+    (where a batch with a failure once ran in autocommit, each statement its own transaction)."""
+    store = SqlRunStore(sql_engine)
+    store._upserts = replace(
+        store._upserts, save_checkpoint=text("INSERT INTO no_such_table VALUES (1)")
+    )  # the checkpoint's write fails
+    failed = {**event("a", 1), "status": "failed", "phase": "error"}
+
+    with pytest.raises(DBAPIError):
+        store.save_checkpoints("r", [("a", 1, {"n": 1})], events=[event("a", 0), failed])
+
+    assert store.events("r") == []
