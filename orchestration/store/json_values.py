@@ -24,7 +24,7 @@ JsonValue = Any
 
 _SCALARS = (int, bool, type(None))
 _NUL = "\x00"
-_FLAT = frozenset({int, bool, type(None)})
+_FLAT = frozenset(_SCALARS)
 
 
 def find_non_json(value: object, where: str = "value") -> str | None:

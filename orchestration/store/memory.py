@@ -241,9 +241,13 @@ class InMemoryRunStore:
         left out)."""
         payloads = event_payloads(root_run_id, events)
         with self._lock:
-            if any(payload.get("status") == "failed" for payload in payloads):
-                payloads = self._first_failures(root_run_id, payloads)
-            self._keep_events(root_run_id, payloads)
+            self._append_events(root_run_id, payloads)
+
+    def _append_events(self, root_run_id: str, payloads: list[dict[str, Any]]) -> None:
+        """Keep ``payloads``, a path's second ``failed`` event left out (the caller holds the lock)."""
+        if any(payload.get("status") == "failed" for payload in payloads):
+            payloads = self._first_failures(root_run_id, payloads)
+        self._keep_events(root_run_id, payloads)
 
     def _first_failures(self, root_run_id: str, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``payloads`` without a ``failed`` event for a path that has one (the caller holds the lock)."""
@@ -395,9 +399,7 @@ class InMemoryRunStore:
         ]
         payloads = event_payloads(run_id, events)
         with self._lock:
-            if any(payload.get("status") == "failed" for payload in payloads):
-                payloads = self._first_failures(run_id, payloads)
-            self._keep_events(run_id, payloads)
+            self._append_events(run_id, payloads)
             for row in rows:
                 checkpoint = self._checkpoints.setdefault((run_id, row["path"]), _Checkpoint())
                 if not checkpoint.finished:

@@ -315,11 +315,9 @@ class ProgressPublisher:
     def take(self) -> list[dict[str, Any]]:
         """The events not written yet (the caller writes them, with the task's end: no state
         follows); they leave the buffer."""
-        for name in list(self._timers):
-            self._disarm(name)
+        self._disarm("state")
         self._unshown = None
-        pending, self._pending = self._pending, []
-        return pending
+        return self.take_events()
 
     def take_events(self) -> list[dict[str, Any]]:
         """The events not written yet, for the caller to write (with a pack's checkpoints,

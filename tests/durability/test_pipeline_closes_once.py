@@ -6,31 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentloop import BaseAgentLoop, BaseAgentPipeline
 from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.wire import WorkflowNode
 
-
-class _Counting(BaseAgentLoop):
-    max_iterations = 2
-
-    def create_initial_state(self, *, input: Any) -> dict[str, int]:
-        return {"n": 0}
-
-    def advance_state(self, *, state: dict[str, int], iteration: int) -> dict[str, int]:
-        return {"n": state["n"] + 1}
-
-    def is_complete(self, *, state: dict[str, int], iteration: int) -> bool:
-        return state["n"] >= 1
-
-    def build_result(self, *, state: dict[str, int]) -> int:
-        return state["n"]
-
-
-class _TwoCounts(BaseAgentPipeline):
-    stages = (_Counting, _Counting)
+#: A pipeline of two stages the durability tests run on workers; only its close runs here.
+PIPELINE = "durable.waits_then_counts"
 
 
 def test_a_pipeline_is_closed_once_though_a_copy_of_its_launch_runs_a_chain_beside_it() -> None:
@@ -38,13 +20,12 @@ def test_a_pipeline_is_closed_once_though_a_copy_of_its_launch_runs_a_chain_besi
     close, when the first chain has closed the pipeline, reports no second ``done`` (seen in
     ``test_a_second_copy_of_a_launch_while_its_run_goes_on_runs_nothing_finished_again`` under
     load); the first chain's close always reports it."""
-    registry = RunnableRegistry()
-    registry.register("two", _TwoCounts)
+    registry = RunnableRegistry.from_modules(["durable_workflows"])
     store = InMemoryRunStore()
     engine = WorkflowEngine(registry=registry, store=store)
-    store.create_run(run_id="r", runnable="two", input=None)
-    first = WorkflowNode(run_id="r", runnable="two", fresh=True)
-    copy = WorkflowNode(run_id="r", runnable="two", fresh=False)
+    store.create_run(run_id="r", runnable=PIPELINE, input=None)
+    first = WorkflowNode(run_id="r", runnable=PIPELINE, fresh=True)
+    copy = WorkflowNode(run_id="r", runnable=PIPELINE, fresh=False)
 
     async def close_both() -> list[Any]:
         return [await engine.pipeline_done(3, first), await engine.pipeline_done(3, copy)]
