@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, MutableMapping
+from contextlib import suppress
 from typing import Any
 
 from celery import Celery
@@ -78,6 +79,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: AMQP's reply code for a declare whose arguments differ from the existing queue's.
+_PRECONDITION_FAILED = 406
 #: The message properties a parked copy keeps (kombu's ``Producer.publish`` arguments).
 _KEPT_PROPERTIES = ("correlation_id", "reply_to", "priority", "delivery_mode")
 
@@ -141,7 +144,7 @@ class WireGate:
     def __init__(self, app: Celery) -> None:
         self.app = app
         self.version = app_wire_version(app)
-        self._entities: dict[int, Queue] = {}
+        self._entities: dict[int, tuple[Queue, list[Queue]]] = {}
 
     def holding_queues(self) -> list[str]:
         """The holding queues of every version above 1 up to this worker's (it reads them all)."""
@@ -154,6 +157,36 @@ class WireGate:
         for version in range(2, self.version + 1):
             queues.select_add(holding_queue_entity(self.app, version))
 
+    def _holding(self, version: int) -> tuple[Queue, list[Queue]]:
+        """The holding queue of ``version``, and what each publish into it declares: the queue
+        itself, or nothing when the broker holds one of that name declared otherwise (a classic
+        queue an older release made: RabbitMQ refuses the quorum declare, ``PRECONDITION_FAILED``).
+        Then the message is parked in the queue as it is, with a warning: never refused, never
+        looped; ``docs/how-to/rabbitmq.md`` says how an operator replaces it."""
+        found = self._entities.get(version)
+        if found is not None:
+            return found
+        queue = holding_queue_entity(self.app, version)
+        declare = [queue]
+        with self.app.connection_for_write() as connection:
+            channel = connection.channel()
+            try:
+                queue(channel).declare()  # type: ignore[no-untyped-call]
+            except connection.channel_errors as error:
+                if getattr(error, "code", None) != _PRECONDITION_FAILED:
+                    raise
+                declare = []
+                logger.warning(
+                    "The holding queue %s exists with other arguments than %s's (%s): messages are "
+                    "parked in it as it is; drain and delete it (docs/how-to/rabbitmq.md)",
+                    queue.name, self.app.conf.task_default_queue, error,
+                )  # fmt: skip
+            finally:
+                with suppress(Exception):  # closed by the broker already (the refused declare)
+                    channel.close()
+        self._entities[version] = (queue, declare)
+        return queue, declare
+
     def defer(self, message: Any, version: int) -> str:
         """Park ``message`` (of wire ``version``, above this worker's) in its version's holding queue;
         returns where it went. Published first, acknowledged after: a crash in between leaves a
@@ -164,9 +197,7 @@ class WireGate:
         headers[DEFERRALS_HEADER] = deferrals
         properties = message.properties or {}
         kept = {name: properties[name] for name in _KEPT_PROPERTIES if properties.get(name) is not None}
-        queue = self._entities.get(version)
-        if queue is None:
-            queue = self._entities[version] = holding_queue_entity(self.app, version)
+        queue, declare = self._holding(version)
         with self.app.producer_or_acquire() as producer:
             producer.publish(
                 message.body,
@@ -175,7 +206,7 @@ class WireGate:
                 headers=headers,
                 content_type=message.content_type,
                 content_encoding=message.content_encoding,
-                declare=[queue],
+                declare=declare,
                 retry=True,
                 retry_policy=self.app.conf.task_publish_retry_policy,
                 **kept,

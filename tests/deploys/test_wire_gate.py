@@ -187,3 +187,48 @@ def test_a_failed_hand_on_leaves_the_message_on_its_queue_unacknowledged(
     monkeypatch.setattr(consumer.wire_gate, "defer", disconnected)
     with pytest.raises(ConnectionError):  # Celery reconnects; the broker delivers it again
         consumer.defer(Delivered(app, {WIRE_HEADER: 2}), 2)
+
+
+def test_on_rabbitmq_a_holding_queue_left_classic_by_an_older_release_still_takes_parked_messages(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Releases before issue 33 declared holding queues classic, without arguments: the quorum
+    declare is refused (PRECONDITION_FAILED); the message is parked in the queue as it is, with a
+    warning, never refused and never looped through reconnects."""
+    from tests.servers.rabbitmq import list_queues, private_rabbitmq
+    from tests.servers.redis_server import ServiceUnavailable
+
+    try:
+        context = private_rabbitmq()
+        target = context.__enter__()
+    except ServiceUnavailable as unavailable:
+        pytest.skip(unavailable.reason)
+    try:
+        if not target.private:
+            pytest.skip("rabbitmqctl cannot make a private vhost here")
+        rabbit = create_app(
+            settings=load_settings({"BROKER_URL": target.url, "DATABASE_URL": "sqlite://"}),
+            overrides={"result_backend": "cache+memory://"},
+        )
+        try:
+            main = rabbit.amqp.queues["agentloop"]
+            with rabbit.connection_for_write() as connection:  # what the older release declared
+                old: Any = Queue(
+                    "agentloop.wire.2", main.exchange, routing_key="agentloop.wire.2", durable=True
+                )
+                old(connection.default_channel).declare()
+            gate = WireGate(rabbit)
+            for number in (1, 2):
+                gate.defer(Delivered(rabbit, {WIRE_HEADER: 2, "id": f"t-{number}"}), 2)
+            with rabbit.connection_for_write() as connection:
+                depth = connection.default_channel.queue_declare(
+                    "agentloop.wire.2", passive=True
+                ).message_count
+            assert depth == 2
+            assert list_queues(target.vhost)["agentloop.wire.2"][0] == "classic"
+            warned = [r for r in caplog.records if "exists with other arguments" in r.getMessage()]
+            assert len(warned) == 1  # once per worker, not per message
+        finally:
+            rabbit.close()
+    finally:
+        context.__exit__(None, None, None)
