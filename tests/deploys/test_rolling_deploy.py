@@ -33,7 +33,7 @@ from agentloop.orchestration.celery_adapter.wire_versions import holding_queue
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import load_settings
-from agentloop.orchestration.wire import DEFERRALS_HEADER, WIRE_HEADER
+from agentloop.orchestration.wire import DEFERRALS_HEADER, LAUNCH, WIRE_HEADER
 from tests.servers.private_services import redis_and_store
 from tests.servers.rabbitmq import close_connections, list_queues, private_rabbitmq
 from tests.servers.redis_server import ServiceUnavailable
@@ -237,3 +237,42 @@ def test_after_a_broker_reconnect_a_worker_never_reads_the_holding_queue_it_park
     assert newer.wait_sync(timeout=CEILING) == {"sent": "by a new client", "second": new.pid}
     assert _depth(apps[1], parking) == 0
     assert old.log_text().count(parked) == 1
+
+
+def test_a_forged_wire_version_far_ahead_is_refused_on_a_real_worker_and_makes_no_queue(
+    either: dict[str, Any],
+) -> None:
+    """Issue 33, item 6b: each forged ``agentloop_wire`` value above the worker's made a holding
+    queue of its own; one more than ``MAX_VERSIONS_AHEAD`` above is now a malformed message."""
+    apps, store = either["apps"], either["store"]
+    old = either["worker"](1, concurrency=1)
+    app, forged, run_id = apps[1], 1000, f"forged-{uuid.uuid4().hex[:8]}"
+    kwargs = {"runnable": "deploy.whose", "input": {"sent": "forged"}, "run_id": run_id}
+    headers, properties, body, _ = app.amqp.as_task_v2(run_id, LAUNCH, (), kwargs)
+    headers = {**headers, WIRE_HEADER: forged}  # past stamp(), as a sender with kombu alone
+    with app.producer_or_acquire() as producer:
+        queue = app.amqp.queues[app.conf.task_default_queue]
+        producer.publish(
+            body,
+            exchange=queue.exchange,
+            routing_key=queue.routing_key,
+            headers=headers,
+            serializer="json",
+            declare=[queue],
+            **properties,
+        )
+    record = wait_for(
+        "the forged launch recorded failed",
+        lambda: (found := store.get_run(run_id)) is not None and found.is_finished and found,
+        old,
+    )
+    assert record.status == "failed" and "wire version" in str(record.error), record.error
+    assert f"Parked agentloop.launch[{run_id}]" not in old.log_text()
+    name = holding_queue(app, forged)
+    if either["vhost"] is not None:
+        assert name not in list_queues(either["vhost"])
+    else:
+        client = either["redis"]
+        assert not [key for key in client.keys("*") if name.encode() in key]
+        bindings = [member for key in client.keys("_kombu.binding.*") for member in client.smembers(key)]
+        assert not [member for member in bindings if name.encode() in member]
