@@ -99,8 +99,15 @@ WIRE_VERSION = 1
 #: without it is version 1 (what every producer sent before the header existed, and what a
 #: client sending with Celery alone sends): it is always accepted.
 WIRE_HEADER = "agentloop_wire"
-#: The header counting how many times older workers handed the message back to its queue.
+#: The header counting how many times older workers handed the message on (to its queue, by
+#: releases before holding queues were parked in at once, or to its holding queue).
 DEFERRALS_HEADER = "agentloop_wire_deferrals"
+#: How far above a worker's own wire version a message's may be and still be a message of a newer
+#: release (parked for a newer worker). A deploy raises the version by one; four leaves room for
+#: rolling several releases at once. A message further ahead is malformed (a forged or corrupted
+#: header) and refused at the worker's edge, never parked: a holding queue per forged value
+#: would let any sender create queues without bound.
+MAX_VERSIONS_AHEAD = 4
 
 
 def wire_version_of(headers: Mapping[str, Any]) -> int | None:

@@ -28,7 +28,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agentloop.orchestration.wire import DEFERRALS_HEADER, LAUNCH, WIRE_HEADER, wire_version_of
+from agentloop.orchestration.wire import (
+    DEFERRALS_HEADER,
+    LAUNCH,
+    MAX_VERSIONS_AHEAD,
+    WIRE_HEADER,
+    WIRE_VERSION,
+    wire_version_of,
+)
 
 __all__ = [
     "DELIVERY_COUNT_HEADER",
@@ -113,7 +120,7 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _header_problem(headers: Mapping[str, Any]) -> str | None:
+def _header_problem(headers: Mapping[str, Any], reads_up_to: int) -> str | None:
     """What is wrong with the headers Celery's main process reads, or ``None``."""
     if _sane_id(headers.get("task")) is None:
         return f"the task name header is not a string of 1 to {MAX_ID_CHARS} characters"
@@ -134,8 +141,14 @@ def _header_problem(headers: Mapping[str, Any]) -> str | None:
         return "the 'retries' header is not an integer"
     if not isinstance(headers.get("ignore_result"), bool | None):
         return "the 'ignore_result' header is not a boolean"
-    if wire_version_of(headers) is None:
+    version = wire_version_of(headers)
+    if version is None:
         return f"the {WIRE_HEADER!r} header (its wire version) is not a positive integer"
+    if version > reads_up_to + MAX_VERSIONS_AHEAD:
+        return (
+            f"the {WIRE_HEADER!r} header (its wire version) is more than {MAX_VERSIONS_AHEAD} above "
+            f"this worker's ({reads_up_to}): no release sends it"
+        )
     deferrals = headers.get(DEFERRALS_HEADER, 0)
     if isinstance(deferrals, bool) or not isinstance(deferrals, int) or deferrals < 0:
         return f"the {DEFERRALS_HEADER!r} header is not a non-negative integer"
@@ -196,12 +209,15 @@ def rejection_of(message: Any, reason: str, body: Any = None) -> Rejection:
     )
 
 
-def check_message(message: Any) -> Rejection | None:
-    """``None`` when ``message`` may go on to Celery, else why not (never raises, never recurses)."""
+def check_message(message: Any, reads_up_to: int = WIRE_VERSION) -> Rejection | None:
+    """``None`` when ``message`` may go on to Celery, else why not (never raises, never recurses).
+
+    ``reads_up_to`` is the worker's wire version: a message more than
+    :data:`~agentloop.orchestration.wire.MAX_VERSIONS_AHEAD` above it is refused."""
     headers = message.headers
     if not isinstance(headers, Mapping):
         return Rejection(reason="the message has no headers object")
-    problem = _header_problem(headers)
+    problem = _header_problem(headers, reads_up_to)
     if problem is not None:
         return rejection_of(message, problem)
     size = _body_size(message)

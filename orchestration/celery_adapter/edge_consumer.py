@@ -206,7 +206,7 @@ class EdgeConsumer(Consumer):  # type: ignore[misc]
         limit = dependencies_of(self.app).settings.delivery_limit
 
         def on_task_received(message: Any) -> None:
-            rejection = check_message(message)
+            rejection = check_message(message, self.wire_gate.version)
             if rejection is None and (version := too_new(message.headers, self.wire_gate.version)):
                 self.defer(message, version)  # a newer worker's: not counted against the limit
                 return

@@ -10,7 +10,8 @@ concurrency``; its counts restart with the process, which Prometheus' ``rate`` a
 take as counter resets. (One port per process keeps every count where it was made, with no
 files shared between processes; a killed process takes what it counted since the last scrape.)
 
-:func:`queue_depths` reads how many messages wait in each of the app's queues, through kombu:
+:func:`queue_depths` reads how many messages wait in each of the app's queues (and in its
+dead-letter and holding queues, which an operator alerts on), through kombu:
 a passive declare, which on Redis is the ``LLEN`` of the queue's lists (one per priority) and on
 RabbitMQ the queue's ready messages. ``agentloop serve`` shows it (``web/metrics.py``).
 """
@@ -24,6 +25,7 @@ from typing import Any
 from celery import Celery, bootsteps, signals
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.celery_adapter.wire_versions import reported_queues
 from agentloop.orchestration.settings.metrics import MetricsSettings
 
 __all__ = ["WorkerMetrics", "install_worker_metrics", "queue_depths"]
@@ -84,12 +86,13 @@ def install_worker_metrics(app: Celery) -> None:
 
 
 def queue_depths(app: Celery, *, timeout: float = BROKER_TIMEOUT) -> dict[str, int]:
-    """Messages waiting in each of ``app``'s queues (its default one and ``task_queues``).
+    """Messages waiting in each of ``app``'s queues: its default one and ``task_queues``, its
+    dead-letter queue and its holding queues (``wire_versions.reported_queues``, a bounded set).
 
     A queue the broker does not know yet holds none. Raises the broker's error when it cannot be
     reached within ``timeout`` seconds: a broker that is away has no depth, not zero.
     """
-    names = sorted(app.amqp.queues) or [str(app.conf.task_default_queue)]
+    names = reported_queues(app)
     options = dict(app.conf.broker_transport_options or {})
     options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
     with app.connection_for_read(connect_timeout=timeout, transport_options=options) as connection:

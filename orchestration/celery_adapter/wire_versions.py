@@ -13,43 +13,75 @@ A message is safe with any worker whose wire version
   without the header (a client that sends with Celery alone, a producer older
   than the header) is version 1, today's, and always accepted.
 * **Worker.** The edge (:class:`~agentloop.orchestration.celery_adapter.edge_consumer.EdgeConsumer`)
-  asks :func:`too_new` of each message. One written for a newer version goes
-  back to its queue for a newer worker (:meth:`WireGate.defer`): published again,
-  at the back, with :data:`~agentloop.orchestration.wire.DEFERRALS_HEADER` one
-  higher, then acknowledged. After :data:`MAX_DEFERRALS` times it is parked in
-  the holding queue of its version (:func:`holding_queue`), which only workers
-  of that version or newer consume, with a warning naming it. It is never
-  failed, never run by a worker that cannot read it, never dropped: if the
-  worker dies between publishing the copy and acknowledging the original, the
-  broker delivers the original again too (a duplicate the run store's records
-  make harmless, as for any redelivery).
+  asks :func:`too_new` of each message. One written for a newer version is
+  parked at once in the holding queue of its version (:func:`holding_queue`,
+  :meth:`WireGate.defer`): published there with
+  :data:`~agentloop.orchestration.wire.DEFERRALS_HEADER` one higher, then
+  acknowledged, with a warning naming it. It is never failed, never run by a
+  worker that cannot read it, never dropped: if the worker dies between
+  publishing the copy and acknowledging the original, the broker delivers the
+  original again too (a duplicate the run store's records make harmless, as
+  for any redelivery).
+* **Holding queues.** A worker consumes the holding queues of every version
+  above 1 up to its own (:meth:`WireGate.consume_holding_queues`), whatever its
+  ``-Q``, so the first newer worker takes what older ones parked. It never
+  consumes a holding queue of a version above its own: it declares one to
+  publish into and nothing more (:func:`holding_queue_entity`; a queue added to
+  Celery's consumed set would be read after the next broker reconnect, and the
+  worker would re-park its own parked messages hundreds of times a second:
+  issue 33). Each holding queue is declared like the default queue it stands
+  in for (on RabbitMQ quorum, ``x-delivery-limit``, dead-lettered to
+  ``<queue>.dead``), by the publishing and the consuming side alike.
 
-A header that is not a positive integer is a malformed message, refused by
-the edge like any other (``edge.py``).
+Why park at once. Releases before this one handed a too-new message back to
+its own queue ten times before parking it; the ten hand-ons ran back to back
+in some 30-40 ms, which gives no newer worker a chance, and spacing them out
+would hold the message (an ETA, or a delayed exchange) for nothing: a newer
+worker reads every holding queue up to its own version, so a parked message
+reaches it as soon as it would have in its old queue. The
+:data:`~agentloop.orchestration.wire.DEFERRALS_HEADER` of a message those older
+workers re-published is still read (and checked by the edge) and counted on.
+
+A header that is not a positive integer, or a version more than
+:data:`~agentloop.orchestration.wire.MAX_VERSIONS_AHEAD` above the worker's,
+is a malformed message, refused by the edge like any other (``edge.py``):
+every forged value would otherwise make a queue of its own.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, MutableMapping
+from contextlib import suppress
 from typing import Any
 
 from celery import Celery
+from kombu.entity import Queue
 
+from agentloop.orchestration.celery_adapter.config import dead_letter_queue_name
 from agentloop.orchestration.wire import (
     DEFERRALS_HEADER,
+    MAX_VERSIONS_AHEAD,
     WIRE_HEADER,
     WIRE_VERSION,
     wire_version_of,
 )
 
-__all__ = ["MAX_DEFERRALS", "WireGate", "app_wire_version", "holding_queue", "stamp", "too_new"]
+__all__ = [
+    "WireGate",
+    "app_wire_version",
+    "holding_queue",
+    "holding_queue_entity",
+    "reported_queues",
+    "stamp",
+    "too_new",
+]
 
 logger = logging.getLogger(__name__)
 
-#: How many times older workers hand a too-new message back to its queue before it is parked.
-MAX_DEFERRALS = 10
-#: The message properties a deferred copy keeps (kombu's ``Producer.publish`` arguments).
+#: AMQP's reply code for a declare whose arguments differ from the existing queue's.
+_PRECONDITION_FAILED = 406
+#: The message properties a parked copy keeps (kombu's ``Producer.publish`` arguments).
 _KEPT_PROPERTIES = ("correlation_id", "reply_to", "priority", "delivery_mode")
 
 
@@ -78,48 +110,99 @@ def holding_queue(app: Celery, version: int) -> str:
     return f"{app.conf.task_default_queue}.wire.{version}"
 
 
+def holding_queue_entity(app: Celery, version: int) -> Queue:
+    """The holding queue of ``version`` as kombu declares it: the default queue's exchange, type and
+    arguments (quorum, delivery limit, dead-lettering on RabbitMQ), under its own name and routing key.
+
+    Never added to ``app.amqp.queues``: what is there a worker consumes after a reconnect, and
+    ``agentloop_queue_depth`` reports."""
+    main = app.amqp.queues[str(app.conf.task_default_queue)]
+    name = holding_queue(app, version)
+    return Queue(  # type: ignore[no-untyped-call]
+        name,
+        main.exchange,
+        routing_key=name,
+        durable=main.durable,
+        queue_arguments=dict(main.queue_arguments or {}),
+    )
+
+
+def reported_queues(app: Celery) -> list[str]:
+    """Every queue whose depth ``agentloop_queue_depth`` reports (a bounded set): the app's own,
+    its dead-letter queue, and the holding queues of versions 2 to :data:`MAX_VERSIONS_AHEAD`
+    above the app's (where its workers park, and what they read)."""
+    default = str(app.conf.task_default_queue)
+    versions = range(2, app_wire_version(app) + MAX_VERSIONS_AHEAD + 1)
+    names = {*app.amqp.queues, default, dead_letter_queue_name(default)}
+    names.update(holding_queue(app, version) for version in versions)
+    return sorted(names)
+
+
 class WireGate:
-    """A worker's side of the version check: the holding queues it reads, and deferring a message."""
+    """A worker's side of the version check: the holding queues it reads, and parking a message."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
         self.version = app_wire_version(app)
+        self._entities: dict[int, tuple[Queue, list[Queue]]] = {}
 
     def holding_queues(self) -> list[str]:
         """The holding queues of every version above 1 up to this worker's (it reads them all)."""
         return [holding_queue(self.app, version) for version in range(2, self.version + 1)]
 
     def consume_holding_queues(self) -> None:
-        """Add the holding queues to those the worker consumes (whatever ``-Q`` selected)."""
+        """Add the holding queues of this worker's versions to those it consumes (whatever ``-Q``
+        selected), declared like the default queue."""
         queues = self.app.amqp.queues
-        for name in self.holding_queues():
-            queues.select_add(name)
+        for version in range(2, self.version + 1):
+            queues.select_add(holding_queue_entity(self.app, version))
+
+    def _holding(self, version: int) -> tuple[Queue, list[Queue]]:
+        """The holding queue of ``version``, and what each publish into it declares: the queue
+        itself, or nothing when the broker holds one of that name declared otherwise (a classic
+        queue an older release made: RabbitMQ refuses the quorum declare, ``PRECONDITION_FAILED``).
+        Then the message is parked in the queue as it is, with a warning: never refused, never
+        looped; ``docs/how-to/rabbitmq.md`` says how an operator replaces it."""
+        found = self._entities.get(version)
+        if found is not None:
+            return found
+        queue = holding_queue_entity(self.app, version)
+        declare = [queue]
+        with self.app.connection_for_write() as connection:
+            channel = connection.channel()
+            try:
+                queue(channel).declare()  # type: ignore[no-untyped-call]
+            except connection.channel_errors as error:
+                if getattr(error, "code", None) != _PRECONDITION_FAILED:
+                    raise
+                declare = []
+                logger.warning(
+                    "The holding queue %s exists with other arguments than %s's (%s): messages are "
+                    "parked in it as it is; drain and delete it (docs/how-to/rabbitmq.md)",
+                    queue.name, self.app.conf.task_default_queue, error,
+                )  # fmt: skip
+            finally:
+                with suppress(Exception):  # closed by the broker already (the refused declare)
+                    channel.close()
+        self._entities[version] = (queue, declare)
+        return queue, declare
 
     def defer(self, message: Any, version: int) -> str:
-        """Hand ``message`` (of wire ``version``, above this worker's) on; returns where it went.
-
-        Published again first, acknowledged after: a crash in between leaves a duplicate, never a loss.
-        """
+        """Park ``message`` (of wire ``version``, above this worker's) in its version's holding queue;
+        returns where it went. Published first, acknowledged after: a crash in between leaves a
+        duplicate, never a loss. The holding queue is declared, never consumed (the module doc)."""
         headers = dict(message.headers)
         deferrals = headers.get(DEFERRALS_HEADER, 0)
         deferrals = deferrals + 1 if isinstance(deferrals, int) and not isinstance(deferrals, bool) else 1
         headers[DEFERRALS_HEADER] = deferrals
-        info = message.delivery_info or {}
         properties = message.properties or {}
         kept = {name: properties[name] for name in _KEPT_PROPERTIES if properties.get(name) is not None}
-        parked = deferrals > MAX_DEFERRALS
-        declare: list[Any] = []
-        if parked:
-            queue = self.app.amqp.queues.select_add(holding_queue(self.app, version))
-            exchange, routing_key, declare = queue.exchange, queue.routing_key, [queue]
-        else:  # the way it came: its queue exists, it was just read from
-            exchange = info.get("exchange") or ""
-            routing_key = info.get("routing_key") or self.app.conf.task_default_queue
+        queue, declare = self._holding(version)
         with self.app.producer_or_acquire() as producer:
             producer.publish(
                 message.body,
-                exchange=exchange,
-                routing_key=routing_key,
+                exchange=queue.exchange,
+                routing_key=queue.routing_key,
                 headers=headers,
                 content_type=message.content_type,
                 content_encoding=message.content_encoding,
@@ -129,17 +212,9 @@ class WireGate:
                 **kept,
             )
         message.ack()
-        where = routing_key if not parked else f"the holding queue {routing_key}"
-        task, task_id = headers.get("task"), headers.get("id")
-        if parked:
-            logger.warning(
-                "Parked %s[%s] in %s: wire version %d, this worker reads up to %d; "
-                "a worker of version %d or newer takes it",
-                task, task_id, where, version, self.version, version,
-            )  # fmt: skip
-        else:
-            logger.info(
-                "Deferred %s[%s] to %s (%d of %d): wire version %d, this worker reads up to %d",
-                task, task_id, where, deferrals, MAX_DEFERRALS, version, self.version,
-            )  # fmt: skip
-        return where
+        logger.warning(
+            "Parked %s[%s] in the holding queue %s: wire version %d, this worker reads up to %d; "
+            "a worker of version %d or newer takes it",
+            headers.get("task"), headers.get("id"), queue.name, version, self.version, version,
+        )  # fmt: skip
+        return f"the holding queue {queue.name}"

@@ -3,7 +3,8 @@
 Counters count what one process did; these read shared state, the broker's queues and the run
 store, so any one process can answer for every worker (``agentloop serve`` does):
 
-- ``agentloop_queue_depth{queue}``: messages waiting in each of the app's queues;
+- ``agentloop_queue_depth{queue}``: messages waiting in each of the app's queues, its dead-letter
+  queue (``<queue>.dead``) and its holding queues (``<queue>.wire.<version>``, a bounded set);
 - ``agentloop_runs_in_flight{runnable,status}``: runs ``pending``, ``running`` or ``waiting`` (on a
   person's answer: the runs waiting on a person);
 - ``agentloop_metrics_source_up{source}``: ``1`` when the ``broker`` or the ``store`` answered this

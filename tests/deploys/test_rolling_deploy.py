@@ -6,8 +6,8 @@ deploy goes:
 
 1. a run starts on the old worker and is held inside its first step;
 2. a client already on the new version sends a launch: the old worker, the only one, cannot read
-   it, hands it back to the queue :data:`MAX_DEFERRALS` times, then parks it in the holding queue
-   of version 2; it never runs there, never fails, and is not lost;
+   it and parks it at once in the holding queue of version 2; it never runs there, never fails,
+   and is not lost;
 3. the new worker starts and takes the parked launch from the holding queue;
 4. the old worker gets a warm shutdown (TERM) while its step runs; the step finishes, the old
    worker exits, and the run's next step, a version-1 message, runs on the new worker.
@@ -29,12 +29,14 @@ import pytest
 import redis
 
 from agentloop.orchestration.celery_adapter.app import create_app
-from agentloop.orchestration.celery_adapter.wire_versions import MAX_DEFERRALS, holding_queue
+from agentloop.orchestration.celery_adapter.wire_versions import holding_queue
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import load_settings
-from agentloop.orchestration.wire import DEFERRALS_HEADER, WIRE_HEADER
+from agentloop.orchestration.wire import DEFERRALS_HEADER, LAUNCH, WIRE_HEADER
 from tests.servers.private_services import redis_and_store
+from tests.servers.rabbitmq import close_connections, list_queues, private_rabbitmq
+from tests.servers.redis_server import ServiceUnavailable
 from tests.servers.worker import WorkerProcess, run_worker_process
 
 HERE = Path(__file__).resolve().parent
@@ -58,33 +60,68 @@ def wait_for(what: str, condition: Callable[[], Any], worker: WorkerProcess | No
     raise AssertionError(f"never saw {what}{tail}")
 
 
+def _rig(stack: ExitStack, tmp_path: Path, broker: str) -> dict[str, Any]:
+    """Apps of wire versions 1 and 2, a run store, and workers of either version, on a private
+    Redis (``broker="redis"``) or a private RabbitMQ vhost (results on the private Redis)."""
+    services = redis_and_store(stack, tmp_path)
+    server, database_url, store = services.redis, services.database_url, services.store
+    broker_url, vhost = server.url, None
+    if broker == "rabbitmq":
+        try:
+            target = stack.enter_context(private_rabbitmq())
+        except ServiceUnavailable as unavailable:
+            pytest.skip(unavailable.reason)
+        if not target.private:
+            pytest.skip("rabbitmqctl cannot make a private vhost here (its connections are closed)")
+        broker_url, vhost = target.url, target.vhost
+    base = {"BROKER_URL": broker_url, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
+    registry = RunnableRegistry.from_modules(MODULES)
+    apps = {}
+    for version in (1, 2):
+        environ = {**base, "AGENTLOOP_WIRE_VERSION_OVERRIDE": str(version)} if version > 1 else base
+        app = create_app(settings=load_settings(environ), registry=registry, store=store)
+        stack.callback(app.close)
+        apps[version] = app
+    client = redis.Redis.from_url(server.url)
+    stack.callback(client.close)
+
+    def worker(version: int, **options: Any) -> WorkerProcess:
+        env = {"DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join(map(str, (ROOT, TESTS, HERE)))}
+        if version > 1:
+            env["AGENTLOOP_WIRE_VERSION_OVERRIDE"] = str(version)
+        return stack.enter_context(
+            run_worker_process(
+                broker_url=broker_url, result_backend=server.url, imports=MODULES, env=env, **options
+            )
+        )
+
+    def reconnect() -> None:
+        """Cut every client's broker connection: the workers reconnect."""
+        if vhost is None:
+            client.client_kill_filter(_type="normal")  # all but this client (SKIPME yes)
+        else:
+            close_connections(vhost)
+
+    return {
+        "apps": apps,
+        "store": store,
+        "redis": client,
+        "worker": worker,
+        "reconnect": reconnect,
+        "vhost": vhost,
+    }
+
+
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
     with ExitStack() as stack:
-        services = redis_and_store(stack, tmp_path)
-        server, database_url, store = services.redis, services.database_url, services.store
-        base = {"BROKER_URL": server.url, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
-        registry = RunnableRegistry.from_modules(MODULES)
-        apps = {}
-        for version in (1, 2):
-            environ = {**base, "AGENTLOOP_WIRE_VERSION_OVERRIDE": str(version)} if version > 1 else base
-            app = create_app(settings=load_settings(environ), registry=registry, store=store)
-            stack.callback(app.close)
-            apps[version] = app
-        client = redis.Redis.from_url(server.url)
-        stack.callback(client.close)
+        yield _rig(stack, tmp_path, "redis")
 
-        def worker(version: int, **options: Any) -> WorkerProcess:
-            env = {"DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join(map(str, (ROOT, TESTS, HERE)))}
-            if version > 1:
-                env["AGENTLOOP_WIRE_VERSION_OVERRIDE"] = str(version)
-            return stack.enter_context(
-                run_worker_process(
-                    broker_url=server.url, result_backend=server.url, imports=MODULES, env=env, **options
-                )
-            )
 
-        yield {"apps": apps, "store": store, "redis": client, "worker": worker}
+@pytest.fixture(params=["redis", "rabbitmq"])
+def either(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    with ExitStack() as stack:
+        yield _rig(stack, tmp_path, str(request.param))
 
 
 def test_a_run_started_on_old_workers_completes_on_new_ones_and_newer_messages_wait_for_them(
@@ -100,7 +137,7 @@ def test_a_run_started_on_old_workers_completes_on_new_ones_and_newer_messages_w
     )
     wait_for("the first step start on the old worker", started.exists, old)
 
-    # 2. a launch of wire version 2 reaches only the old worker: handed back, then parked
+    # 2. a launch of wire version 2 reaches only the old worker: parked
     newer = CeleryAgentRunner.create(runnable="deploy.whose", app=apps[2], store=store).request_sync(
         input={"sent": "by a new client"}
     )
@@ -108,13 +145,8 @@ def test_a_run_started_on_old_workers_completes_on_new_ones_and_newer_messages_w
     parked = wait_for("the version-2 launch parked", lambda: broker.lrange(parking, 0, -1), old)
     assert len(parked) == 1
     headers = json.loads(parked[0])["headers"]
-    assert (headers["id"], headers[WIRE_HEADER], headers[DEFERRALS_HEADER]) == (
-        newer.run_id,
-        2,
-        MAX_DEFERRALS + 1,
-    )
-    assert old.log_text().count(f"Deferred agentloop.launch[{newer.run_id}]") == MAX_DEFERRALS
-    assert f"Parked agentloop.launch[{newer.run_id}]" in old.log_text()
+    assert (headers["id"], headers[WIRE_HEADER], headers[DEFERRALS_HEADER]) == (newer.run_id, 2, 1)
+    assert old.log_text().count(f"Parked agentloop.launch[{newer.run_id}]") == 1  # at once
     assert store.get_run(newer.run_id) is None  # never run by a worker that cannot read it
     assert not newer.result.ready()  # nor failed
     assert broker.llen(apps[1].conf.task_default_queue) == 0
@@ -143,3 +175,104 @@ def test_each_task_message_says_the_wire_version_of_the_app_that_built_it(rig: d
             assert message.headers[WIRE_HEADER] == version
         celerys_own = app.amqp.as_task_v2(str(uuid.uuid4()), "celery.chord_unlock", (), {})
         assert WIRE_HEADER not in celerys_own.headers
+
+
+def _depth(app: Any, queue: str) -> int:
+    """Messages ready in ``queue`` (a passive declare: Redis' lists, RabbitMQ's ready count)."""
+    with app.connection_for_write() as connection:
+        channel = connection.channel()
+        try:
+            return int(channel.queue_declare(queue=queue, passive=True).message_count)
+        except connection.channel_errors:
+            return 0
+        finally:
+            channel.close()
+
+
+def _consumed(app: Any, worker: WorkerProcess) -> set[str]:
+    """The queues ``worker``'s consumer reads now (remote control's ``active_queues``)."""
+    with app.connection_for_write() as connection:  # a fresh one: a reconnect cut the pooled ones
+        inspect = app.control.inspect(destination=[worker.hostname], timeout=5.0, connection=connection)
+        replies = inspect.active_queues() or {}
+    return {queue["name"] for queue in replies.get(worker.hostname, [])}
+
+
+def test_after_a_broker_reconnect_a_worker_never_reads_the_holding_queue_it_parked_in(
+    either: dict[str, Any],
+) -> None:
+    """Issue 33, item 1: parking added the holding queue to the worker's consumed set, so after a
+    reconnect it consumed its own parked messages and parked them again, hundreds a second."""
+    apps, store = either["apps"], either["store"]
+    old = either["worker"](1, concurrency=1)
+    consumed_before = _consumed(apps[1], old)
+    newer = CeleryAgentRunner.create(runnable="deploy.whose", app=apps[2], store=store).request_sync(
+        input={"sent": "by a new client"}
+    )
+    parking = holding_queue(apps[2], 2)
+    wait_for("the version-2 launch parked", lambda: _depth(apps[1], parking) == 1, old)
+    parked = f"Parked agentloop.launch[{newer.run_id}]"
+    if either["vhost"] is not None:  # issue 33, item 6: declared as the default queue is
+        queues = list_queues(either["vhost"])
+        assert queues[parking] == queues["agentloop"]
+        kind, arguments = queues[parking]
+        assert kind == "quorum" and arguments["x-dead-letter-routing-key"] == "agentloop.dead", arguments
+        assert arguments["x-delivery-limit"] > 0, arguments
+
+    either["reconnect"]()
+    wait_for("the old worker reconnect", lambda: old.log_text().count("Connected to ") >= 2, old)
+    # a barrier: a run of version 1 sent after the reconnect ends, so the consumer reads again
+    plain = CeleryAgentRunner.create(runnable="deploy.whose", app=apps[1], store=store).request_sync(
+        input={"sent": "after the reconnect"}
+    )
+    assert plain.wait_sync(timeout=CEILING) == {"sent": "after the reconnect", "second": old.pid}
+
+    assert parking not in consumed_before
+    assert _consumed(apps[1], old) == consumed_before  # no holding queue of a newer version
+    assert old.log_text().count(parked) == 1, old.log_text()[-3000:]
+    assert _depth(apps[1], parking) == 1  # still there, once
+    assert store.get_run(newer.run_id) is None and not newer.result.ready()
+
+    new = either["worker"](2, concurrency=1)
+    assert parking in _consumed(apps[2], new)
+    assert newer.wait_sync(timeout=CEILING) == {"sent": "by a new client", "second": new.pid}
+    assert _depth(apps[1], parking) == 0
+    assert old.log_text().count(parked) == 1
+
+
+def test_a_forged_wire_version_far_ahead_is_refused_on_a_real_worker_and_makes_no_queue(
+    either: dict[str, Any],
+) -> None:
+    """Issue 33, item 6b: each forged ``agentloop_wire`` value above the worker's made a holding
+    queue of its own; one more than ``MAX_VERSIONS_AHEAD`` above is now a malformed message."""
+    apps, store = either["apps"], either["store"]
+    old = either["worker"](1, concurrency=1)
+    app, forged, run_id = apps[1], 1000, f"forged-{uuid.uuid4().hex[:8]}"
+    kwargs = {"runnable": "deploy.whose", "input": {"sent": "forged"}, "run_id": run_id}
+    headers, properties, body, _ = app.amqp.as_task_v2(run_id, LAUNCH, (), kwargs)
+    headers = {**headers, WIRE_HEADER: forged}  # past stamp(), as a sender with kombu alone
+    with app.producer_or_acquire() as producer:
+        queue = app.amqp.queues[app.conf.task_default_queue]
+        producer.publish(
+            body,
+            exchange=queue.exchange,
+            routing_key=queue.routing_key,
+            headers=headers,
+            serializer="json",
+            declare=[queue],
+            **properties,
+        )
+    record = wait_for(
+        "the forged launch recorded failed",
+        lambda: (found := store.get_run(run_id)) is not None and found.is_finished and found,
+        old,
+    )
+    assert record.status == "failed" and "wire version" in str(record.error), record.error
+    assert f"Parked agentloop.launch[{run_id}]" not in old.log_text()
+    name = holding_queue(app, forged)
+    if either["vhost"] is not None:
+        assert name not in list_queues(either["vhost"])
+    else:
+        client = either["redis"]
+        assert not [key for key in client.keys("*") if name.encode() in key]
+        bindings = [member for key in client.keys("_kombu.binding.*") for member in client.smembers(key)]
+        assert not [member for member in bindings if name.encode() in member]

@@ -71,11 +71,13 @@ def test_a_well_formed_message_passes() -> None:
     assert check_message(FakeMessage(headers(), [[], {}, None])) is None
 
 
-def test_a_message_of_any_wire_version_passes_the_edge_without_or_with_the_header() -> None:
-    """Without the header a message is version 1; a newer one is not malformed (``wire_versions.py``
-    hands it on), so the edge lets every positive version through."""
-    for extra in ({}, {"agentloop_wire": 1}, {"agentloop_wire": 7, "agentloop_wire_deferrals": 3}):
+def test_a_message_of_a_plausible_wire_version_passes_the_edge_without_or_with_the_header() -> None:
+    """Without the header a message is version 1; a newer one up to ``MAX_VERSIONS_AHEAD`` above the
+    worker's is not malformed (``wire_versions.py`` parks it); further ahead it is refused."""
+    for extra in ({}, {"agentloop_wire": 1}, {"agentloop_wire": 5, "agentloop_wire_deferrals": 3}):
         assert check_message(FakeMessage(headers(**extra), GOOD)) is None
+    assert check_message(FakeMessage(headers(agentloop_wire=7), GOOD), 3) is None
+    assert check_message(FakeMessage(headers(agentloop_wire=7), GOOD)) is not None
 
 
 def test_depth_is_measured_without_recursion_at_any_depth() -> None:

@@ -38,7 +38,7 @@ from urllib.parse import quote
 from agentloop.orchestration.celery_adapter.app import create_app
 from tests.servers.redis_server import service_unavailable
 
-__all__ = ["RabbitMQTarget", "list_queues", "private_rabbitmq", "private_rabbitmq_vhost"]
+__all__ = ["RabbitMQTarget", "close_connections", "list_queues", "private_rabbitmq", "private_rabbitmq_vhost"]
 
 _HOST = "127.0.0.1"
 _PORT = 5672
@@ -164,3 +164,17 @@ def private_rabbitmq_vhost() -> Iterator[str]:
     """
     with private_rabbitmq() as target:
         yield target.url
+
+
+def close_connections(vhost: str) -> int:
+    """Close every client connection to ``vhost`` (``rabbitmqctl close_connection``), as a network
+    blip does; returns how many were closed. Needs ``rabbitmqctl``."""
+    listing = _rabbitmqctl("list_connections", "pid", "vhost")  # JSON's pids are not close_connection's
+    closed = 0
+    for line in listing.stdout.splitlines():
+        pid, _, name = line.partition("\t")
+        if name == vhost and pid.startswith("<"):
+            with suppress(subprocess.CalledProcessError):  # it went away meanwhile
+                _rabbitmqctl("close_connection", pid, "agentloop test: a network blip")
+                closed += 1
+    return closed
