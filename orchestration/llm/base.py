@@ -19,6 +19,7 @@ from typing import Any
 from agentloop.actions.model import AiResponse, ModelRequest, Usage
 from agentloop.actions.recording import model_turn
 from agentloop.actions.tracing import trace_span
+from agentloop.actions.usage import metered_turn
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.tracing.genai import record_response, request_attributes
 
@@ -68,8 +69,9 @@ class BaseProcessor(ABC):
         token, began = _call.set(call), time.perf_counter()
         try:
             with trace_span(f"chat {model}".strip(), **request_attributes(model, instruction)) as span:
-                # a recorded run keeps the turn; a replay answers it from its recording (actions/recording.py)
-                response = await model_turn(request, lambda: self.process(request))
+                # a recorded run keeps the turn, a replay answers it from its recording
+                # (actions/recording.py); the run meter counts it, enforcing the budget (actions/usage.py)
+                response = await metered_turn(lambda: model_turn(request, lambda: self.process(request)))
                 record_response(span, response)
         finally:
             _call.reset(token)
