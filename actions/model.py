@@ -142,7 +142,8 @@ class ModelRequest:
         answered with an error, after the processor's retries) is reported to the run as a
         model failure of ``step`` (:func:`~agentloop.actions.report_model_failure`): the run ends
         ``degraded`` with an event naming the step and the reason. The reply is returned
-        either way; check ``reply.has_error`` before using ``reply.text``.
+        either way; check ``reply.has_error`` before using ``reply.text``. Like every model
+        call, it counts against the run's usage and token budget (:meth:`forward`).
         """
         response = await self.forward(processor)
         if response.has_error:
