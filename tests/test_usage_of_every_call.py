@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -30,6 +30,7 @@ from agentloop.orchestration.llm.limits import MemoryBackend, RateLimitedProcess
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.llm.stream_deltas import StreamTally, stream_reply
+from agentloop.orchestration.metrics.record import use_instruments
 from agentloop.orchestration.testing.servers import anthropic_server, openai_server
 from agentloop.testing import ScriptedModel, text_reply, tool_call
 
@@ -183,6 +184,28 @@ async def test_the_offline_model_s_calls_count_and_a_budget_stops_them() -> None
     stopped, usage = await run(SendThrice, model, budget=1)
     assert isinstance(stopped, TokenBudgetExceededError)
     assert model.calls == 1 and usage.total_tokens > 1
+
+
+class CountedCalls:
+    """Stands in for the metrics' instruments: the tokens of each model call they were told of."""
+
+    def __init__(self) -> None:
+        self.tokens: list[tuple[int, int]] = []
+
+    def model_called(self, *, input_tokens: int, output_tokens: int, **call: Any) -> None:
+        self.tokens.append((input_tokens, output_tokens))
+
+
+async def test_the_call_that_passes_the_budget_is_in_the_metrics_as_in_the_run_s_usage() -> None:
+    instruments = CountedCalls()
+    previous = use_instruments(cast(Any, instruments))
+    try:
+        stopped, usage = await run(SendThrice, scripted(3), budget=1)
+    finally:
+        use_instruments(previous)
+    assert isinstance(stopped, TokenBudgetExceededError)
+    assert instruments.tokens == [(PER_CALL.input_tokens, PER_CALL.output_tokens)]
+    assert usage == PER_CALL
 
 
 # ----- the processors, through the real SDKs -------------------------------------------------------
