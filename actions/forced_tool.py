@@ -53,9 +53,8 @@ from agentloop.actions.base import BaseAgentAction
 from agentloop.actions.caching import schema_version, step_cache_key
 from agentloop.actions.context_values import context_value
 from agentloop.actions.degradation import ModelFailure, ModelFailurePolicy, report_model_failure
-from agentloop.actions.errors import InvalidModelOutputError, ModelUnavailableError
-from agentloop.actions.model import AiResponse, FunctionCall
-from agentloop.actions.usage import check_budget, report_usage
+from agentloop.actions.errors import InvalidModelOutputError, ModelUnavailableError, TokenBudgetExceededError
+from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest
 
 logger = logging.getLogger(__name__)
 
@@ -145,22 +144,21 @@ class ForcedToolAction(BaseAgentAction):
             return AiResponse.failure("context has no processor")
         if history_messages is None:
             history_messages = context_value(context, "history_messages", [])
-        check_budget()  # a spent budget stops the step: it is not a model fault
-        try:
-            response: AiResponse = await processor.send_request(
-                instruction=instruction,
-                tools=[dict(tool_payload)],
-                tool_choices=[{"name": tool_payload["name"]}],
-                history_messages=list(history_messages),
-                documents=list(context_value(context, "documents", [])),
-                files=list(context_value(context, "files", [])),
-                is_auto_handle_function_call=False,
-            )
+        request = ModelRequest(
+            instruction=instruction,
+            tools=(dict(tool_payload),),
+            tool_choices=({"name": tool_payload["name"]},),
+            history_messages=tuple(history_messages),
+            documents=tuple(context_value(context, "documents", [])),
+            files=tuple(context_value(context, "files", [])),
+        )
+        try:  # metered: counts against the run's budget (actions/usage.py)
+            return await request.forward(processor)
+        except TokenBudgetExceededError:  # a spent budget stops the step: it is not a model fault
+            raise
         except Exception as error:  # processors should not raise; if one does, it is a model fault
             logger.warning("processor raised during forced tool call", exc_info=True)
             return AiResponse.failure(f"{type(error).__name__}: {error}")
-        report_usage(response.usage)
-        return response
 
     def extract_function_call(self, *, response: AiResponse, tool_name: str) -> FunctionCall | None:
         """The first call to ``tool_name``; ``None`` when the model called none."""

@@ -20,38 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.degradation import report_model_failure
+from agentloop.actions.usage import Usage as Usage
+from agentloop.actions.usage import metered_turn
 
 JsonObject = dict[str, Any]
 #: The step a raw :meth:`ModelRequest.send` reports its failed reply as, unless told another.
 RAW_REQUEST = "model_request"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Usage:
-    """Token usage of one model turn (or a sum of turns)."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-        )
-
-    def to_dict(self) -> dict[str, int]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Usage:
-        return cls(
-            input_tokens=int(data.get("input_tokens", 0)),
-            output_tokens=int(data.get("output_tokens", 0)),
-        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,7 +142,8 @@ class ModelRequest:
         answered with an error, after the processor's retries) is reported to the run as a
         model failure of ``step`` (:func:`~agentloop.actions.report_model_failure`): the run ends
         ``degraded`` with an event naming the step and the reason. The reply is returned
-        either way; check ``reply.has_error`` before using ``reply.text``.
+        either way; check ``reply.has_error`` before using ``reply.text``. Like every model
+        call, it counts against the run's usage and token budget (:meth:`forward`).
         """
         response = await self.forward(processor)
         if response.has_error:
@@ -176,16 +151,24 @@ class ModelRequest:
         return response
 
     async def forward(self, processor: ModelProcessor) -> AiResponse:
-        """Pass this turn on to ``processor`` and return its reply as it is, reporting nothing:
-        for a processor that wraps another (its own caller reports what a failure means)."""
-        return await processor.send_request(
-            instruction=self.instruction,
-            tools=self.tools,
-            tool_choices=self.tool_choices,
-            history_messages=self.history_messages,
-            documents=self.documents,
-            files=self.files,
-            is_auto_handle_function_call=self.is_auto_handle_function_call,
+        """Pass this turn on to ``processor`` and return its reply as it is, reporting no failure:
+        for a processor that wraps another (its own caller reports what a failure means).
+
+        The call counts against the run's token budget like every model call
+        (:func:`~agentloop.actions.usage.metered_turn`): a spent budget raises
+        :class:`~agentloop.actions.errors.TokenBudgetExceededError` before the call, and the
+        reply's usage is added to the run's (once, however many processors it went through).
+        """
+        return await metered_turn(
+            lambda: processor.send_request(
+                instruction=self.instruction,
+                tools=self.tools,
+                tool_choices=self.tool_choices,
+                history_messages=self.history_messages,
+                documents=self.documents,
+                files=self.files,
+                is_auto_handle_function_call=self.is_auto_handle_function_call,
+            )
         )
 
 

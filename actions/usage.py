@@ -1,8 +1,12 @@
 """Token usage accounting and budgets, seen from inside a step.
 
-Every model call the core makes (a forced tool call, an AI-driven turn) first
-asks :func:`check_budget` and then hands the response's usage to
-:func:`report_usage`. Both talk to the :class:`UsageMeter` of the running
+Every model call is metered at one place, :func:`metered_turn`, where the call returns: the
+processor protocol's entry point (``ModelRequest.forward``, which a forced tool call, an
+AI-driven turn and ``ModelRequest.send`` all go through) and every processor built on
+``BaseProcessor`` (OpenAI, Anthropic, the offline model, wrappers, test doubles) wrap their call
+in it. Before the call it asks :func:`check_budget`; after it, the response's usage goes to
+:func:`report_usage`, once: when a call passes through several processors (a wrapper and the
+one it wraps), the innermost counts it. Both talk to the :class:`UsageMeter` of the running
 step, which a runner installs with :func:`use_meter`: in-process an
 :class:`InMemoryUsageMeter`; on Celery a meter that sums usage per run in the
 run store, shared by every task and worker of the run.
@@ -16,16 +20,43 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentloop.actions.errors import TokenBudgetExceededError
-from agentloop.actions.model import Usage
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """Token usage of one model turn (or a sum of turns)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Usage:
+        return cls(
+            input_tokens=int(data.get("input_tokens", 0)),
+            output_tokens=int(data.get("output_tokens", 0)),
+        )
 
 
 @runtime_checkable
@@ -117,6 +148,45 @@ def report_usage(usage: Usage) -> None:
     meter = _meter.get()
     if meter is not None:
         meter.record(usage)
+
+
+class _Spending(Protocol):
+    @property
+    def usage(self) -> Usage: ...
+
+
+Reply = TypeVar("Reply", bound=_Spending)
+
+
+@dataclass
+class _Turn:
+    """One metered model call in progress: whether a call inside it (a wrapped processor's) counted."""
+
+    counted: bool = False
+
+
+_turn: ContextVar[_Turn | None] = ContextVar("agentloop_metered_turn", default=None)
+
+
+async def metered_turn(send: Callable[[], Awaitable[Reply]]) -> Reply:
+    """``send()``, one model call, counted against the run (module doc): :func:`check_budget`
+    first (a spent budget raises :class:`TokenBudgetExceededError` and nothing is sent), then
+    the reply's usage to :func:`report_usage` (which raises once the call passed the budget),
+    unless a metered call inside this one (the processor a wrapper passed the turn to) counted it."""
+    check_budget()
+    outer, turn = _turn.get(), _Turn()
+    token = _turn.set(turn)
+    try:
+        response = await send()
+    finally:
+        _turn.reset(token)
+        if outer is not None and turn.counted:
+            outer.counted = True
+    if outer is not None:
+        outer.counted = True
+    if not turn.counted:
+        report_usage(response.usage)
+    return response
 
 
 def report_cache_use(*, hit: bool, tokens_saved: int = 0) -> None:

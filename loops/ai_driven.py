@@ -29,11 +29,10 @@ from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.base import BaseAgentAction
 from agentloop.actions.context_values import context_value
 from agentloop.actions.degradation import report_model_failure
-from agentloop.actions.errors import UnknownActionError
-from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.actions.errors import TokenBudgetExceededError, UnknownActionError
+from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest, Usage
 from agentloop.actions.prompt import embed_user_text
 from agentloop.actions.recording import TOOL, record_entry
-from agentloop.actions.usage import check_budget, report_usage
 from agentloop.loops.base import BaseAgentLoop
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 
@@ -106,20 +105,18 @@ class AiDrivenAgentLoop(BaseAgentLoop):
         processor = context_value(self.context, "processor")
         if processor is None:
             raise RuntimeError("AiDrivenAgentLoop needs context.processor")
-        check_budget()
-        try:
-            response: AiResponse = await processor.send_request(
-                instruction=await maybe_await(self.build_instruction(state=state)),
-                tools=self.offered_tools(),
-                tool_choices=None,
-                history_messages=list(state["history"]),
-                documents=list(context_value(self.context, "documents", [])),
-                files=[],
-                is_auto_handle_function_call=False,
-            )
+        request = ModelRequest(
+            instruction=await maybe_await(self.build_instruction(state=state)),
+            tools=tuple(self.offered_tools()),
+            history_messages=tuple(state["history"]),
+            documents=tuple(context_value(self.context, "documents", [])),
+        )
+        try:  # metered: counts against the run's budget (actions/usage.py)
+            response: AiResponse = await request.forward(processor)
+        except TokenBudgetExceededError:  # a spent budget stops the run: it is not a model fault
+            raise
         except Exception as error:  # a processor that raises is a model fault like any other
             response = AiResponse.failure(f"{type(error).__name__}: {error}")
-        report_usage(response.usage)
         usage = (Usage.from_dict(state["usage"]) + response.usage).to_dict()
         if response.has_error:
             # the turn is tried again next iteration, and the run says a model call failed: a loop that

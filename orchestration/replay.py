@@ -454,31 +454,80 @@ def _is_local(address: Any) -> bool:
         return False
 
 
+class _NetworkBlock:
+    """The replays' block on the network, counted: the first replay to start puts the checking
+    ``socket.connect`` / ``connect_ex`` in place, the last to end puts the originals back, and
+    each holds the model-request guard (:meth:`ModelRequestGuard.holding`, counted too). So
+    replays that overlap, in threads, ending in any order or raising, leave the process exactly
+    as it was once the last one ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._originals: tuple[Any, Any] | None = None
+        self._installed: tuple[Any, Any] | None = None
+
+    @property
+    def depth(self) -> int:
+        """How many blocks are held now."""
+        with self._lock:
+            return self._depth
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth == 0:
+                self._install()
+            self._depth += 1
+        try:
+            with model_requests.holding(hint="a replay answers model requests from its recording"):
+                yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._uninstall()
+
+    def _install(self) -> None:
+        original, original_ex = socket.socket.connect, socket.socket.connect_ex
+        block = self
+
+        def refuse(sock: socket.socket, address: Any) -> None:
+            if block._depth and sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_local(address):
+                raise NetworkBlockedError(f"replay: no network; a connection to {address!r} was refused")
+
+        def connect(self: socket.socket, address: Any) -> None:
+            refuse(self, address)
+            original(self, address)
+
+        def connect_ex(self: socket.socket, address: Any) -> int:
+            refuse(self, address)
+            return original_ex(self, address)
+
+        self._originals, self._installed = (original, original_ex), (connect, connect_ex)
+        socket.socket.connect, socket.socket.connect_ex = connect, connect_ex  # type: ignore[method-assign,assignment]
+
+    def _uninstall(self) -> None:
+        if self._originals is None or self._installed is None:
+            return
+        # put the originals back unless someone patched over ours since (ours is inert at depth 0)
+        if (socket.socket.connect, socket.socket.connect_ex) == self._installed:
+            socket.socket.connect, socket.socket.connect_ex = self._originals  # type: ignore[method-assign]
+            self._originals = self._installed = None
+
+
+_network_block = _NetworkBlock()
+
+
 @contextmanager
 def no_network() -> Iterator[None]:
     """No connection off this machine inside the block (a replay's): ``socket.connect`` to any
     address but a loopback one raises :class:`NetworkBlockedError`, and the model-request guard
-    refuses any model server but a local one. Process-wide while it lasts."""
-    original, original_ex = socket.socket.connect, socket.socket.connect_ex
-
-    def connect(self: socket.socket, address: Any) -> None:
-        if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_local(address):
-            raise NetworkBlockedError(f"replay: no network; a connection to {address!r} was refused")
-        original(self, address)
-
-    def connect_ex(self: socket.socket, address: Any) -> int:
-        if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_local(address):
-            raise NetworkBlockedError(f"replay: no network; a connection to {address!r} was refused")
-        return original_ex(self, address)
-
-    previous = model_requests.state
-    socket.socket.connect, socket.socket.connect_ex = connect, connect_ex  # type: ignore[method-assign,assignment]
-    model_requests.block(hint="a replay answers model requests from its recording")
-    try:
+    refuses any model server but a local one. Process-wide while any block lasts; blocks are
+    counted, so overlapping replays (in threads, ending in any order, raising) leave the process
+    exactly as it was once the last one ends."""
+    with _network_block.held():
         yield
-    finally:
-        socket.socket.connect, socket.socket.connect_ex = original, original_ex  # type: ignore[method-assign]
-        model_requests.restore(previous)
 
 
 # ----- the replay --------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ that fails."""
 
 from __future__ import annotations
 
-from agentloop.actions.usage import report_usage
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import register
 from agentloop.pipelines import step
@@ -12,7 +11,8 @@ from agentloop.pipelines import step
 
 @step(name="metrics_ask", cache_ttl=600)
 async def ask(text: str) -> str:
-    """One call of the offline model; its tokens go on the run's meter (so a hit saves them)."""
+    """One call of the offline model; its tokens go on the run's meter (every call's do), so a hit
+    saves them."""
     reply = await OfflineModel().send_request(
         instruction=f"say something about {text}",
         tools=[],
@@ -22,7 +22,6 @@ async def ask(text: str) -> str:
         files=[],
         is_auto_handle_function_call=False,
     )
-    report_usage(reply.usage)
     return reply.text
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from agentloop.actions.model import AiResponse, ModelRequest, Usage
 from agentloop.actions.recording import model_turn
 from agentloop.actions.tracing import trace_span
+from agentloop.actions.usage import metered_turn
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.tracing.genai import record_response, request_attributes
 
@@ -63,11 +64,18 @@ class BaseProcessor(ABC):
             files=tuple(files),
             is_auto_handle_function_call=is_auto_handle_function_call,
         )
+        # the run's meter counts the call and enforces its budget (actions/usage.py): around the
+        # call and its metrics, so the call that passes the budget is in the metrics too
+        return await metered_turn(lambda: self._measured(request))
+
+    async def _measured(self, request: ModelRequest) -> AiResponse:
+        """:meth:`process`, traced and counted in the metrics (by the innermost processor)."""
         model = str(getattr(self, "model", None) or getattr(self, "model_name", ""))
         call, outer = _Call(), _call.get()
+        attributes = request_attributes(model, request.instruction)
         token, began = _call.set(call), time.perf_counter()
         try:
-            with trace_span(f"chat {model}".strip(), **request_attributes(model, instruction)) as span:
+            with trace_span(f"chat {model}".strip(), **attributes) as span:
                 # a recorded run keeps the turn; a replay answers it from its recording (actions/recording.py)
                 response = await model_turn(request, lambda: self.process(request))
                 record_response(span, response)

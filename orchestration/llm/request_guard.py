@@ -13,6 +13,10 @@ the block off. Outside the plugin nothing is blocked.
 The switch is one per process on purpose, like pydantic-ai's
 ``ALLOW_MODEL_REQUESTS``: a processor built anywhere, in a test, in a context
 factory or in a worker thread, must see it, and only the plugin sets it.
+
+A replay blocks requests too, with :meth:`ModelRequestGuard.holding`: a hold is counted, apart
+from the switch, so replays that overlap (in two threads, ending in any order) never save and
+restore the switch, and once the last hold is let go the guard is exactly as it was.
 """
 
 from __future__ import annotations
@@ -68,13 +72,32 @@ class ModelRequestGuard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._state = GuardState()
+        self._holds: dict[object, str] = {}
         self._refusals: list[str] = []
 
     @property
     def blocked(self) -> bool:
-        """Whether requests off this machine are refused."""
+        """Whether requests off this machine are refused (by the switch or a hold)."""
+        return self._hint() is not None
+
+    def _hint(self) -> str | None:
         with self._lock:
-            return self._state.hint is not None
+            if self._state.hint is not None:
+                return self._state.hint
+            return next(reversed(self._holds.values()), None)
+
+    @contextmanager
+    def holding(self, *, hint: str) -> Iterator[None]:
+        """Requests off this machine refused inside the block (``hint`` ends the error), whatever
+        the switch says; holds are counted, so overlapping ones end in any order (module doc)."""
+        hold = object()
+        with self._lock:
+            self._holds[hold] = hint
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._holds[hold]
 
     @property
     def state(self) -> GuardState:
@@ -107,7 +130,7 @@ class ModelRequestGuard:
 
     def check(self, *, url: str, sender: str) -> None:
         """Raise :class:`ModelRequestsBlockedError` if ``sender`` may not send to ``url`` now."""
-        hint = self.state.hint
+        hint = self._hint()
         if hint is None or is_local_url(url):
             return
         message = (

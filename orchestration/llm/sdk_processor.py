@@ -35,6 +35,7 @@ import copy
 import logging
 from abc import abstractmethod
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
@@ -49,6 +50,7 @@ from agentloop.orchestration.llm.stream_deltas import (
     DeltaReporter,
     StreamedReplies,
     StreamReader,
+    StreamTally,
     stream_reply,
 )
 
@@ -230,9 +232,12 @@ class SdkProcessor(StreamedReplies, BaseProcessor, Generic[ClientT]):
             body = self._request_body(request)
         except (TypeError, ValueError) as error:
             return self._failure(f"invalid request: {error}")
-        response = await (self._streamed(body) if self._stream else self._whole(body))
-        if isinstance(response, str):  # no reply: why
-            return self._failure(response)
+        tally = StreamTally()
+        response = await (self._streamed(body, tally) if self._stream else self._whole(body))
+        if isinstance(response, str):  # no reply: why (with what the tries of a broken stream cost)
+            response = replace(self._failure(response), usage=tally.usage)
+            await self._report_usage(response.usage)
+            return response
         await self._report_usage(response.usage)
         if response.has_error:
             self._log.warning("%s: %s", self._name, response.error)
@@ -252,8 +257,9 @@ class SdkProcessor(StreamedReplies, BaseProcessor, Generic[ClientT]):
             self._log.warning("%s: could not read the reply", self._name, exc_info=True)
             return f"unreadable response: {type(error).__name__}: {error}"
 
-    async def _streamed(self, body: dict[str, Any]) -> AiResponse | str:
-        """One reply streamed, its pieces reported as ``delta`` events: the reply, or why there is none."""
+    async def _streamed(self, body: dict[str, Any], tally: StreamTally) -> AiResponse | str:
+        """One reply streamed, its pieces reported as ``delta`` events: the reply, or why there is none
+        (the usage its tries reported left in ``tally``)."""
         try:
             return await stream_reply(
                 lambda: self._open_stream(self._clients.current(), body),
@@ -262,6 +268,7 @@ class SdkProcessor(StreamedReplies, BaseProcessor, Generic[ClientT]):
                 interval=self._stream_interval,
                 retries=self.max_retries,
                 broken=self.errors.broke_stream,
+                tally=tally,
             )
         except ValueError as error:  # a piece that is not JSON, or not a piece of this stream
             self._log.warning("%s: unreadable stream %s", self._name, self.stream_piece, exc_info=True)

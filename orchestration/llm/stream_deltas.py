@@ -29,11 +29,11 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
-from agentloop.actions.model import AiResponse
+from agentloop.actions.model import AiResponse, Usage
 from agentloop.actions.step_events import report_step_event, step_events_wanted
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "DELTA_PHASE",
     "DeltaReporter",
     "StreamReader",
+    "StreamTally",
     "StreamedReplies",
     "as_stream_interval",
     "delta_reporter",
@@ -168,6 +169,14 @@ async def read_stream(
 _FIRST_BACKOFF, _LAST_BACKOFF = 0.5, 8.0
 
 
+@dataclass
+class StreamTally:
+    """The usage every try of one streamed reply reported (a try cut short or broken included):
+    what the call cost, whatever became of it."""
+
+    usage: Usage = field(default_factory=Usage)
+
+
 async def stream_reply(
     open_stream: Callable[[], Awaitable[Any]],
     reader_for: Callable[[DeltaReporter | None], StreamReader[Any]],
@@ -177,24 +186,34 @@ async def stream_reply(
     retries: int,
     broken: Callable[[BaseException], bool],
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    tally: StreamTally | None = None,
 ) -> AiResponse:
     """One streamed reply: ``open_stream()`` (the SDK's request, which it retries itself) read by
     ``reader_for(reporter)``, read again from the start up to ``retries`` times when it breaks
     part-way: cut short (a reply without its end) or by an error ``broken`` says broke it (a
     dropped connection, a read timeout). An abandoned reply's deltas are followed by a discard
-    event. Returns the reply, or the last cut-short one; raises what opening the stream raised (the
-    SDK retried it), what reading it raised when it did not break it, or the last break."""
+    event. Returns the reply, or the last cut-short one, with the usage of every try (what the
+    server reported of each, a try it broke included); raises what opening the stream raised (the
+    SDK retried it), what reading it raised when it did not break it, or the last break, leaving
+    the usage of the tries in ``tally``."""
+    tally = tally if tally is not None else StreamTally()
     attempt = 0
     while True:
         reporter = delta_reporter(action, interval)
         stream = await open_stream()
+        reader = reader_for(reporter)
         failure: AiResponse | Exception
         try:
-            async with stream:
-                response = await read_stream(stream, reader_for(reporter), reporter)
+            try:
+                async with stream:
+                    response = await read_stream(stream, reader, reporter)
+            except Exception:
+                tally.usage = tally.usage + _reported_usage(reader)  # what arrived before the break
+                raise
+            tally.usage = tally.usage + response.usage
             if not response.has_error:
-                return response
-            failure = response  # cut short
+                return replace(response, usage=tally.usage)
+            failure = replace(response, usage=tally.usage)  # cut short
         except Exception as error:
             if reporter is not None:
                 await reporter.discard()
@@ -218,6 +237,15 @@ async def stream_reply(
             retries,
         )
         await sleep(min(_FIRST_BACKOFF * 2 ** (attempt - 1), _LAST_BACKOFF))
+
+
+def _reported_usage(reader: StreamReader[Any]) -> Usage:
+    """The usage the pieces ``reader`` received so far reported (none when it cannot say)."""
+    try:
+        return reader.response().usage
+    except Exception:  # a reader that cannot build a reply from a broken stream
+        logger.debug("no usage from a broken stream", exc_info=True)
+        return Usage()
 
 
 class StreamedReplies:
