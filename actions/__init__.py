@@ -36,7 +36,7 @@ from agentloop.actions.human import (
     check_answer,
     use_human_channel,
 )
-from agentloop.actions.model import AiResponse, FunctionCall, ModelProcessor, ModelRequest, Usage
+from agentloop.actions.model import AiResponse, FunctionCall, ModelProcessor, ModelRequest
 from agentloop.actions.prompt import embed_user_fields, embed_user_text
 from agentloop.actions.recording import InMemoryRecording, RecordedEntry, RecordingTap
 from agentloop.actions.registry import AgentActionRegistry
@@ -52,6 +52,7 @@ from agentloop.actions.typed import TypedAction, TypedToolAction
 from agentloop.actions.usage import (
     CacheUsage,
     InMemoryUsageMeter,
+    Usage,
     UsageMeter,
     check_budget,
     current_meter,

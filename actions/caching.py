@@ -48,11 +48,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.degradation import watch_step
-from agentloop.actions.model import Usage
 from agentloop.actions.recording import record_entry
 from agentloop.actions.schema import json_output
 from agentloop.actions.step_events import report_step_event
-from agentloop.actions.usage import UsageMeter, current_meter, report_cache_use, use_meter
+from agentloop.actions.usage import Usage, UsageMeter, current_meter, report_cache_use, use_meter
 
 logger = logging.getLogger(__name__)
 

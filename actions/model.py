@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.degradation import report_model_failure
-from agentloop.actions.usage import Usage as Usage
-from agentloop.actions.usage import metered_turn
+from agentloop.actions.usage import Usage, metered_turn
 
 JsonObject = dict[str, Any]
 #: The step a raw :meth:`ModelRequest.send` reports its failed reply as, unless told another.

@@ -30,9 +30,10 @@ from agentloop.actions.base import BaseAgentAction
 from agentloop.actions.context_values import context_value
 from agentloop.actions.degradation import report_model_failure
 from agentloop.actions.errors import TokenBudgetExceededError, UnknownActionError
-from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest, Usage
+from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest
 from agentloop.actions.prompt import embed_user_text
 from agentloop.actions.recording import TOOL, record_entry
+from agentloop.actions.usage import Usage
 from agentloop.loops.base import BaseAgentLoop
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 

@@ -16,10 +16,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from agentloop.actions.model import AiResponse, ModelRequest, Usage
+from agentloop.actions.model import AiResponse, ModelRequest
 from agentloop.actions.recording import model_turn
 from agentloop.actions.tracing import trace_span
-from agentloop.actions.usage import metered_turn
+from agentloop.actions.usage import Usage, metered_turn
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.tracing.genai import record_response, request_attributes
 

@@ -15,7 +15,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest, Usage
+from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest
+from agentloop.actions.usage import Usage
 from agentloop.orchestration.llm.base import BaseProcessor
 
 LABEL = "[offline model]"

@@ -40,7 +40,8 @@ from datetime import timedelta
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from agentloop.actions.awaiting import maybe_await
-from agentloop.actions.model import AiResponse, ModelRequest, Usage
+from agentloop.actions.model import AiResponse, ModelRequest
+from agentloop.actions.usage import Usage
 from agentloop.orchestration.interruptions import reraise_interruption
 from agentloop.orchestration.llm.base import BaseProcessor, UsageHook
 from agentloop.orchestration.llm.loop_clients import LoopClients

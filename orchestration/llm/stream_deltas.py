@@ -33,8 +33,9 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
-from agentloop.actions.model import AiResponse, Usage
+from agentloop.actions.model import AiResponse
 from agentloop.actions.step_events import report_step_event, step_events_wanted
+from agentloop.actions.usage import Usage
 
 __all__ = [
     "DEFAULT_STREAM_INTERVAL",

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar
 from weakref import WeakKeyDictionary
 
 from agentloop.actions.errors import TokenBudgetExceededError
-from agentloop.actions.model import Usage
+from agentloop.actions.usage import Usage
 from agentloop.loops.progress import ProgressEvent
 from agentloop.orchestration.interruptions import INTERRUPTIONS, reraise_interruption
 from agentloop.orchestration.metrics import record as metrics

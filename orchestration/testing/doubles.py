@@ -19,7 +19,8 @@ from dataclasses import replace
 from typing import Any
 
 from agentloop.actions.awaiting import maybe_await
-from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest, Usage
+from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest
+from agentloop.actions.usage import Usage
 from agentloop.orchestration.llm.base import BaseProcessor
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
-from agentloop.actions.model import Usage
+from agentloop.actions.usage import Usage
 from agentloop.loops import ProgressEvent, ProgressStatus
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.store.seams import ProgressPublisher, StoreCancelSignal, StoreUsageMeter

@@ -26,7 +26,8 @@ from typing import Any
 
 from anthropic.types import Message, MessageParam, ToolChoiceParam, ToolParam
 
-from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.actions.model import AiResponse, FunctionCall
+from agentloop.actions.usage import Usage
 from agentloop.orchestration.llm.documents import as_text, system_prompt
 from agentloop.orchestration.llm.tool_shapes import (
     chosen_tool_names,

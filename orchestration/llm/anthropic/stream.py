@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.actions.model import AiResponse, FunctionCall
+from agentloop.actions.usage import Usage
 from agentloop.orchestration.llm.stream_deltas import DeltaReporter
 
 __all__ = ["MessageStreamReader"]

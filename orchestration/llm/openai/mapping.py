@@ -17,7 +17,8 @@ from openai.types.chat import (
 )
 from openai.types.shared_params import FunctionDefinition
 
-from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.actions.model import AiResponse, FunctionCall
+from agentloop.actions.usage import Usage
 from agentloop.orchestration.llm.documents import as_text, system_prompt
 from agentloop.orchestration.llm.tool_shapes import (
     chosen_tool_names,

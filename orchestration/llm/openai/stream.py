@@ -21,7 +21,8 @@ from typing import Any
 
 from openai.types.chat import ChatCompletionChunk
 
-from agentloop.actions.model import AiResponse, FunctionCall, Usage
+from agentloop.actions.model import AiResponse, FunctionCall
+from agentloop.actions.usage import Usage
 from agentloop.orchestration.llm.stream_deltas import DeltaReporter
 from agentloop.orchestration.llm.tool_shapes import raw_arguments
 
