@@ -112,9 +112,9 @@ class CellFan(BaseCompositeAgent):
 
 
 class CellPack(CellFan):
-    """:class:`CellFan` with its branches packed four to a task."""
+    """:class:`CellFan` with its branches packed two to a task."""
 
-    pack_size = 4
+    pack_size = 2
 
 
 class CellStage(BaseAgentPipeline):

@@ -208,6 +208,8 @@ def _strike(rig: FaultRig, cell: Cell) -> Callable[[], None]:
             time.sleep(5)
     elif cell.fault == "duplicate":
         copies = _copies_in_flight(rig)
+        if not copies:
+            raise RuntimeError("no message was in flight to copy")
 
         def resend() -> None:
             for copy in copies:
@@ -247,14 +249,13 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
         strike_at = len(rig.model.requests)
         before = _branch_records(rig, runs, expected)
         after = _strike(rig, cell)
-    _settle(rig, list(runs.values()), bound)
-    if cell.fault == "duplicate":
-        before = _branch_records(rig, runs, expected)
-        strike_at = len(rig.model.requests)
+    if cell.fault == "duplicate":  # the copies arrive once their twins' branches have finished
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(f for f, _ in _branch_records(rig, runs, expected).values()):
+            time.sleep(0.05)
+        before, strike_at = _branch_records(rig, runs, expected), len(rig.model.requests)
         after()
-        rig.wait_idle(30)
-        time.sleep(2)  # a re-run would call the model within this
-        rig.wait_idle(30)
+    _settle(rig, list(runs.values()), bound)
     calls = inv.calls_seen(rig, since, TOKENS)
     seen = [inv.run_seen(rig, run_id, tag) for tag, run_id in runs.items()]
     result.violations = inv.all_checks(
