@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 
@@ -144,7 +144,9 @@ def no_repeated_call(
         missing = [i for i in range(n) if counts[(tag, branch, i)] == 0]
         if missing:
             what = f"iterations {missing[:5]} made no model call"
-            found.append(Violation(invariant="no repeated call", run=tag, where=f"branch {branch}", what=what))
+            found.append(
+                Violation(invariant="no repeated call", run=tag, where=f"branch {branch}", what=what)
+            )
     if before is None:
         for (tag, branch, iteration), n in sorted(counts.items()):
             if n > 1:
@@ -159,7 +161,9 @@ def no_repeated_call(
         if again:
             state = "had finished" if finished else f"had its checkpoint at {checkpoint}"
             what = f"{state}, and called iterations {again[:5]} again"
-            found.append(Violation(invariant="no repeated call", run=tag, where=f"branch {branch}", what=what))
+            found.append(
+                Violation(invariant="no repeated call", run=tag, where=f"branch {branch}", what=what)
+            )
     return found
 
 
@@ -237,8 +241,9 @@ BEGIN
        AND (to_jsonb(NEW) - 'cancel_requested') IS DISTINCT FROM (to_jsonb(OLD) - 'cancel_requested') THEN
         INSERT INTO {AUDIT_TABLE} (tbl, key, change)
         VALUES ('runs', OLD.id, 'status ' || OLD.status || ' -> ' || NEW.status || ', tokens '
-                || (OLD.input_tokens + OLD.output_tokens) || ' -> ' || (NEW.input_tokens + NEW.output_tokens)
-                || ', output ' || coalesce(OLD.output::text, 'null') || ' -> ' || coalesce(NEW.output::text, 'null'));
+                || (OLD.input_tokens + OLD.output_tokens) || ' -> '
+                || (NEW.input_tokens + NEW.output_tokens) || ', output '
+                || coalesce(OLD.output::text, 'null') || ' -> ' || coalesce(NEW.output::text, 'null'));
     END IF;
     RETURN NEW;
 END $$ LANGUAGE plpgsql;
@@ -247,14 +252,16 @@ BEGIN
     IF OLD.finished AND (NOT NEW.finished OR NEW.result::text IS DISTINCT FROM OLD.result::text) THEN
         INSERT INTO {AUDIT_TABLE} (tbl, key, change)
         VALUES ('checkpoints', OLD.run_id || '|' || OLD.path,
-                'result ' || coalesce(OLD.result::text, 'null') || ' -> ' || coalesce(NEW.result::text, 'null'));
+                'result ' || coalesce(OLD.result::text, 'null') || ' -> '
+                || coalesce(NEW.result::text, 'null'));
     END IF;
     RETURN NEW;
 END $$ LANGUAGE plpgsql;
 DROP TRIGGER IF EXISTS matrix_audit ON runs;
 CREATE TRIGGER matrix_audit BEFORE UPDATE ON runs FOR EACH ROW EXECUTE FUNCTION matrix_audit_runs();
 DROP TRIGGER IF EXISTS matrix_audit ON checkpoints;
-CREATE TRIGGER matrix_audit BEFORE UPDATE ON checkpoints FOR EACH ROW EXECUTE FUNCTION matrix_audit_checkpoints();
+CREATE TRIGGER matrix_audit BEFORE UPDATE ON checkpoints
+    FOR EACH ROW EXECUTE FUNCTION matrix_audit_checkpoints();
 """
 
 
@@ -269,7 +276,8 @@ def rewrites(rig: FaultRig, since: int = 0) -> list[Rewrite]:
     """The audit rows after id ``since``."""
     with rig.store.engine.connect() as connection:
         rows = connection.execute(
-            text(f"SELECT tbl, key, change FROM {AUDIT_TABLE} WHERE id > :since ORDER BY id"), {"since": since}
+            text(f"SELECT tbl, key, change FROM {AUDIT_TABLE} WHERE id > :since ORDER BY id"),
+            {"since": since},
         ).all()
     return [Rewrite(table=str(t), key=str(k), change=str(c)) for t, k, c in rows]
 
@@ -364,12 +372,3 @@ def summary(violations: Sequence[Violation], limit: int = 6) -> str:
     if len(violations) > limit:
         lines.append(f"... and {len(violations) - limit} more")
     return "\n".join(lines)
-
-
-def tags_of(runs: Mapping[str, str]) -> dict[str, str]:
-    """Run id -> tag, from tag -> run id."""
-    return {run_id: tag for tag, run_id in runs.items()}
-
-
-def values(mapping: Mapping[Any, Any]) -> list[Any]:
-    return list(mapping.values())

@@ -110,7 +110,9 @@ class CellResult:
 # -- one cell -----------------------------------------------------------------------------------------
 
 
-def _launch(rig: FaultRig, cell: Cell, budget: int | None) -> tuple[dict[str, str], dict[tuple[str, str], int]]:
+def _launch(
+    rig: FaultRig, cell: Cell, budget: int | None
+) -> tuple[dict[str, str], dict[tuple[str, str], int]]:
     """The cell's runs (tag -> run id) and the calls each branch must make."""
     runs: dict[str, str] = {}
     expected: dict[tuple[str, str], int] = {}
@@ -120,7 +122,13 @@ def _launch(rig: FaultRig, cell: Cell, budget: int | None) -> tuple[dict[str, st
         inputs = [{"tag": f"{key}{k}/0", "calls": calls, "step": cell.step} for k in range(4)]
         batch = rig.app.send_task(
             BATCH,
-            kwargs={"runnable": "matrix.calls", "inputs": inputs, "chunk_size": 2, "poll_seconds": 0.2, "key": key},
+            kwargs={
+                "runnable": "matrix.calls",
+                "inputs": inputs,
+                "chunk_size": 2,
+                "poll_seconds": 0.2,
+                "key": key,
+            },
         ).get(timeout=60)
         deadline = time.monotonic() + 60
         children: list[str] = []
@@ -129,7 +137,11 @@ def _launch(rig: FaultRig, cell: Cell, budget: int | None) -> tuple[dict[str, st
             time.sleep(0.2)
         for run_id in children:
             record = rig.store.get_run(run_id)
-            tag = str(record.input["tag"]).split("/")[0] if record and isinstance(record.input, dict) else run_id
+            tag = (
+                str(record.input["tag"]).split("/")[0]
+                if record and isinstance(record.input, dict)
+                else run_id
+            )
             runs[tag] = run_id
             expected[(tag, "0")] = calls
         return runs, expected
@@ -216,7 +228,11 @@ def _strike(rig: FaultRig, cell: Cell) -> Callable[[], None]:
                 rig.redis.lpush(rig.broker.queue, copy)
 
         return resend
-    return lambda: None
+    return _nothing
+
+
+def _nothing() -> None:
+    """What follows a strike that leaves nothing to do."""
 
 
 def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
@@ -227,23 +243,32 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
     inv.install_audit(rig)
     audit, since = inv.audit_mark(rig), len(rig.model.requests)
     if cell.fault in ("self-kill", "hard-limit"):
-        runnable = "durable.kills_its_process" if cell.fault == "self-kill" else "durable.swallows_its_time_limit"
+        runnable = (
+            "durable.kills_its_process" if cell.fault == "self-kill" else "durable.swallows_its_time_limit"
+        )
         run_id = rig.launch(runnable, 1)
         _settle(rig, [run_id], bound)
         seen = [inv.run_seen(rig, run_id, run_id[:8])]
         result.runs = 1
         result.violations = inv.all_checks(
-            seen, [], {}, inv.rewrites(rig, audit), inv.census(rig, dead_expected=_dead(rig, cell)), check_calls=False
+            seen,
+            [],
+            {},
+            inv.rewrites(rig, audit),
+            inv.census(rig, dead_expected=_dead(rig, cell)),
+            check_calls=False,
         )
         if seen[0].status == "succeeded":
-            result.violations.append(inv.Violation(invariant="one end", run=seen[0].tag, where="", what="succeeded"))
+            result.violations.append(
+                inv.Violation(invariant="one end", run=seen[0].tag, where="", what="succeeded")
+            )
         result.seconds = time.monotonic() - started
         return result
     budget = 2 * TOKENS if cell.fault == "budget" else None
     runs, expected = _launch(rig, cell, budget)
     result.runs = len(runs)
     before, strike_at = None, 0
-    after: Callable[[], None] = lambda: None
+    after: Callable[[], None] = _nothing
     if cell.fault not in ("none", "budget"):
         _wait_calls(rig, since, 4)
         strike_at = len(rig.model.requests)
@@ -251,7 +276,9 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
         after = _strike(rig, cell)
     if cell.fault == "duplicate":  # the copies arrive once their twins' branches have finished
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(f for f, _ in _branch_records(rig, runs, expected).values()):
+        while time.monotonic() < deadline and not any(
+            f for f, _ in _branch_records(rig, runs, expected).values()
+        ):
             time.sleep(0.05)
         before, strike_at = _branch_records(rig, runs, expected), len(rig.model.requests)
         after()
@@ -287,7 +314,11 @@ def select(broker: BrokerKind, *, quick: bool = False, only: Sequence[str] = ())
 
 
 def run_matrix(
-    broker: BrokerKind = "redis", *, quick: bool = False, only: Sequence[str] = (), console: Console | None = None
+    broker: BrokerKind = "redis",
+    *,
+    quick: bool = False,
+    only: Sequence[str] = (),
+    console: Console | None = None,
 ) -> list[CellResult]:
     """Every selected cell on one rig; prints the table. A cell of a known defect that fails is
     reported as failing (with its item), one that holds as fixed."""
@@ -301,7 +332,9 @@ def run_matrix(
                 result = run_cell(rig, cell)
             except Exception as error:  # the cell itself broke: say so, go on
                 what = f"the cell raised {error!r}"[:300]
-                result = CellResult(cell=cell, violations=[inv.Violation(invariant="cell", run="-", where="", what=what)])
+                result = CellResult(
+                    cell=cell, violations=[inv.Violation(invariant="cell", run="-", where="", what=what)]
+                )
             rig.recover()
             results.append(result)
     table = Table(title=f"Guarantee matrix on {rig.broker.label}")
@@ -310,9 +343,13 @@ def run_matrix(
     for r in results:
         verdict = "held" if r.held else "FAILED"
         known = f"issue 33 item {r.cell.issue}" if r.cell.issue else ""
-        table.add_row(r.cell.name, str(r.runs), verdict, known, str(r.violations[0])[:120] if r.violations else "")
+        table.add_row(
+            r.cell.name, str(r.runs), verdict, known, str(r.violations[0])[:120] if r.violations else ""
+        )
     console.print(table)
     for r in results:
         if r.violations:
-            console.print(f"[bold red]{r.cell.name}[/bold red]\n{inv.summary(r.violations, 10)}", highlight=False)
+            console.print(
+                f"[bold red]{r.cell.name}[/bold red]\n{inv.summary(r.violations, 10)}", highlight=False
+            )
     return results

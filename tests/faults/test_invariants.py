@@ -51,7 +51,12 @@ def test_one_end_names_an_open_run_a_missing_end_and_a_second_end() -> None:
         ("one end", "twice", "path 'branch/3'"),
         ("one end", "silent", ""),
     ]
-    assert [v.what for v in found] == ["status running", "no terminal event", "2 terminal events", "no terminal event"]
+    assert [v.what for v in found] == [
+        "status running",
+        "no terminal event",
+        "2 terminal events",
+        "no terminal event",
+    ]
 
 
 def test_no_rewrite_names_each_audit_row_with_its_run_and_branch() -> None:
@@ -74,7 +79,10 @@ def test_no_repeated_call_holds_when_every_iteration_is_called_once() -> None:
 def test_no_repeated_call_names_a_missing_and_a_repeated_iteration() -> None:
     found = no_repeated_call(calls("r1", "0", [0, 1, 1]), {("r1", "0"): 3})
     assert where(found) == [("no repeated call", "r1", "branch 0")] * 2
-    assert [v.what for v in found] == ["iterations [2] made no model call", "iteration 1 called the model 2 times"]
+    assert [v.what for v in found] == [
+        "iterations [2] made no model call",
+        "iteration 1 called the model 2 times",
+    ]
 
 
 def test_after_a_strike_only_calls_from_before_the_checkpoint_or_of_a_finished_branch_are_repeats() -> None:
@@ -118,7 +126,9 @@ def test_budget_stops_holds_for_a_run_stopped_at_its_budget() -> None:
 
 def test_budget_stops_names_a_run_that_went_past_its_budget() -> None:
     found = budget_stops([run(status="succeeded", token_budget=50)], calls("r1", "0", [0, 1, 2]))
-    assert [v.what for v in found] == ["the model answered 75 tokens of a 50 budget, and the run ended succeeded"]
+    assert [v.what for v in found] == [
+        "the model answered 75 tokens of a 50 budget, and the run ended succeeded"
+    ]
     spent = budget_stops([run(status="budget_exceeded", token_budget=20)], calls("r1", "0", [0, 1, 2, 3]))
     assert [v.what for v in spent] == ["100 tokens on a 20 budget: calls went on after it was spent"]
 
@@ -154,4 +164,10 @@ def test_all_checks_runs_every_check() -> None:
         [Rewrite(table="runs", key="id-r1", change="x")],
         Census(queues={"agentloop": 1}),
     )
-    assert {v.invariant for v in broken} == {"one end", "no rewrite", "no repeated call", "usage counted", "nothing left"}
+    assert {v.invariant for v in broken} == {
+        "one end",
+        "no rewrite",
+        "no repeated call",
+        "usage counted",
+        "nothing left",
+    }
