@@ -93,8 +93,9 @@ class Census:
     queues: Mapping[str, int]
     unacked: int = 0
     locks: Sequence[str] = ()
-    dead_queue: str = "agentloop.dead"
-    dead_expected: int = 0
+    #: queue -> the messages it must hold (a dead-lettered poison message, a message parked for a
+    #: newer worker); every other queue must be empty.
+    expected: Mapping[str, int] = field(default_factory=dict)
 
 
 # -- the checks --------------------------------------------------------------------------------------
@@ -212,11 +213,11 @@ def budget_stops(runs: Iterable[RunSeen], calls: Sequence[Call], *, in_flight: i
 
 
 def nothing_left(census: Census) -> list[Violation]:
-    """No queue (holding queues included) holds a message, nothing is unacknowledged, no lock is
-    held, and the dead-letter queue holds exactly the messages the cell dead-lettered."""
+    """No queue (holding queues included) holds a message but those it must (dead letters, parked
+    messages), nothing is unacknowledged, no lock is held."""
     found = []
-    for name, depth in sorted(census.queues.items()):
-        wanted = census.dead_expected if name == census.dead_queue else 0
+    for name in sorted(set(census.queues) | set(census.expected)):
+        depth, wanted = census.queues.get(name, 0), census.expected.get(name, 0)
         if depth != wanted:
             what = f"{depth} messages, {wanted} expected"
             found.append(Violation(invariant="nothing left", run="-", where=f"queue {name}", what=what))
@@ -226,6 +227,15 @@ def nothing_left(census: Census) -> list[Violation]:
     for lock in census.locks:
         found.append(Violation(invariant="nothing left", run="-", where=f"lock {lock}", what="still held"))
     return found
+
+
+def parked_once(parks: int, parked: int) -> list[Violation]:
+    """A message parked for a newer worker is parked once (``parks``: the worker's park
+    warnings; ``parked``: the messages sent for a newer worker), not over and over."""
+    if parks == parked:
+        return []
+    what = f"{parks} parks of {parked} too-new messages"
+    return [Violation(invariant="nothing left", run="-", where="holding queues", what=what)]
 
 
 # -- reading them off the rig ------------------------------------------------------------------------
@@ -316,7 +326,7 @@ def run_seen(rig: FaultRig, run_id: str, tag: str) -> RunSeen:
     )
 
 
-def census(rig: FaultRig, dead_expected: int = 0) -> Census:
+def census(rig: FaultRig, expected: Mapping[str, int] | None = None) -> Census:
     """What the rig's broker holds now (every queue of the workers' name, holding and
     dead-letter queues included; on Redis kombu's unacknowledged set and its lock too)."""
     queue = rig.broker.queue
@@ -327,11 +337,7 @@ def census(rig: FaultRig, dead_expected: int = 0) -> Census:
                 queues[key.decode()] = int(rig.redis.llen(key))
         locks = [name for name in ("unacked_mutex",) if rig.redis.exists(name)]
         return Census(
-            queues=queues,
-            unacked=int(rig.redis.hlen("unacked")),
-            locks=locks,
-            dead_queue=f"{queue}.dead",
-            dead_expected=dead_expected,
+            queues=queues, unacked=int(rig.redis.hlen("unacked")), locks=locks, expected=expected or {}
         )
     assert rig.broker.node is not None
     listing = rig.broker.node.ctl("list_queues", "-q", "--no-table-headers", "name", "messages")
@@ -340,7 +346,7 @@ def census(rig: FaultRig, dead_expected: int = 0) -> Census:
         parts = line.split()
         if len(parts) == 2 and parts[0].startswith(queue) and parts[1].isdigit():
             queues[parts[0]] = int(parts[1])
-    return Census(queues=queues, unacked=unacked, dead_queue=f"{queue}.dead", dead_expected=dead_expected)
+    return Census(queues=queues, unacked=unacked, expected=expected or {})
 
 
 def all_checks(

@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.table import Table
 
+from agentloop.orchestration.celery_adapter.config import dead_letter_queue_name
+from agentloop.orchestration.celery_adapter.wire_versions import app_wire_version
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.wire import BATCH
+from agentloop.orchestration.wire import BATCH, LAUNCH, WIRE_HEADER
 
 from . import invariants as inv
 from .brokers import BROKERS, BrokerKind
@@ -92,6 +94,8 @@ CELLS: tuple[Cell, ...] = (
     Cell(shape="task", step="forced", fault="self-kill", issue=2, brokers=("redis",)),
     Cell(shape="task", step="forced", fault="self-kill", brokers=("rabbitmq",)),
     Cell(shape="task", step="forced", fault="hard-limit"),
+    # last: on RabbitMQ the purge between cells leaves the parked message in its holding queue
+    Cell(shape="pack", step="forced", fault="reconnect", issue=1),
 )
 
 
@@ -215,6 +219,11 @@ def _strike(rig: FaultRig, cell: Cell) -> Callable[[], None]:
     elif cell.fault == "pool-kill":
         for child in rig.pool_children():
             os.kill(child, signal.SIGKILL)
+    elif cell.fault == "reconnect":
+        if rig.broker.kind == "redis":
+            rig.redis.client_kill_filter(_type="normal")
+        else:
+            rig.broker.drop_connections(1.0)
     elif cell.fault == "store-outage":
         with rig.proxy.refusing():
             time.sleep(5)
@@ -255,7 +264,7 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
             [],
             {},
             inv.rewrites(rig, audit),
-            inv.census(rig, dead_expected=_dead(rig, cell)),
+            inv.census(rig, _dead(rig, cell)),
             check_calls=False,
         )
         if seen[0].status == "succeeded":
@@ -265,6 +274,9 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
         result.seconds = time.monotonic() - started
         return result
     budget = 2 * TOKENS if cell.fault == "budget" else None
+    log_at, holding = len(rig.worker_log()), {}
+    if cell.fault == "reconnect":  # a message for a newer worker, parked before the runs start
+        holding = {_park_one(rig): 1}
     runs, expected = _launch(rig, cell, budget)
     result.runs = len(runs)
     before, strike_at = None, 0
@@ -290,19 +302,34 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
         calls,
         {} if budget else expected,
         inv.rewrites(rig, audit),
-        inv.census(rig, dead_expected=_dead(rig, cell)),
+        inv.census(rig, {**_dead(rig, cell), **holding}),
         before=before,
         since=max(0, strike_at - since),
         exact_usage=cell.fault in ("none", "budget", "duplicate"),
         in_flight=2,
     )
+    if cell.fault == "reconnect":
+        result.violations += inv.parked_once(rig.worker_log()[log_at:].count("Parked "), 1)
     result.seconds = time.monotonic() - started
     return result
 
 
-def _dead(rig: FaultRig, cell: Cell) -> int:
+def _park_one(rig: FaultRig) -> str:
+    """Send a launch of the next wire version; once the worker parked it, its holding queue."""
+    version = app_wire_version(rig.app) + 1
+    queue = f"{rig.broker.queue}.wire.{version}"
+    kwargs = {"runnable": "parity.count", "input": 1, "context": {}}
+    rig.foreign.send_task(LAUNCH, kwargs=kwargs, headers={WIRE_HEADER: version})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and inv.census(rig).queues.get(queue, 0) < 1:
+        time.sleep(0.2)
+    return queue
+
+
+def _dead(rig: FaultRig, cell: Cell) -> dict[str, int]:
     """The dead letters a cell leaves: RabbitMQ dead-letters a self-killing task past its limit."""
-    return 1 if cell.fault == "self-kill" and rig.broker.kind == "rabbitmq" else 0
+    dead = cell.fault == "self-kill" and rig.broker.kind == "rabbitmq"
+    return {dead_letter_queue_name(rig.broker.queue): 1} if dead else {}
 
 
 # -- the runner ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from .invariants import (
     no_rewrite,
     nothing_left,
     one_end,
+    parked_once,
     usage_counted,
 )
 
@@ -134,7 +135,10 @@ def test_budget_stops_names_a_run_that_went_past_its_budget() -> None:
 
 
 def test_nothing_left_holds_on_an_idle_broker_with_the_expected_dead_letters() -> None:
-    assert nothing_left(Census(queues={"agentloop": 0, "agentloop.dead": 1}, dead_expected=1)) == []
+    assert (
+        nothing_left(Census(queues={"agentloop": 0, "agentloop.dead": 1}, expected={"agentloop.dead": 1}))
+        == []
+    )
 
 
 def test_nothing_left_names_each_queue_holding_queue_delivery_and_lock_left() -> None:
@@ -151,6 +155,16 @@ def test_nothing_left_names_each_queue_holding_queue_delivery_and_lock_left() ->
         ("broker", "1 deliveries unacknowledged"),
         ("lock unacked_mutex", "still held"),
     ]
+
+
+def test_nothing_left_names_a_message_missing_from_where_it_must_wait() -> None:
+    found = nothing_left(Census(queues={"agentloop": 0}, expected={"agentloop.wire.2": 1}))
+    assert [(v.where, v.what) for v in found] == [("queue agentloop.wire.2", "0 messages, 1 expected")]
+
+
+def test_parked_once_names_a_message_parked_again_and_again() -> None:
+    assert parked_once(1, 1) == []
+    assert [v.what for v in parked_once(312, 1)] == ["312 parks of 1 too-new messages"]
 
 
 def test_all_checks_runs_every_check() -> None:
