@@ -95,7 +95,7 @@ CELLS: tuple[Cell, ...] = (
     Cell(shape="task", step="forced", fault="self-kill", brokers=("rabbitmq",)),
     Cell(shape="task", step="forced", fault="hard-limit"),
     # last: on RabbitMQ the purge between cells leaves the parked message in its holding queue
-    Cell(shape="pack", step="forced", fault="reconnect", issue=1),
+    Cell(shape="pack", step="forced", fault="reconnect", ci=True, issue=1),
 )
 
 
@@ -275,13 +275,14 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
         return result
     budget = 2 * TOKENS if cell.fault == "budget" else None
     log_at, holding = len(rig.worker_log()), {}
-    if cell.fault == "reconnect":  # a message for a newer worker, parked before the runs start
-        holding = {_park_one(rig): 1}
+    if cell.fault == "reconnect":  # a message parked for a newer worker, then the worker's
+        holding = {_park_one(rig): 1}  # connections cut while it waits on them (idle: busy, it
+        _strike(rig, cell)  # reconnects within a command and its consumer never restarts)
     runs, expected = _launch(rig, cell, budget)
     result.runs = len(runs)
     before, strike_at = None, 0
     after: Callable[[], None] = _nothing
-    if cell.fault not in ("none", "budget"):
+    if cell.fault not in ("none", "budget", "reconnect"):
         _wait_calls(rig, since, 4)
         strike_at = len(rig.model.requests)
         before = _branch_records(rig, runs, expected)
@@ -310,6 +311,8 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
     )
     if cell.fault == "reconnect":
         result.violations += inv.parked_once(rig.worker_log()[log_at:].count("Parked "), 1)
+        rig.stop_worker()  # it may be spinning on its holding queue: the next cell gets a new one
+        rig.purge_queue()
     result.seconds = time.monotonic() - started
     return result
 
