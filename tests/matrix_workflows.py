@@ -64,7 +64,9 @@ class CellCalls(BaseAgentLoop):
         if state["step"] == "forced":
             await self.perform_action(name="answer", arguments={"branch": state["tag"], "call": iteration})
         else:
-            processor = _streaming_processor() if state["step"] == "stream" else self.context.processor
+            processor = self.context.processor
+            if state["step"] == "stream":  # the context's streaming processor (inline), else the env's
+                processor = getattr(self.context, "stream_processor", None) or _streaming_processor()
             response = await ModelRequest(instruction=cell_marker(state["tag"], iteration)).send(processor)
             if response.error is not None:
                 raise RuntimeError(f"the model call failed: {response.error}")

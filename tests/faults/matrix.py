@@ -27,8 +27,11 @@ import os
 import signal
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -46,7 +49,8 @@ from .rig import SHORT, FaultRig, WorkerProfile
 #: Calls per branch (0.2 s each) and branches per composite.
 CALLS, WIDTH = 3, 4
 TOKENS = sum(CELL_USAGE)
-#: A matrix cell's worker: the short time limits of the kill scenarios, room for packs of four.
+#: A matrix cell's worker: the short time limits of the kill scenarios, room for packs; the
+#: delivery limit is the default (RabbitMQ refuses a queue declared with another than the clients').
 MATRIX_PROFILE = WorkerProfile(
     name="matrix",
     env={
@@ -54,7 +58,6 @@ MATRIX_PROFILE = WorkerProfile(
         "AGENTLOOP_TASK_SOFT_TIME_LIMIT": "20",
         "AGENTLOOP_TASK_TIME_LIMIT": "22",
         "AGENTLOOP_VISIBILITY_TIMEOUT": "25",
-        "AGENTLOOP_DELIVERY_LIMIT": "3",
     },
 )
 RUNNABLES = {"task": "matrix.calls", "fan": "matrix.fan", "pack": "matrix.pack", "stage": "matrix.stage"}
@@ -76,6 +79,11 @@ class Cell:
 
 
 CELLS: tuple[Cell, ...] = (
+    Cell(shape="inline", step="send", ci=True, issue=3, brokers=("redis",)),
+    Cell(shape="inline", step="stream", issue=3, brokers=("redis",)),
+    Cell(shape="inline", step="forced", ci=True, brokers=("redis",)),
+    Cell(shape="inline", step="ai", brokers=("redis",)),
+    Cell(shape="inline", step="forced", fault="budget", brokers=("redis",)),
     Cell(shape="task", step="send", ci=True, issue=3),
     Cell(shape="task", step="forced", ci=True),
     Cell(shape="fan", step="ai", ci=True),
@@ -244,11 +252,70 @@ def _nothing() -> None:
     """What follows a strike that leaves nothing to do."""
 
 
+def run_inline(rig: FaultRig, cell: Cell) -> CellResult:
+    """The cell on the in-process runner (:class:`~tests.matrix_workflows.CellFan`, its branches
+    on one event loop): no store, no broker; its usage is the runner's meter, its ends the events."""
+    from limits_workflows import TOOL_ID, StaticToolStore
+    from matrix_workflows import CellFan
+
+    from agentloop.actions import InMemoryUsageMeter, TokenBudgetExceededError
+    from agentloop.loops import InlineAgentRunner
+    from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
+    from agentloop.orchestration.run_end import failure_status
+
+    from .chaos_model import API_KEY
+
+    rig.use_profile(MATRIX_PROFILE)  # idle, but the runner's recover() after each cell wants one
+    result, since = CellResult(cell=cell, runs=1), len(rig.model.requests)
+    budget = 2 * TOKENS if cell.fault == "budget" else None
+    tag = uuid.uuid4().hex[:10]
+    context = SimpleNamespace(
+        processor=OpenAIProcessor(api_key=API_KEY, base_url=rig.model.base_url, max_retries=0),
+        stream_processor=OpenAIProcessor(api_key=API_KEY, base_url=rig.model.base_url, stream=True),
+        tool_store=StaticToolStore(),
+        tool_id=TOOL_ID,
+    )
+    ends: Counter[str] = Counter()
+
+    def on_progress(event: Any) -> None:
+        if str(event.status) in inv.TERMINAL_EVENTS:
+            ends[event.path] += 1
+
+    meter, calls = InMemoryUsageMeter(budget=budget), 1 if cell.step == "ai" else CALLS
+    payload = {"tag": tag, "width": WIDTH, "calls": calls, "step": cell.step}
+    runner = InlineAgentRunner.create(runnable=CellFan, context=context)
+    try:
+        runner.request_sync(input=payload, on_progress=on_progress, meter=meter)
+        status = "succeeded"
+    except Exception as error:  # a branch's error, wrapped: the status the engine would record
+        status = failure_status(error)
+        if isinstance(error.__cause__, TokenBudgetExceededError) or "TokenBudgetExceededError" in str(error):
+            status = "budget_exceeded"
+    seen = inv.RunSeen(
+        tag=tag,
+        run_id=tag,
+        status=status,
+        input_tokens=meter.usage.input_tokens,
+        output_tokens=meter.usage.output_tokens,
+        token_budget=budget,
+        ends=ends,
+    )
+    expected = {} if budget else {(tag, str(i)): calls for i in range(WIDTH)}
+    found = inv.calls_seen(rig, since, TOKENS)
+    result.violations = inv.all_checks([seen], found, expected, [], inv.Census(queues={}), in_flight=WIDTH)
+    return result
+
+
 def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
     """Launch the cell's runs, strike, check every invariant."""
     started = time.monotonic()
+    if cell.shape == "inline":
+        result = run_inline(rig, cell)
+        result.seconds = time.monotonic() - started
+        return result
     result = CellResult(cell=cell)
     rig.use_profile(MATRIX_PROFILE)
+    rig.purge_queue()  # what an earlier cell left is that cell's finding, not this one's
     inv.install_audit(rig)
     audit, since = inv.audit_mark(rig), len(rig.model.requests)
     if cell.fault in ("self-kill", "hard-limit"):
@@ -357,7 +424,6 @@ def run_matrix(
     with FaultRig.open(broker) as rig:
         for cell in select(broker, quick=quick, only=only):
             console.print(f"[bold]{cell.name}[/bold] ...")
-            rig.purge_queue()
             try:
                 result = run_cell(rig, cell)
             except Exception as error:  # the cell itself broke: say so, go on

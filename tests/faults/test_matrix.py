@@ -39,7 +39,6 @@ def _param(cell: Cell) -> object:
 
 @pytest.mark.parametrize("cell", [_param(cell) for cell in select("redis", quick=True)])
 def test_every_guarantee_holds_on_the_cell(rig: FaultRig, cell: Cell) -> None:
-    rig.purge_queue()
     result = run_cell(rig, cell)
     rig.recover()
     assert result.held, f"{cell.name}:\n{summary(result.violations, 10)}"
