@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -340,13 +341,27 @@ def census(rig: FaultRig, expected: Mapping[str, int] | None = None) -> Census:
             queues=queues, unacked=int(rig.redis.hlen("unacked")), locks=locks, expected=expected or {}
         )
     assert rig.broker.node is not None
-    listing = rig.broker.node.ctl("list_queues", "-q", "--no-table-headers", "name", "messages")
+    listing = rig.broker.node.ctl(
+        "list_queues", "-q", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged"
+    )
     queues, unacked = {}, 0
     for line in listing.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0].startswith(queue) and parts[1].isdigit():
+        if len(parts) == 3 and parts[0].startswith(queue) and parts[1].isdigit() and parts[2].isdigit():
             queues[parts[0]] = int(parts[1])
+            unacked += int(parts[2])
     return Census(queues=queues, unacked=unacked, expected=expected or {})
+
+
+def idle_census(rig: FaultRig, expected: Mapping[str, int] | None = None, timeout: float = 30.0) -> Census:
+    """:func:`census` once it shows nothing left, or after ``timeout`` (a task acknowledges its
+    message after it wrote its run's end: the census waits for the workers to be idle)."""
+    deadline = time.monotonic() + timeout
+    found = census(rig, expected)
+    while nothing_left(found) and time.monotonic() < deadline:
+        time.sleep(0.25)
+        found = census(rig, expected)
+    return found
 
 
 def all_checks(

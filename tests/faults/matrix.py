@@ -345,7 +345,7 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
             [],
             {},
             inv.rewrites(rig, audit),
-            inv.census(rig, _dead(rig, cell)),
+            inv.idle_census(rig, _dead(rig, cell)),
             check_calls=False,
         )
         if seen[0].status == "succeeded":
@@ -384,7 +384,7 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
         calls,
         {} if budget else expected,
         inv.rewrites(rig, audit),
-        inv.census(rig, {**_dead(rig, cell), **holding}),
+        inv.idle_census(rig, {**_dead(rig, cell), **holding}),
         before=before,
         since=max(0, strike_at - since),
         exact_usage=cell.fault in ("none", "budget", "duplicate"),
