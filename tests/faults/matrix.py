@@ -39,7 +39,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agentloop.orchestration.celery_adapter.config import dead_letter_queue_name
 from agentloop.orchestration.celery_adapter.wire_versions import app_wire_version
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.wire import BATCH, LAUNCH, WIRE_HEADER
@@ -345,7 +344,7 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
             [],
             {},
             inv.rewrites(rig, audit),
-            inv.idle_census(rig, _dead(rig, cell)),
+            inv.idle_census(rig),
             check_calls=False,
         )
         if seen[0].status == "succeeded":
@@ -384,7 +383,7 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
         calls,
         {} if budget else expected,
         inv.rewrites(rig, audit),
-        inv.idle_census(rig, {**_dead(rig, cell), **holding}),
+        inv.idle_census(rig, holding),
         before=before,
         since=max(0, strike_at - since),
         exact_usage=cell.fault in ("none", "budget", "duplicate"),
@@ -408,12 +407,6 @@ def _park_one(rig: FaultRig) -> str:
     while time.monotonic() < deadline and inv.census(rig).queues.get(queue, 0) < 1:
         time.sleep(0.2)
     return queue
-
-
-def _dead(rig: FaultRig, cell: Cell) -> dict[str, int]:
-    """The dead letters a cell leaves: RabbitMQ dead-letters a self-killing task past its limit."""
-    dead = cell.fault == "self-kill" and rig.broker.kind == "rabbitmq"
-    return {dead_letter_queue_name(rig.broker.queue): 1} if dead else {}
 
 
 # -- the runner ---------------------------------------------------------------------------------------
