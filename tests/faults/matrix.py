@@ -14,7 +14,7 @@ cell and prints the table; ``--quick`` only the CI cells.
 Which cells run in CI (``test_matrix.py``, inside ``make test``), on Redis, one worker started
 once: the fault-free cell of every path (inline, one task, a task per branch, packed, a pipeline
 stage, a batch) with the step kinds spread over them, the budget cells, the packed duplicate
-delivery and the broker reconnect (the issue's high items), about 35 s together: each costs a
+delivery and the broker reconnect (the issue's high items), about 40 s together: each costs a
 few seconds of model latency and none restarts the worker or waits out a timeout. Under ``make
 faults`` only: the faults that kill the worker or its pool processes, cut the store for 5 s, or
 wait out a delivery limit or a hard time limit (tens of seconds each, and the fault suite's CI
