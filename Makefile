@@ -40,10 +40,13 @@ bench: $(STAMP)
 
 # The fault suite on a real worker, a private Redis and PostgreSQL (tests/faults/): each scenario's
 # runs tried / completed / failed with a reason / lost / stuck; then again on a private RabbitMQ
-# node. CI runs its quick part (Redis) in `make test`.
+# node; then the guarantee matrix (tests/faults/matrix.py) on both brokers, every cell, each one
+# run even when an earlier one failed. CI runs their quick parts (Redis) in `make test`.
 faults: $(STAMP)
 	$(BIN)/python -m tests.faults --broker redis $(FAULTS_ARGS)
 	$(BIN)/python -m tests.faults --broker rabbitmq $(FAULTS_ARGS)
+	status=0; for broker in redis rabbitmq; do \
+	  $(BIN)/python -m tests.faults matrix --broker $$broker || status=1; done; exit $$status
 
 # The bounded soak (about 5 minutes per broker, not in CI): mixed workflows and a poison message
 # every 10 s; the worker's memory and Redis's keys must stay flat and every run must end.

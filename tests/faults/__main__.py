@@ -1,6 +1,7 @@
 """``python -m tests.faults [--quick] [--only WORD ...] [--broker redis|rabbitmq]`` runs the fault
 suite; ``python -m tests.faults soak [--minutes M]`` the bounded soak; ``python -m tests.faults
-workers [--inputs N]`` a batch's throughput on 1, 2 and 3 workers. Exit status 1 when anything failed."""
+workers [--inputs N]`` a batch's throughput on 1, 2 and 3 workers; ``python -m tests.faults matrix
+[--quick] [--only WORD ...]`` the guarantee matrix (:mod:`.matrix`). Exit status 1 when anything failed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rich.console import Console
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults", description=__doc__)
-    parser.add_argument("mode", nargs="?", choices=["suite", "soak", "workers"], default="suite")
+    parser.add_argument("mode", nargs="?", choices=["suite", "soak", "workers", "matrix"], default="suite")
     parser.add_argument(
         "--broker", choices=["redis", "rabbitmq"], default="redis", help="the broker attacked"
     )
@@ -26,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
         from .soak import run_soak
 
         return 0 if run_soak(minutes=args.minutes, console=console, broker=args.broker).passed else 1
+    if args.mode == "matrix":
+        from .matrix import run_matrix
+
+        cells = run_matrix(args.broker, quick=args.quick, only=args.only, console=console)
+        return 0 if cells and all(cell.held for cell in cells) else 1
     if args.mode == "workers":
         from .rig import FaultRig
         from .worker_hosts import measure_throughput, print_throughput

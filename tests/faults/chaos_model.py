@@ -57,14 +57,23 @@ def marker(kind: str) -> str:
 #: its answer takes (``tests/faults/pack_scenarios.py``).
 PACKED_MARKER = "[packed:"
 PACKED_LATENCY = 0.2
+#: What a call of the guarantee matrix's loops asks (``[cell:<tag>:<iteration>]``,
+#: ``tests/matrix_workflows.py``), and the usage its answer reports (input, output tokens).
+CELL_MARKER = "[cell:"
+CELL_USAGE = (20, 5)
 
 
 def chaos_responder(body: dict[str, Any]) -> Reply:
     """The fault of the run's marker, else what the offline model would answer (a packed
-    scenario's call: ``ok`` after :data:`PACKED_LATENCY`)."""
+    scenario's call: ``ok`` after :data:`PACKED_LATENCY`; a matrix cell's: ``ok``, or the forced
+    tool's call, with :data:`CELL_USAGE`)."""
     text = json.dumps(body.get("messages", []))
     if PACKED_MARKER in text:
         return reply_delay(PACKED_LATENCY, reply_text("ok"))
+    if CELL_MARKER in text:
+        forced = isinstance(body.get("tool_choice"), dict)
+        answer = reply_tool_call(_forced_name(body), {}, usage=CELL_USAGE) if forced else None
+        return reply_delay(PACKED_LATENCY, answer or reply_text("ok", usage=CELL_USAGE))
     for kind, reply in FAULTS.items():
         if marker(kind) in text:
             return reply(body)

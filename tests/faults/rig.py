@@ -39,9 +39,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 QUEUE = "agentloop"
 #: The modules whose workflows the worker runs: the parity suite's, the durable tests' slow
-#: loop, the record-search demo, and the human-in-the-loop tests' (runs paused for an answer).
+#: loop, the record-search demo, the human-in-the-loop tests' (runs paused for an answer), and the
+#: guarantee matrix's (``tests/faults/matrix.py``).
 IMPORTS = (
     "parity_workflows",
+    "matrix_workflows",
     "durable_workflows",
     "agentloop.examples.record_search.workflows",
     "human_workflows",
