@@ -169,3 +169,30 @@ def test_beats_prune_task_uses_the_retention_setting_and_does_nothing_without_it
         assert {key: answer[key] for key in expected} == expected
         assert isinstance(bad.result, ValueError) and "such as 30d" in str(bad.result)
     assert store.get_run("young") is not None
+
+
+@pytest.mark.parametrize("age", [10**30, 10**400, 1e300, "99999999999d", "3000000000w"])
+def test_the_prune_task_refuses_an_age_longer_than_a_hundred_years_clearly(age: Any) -> None:
+    from agentloop.orchestration.celery_adapter.app import create_app
+    from agentloop.orchestration.settings import load_settings
+    from agentloop.orchestration.store import InMemoryRunStore
+
+    store = InMemoryRunStore()
+    ended(store, "kept")
+    app = create_app(
+        settings=load_settings({"BROKER_URL": "memory://", "RESULT_BACKEND": "cache+memory://"}), store=store
+    )
+    try:
+        refused = app.tasks["agentloop.prune_runs"].apply(kwargs={"older_than": age})
+    finally:
+        app.close()
+    assert isinstance(refused.result, ValueError), repr(refused.result)
+    assert "at most 100 years" in str(refused.result)
+    assert store.get_run("kept") is not None
+
+
+def test_a_retention_longer_than_a_hundred_years_is_refused_when_the_settings_load() -> None:
+    from agentloop.orchestration.settings import load_settings
+
+    with pytest.raises(ValueError, match="at most 100 years"):
+        load_settings({"AGENTLOOP_RUN_RETENTION": "99999999999d"})
