@@ -63,8 +63,9 @@ class StoreSettings(SettingsGroup):
 
     retention_seconds: float | None = env_field("AGENTLOOP_RUN_RETENTION", None)
     """``AGENTLOOP_RUN_RETENTION``: how long an ended workflow is kept (``30d``, ``12h``, ``90m`` or
-    seconds; at most 100 years). Set, beat deletes older ones every hour with their events, checkpoints and questions;
-    a workflow with a run still open is never deleted. Default: unset, nothing is deleted."""
+    seconds; at most 100 years). Set, beat deletes older ones every hour with their events,
+    checkpoints and questions; a workflow with a run still open is never deleted. Default: unset,
+    nothing is deleted."""
 
     @field_validator("retry_seconds", mode="before")
     @classmethod
