@@ -13,7 +13,9 @@ through to the engine only when:
   run's record never changes, so a task of it that comes late (a redelivery, a sibling of a
   failed fail-fast branch) runs nothing (``celery_adapter/tasks.py`` says what it returns).
 
-A run's owner never changes, so it is read once per run and process; whether the run has ended
+A run's owner never changes, so it is read once per run and process (and read again when a
+node's token does not match it: the run may have been pruned and its id launched anew, a new
+run with a new owner); whether the run has ended
 is read at most every ``interval`` seconds per run and process (an ended run stays ended), like
 the cancel flag (``store/seams.py``): a task pays no extra round trip in the common case.
 """
@@ -54,12 +56,15 @@ class RunGate:
         """:class:`~agentloop.orchestration.errors.RunOwnershipError` unless ``token`` is the run owner's."""
         owner = self._owner(run_id)
         if owner is not None and not owner.holds(token):
-            raise RunOwnershipError(run_id)
+            # read again: the run this process saw may have been pruned and its id launched anew
+            owner = self._owner(run_id, cached=False)
+            if owner is not None and not owner.holds(token):
+                raise RunOwnershipError(run_id)
 
-    def _owner(self, run_id: str) -> RunOwner | None:
+    def _owner(self, run_id: str, *, cached: bool = True) -> RunOwner | None:
         with self._lock:
             owners = _answers_of(self._owners, self.store)
-            if run_id in owners:
+            if cached and run_id in owners:
                 return owners[run_id]
         owner = self.store.run_owner(run_id)  # RunNotFoundError for a run that does not exist
         with self._lock:

@@ -78,6 +78,19 @@ class ExpiringUnanswerable(Approve):
     question = Question(prompt="last call?", kind=QuestionKind.APPROVAL, expires_in=1.0)
 
 
+class ExpiringSoon(Approve):
+    """Asks a question that expires after ``input`` seconds (less than one, or just one), answered
+    ``"nobody"`` then."""
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        if iteration != 1:
+            return await super().advance_state(state=state, iteration=iteration)
+        question = Question(
+            prompt="quick?", kind=QuestionKind.APPROVAL, expires_in=state["input"], default="nobody"
+        )
+        return {**state, "steps": [*state["steps"], f"approved={await ask_human(question)}"]}
+
+
 class FanWithApproval(BaseCompositeAgent):
     """Three branches; ``b`` asks for an approval, ``a`` and ``c`` do not."""
 
@@ -116,6 +129,7 @@ for _name, _runnable in {
     "human.typed": Typed,
     "human.expiring": Expiring,
     "human.expiring_unanswerable": ExpiringUnanswerable,
+    "human.expiring_soon": ExpiringSoon,
     "human.fan": FanWithApproval,
     "human.fan_of_two_questions": FanWithTwoApprovals,
     "human.pipeline": StageThenApprove,

@@ -143,6 +143,27 @@ class CarryingPipeline(BaseAgentPipeline):
         return {"previous": previous_output, "input_chars": len(input)}
 
 
+class ThirdOfALimit(Echo):
+    """Returns a string of a third of :data:`MAX_BODY_BYTES`: alone it may be handed on."""
+
+    def build_result(self, *, state: Any) -> Any:
+        return "x" * (MAX_BODY_BYTES // 3)
+
+
+class BigPack(BaseCompositeAgent):
+    """``input`` branches in one pack, each output a third of a message's limit: alone each may
+    travel; three or more together may not."""
+
+    branch_runnables = (ThirdOfALimit,)
+    pack_size = 4
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=ThirdOfALimit, input=i, key=str(i)) for i in range(input)]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [len(r.output) for r in results]
+
+
 register("outgoing.deep_branch", DeepBranch)
 register("outgoing.big_branch", BigBranch)
 register("outgoing.deep_output", DeepOutputThenEcho)
@@ -150,3 +171,4 @@ register("outgoing.output_at_the_limit", OutputAtTheLimit)
 register("outgoing.output_past_the_limit", OutputPastTheLimit)
 register("outgoing.lanes_at_the_limit", LanesOfOutputsAtTheLimit)
 register("outgoing.carrying_pipeline", CarryingPipeline)
+register("outgoing.big_pack", BigPack)

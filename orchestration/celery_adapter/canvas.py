@@ -35,7 +35,7 @@ from typing import Any
 from celery import Signature, Task, chain, chord
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
-from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output
+from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output, check_outputs
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
 from agentloop.orchestration.celery_adapter.run_failures import end_run_on_failure
 from agentloop.orchestration.errors import InvalidNodeError, UnsendableMessageError
@@ -194,9 +194,9 @@ def continue_pack(task: Task, outcomes: list[Outcome], collected: list[Any]) -> 
             outputs.append(outcome.to_wire())
         else:  # fan_out never packs a pipeline or a composite
             raise InvalidNodeError("a packed branch expanded into a canvas: only loops and stages are packed")
-    for output in outputs:
-        sendable(task, check_output, output, task.name)  # as each would travel unpacked
-    return [*collected, *outputs]
+    result = [*collected, *outputs]  # the pack's result: one message, to the lane's next step or the merge
+    sendable(task, check_outputs, result, task.name)
+    return result
 
 
 def continue_lane(task: Task, outcome: Outcome, collected: list[Any]) -> Any:

@@ -7,7 +7,8 @@ larger than :data:`~agentloop.orchestration.celery_adapter.edge.MAX_BODY_BYTES`
 fail its own result. So before a task sends the canvas of a pipeline or a
 composite (``canvas.py``), :func:`check_canvas` estimates each message the
 canvas starts with, and before a task hands an output on, :func:`check_output`
-checks it: a message that would be refused raises
+checks it (:func:`check_outputs` a pack's outputs, each and their total: they
+travel on together, as the pack's one result): a message that would be refused raises
 :class:`UnsendableMessageError` instead, and the task's failure ends the run
 with that error (``run_failures.py``), nothing sent.
 
@@ -31,7 +32,7 @@ from celery import Signature
 from agentloop.orchestration.celery_adapter.edge import MAX_BODY_BYTES, MAX_DEPTH, nests_deeper_than
 from agentloop.orchestration.errors import UnsendableMessageError
 
-__all__ = ["MAX_OUTPUT_DEPTH", "check_canvas", "check_output"]
+__all__ = ["MAX_OUTPUT_DEPTH", "check_canvas", "check_output", "check_outputs"]
 
 #: How deep an output handed on to the next task may nest.
 MAX_OUTPUT_DEPTH = MAX_DEPTH - 3
@@ -116,12 +117,25 @@ def check_output(value: Any, task: str) -> None:
             f"the output of {task} cannot be handed on: it is nested deeper than {MAX_OUTPUT_DEPTH} "
             "levels (the next task's message would be refused at the workers' edge)"
         )
+    _check_size(value, f"the output of {task} cannot be handed on: it is")
+
+
+def check_outputs(values: list[Any], task: str) -> None:
+    """Raise :class:`UnsendableMessageError` when one of ``values``, the outputs of ``task`` (a
+    pack's branches), cannot travel on, or when together, as the one result they travel in, they
+    are larger than a message may be."""
+    for value in values:
+        check_output(value, task)
+    _check_size(values, f"the outputs of {task} cannot be handed on: together they are")
+
+
+def _check_size(value: Any, says: str) -> None:
     try:
         size = _json_bytes(value)
     except ValueError:  # a circular value: the result's serializer says so, as before
         return
     if size > MAX_BODY_BYTES:
         raise UnsendableMessageError(
-            f"the output of {task} cannot be handed on: it is {size} bytes as JSON, "
+            f"{says} {size} bytes as JSON, "
             f"more than the {MAX_BODY_BYTES} a message may have (it would be refused at the workers' edge)"
         )

@@ -23,6 +23,7 @@ own writes records nothing twice, and schedules its expiry again.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -93,9 +94,20 @@ def pause_task(task: Task, pause: RunPaused, run_id: str) -> None:
         wait = waits.get(run_id, pause.path, question.key) or wait
     if wait.status == PENDING and wait.expires_at is not None:
         expiry = {"run_id": run_id, "path": pause.path, "key": question.key, "expire": True}
-        task.app.signature(RESUME, kwargs=expiry).apply_async(eta=wait.expires_at)  # a second one is refused
+        countdown = expiry_countdown(wait.expires_at, datetime.now(UTC))
+        task.app.signature(RESUME, kwargs=expiry).apply_async(countdown=countdown)  # a second one is refused
     waits.mark_run_waiting(run_id)  # not when an answer came first: that sent the task on already
     raise Ignore()
+
+
+def expiry_countdown(expires_at: datetime, now: datetime) -> int | None:
+    """The whole seconds from ``now`` to ``expires_at``, rounded up (``None``: due now).
+
+    Whole seconds because RabbitMQ's native delayed delivery takes no less than one and drops
+    the fraction (kombu refuses a delay under one second); rounded up so the expiry never
+    arrives before its time, only up to a second after it."""
+    seconds = math.ceil((expires_at - now).total_seconds())
+    return seconds if seconds > 0 else None
 
 
 def resume(

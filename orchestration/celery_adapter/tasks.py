@@ -67,6 +67,7 @@ from agentloop.orchestration.wire import (
     RUN,
     STAGE,
     WorkflowNode,
+    check_name,
     packed_branches,
     progress_status,
 )
@@ -323,12 +324,20 @@ def finalize(self: Task, result: Any, run_id: str, owner_token: str | None = Non
 
 
 def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> dict[str, Any]:
-    """A run's status and its events after ``after_id``, for clients that import only Celery."""
+    """A run's status and its events after ``after_id``, for clients that import only Celery.
+
+    An id no run can have (empty, not a string, too long, with a NUL: what ``check_name``
+    refuses at launch) is ``not_found``, like an id nothing is known of."""
     store = dependencies_of(self.app).store
-    record = store.get_run(str(run_id))
-    rows = store.events(str(run_id), after_id=int(after_id), limit=max(1, min(int(limit), 5000)))
-    # without a record, the launch's state in the result backend tells "pending" from "not_found"
-    launch_state = None if record is not None else self.app.backend.get_state(str(run_id))
+    try:
+        check_name(run_id, "run_id")
+    except LaunchRequestError:
+        record, rows, launch_state = None, [], None
+    else:
+        record = store.get_run(run_id)
+        rows = store.events(run_id, after_id=int(after_id), limit=max(1, min(int(limit), 5000)))
+        # without a record, the launch's state in the result backend tells "pending" from "not_found"
+        launch_state = None if record is not None else self.app.backend.get_state(run_id)
     return {
         "run_id": run_id,
         "status": progress_status(record.status if record is not None else None, launch_state),

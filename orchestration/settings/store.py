@@ -30,13 +30,16 @@ DEFAULT_STORE_RETRY_SECONDS = 60.0
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: The longest age :func:`age_seconds` takes: 100 years (36500 days). Any cut-off a run store
+#: holds is within it, and its datetime arithmetic cannot overflow.
+MAX_AGE_SECONDS = 36500 * 86400
 
 
 def age_seconds(value: Any, name: str) -> float:
-    """An age as seconds: a positive number of seconds, or ``30d``, ``12h``, ``90m``, ``2w``, ``45s``;
-    ``ValueError`` naming ``name`` otherwise."""
+    """An age as seconds: a positive number of seconds, or ``30d``, ``12h``, ``90m``, ``2w``, ``45s``,
+    at most :data:`MAX_AGE_SECONDS`; ``ValueError`` naming ``name`` otherwise."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
+        number = float(value) if not isinstance(value, int) or value <= MAX_AGE_SECONDS else float("inf")
     else:
         found = _AGE.fullmatch(value.strip().lower()) if isinstance(value, str) else None
         if found is None:
@@ -44,8 +47,10 @@ def age_seconds(value: Any, name: str) -> float:
                 f"{name} must be an age such as 30d, 12h, 90m or a number of seconds, not {value!r}"
             )
         number = float(found[1]) * _UNIT_SECONDS[found[2]]
-    if not 0 < number < float("inf"):
+    if not number > 0:
         raise ValueError(f"{name} must be a positive age, not {value!r}")
+    if number > MAX_AGE_SECONDS:
+        raise ValueError(f"{name} must be at most 100 years (36500d), not {value!r}")
     return number
 
 
@@ -58,8 +63,9 @@ class StoreSettings(SettingsGroup):
 
     retention_seconds: float | None = env_field("AGENTLOOP_RUN_RETENTION", None)
     """``AGENTLOOP_RUN_RETENTION``: how long an ended workflow is kept (``30d``, ``12h``, ``90m`` or
-    seconds). Set, beat deletes older ones every hour with their events, checkpoints and questions;
-    a workflow with a run still open is never deleted. Default: unset, nothing is deleted."""
+    seconds; at most 100 years). Set, beat deletes older ones every hour with their events,
+    checkpoints and questions; a workflow with a run still open is never deleted. Default: unset,
+    nothing is deleted."""
 
     @field_validator("retry_seconds", mode="before")
     @classmethod

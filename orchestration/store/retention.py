@@ -8,6 +8,15 @@ still open (the batch's summary counts it). With it go its progress events
 questions it asked people (``human_waits``); its usage is columns of its run
 rows. A run still open is never deleted, whatever its age.
 
+A workflow may be pruned while a task of it still writes: a pack of a fail-fast
+workflow whose run ended with a sibling's failure writes its branches'
+checkpoints and events until it sees the end. Those writes are not refused (a
+check per write would cost every task a round trip); each prune also deletes
+the events, checkpoints and questions written before its cut-off whose run has
+no row. A launch of a pruned run's id, re-sent, starts a new run: the store
+knows nothing of the id any more, and refusing it would mean keeping every
+pruned id for ever. A run id is an idempotency key while its run is kept.
+
 :func:`prune_runs` works on both stores. On SQL it deletes
 :data:`BATCH_SIZE` workflows per transaction, the oldest first, so a large
 backlog never holds long locks; with ``dry_run`` it only counts. Beat runs it
@@ -112,10 +121,42 @@ def _count(connection: Connection, table: Table, where: ColumnElement[bool]) -> 
     return int(connection.execute(select(func.count()).select_from(table).where(where)).scalar_one())
 
 
+def _orphaned(before: datetime) -> tuple[tuple[Table, ColumnElement[bool]], ...]:
+    """The rows of ``run_events``, ``checkpoints`` and ``human_waits`` written before ``before``
+    whose run has no row (a pruned workflow's pack that wrote on, see the module doc)."""
+    return tuple(
+        (table, and_(written < before, ~exists().where(runs.c.id == table.c.run_id)))
+        for table, written in (
+            (run_events, run_events.c.created_at),
+            (checkpoints, checkpoints.c.updated_at),
+            (human_waits, human_waits.c.created_at),
+        )
+    )
+
+
+def _orphans_sql(store: SqlRunStore, before: datetime, dry_run: bool) -> tuple[int, int, int, int]:
+    """The orphaned rows before ``before`` deleted (``dry_run``: counted), one transaction."""
+    with store.engine.begin() as connection:
+        if dry_run:
+            found = [_count(connection, table, where) for table, where in _orphaned(before)]
+        else:
+            found = [
+                connection.execute(delete(table).where(where)).rowcount for table, where in _orphaned(before)
+            ]
+    events, kept_checkpoints, waits = found
+    return 0, events, kept_checkpoints, waits
+
+
 def _prune_sql(store: SqlRunStore, before: datetime, dry_run: bool) -> Pruned:
+    orphans = store.retry.call(lambda: _orphans_sql(store, before, dry_run))
     if dry_run:
-        return store.retry.call(lambda: _count_sql(store, before))
-    totals, shown, workflows = [0, 0, 0, 0], list[str](), 0
+        counted = store.retry.call(lambda: _count_sql(store, before))
+        counts = (counted.runs, counted.events, counted.checkpoints, counted.waits)
+        totals = [count + orphan for count, orphan in zip(counts, orphans, strict=True)]
+        return Pruned(
+            workflows=counted.workflows, **_named(tuple(totals)), dry_run=True, first_ids=counted.first_ids
+        )
+    totals, shown, workflows = list(orphans), list[str](), 0
     while roots_and_counts := store.retry.call(lambda: _delete_batch(store, before)):
         roots, counts = roots_and_counts
         totals = [total + count for total, count in zip(totals, counts, strict=True)]

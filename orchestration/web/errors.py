@@ -77,9 +77,11 @@ def invalid_input(message: str) -> HTTPException:
     return HTTPException(422, message)
 
 
-def unavailable(message: str) -> HTTPException:
-    """Every event stream slot of this process is taken (503)."""
-    return HTTPException(503, message)
+def unavailable(message: str, *, retry_after: int | None = None) -> HTTPException:
+    """The server cannot serve this now (503): every event stream slot of this process is taken, or
+    no worker answered; ``retry_after`` (seconds) is sent as ``Retry-After``."""
+    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
+    return HTTPException(503, message, headers=headers)
 
 
 def not_installed(message: str) -> HTTPException:

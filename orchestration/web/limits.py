@@ -4,17 +4,17 @@ Everything a client sends is checked here before it reaches Celery or the run
 store: a body over ``AGENTLOOP_HTTP_MAX_BODY_BYTES`` is refused with 413 before
 it is read whole, JSON nested deeper than :data:`MAX_JSON_DEPTH` with 422 (deep
 nesting is what breaks a worker's pickling and recursion), and every event
-stream takes a slot of ``AGENTLOOP_HTTP_MAX_STREAMS`` (503 when none is left).
+stream takes a slot of ``AGENTLOOP_HTTP_MAX_STREAMS`` before its response starts
+(503 with ``Retry-After`` when none is left).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncGenerator, Callable
 from functools import partial
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
@@ -25,6 +25,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_PAGE_SIZE",
     "BodyLimit",
+    "HeldStream",
     "StreamSlots",
     "check_identifier",
     "check_json",
@@ -37,6 +38,10 @@ __all__ = [
 MAX_JSON_DEPTH = 64
 #: The most runs one page lists, and the furthest a page may start.
 MAX_PAGE_SIZE, MAX_OFFSET = 200, 10_000
+#: The ``Retry-After`` (seconds) of a stream refused because every slot is taken.
+STREAM_RETRY_SECONDS = 1
+
+T = TypeVar("T")
 #: Run ids and runnable names: what the run store and the wire accept, and nothing that needs escaping.
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}")
 _MAX_BUDGET = 2**62
@@ -101,20 +106,47 @@ class StreamSlots:
     def __init__(self, limit: int) -> None:
         self.limit, self.open = limit, 0
 
-    def check(self) -> None:
-        """503 when every slot is taken now."""
+    def hold(self, items: AsyncGenerator[T, None]) -> HeldStream[T]:
+        """``items`` holding a slot taken now, while a refusal is still an answer: 503 (with
+        ``Retry-After``) when every slot is taken. The slot goes back when the stream ends or is
+        closed, whether it started or not."""
         if self.open >= self.limit:
-            raise unavailable(f"{self.limit} event streams are open already; try again later")
-
-    @contextmanager
-    def take(self) -> Iterator[None]:
-        """Hold a slot for the ``with`` block; 503 when every slot is taken."""
-        self.check()
+            message = f"{self.limit} event streams are open already; try again later"
+            raise unavailable(message, retry_after=STREAM_RETRY_SECONDS)
         self.open += 1
+        return HeldStream(items, self._release)
+
+    def _release(self) -> None:
+        self.open -= 1
+
+
+class HeldStream(Generic[T]):
+    """An event stream holding a slot of :class:`StreamSlots`, given back once: when the stream
+    ends, fails or is closed (``aclose``), started or not."""
+
+    def __init__(self, items: AsyncGenerator[T, None], release: Callable[[], None]) -> None:
+        self._items, self._release, self._held = items, release, True
+
+    def __aiter__(self) -> HeldStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
         try:
-            yield
+            return await anext(self._items)
+        except BaseException:  # the end, a failure or a cancel: the stream is over
+            self._give_back()
+            raise
+
+    async def aclose(self) -> None:
+        try:
+            await self._items.aclose()
         finally:
-            self.open -= 1
+            self._give_back()
+
+    def _give_back(self) -> None:
+        if self._held:
+            self._held = False
+            self._release()
 
 
 class BodyLimit:

@@ -36,6 +36,7 @@ from agentloop.orchestration.store import RunRecord, RunStore
 from agentloop.orchestration.web.auth import CANCEL, START, Principal
 from agentloop.orchestration.web.errors import conflict, invalid_input, not_found
 from agentloop.orchestration.web.limits import (
+    HeldStream,
     StreamSlots,
     check_identifier,
     check_json,
@@ -226,29 +227,29 @@ class RunService:
 
     async def stream(
         self, principal: Principal, run_id: Any, *, after_id: int = 0, idle_seconds: float | None = None
-    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
-        """Checks that the run exists and a stream slot is free, then returns its stream:
+    ) -> HeldStream[tuple[str, dict[str, Any]]]:
+        """Checks that the run exists and takes a stream slot (503 when none is free), then returns
+        its stream, which gives the slot back once closed (``aclose``) or over:
         ``("progress", event view)`` items with their store ids, then ``("end", run view)``;
         ``("idle", {})`` after ``idle_seconds`` without news."""
         await self.get(principal, run_id)  # NotFound before the stream starts
-        self.slots.check()  # Unavailable now, rather than once the response has started
-        return self._stream(principal, str(run_id), after_id, idle_seconds)
+        # the slot is taken now, not once the response has started: a 503 is still an answer
+        return self.slots.hold(self._stream(principal, str(run_id), after_id, idle_seconds))
 
     async def _stream(
         self, principal: Principal, run_id: str, after_id: int, idle_seconds: float | None
     ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
-        with self.slots.take():
-            follow = self.hub.follow(run_id, after_id=after_id, idle_seconds=idle_seconds)
-            try:
-                async for item in follow:
-                    if isinstance(item, EventItem):
-                        yield "progress", event_view(item.id, item.event, can_read=principal.can_read)
-                    elif isinstance(item, RunEnded):
-                        yield "end", run_view(item.record, can_read=principal.can_read)
-                    else:
-                        yield "idle", {}
-            finally:
-                await follow.aclose()
+        follow = self.hub.follow(run_id, after_id=after_id, idle_seconds=idle_seconds)
+        try:
+            async for item in follow:
+                if isinstance(item, EventItem):
+                    yield "progress", event_view(item.id, item.event, can_read=principal.can_read)
+                elif isinstance(item, RunEnded):
+                    yield "end", run_view(item.record, can_read=principal.can_read)
+                else:
+                    yield "idle", {}
+        finally:
+            await follow.aclose()
 
     async def ended_without_news(self, principal: Principal, run_id: Any, after_id: int) -> bool:
         """Whether the run has ended and has no event after ``after_id`` (a resumed stream is done);

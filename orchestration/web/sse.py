@@ -24,15 +24,17 @@ tells an ``EventSource`` to stop. The events come from the one
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from agentloop.orchestration.web.errors import invalid_input
+from agentloop.orchestration.web.limits import HeldStream
 from agentloop.orchestration.web.state import caller, web_state
 
 __all__ = ["format_event", "sse_routes"]
@@ -58,7 +60,7 @@ def _after_id(request: Request) -> tuple[int, bool]:
     return int(value), resumed is not None
 
 
-async def _frames(stream: AsyncGenerator[tuple[str, dict[str, Any]], None]) -> AsyncIterator[str]:
+async def _frames(stream: HeldStream[tuple[str, dict[str, Any]]]) -> AsyncIterator[str]:
     yield "retry: 2000\n\n"
     async with aclosing(stream) as items:
         async for kind, view in items:
@@ -75,7 +77,22 @@ async def run_events(request: Request) -> Response:
     stream = await state.service.stream(
         principal, run_id, after_id=after_id, idle_seconds=state.keepalive_seconds
     )
-    return StreamingResponse(_frames(stream), media_type="text/event-stream", headers=_HEADERS)
+    return _EventStream(stream)
+
+
+class _EventStream(StreamingResponse):
+    """The stream's frames; its slot goes back when the response is over, also when it never
+    started (the client left before the first frame)."""
+
+    def __init__(self, stream: HeldStream[tuple[str, dict[str, Any]]]) -> None:
+        super().__init__(_frames(stream), media_type="text/event-stream", headers=_HEADERS)
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._stream.aclose()
 
 
 def sse_routes() -> list[Route]:

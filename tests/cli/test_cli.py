@@ -137,3 +137,10 @@ def test_runs_prune_needs_an_age_and_says_which_are_valid(home: Path) -> None:
     assert missing.exit_code == 2 and "--older-than" in missing.output
     bad = invoke("runs", "prune", "--older-than", "a month")
     assert bad.exit_code == 2 and "such as 30d" in bad.output
+
+
+@pytest.mark.parametrize("age", ["99999999999d", "1" + "0" * 30, "3000000000w"])
+def test_runs_prune_refuses_an_age_longer_than_a_hundred_years_clearly(home: Path, age: str) -> None:
+    refused = invoke("runs", "prune", "--older-than", age, "--dry-run")
+    assert refused.exit_code == 2, refused.output
+    assert "at most 100 years" in refused.output and "Traceback" not in refused.output

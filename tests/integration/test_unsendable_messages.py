@@ -61,6 +61,18 @@ def test_outputs_at_the_limit_reach_a_bounded_composite_s_merge_through_its_lane
     assert ping_answers(lone_worker.app)
 
 
+def test_a_pack_whose_outputs_together_are_too_large_is_refused_before_its_result_is_sent(
+    lone_worker: Any,
+) -> None:
+    # four outputs of a third of the limit each: each may travel alone, the pack's result may not
+    assert_refused_before_it_is_sent(lone_worker, "outgoing.big_pack", 4, "together they are")
+    # two of them fit one message: the merge gets both
+    handle = CeleryAgentRunner.create(
+        runnable="outgoing.big_pack", app=lone_worker.app, store=lone_worker.store
+    ).request_sync(input=2)
+    assert handle.wait_sync(timeout=60) == [MAX_BODY_BYTES // 3] * 2
+
+
 def assert_refused_before_it_is_sent(lone_worker: Any, runnable: str, input: Any, says: str) -> None:
     runner = CeleryAgentRunner.create(runnable=runnable, app=lone_worker.app, store=lone_worker.store)
     handle = runner.request_sync(input=input)

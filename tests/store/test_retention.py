@@ -169,3 +169,87 @@ def test_beats_prune_task_uses_the_retention_setting_and_does_nothing_without_it
         assert {key: answer[key] for key in expected} == expected
         assert isinstance(bad.result, ValueError) and "such as 30d" in str(bad.result)
     assert store.get_run("young") is not None
+
+
+@pytest.mark.parametrize("age", [10**30, 10**400, 1e300, "99999999999d", "3000000000w"])
+def test_the_prune_task_refuses_an_age_longer_than_a_hundred_years_clearly(age: Any) -> None:
+    from agentloop.orchestration.celery_adapter.app import create_app
+    from agentloop.orchestration.settings import load_settings
+    from agentloop.orchestration.store import InMemoryRunStore
+
+    store = InMemoryRunStore()
+    ended(store, "kept")
+    app = create_app(
+        settings=load_settings({"BROKER_URL": "memory://", "RESULT_BACKEND": "cache+memory://"}), store=store
+    )
+    try:
+        refused = app.tasks["agentloop.prune_runs"].apply(kwargs={"older_than": age})
+    finally:
+        app.close()
+    assert isinstance(refused.result, ValueError), repr(refused.result)
+    assert "at most 100 years" in str(refused.result)
+    assert store.get_run("kept") is not None
+
+
+def test_a_retention_longer_than_a_hundred_years_is_refused_when_the_settings_load() -> None:
+    from agentloop.orchestration.settings import load_settings
+
+    with pytest.raises(ValueError, match="at most 100 years"):
+        load_settings({"AGENTLOOP_RUN_RETENTION": "99999999999d"})
+
+
+# ----- what a pruned workflow's late writers leave, and its id launched again -----------------
+
+
+def test_rows_a_pruned_workflow_s_late_writers_leave_go_with_the_next_prune(sql_engine: Engine) -> None:
+    from agentloop.orchestration.store import SqlRunStore
+
+    store = SqlRunStore(sql_engine)
+    ended(store, "root")
+    store.create_run(
+        run_id="root-branch", runnable="retained", input=None, root_run_id="root", parent_run_id="root"
+    )
+    store.finish_run("root-branch", status="failed", error={"type": "Boom", "message": "fail-fast"})
+    assert prune(store, datetime.now(UTC)).workflows == 1
+    # a pack of the fail-fast workflow still running writes on: rows with no run of theirs
+    store.save_checkpoint("root-branch", "branch/3", 2, {"n": 2})
+    store.append_events("root", [EVENT])
+    waits_of(store).record(Wait(run_id="root-branch", path="branch/3", question=Question(prompt="late?")))
+    cut_off = datetime.now(UTC)
+    store.save_checkpoint("root-branch", "branch/4", 1, {"n": 1})  # after the cut-off: kept for now
+    ended(store, "kept")  # a workflow with its run: never an orphan
+
+    dry = prune(store, cut_off, dry_run=True)
+    done = prune(store, cut_off)
+
+    assert (dry.workflows, dry.events, dry.checkpoints, dry.waits) == (0, 1, 1, 1)
+    assert (done.workflows, done.events, done.checkpoints, done.waits) == (0, 1, 1, 1)
+    assert store.events("root") == []
+    assert store.loop_record("root-branch", "branch/3").checkpoint is None
+    assert waits_of(store).waits("root-branch") == []
+    assert store.loop_record("root-branch", "branch/4").checkpoint is not None
+    assert left(store, "kept") == (True, 2, True, 1)
+    later = prune(store, datetime.now(UTC) + timedelta(seconds=1))
+    assert later.checkpoints == 2 and store.loop_record("root-branch", "branch/4").checkpoint is None
+
+
+def test_a_pruned_run_s_id_launched_again_is_a_new_run_whose_owner_the_gate_reads_afresh(
+    sql_engine: Engine,
+) -> None:
+    from agentloop.orchestration.errors import RunOwnershipError
+    from agentloop.orchestration.run_gate import RunGate
+    from agentloop.orchestration.store import RunOwner, SqlRunStore
+
+    store = SqlRunStore(sql_engine)
+    first, second = RunOwner.new("digest"), RunOwner.new("digest")
+    store.create_run(run_id="again", runnable="retained", input=None, owner=first)
+    gate = RunGate(store)
+    gate.check_owner("again", first.token)  # the owner is cached for this process
+    store.finish_run("again", status="succeeded", output=1, owner_token=first.token)
+    assert prune(store, datetime.now(UTC) + timedelta(seconds=1)).workflows == 1
+
+    store.create_run(run_id="again", runnable="retained", input=None, owner=second)  # the launch re-sent
+
+    gate.check_owner("again", second.token)  # the new run's tasks are admitted
+    with pytest.raises(RunOwnershipError):
+        gate.check_owner("again", first.token)  # the pruned run's are not
