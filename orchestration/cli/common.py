@@ -14,10 +14,11 @@ move it or read it (:func:`legacy_store`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,8 @@ class JsonErrorsGroup(TyperGroup):
         given = list(sys.argv[1:] if args is None else args)
         token = _json_errors.set("--json" in given)
         try:
-            return super().main(given, *more, **options)
+            with working_folder_first():
+                return super().main(given, *more, **options)
         finally:
             _json_errors.reset(token)
 
@@ -86,6 +88,28 @@ class JsonErrorsGroup(TyperGroup):
                 raise
             failure: Any = error
             raise fail(failure.format_message(), code=failure.exit_code) from None
+
+
+@contextmanager
+def working_folder_first() -> Iterator[None]:
+    """The working folder first on ``sys.path`` while a command runs, as ``celery`` puts it (and
+    ``python -m``), so that the modules a command imports by name (``AGENTLOOP_IMPORTS``,
+    ``--scorer MODULE:NAME``, on the embedded worker too) are found in the folder it is run from: a
+    console script's path starts with its own ``bin`` instead. Taken off again at the end (for a
+    command run in-process, as by click's test runner)."""
+    try:
+        folder = os.getcwd()
+    except FileNotFoundError:  # the working folder was deleted under the shell: nothing to add
+        folder = ""
+    if not folder or folder in sys.path:
+        yield
+        return
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        with suppress(ValueError):  # taken off already by the command
+            sys.path.remove(folder)
 
 
 #: ``--json``, the same on every command.
