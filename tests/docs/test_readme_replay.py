@@ -44,3 +44,28 @@ def test_the_readme_records_exports_and_replays_a_run_and_keeps_it_as_a_test(tmp
     assert replayed.returncode == 1, replayed.stdout + replayed.stderr
     assert "first divergence at step '(root)', iteration 0, model call 0" in replayed.stdout
     assert '  instruction: "Plan the trip the traveller asks for.' in replayed.stdout
+
+
+def test_the_readme_replay_matches_with_tools_sync_run_on_one_side_only(tmp_path: Path) -> None:
+    # the marker `tools sync` puts on the stored schema is never sent to the model: no divergence
+    [commands] = [block for block in section(PAGE, HEADING) if "agentloop replay" in block.code]
+    record, replay = commands.code.rsplit("\n", 1)
+    assert replay.startswith("agentloop replay plan.json")
+    [trips] = [
+        b
+        for b in section("docs/tutorial.md", "## A typed step, end to end")
+        if b.code.startswith("# trips.py")
+    ]
+    (tmp_path / "trips.py").write_text(trips.code + "\n", encoding="utf-8")
+    synced, fresh = a_users_environment(tmp_path / "synced"), a_users_environment(tmp_path / "fresh")
+    sync = typed(tmp_path, "AGENTLOOP_IMPORTS=trips agentloop tools sync", synced)
+    assert sync.returncode == 0 and "created" in sync.stdout, sync.stdout + sync.stderr
+
+    for recording_home, replaying_home in ((synced, fresh), (fresh, synced)):
+        recorded = typed(tmp_path, record, recording_home)
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+
+        replayed = typed(tmp_path, f"export AGENTLOOP_IMPORTS=trips\n{replay}", replaying_home)
+
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        assert "matches its recording" in replayed.stdout
