@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from agentloop.loops.run_outcome import STOPPED_BY_BOUND
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.cli.common import (
     EXIT_FAILED,
@@ -71,10 +72,22 @@ def trigger(
                 "[yellow]the in-memory broker lives in this process: waiting for the run[/]"
             )
         result = _wait(handle, name=name, timeout=timeout, as_json=as_json)
+        stopped_by = _stopped_by(handle)
         if as_json:
-            print_json({"run_id": handle.run_id, "status": _status(handle), "result": result})
+            print_json(
+                {
+                    "run_id": handle.run_id,
+                    "status": _status(handle),
+                    "result": result,
+                    "stopped_by": stopped_by,
+                }
+            )
             return
         console.print_json(json.dumps(result, default=str))
+        if stopped_by == STOPPED_BY_BOUND:  # it returned, but a loop hit its max_iterations first
+            console.print(
+                "[yellow]stopped by its bound[/]: a loop hit its max_iterations before it was complete"
+            )
         if handle.status == "degraded":  # it returned, but model calls failed on the way
             recorded = handle.error if isinstance(handle.error, dict) else {}
             console.print(f"[yellow]degraded[/]: {recorded.get('message', 'model calls failed')}")
@@ -96,6 +109,15 @@ def _wait(handle: RunHandle, *, name: str, timeout: float | None, as_json: bool)
             print_json({"run_id": handle.run_id, "status": _status(handle, "failed"), "error": str(error)})
             raise typer.Exit(EXIT_FAILED) from None
         raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
+
+
+def _stopped_by(handle: RunHandle) -> str:
+    """How the run ended: ``"bound"`` when a loop of it hit its ``max_iterations`` first, else
+    ``"complete"`` (the run's record says; without a store, its events)."""
+    record = handle.store.get_run(handle.run_id) if handle.store is not None else None
+    if record is not None and record.stopped_by is not None:
+        return record.stopped_by
+    return handle.stopped_by
 
 
 def _status(handle: RunHandle, default: str = "succeeded") -> str:
