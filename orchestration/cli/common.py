@@ -4,7 +4,8 @@ Every command that prints something takes ``--json``: then stdout holds only
 JSON (one document, or one per line for a stream of events), for scripts;
 messages and progress go to stderr, and an error is one JSON object on stdout,
 ``{"error": "...", "exit_code": 2}`` (:func:`fail`, :class:`JsonErrorsGroup`). Exit codes
-are the same either way (:data:`EXIT_FAILED`, :data:`EXIT_USAGE`, :data:`EXIT_TIMEOUT`).
+are the same either way (:data:`EXIT_FAILED`, :data:`EXIT_USAGE`, :data:`EXIT_TIMEOUT`,
+:data:`EXIT_DEGRADED`).
 
 The default store is under the per-user home (``AGENTLOOP_HOME``); a store left in the
 working folder's ``./.agentloop/`` by an earlier version is pointed out on stderr, with how to
@@ -45,8 +46,9 @@ from agentloop.orchestration.store import RunStore, open_store
 console = Console()
 errors = Console(stderr=True)
 
-#: Exit codes: 0 done, 1 the run failed or was stopped, 2 bad input, 3 timed out.
-EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 1, 2, 3
+#: Exit codes: 0 done, 1 the run failed or was stopped, 2 bad input, 3 timed out, 4 the run
+#: returned but ended ``degraded`` (model calls failed and fallbacks answered).
+EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_DEGRADED = 1, 2, 3, 4
 
 
 #: Click's base of the errors it reports itself (a usage error, a bad option value), whichever click
