@@ -250,7 +250,7 @@ async def test_an_action_run_outside_any_run_only_logs_the_failure(caplog: pytes
     value = await Answer.create().run(arguments={"question": "q"}, context=context(error_reply("down")))
 
     assert value == {"text": "no answer"}
-    assert "model unavailable for answer" in caplog.text
+    assert "the model was unavailable for answer at (root)" in caplog.text
 
 
 async def test_a_scope_hands_its_sink_and_path_to_the_steps_inside() -> None:
@@ -316,3 +316,61 @@ def test_failures_and_the_degraded_event_round_trip_through_stored_events() -> N
         "message": "the model was unavailable for plan at 'branch/q1': 429 (and 1 more)",
         "failures": [f.to_dict() for f in failures],
     }
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind", "error_type", "message"),
+    [
+        (
+            error_reply("500 server error"),
+            "unavailable",
+            "ModelUnavailable",
+            "the model was unavailable for answer at (root): model error: 500 server error",
+        ),
+        (
+            text_reply("no tool for me"),
+            "invalid_output",
+            "InvalidModelOutput",
+            "the model gave an invalid answer for answer at (root): model did not call 'answer'",
+        ),
+        (
+            tool_call("answer", "{broken"),
+            "invalid_output",
+            "InvalidModelOutput",
+            "the model gave an invalid answer for answer at (root): tool arguments are not a JSON object",
+        ),
+        (
+            tool_call("answer", {"text": ""}),
+            "invalid_output",
+            "InvalidModelOutput",
+            "the model gave an invalid answer for answer at (root): model output rejected by normalize",
+        ),
+    ],
+    ids=["model error", "no call", "broken json", "normalize rejects"],
+)
+async def test_an_invalid_answer_is_named_apart_from_an_unavailable_model(
+    reply: AiResponse, kind: str, error_type: str, message: str
+) -> None:
+    recorder = ProgressRecorder()
+
+    outcome = await InlineAgentRunner.create(runnable=Ask, context=context(reply)).request_outcome(
+        input="q", on_progress=recorder
+    )
+
+    assert [failure.kind for failure in outcome.failures] == [kind]
+    assert outcome.error is not None
+    assert (outcome.error["type"], outcome.error["message"]) == (error_type, message)
+    # the events keep the kind, so a worker's record (read back from them) names it the same way
+    stored = [event.to_dict() for event in recorder.events]
+    assert degradation_error(failures_in(stored)) == outcome.error
+
+
+async def test_the_fail_policy_raises_invalid_output_for_an_invalid_answer() -> None:
+    from agentloop.actions import InvalidModelOutputError
+
+    runner = InlineAgentRunner.create(
+        runnable=Ask, context=context(tool_call("answer", "{broken"), action=StrictAnswer)
+    )
+
+    with pytest.raises(InvalidModelOutputError, match="the model gave no valid answer for answer"):
+        await runner.request(input="q")
