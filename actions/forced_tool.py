@@ -23,7 +23,9 @@ wrongly, not being away: they are reported as invalid output (``kind`` ``"invali
 An answer :meth:`ForcedToolAction.check_output` rejects *with a retry* is
 sent back to the model (its call, then a tool result saying what was wrong)
 for at most :attr:`ForcedToolAction.output_retries` further tries, each one a
-model call metered like any other. A typed action
+model call metered like any other; so are a reply without the forced call (its
+text, then a turn asking for the call) and arguments that are not a JSON object,
+which follow :attr:`~ForcedToolAction.on_model_failure` once the tries are spent. A typed action
 (:class:`~actions.TypedToolAction`) asks for a retry when its output model
 refuses the arguments; a plain action's :meth:`~ForcedToolAction.normalize`
 only accepts or rejects. An answer still rejected once the tries are spent
@@ -255,6 +257,16 @@ class ForcedToolAction(BaseAgentAction):
             },
         ]
 
+    def call_again_messages(
+        self, *, response: AiResponse, tool_name: str, reason: str
+    ) -> list[dict[str, Any]]:
+        """The turns that send a reply without the forced call back: the model's text, then a user
+        turn saying that the tool must be called."""
+        return [
+            {"role": "assistant", "content": response.text},
+            {"role": "user", "content": f"{reason}. Call {tool_name} with its arguments."},
+        ]
+
     async def run(self, *, arguments: dict[str, Any], context: Any) -> Any:
         async def unavailable(reason: str, kind: str = UNAVAILABLE) -> Any:
             return await self.model_failed(arguments=arguments, context=context, reason=reason, kind=kind)
@@ -282,11 +294,26 @@ class ForcedToolAction(BaseAgentAction):
             if response.has_error:
                 return await unavailable(f"model error: {response.error}")
             function_call = self.extract_function_call(response=response, tool_name=tool_name)
-            if function_call is None:
-                return await unavailable(f"model did not call {tool_name!r}", INVALID_OUTPUT)
-            parsed = self.parse_function_call_arguments(function_call=function_call)
-            if parsed is None:
-                return await unavailable("tool arguments are not a JSON object", INVALID_OUTPUT)
+            parsed = (
+                None
+                if function_call is None
+                else self.parse_function_call_arguments(function_call=function_call)
+            )
+            if function_call is None or parsed is None:  # a wrong answer: asked again while tries are left
+                reason = (
+                    f"model did not call {tool_name!r}"
+                    if function_call is None
+                    else "tool arguments are not a JSON object"
+                )
+                if attempt == tries:
+                    spent = reason if attempt == 1 else f"{reason} (after {attempt} tries)"
+                    return await unavailable(spent, INVALID_OUTPUT)
+                history += (
+                    self.retry_messages(response=response, call=function_call, reason=reason, attempt=attempt)
+                    if function_call is not None
+                    else self.call_again_messages(response=response, tool_name=tool_name, reason=reason)
+                )
+                continue
             value = await self.check_output(parsed=parsed, arguments=arguments, context=context)
             if not isinstance(value, OutputRejection):
                 return value

@@ -149,14 +149,17 @@ async def test_request_returns_the_result_of_a_degraded_run() -> None:
             error_reply("request timed out after 2 attempts"),
             "model error: request timed out after 2 attempts",
         ),
-        (text_reply("no tool for me"), "model did not call 'answer'"),
-        (tool_call("answer", "{broken"), "tool arguments are not a JSON object"),
-        (tool_call("answer", "[1]"), "tool arguments are not a JSON object"),
+        # a wrong answer is asked again (output_retries = 1): the model answers wrongly twice
+        (text_reply("no tool for me"), "model did not call 'answer' (after 2 tries)"),
+        (tool_call("answer", "{broken"), "tool arguments are not a JSON object (after 2 tries)"),
+        (tool_call("answer", "[1]"), "tool arguments are not a JSON object (after 2 tries)"),
     ],
     ids=["500", "timeout", "no call", "broken json", "not an object"],
 )
 async def test_every_kind_of_failed_call_degrades(reply: AiResponse, reason: str) -> None:
-    outcome = await InlineAgentRunner.create(runnable=Ask, context=context(reply)).request_outcome(input="q")
+    runner = InlineAgentRunner.create(runnable=Ask, context=context(reply, reply))
+
+    outcome = await runner.request_outcome(input="q")
 
     assert [failure.reason for failure in outcome.failures] == [reason]
 
@@ -331,13 +334,15 @@ def test_failures_and_the_degraded_event_round_trip_through_stored_events() -> N
             text_reply("no tool for me"),
             "invalid_output",
             "InvalidModelOutput",
-            "the model gave an invalid answer for answer at (root): model did not call 'answer'",
+            "the model gave an invalid answer for answer at (root): model did not call 'answer'"
+            " (after 2 tries)",
         ),
         (
             tool_call("answer", "{broken"),
             "invalid_output",
             "InvalidModelOutput",
-            "the model gave an invalid answer for answer at (root): tool arguments are not a JSON object",
+            "the model gave an invalid answer for answer at (root): tool arguments are not a JSON object"
+            " (after 2 tries)",
         ),
         (
             tool_call("answer", {"text": ""}),
@@ -353,7 +358,7 @@ async def test_an_invalid_answer_is_named_apart_from_an_unavailable_model(
 ) -> None:
     recorder = ProgressRecorder()
 
-    outcome = await InlineAgentRunner.create(runnable=Ask, context=context(reply)).request_outcome(
+    outcome = await InlineAgentRunner.create(runnable=Ask, context=context(reply, reply)).request_outcome(
         input="q", on_progress=recorder
     )
 
@@ -369,8 +374,44 @@ async def test_the_fail_policy_raises_invalid_output_for_an_invalid_answer() -> 
     from agentloop.actions import InvalidModelOutputError
 
     runner = InlineAgentRunner.create(
-        runnable=Ask, context=context(tool_call("answer", "{broken"), action=StrictAnswer)
+        runnable=Ask,
+        context=context(tool_call("answer", "{broken"), tool_call("answer", "{"), action=StrictAnswer),
     )
 
     with pytest.raises(InvalidModelOutputError, match="the model gave no valid answer for answer"):
         await runner.request(input="q")
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [text_reply("It is 42."), tool_call("answer", "{broken"), tool_call("answer", '["42"]')],
+    ids=["text only", "malformed json", "not an object"],
+)
+async def test_a_wrong_answer_is_asked_again_under_output_retries(wrong: AiResponse) -> None:
+    model = ScriptedModel()
+    model.push(wrong, tool_call("answer", {"text": "42"}))
+
+    outcome = await InlineAgentRunner.create(
+        runnable=Ask, context={"processor": model, "tool_store": Tools(), "answer_tool_id": "answer"}
+    ).request_outcome(input="q")
+
+    assert (outcome.status, outcome.result) == ("succeeded", {"text": "42"})
+    assert len(model.requests) == 2  # the second try, told what was wrong
+    told = model.requests[1].history_messages[-1]
+    assert "Call answer" in str(told["content"]) and told["role"] in ("user", "tool")
+
+
+async def test_no_retry_is_asked_when_output_retries_is_0() -> None:
+    class OneTry(Answer):
+        output_retries = 0
+
+    model = ScriptedModel()
+    model.push(text_reply("It is 42."), tool_call("answer", {"text": "42"}))
+
+    outcome = await InlineAgentRunner.create(
+        runnable=Ask,
+        context={"processor": model, "tool_store": Tools(), "answer_tool_id": "answer", "action": OneTry},
+    ).request_outcome(input="q")
+
+    assert outcome.status == "degraded" and len(model.requests) == 1
+    assert [f.reason for f in outcome.failures] == ["model did not call 'answer'"]
