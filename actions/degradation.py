@@ -48,20 +48,49 @@ class ModelFailurePolicy(StrEnum):
     FAIL = "fail"
 
 
+#: A :class:`ModelFailure`'s ``kind``: the model could not be asked or did not answer (an HTTP
+#: error, a timeout, no tool schema), or it answered and its answer was not a valid one (arguments
+#: that are not a JSON object, no call to the forced tool, arguments the output type or
+#: ``normalize`` refused).
+UNAVAILABLE, INVALID_OUTPUT = "unavailable", "invalid_output"
+
+
+def describe_path(path: str) -> str:
+    """A workflow path for people: ``(root)`` for the run's root, else the path quoted."""
+    return repr(path) if path else "(root)"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelFailure:
-    """One model call a step could not complete: which action, why, and where in the workflow."""
+    """One model call a step could not complete: which action, why, where in the workflow, and
+    whether the model was unavailable or answered wrongly (``kind``)."""
 
     action: str
     reason: str
     path: str = ""
+    kind: str = UNAVAILABLE
+
+    def describe(self) -> str:
+        """The failure in one line, for people: ``the model was unavailable for ACTION at PATH:
+        REASON``, or ``the model gave an invalid answer for ...``."""
+        what = "gave an invalid answer" if self.kind == INVALID_OUTPUT else "was unavailable"
+        return f"the model {what} for {self.action} at {describe_path(self.path)}: {self.reason}"
 
     def to_dict(self) -> dict[str, str]:
-        return {"action": self.action, "reason": self.reason, "path": self.path}
+        """As JSON; ``kind`` only for an invalid answer (without it: unavailable, as before it was kept)."""
+        data = {"action": self.action, "reason": self.reason, "path": self.path}
+        if self.kind != UNAVAILABLE:
+            data["kind"] = self.kind
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelFailure:
-        return cls(action=str(data["action"]), reason=str(data["reason"]), path=str(data.get("path", "")))
+        return cls(
+            action=str(data["action"]),
+            reason=str(data["reason"]),
+            path=str(data.get("path", "")),
+            kind=str(data.get("kind") or UNAVAILABLE),
+        )
 
 
 @runtime_checkable
@@ -106,16 +135,17 @@ def watch_step() -> Iterator[StepWatch]:
         _watch.reset(token)
 
 
-async def report_model_failure(*, action: str, reason: str) -> ModelFailure:
+async def report_model_failure(*, action: str, reason: str, kind: str = UNAVAILABLE) -> ModelFailure:
     """Report that ``action`` fell back (logged, and told to the run's sink if any): the run ends
-    ``degraded``, and neither the step nor a cached step around it is kept (:func:`watch_step`)."""
+    ``degraded``, and neither the step nor a cached step around it is kept (:func:`watch_step`).
+    ``kind`` says why: the model was unavailable, or its answer was invalid (:data:`INVALID_OUTPUT`)."""
     watch = _watch.get()
     while watch is not None:
         watch.reason = watch.reason or reason
         watch = watch.parent
     bound = _sink.get()
-    failure = ModelFailure(action=action, reason=reason, path="" if bound is None else bound[1])
-    logger.warning("model unavailable for %s at %r: %s", action, failure.path, reason)
+    failure = ModelFailure(action=action, reason=reason, path="" if bound is None else bound[1], kind=kind)
+    logger.warning("%s", failure.describe())
     if bound is not None:
         await maybe_await(bound[0].degraded(failure))
     return failure

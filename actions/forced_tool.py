@@ -14,12 +14,18 @@ A failed model call (an error after the processor's retries, a reply without
 the forced call, arguments that are not a JSON object) or a tool schema that
 cannot be loaded follows :attr:`ForcedToolAction.on_model_failure`:
 ``"degrade"`` (the default) returns :meth:`ForcedToolAction.fallback_when_unavailable`
-and reports the failure; ``"fail"`` raises :class:`~actions.ModelUnavailableError`.
+and reports the failure; ``"fail"`` raises :class:`~actions.ModelUnavailableError`. A reply
+without the forced call and arguments that are not a JSON object are the model answering
+wrongly, not being away: they are reported as invalid output (``kind`` ``"invalid_output"``,
+:mod:`agentloop.actions.degradation`), and ``"fail"`` raises
+:class:`~actions.InvalidModelOutputError` for them.
 
 An answer :meth:`ForcedToolAction.check_output` rejects *with a retry* is
 sent back to the model (its call, then a tool result saying what was wrong)
 for at most :attr:`ForcedToolAction.output_retries` further tries, each one a
-model call metered like any other. A typed action
+model call metered like any other; so are a reply without the forced call (its
+text, then a turn asking for the call) and arguments that are not a JSON object,
+which follow :attr:`~ForcedToolAction.on_model_failure` once the tries are spent. A typed action
 (:class:`~actions.TypedToolAction`) asks for a retry when its output model
 refuses the arguments; a plain action's :meth:`~ForcedToolAction.normalize`
 only accepts or rejects. An answer still rejected once the tries are spent
@@ -52,7 +58,13 @@ from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.base import BaseAgentAction
 from agentloop.actions.caching import schema_version, step_cache_key
 from agentloop.actions.context_values import context_value
-from agentloop.actions.degradation import ModelFailure, ModelFailurePolicy, report_model_failure
+from agentloop.actions.degradation import (
+    INVALID_OUTPUT,
+    UNAVAILABLE,
+    ModelFailure,
+    ModelFailurePolicy,
+    report_model_failure,
+)
 from agentloop.actions.errors import InvalidModelOutputError, ModelUnavailableError, TokenBudgetExceededError
 from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest
 
@@ -202,11 +214,16 @@ class ForcedToolAction(BaseAgentAction):
         by default; override to say that the model was unavailable."""
         return self.fallback(arguments=arguments, context=context, reason=failure.reason)
 
-    async def model_failed(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
-        """Apply :attr:`on_model_failure` to a failed model call."""
+    async def model_failed(
+        self, *, arguments: dict[str, Any], context: Any, reason: str, kind: str = UNAVAILABLE
+    ) -> Any:
+        """Apply :attr:`on_model_failure` to a failed model call (``kind``: :data:`INVALID_OUTPUT`
+        for a reply without the forced call or with arguments that are not a JSON object, raised as
+        :class:`~actions.InvalidModelOutputError` under ``"fail"``)."""
         if ModelFailurePolicy(self.on_model_failure) is ModelFailurePolicy.FAIL:
-            raise ModelUnavailableError(ModelFailure(action=self.name, reason=reason))
-        failure = await report_model_failure(action=self.name, reason=reason)
+            failed = ModelFailure(action=self.name, reason=reason, kind=kind)
+            raise InvalidModelOutputError(failed) if kind == INVALID_OUTPUT else ModelUnavailableError(failed)
+        failure = await report_model_failure(action=self.name, reason=reason, kind=kind)
         return await maybe_await(
             self.fallback_when_unavailable(arguments=arguments, context=context, failure=failure)
         )
@@ -214,8 +231,8 @@ class ForcedToolAction(BaseAgentAction):
     async def output_rejected(self, *, arguments: dict[str, Any], context: Any, reason: str) -> Any:
         """Apply :attr:`on_invalid_output` to an answer still rejected after its tries."""
         if self.on_invalid_output == "fail":
-            raise InvalidModelOutputError(ModelFailure(action=self.name, reason=reason))
-        await report_model_failure(action=self.name, reason=reason)
+            raise InvalidModelOutputError(ModelFailure(action=self.name, reason=reason, kind=INVALID_OUTPUT))
+        await report_model_failure(action=self.name, reason=reason, kind=INVALID_OUTPUT)
         return await maybe_await(self.fallback(arguments=arguments, context=context, reason=reason))
 
     def retry_messages(
@@ -238,9 +255,19 @@ class ForcedToolAction(BaseAgentAction):
             },
         ]
 
+    def call_again_messages(
+        self, *, response: AiResponse, tool_name: str, reason: str
+    ) -> list[dict[str, Any]]:
+        """The turns that send a reply without the forced call back: the model's text, then a user
+        turn saying that the tool must be called."""
+        return [
+            {"role": "assistant", "content": response.text},
+            {"role": "user", "content": f"{reason}. Call {tool_name} with its arguments."},
+        ]
+
     async def run(self, *, arguments: dict[str, Any], context: Any) -> Any:
-        async def unavailable(reason: str) -> Any:
-            return await self.model_failed(arguments=arguments, context=context, reason=reason)
+        async def unavailable(reason: str, kind: str = UNAVAILABLE) -> Any:
+            return await self.model_failed(arguments=arguments, context=context, reason=reason, kind=kind)
 
         try:
             tool_payload = await self.load_tool_payload(context=context)
@@ -265,11 +292,26 @@ class ForcedToolAction(BaseAgentAction):
             if response.has_error:
                 return await unavailable(f"model error: {response.error}")
             function_call = self.extract_function_call(response=response, tool_name=tool_name)
-            if function_call is None:
-                return await unavailable(f"model did not call {tool_name!r}")
-            parsed = self.parse_function_call_arguments(function_call=function_call)
-            if parsed is None:
-                return await unavailable("tool arguments are not a JSON object")
+            parsed = (
+                None
+                if function_call is None
+                else self.parse_function_call_arguments(function_call=function_call)
+            )
+            if function_call is None or parsed is None:  # a wrong answer: asked again while tries are left
+                reason = (
+                    f"model did not call {tool_name!r}"
+                    if function_call is None
+                    else "tool arguments are not a JSON object"
+                )
+                if attempt == tries:
+                    spent = reason if attempt == 1 else f"{reason} (after {attempt} tries)"
+                    return await unavailable(spent, INVALID_OUTPUT)
+                history += (
+                    self.retry_messages(response=response, call=function_call, reason=reason, attempt=attempt)
+                    if function_call is not None
+                    else self.call_again_messages(response=response, tool_name=tool_name, reason=reason)
+                )
+                continue
             value = await self.check_output(parsed=parsed, arguments=arguments, context=context)
             if not isinstance(value, OutputRejection):
                 return value

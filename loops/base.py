@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 
 from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.degradation import describe_path
 from agentloop.actions.errors import RunStoppedError, StateNotSerializableError
 from agentloop.actions.recording import recording_iteration
 from agentloop.actions.registry import AgentActionRegistry
@@ -238,7 +239,10 @@ class BaseAgentLoop(RunnableBase, ABC):
         bounded = self.stopped_by == STOPPED_BY_BOUND
         if bounded:
             logger.warning(
-                "loop %s at %r stopped at its bound of %d iterations", self.name, scope.path, bound
+                "loop %s at %s stopped at its bound of %d iterations",
+                self.name,
+                describe_path(scope.path),
+                bound,
             )
             report_bound(scope.path)
         await self._emit(

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentloop.actions.awaiting import maybe_await
-from agentloop.actions.degradation import ModelFailure
+from agentloop.actions.degradation import INVALID_OUTPUT, UNAVAILABLE, ModelFailure
 from agentloop.actions.step_events import StepEvent
 from agentloop.actions.usage import CacheUsage
 from agentloop.loops.contract import ProgressCallback
@@ -89,13 +89,14 @@ class RunOutcome:
 
 
 def degradation_error(failures: Iterable[ModelFailure]) -> dict[str, Any]:
-    """The error a degraded run records: ``{"type": "ModelUnavailable", "message", "failures"}``."""
+    """The error a degraded run records: ``{"type", "message", "failures"}``, named after its first
+    failure: ``ModelUnavailable``, or ``InvalidModelOutput`` when the model answered wrongly."""
     failures = list(failures)
     first = failures[0]
     more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
     return {
-        "type": "ModelUnavailable",
-        "message": f"the model was unavailable for {first.action} at {first.path!r}: {first.reason}{more}",
+        "type": "InvalidModelOutput" if first.kind == INVALID_OUTPUT else "ModelUnavailable",
+        "message": f"{first.describe()}{more}",
         "failures": [failure.to_dict() for failure in failures],
     }
 
@@ -111,7 +112,11 @@ def model_failure_event(run_id: str, failure: ModelFailure) -> ProgressEvent:
         phase=MODEL_UNAVAILABLE,
         status=ProgressStatus.PROGRESS,
         message=failure.reason,
-        data={"action": failure.action, "reason": failure.reason},
+        data={
+            "action": failure.action,
+            "reason": failure.reason,
+            **({"kind": failure.kind} if failure.kind != UNAVAILABLE else {}),
+        },
     )
 
 
@@ -158,6 +163,7 @@ def failures_in(events: Iterable[Mapping[str, Any]]) -> tuple[ModelFailure, ...]
                 action=str(data.get("action", event.get("runnable", ""))),
                 reason=str(data.get("reason", event.get("message", ""))),
                 path=str(event.get("path", "")),
+                kind=str(data.get("kind") or UNAVAILABLE),
             )
             found.setdefault((failure.path, failure.action, failure.reason), failure)
     return tuple(found.values())

@@ -66,7 +66,14 @@ class InlineAgentRunner:
         cache: StepCache | None = None,
         recording: RecordingTap | None = None,
     ) -> Any:
-        """Run once and return the result (also when the run ended ``degraded``).
+        """Run once and return the result, also when the run ended ``degraded``.
+
+        A degraded run is not a failure here: when model calls failed and the steps' fallbacks
+        answered (``on_model_failure`` / ``on_invalid_output`` ``"degrade"``), the result holds
+        those fallbacks, a warning is logged and the run's events say so (a ``model_unavailable``
+        event per failure, a last ``degraded`` one), but nothing is raised and the result does not
+        say it. Call :meth:`request_outcome` to tell: its ``status`` is ``"degraded"`` and its
+        ``failures`` name each step and why (``stopped_by`` says whether a loop hit its bound).
 
         Raises :class:`~actions.RunCancelledError` when ``cancel`` fires and
         :class:`~actions.RunDeadlineExceededError` when ``deadline`` passes. Model
@@ -152,7 +159,9 @@ class InlineAgentRunner:
         return outcome
 
     def request_sync(self, *, input: Any, on_progress: ProgressCallback | None = None, **options: Any) -> Any:
-        """The same as :meth:`request`, for code that has no event loop running."""
+        """The same as :meth:`request`, for code that has no event loop running: a ``degraded``
+        run returns its fallbacks' result too, without raising (:meth:`request_outcome_sync` says
+        whether it degraded)."""
         return asyncio.run(self.request(input=input, on_progress=on_progress, **options))
 
     def request_outcome_sync(

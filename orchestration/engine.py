@@ -34,7 +34,10 @@ from agentloop.actions.usage import use_meter
 from agentloop.loops.progress import ProgressStatus
 from agentloop.loops.run_outcome import (
     MODEL_UNAVAILABLE,
+    STOPPED_BY_BOUND,
+    STOPPED_COMPLETE,
     DegradationRecorder,
+    bounded_paths,
     degradation_error,
     degraded_event,
     failures_in,
@@ -502,10 +505,16 @@ class WorkflowEngine:
     async def finish(self, run_id: str, result: Any, *, owner_token: str | None = None) -> Any:
         """Record the run's end with its ``result`` and return what its task returns: ``succeeded``
         and the result, or ``degraded`` (model failures among its events) and a
-        :class:`~agentloop.orchestration.wire.DegradedResult` on the wire, after a last ``degraded`` event."""
+        :class:`~agentloop.orchestration.wire.DegradedResult` on the wire, after a last ``degraded`` event.
+        The record says how it ended (``stopped_by``: ``"bound"`` when a loop's ``done`` event says
+        it hit its bound, else ``"complete"``)."""
         failures = failures_in(event for _, event in self.store.events(run_id, phase=MODEL_UNAVAILABLE))
+        bounded = bounded_paths(event for _, event in self.store.events(run_id, phase="done"))
+        stopped_by = STOPPED_BY_BOUND if bounded else STOPPED_COMPLETE
         if not failures:
-            self.store.finish_run(run_id, status="succeeded", output=result, owner_token=owner_token)
+            self.store.finish_run(
+                run_id, status="succeeded", output=result, owner_token=owner_token, stopped_by=stopped_by
+            )
             return result
         error, publisher = (
             degradation_error(failures),
@@ -513,7 +522,14 @@ class WorkflowEngine:
         )
         publisher(degraded_event(run_id, self._event_name(run_id), failures))
         publisher.flush(final=True)
-        self.store.finish_run(run_id, status="degraded", output=result, error=error, owner_token=owner_token)
+        self.store.finish_run(
+            run_id,
+            status="degraded",
+            output=result,
+            error=error,
+            owner_token=owner_token,
+            stopped_by=stopped_by,
+        )
         return DegradedResult(output=result, error=error).to_wire()
 
     def _event_name(self, run_id: str) -> str:

@@ -13,9 +13,11 @@ recorded reply at its place (path, iteration, order), so no model is called; a
 person's answers and the step-cache hits come from the recording too; every other
 step (your code, your tools) runs for real, and no connection may leave this
 machine while it runs (:func:`no_network`). The :class:`ReplayReport` says where the
-new code's requests first differ from the recorded ones (the step and the fields
-that changed), which recorded turns it never asked for, and how its output differs
-from the recorded output; :attr:`ReplayReport.ok` is ``False`` on any difference.
+new code's requests first differ from the recorded ones in what the model receives
+(the step and the fields that changed, a field either side alone has included; not the
+marker ``agentloop tools sync`` puts on a stored tool schema, which no processor sends),
+which recorded turns it never asked for, and how its output differs from the recorded
+output; :attr:`ReplayReport.ok` is ``False`` on any difference.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from agentloop.actions.human import Question
 from agentloop.actions.model import AiResponse, ModelRequest
 from agentloop.actions.recording import CACHE_HIT, HUMAN, MODEL, RUN, RecordedEntry, json_data
+from agentloop.actions.typed import tool_content
 from agentloop.loops.contract import Runnable
 from agentloop.loops.runner import InlineAgentRunner
 from agentloop.orchestration.errors import NetworkBlockedError, RunNotFoundError
@@ -237,6 +240,18 @@ def field_changes(recorded: Any, replayed: Any, *, prefix: str = "") -> list[Fie
     return changes
 
 
+def _model_receives(request: Any) -> Any:
+    """What the model receives of a request as a recording keeps it (``ModelRequest.to_dict``):
+    the request with its tools' content only, without the marker ``agentloop tools sync`` puts on a
+    stored schema (:func:`~agentloop.actions.typed.tool_content`), which no processor sends. A
+    replay compares these, so a sync on one side only is no divergence."""
+    request = json_data(request)
+    if not isinstance(request, dict) or not isinstance(request.get("tools"), list):
+        return request
+    tools = [tool_content(tool) if isinstance(tool, Mapping) else tool for tool in request["tools"]]
+    return {**request, "tools": tools}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Divergence:
     """Where the replay left the recording: the step (``path``, ``iteration``, the model call's
@@ -357,17 +372,20 @@ class ReplayTap:
     async def model_turn(
         self, request: ModelRequest, *, place: RecordedEntry, send: Callable[[], Awaitable[AiResponse]]
     ) -> AiResponse:
+        """The reply recorded at ``place``; ``request`` compared with the recorded one on what the
+        model receives (:func:`_model_receives`)."""
         key = (place.path, place.iteration, place.seq)
         recorded = self._turns.get(key)
         with self._lock:
             self._asked.add(key)
             if recorded is None:
                 reason = "a model request the recording does not have"
-                self._note(
-                    place, reason, [FieldChange(field="request", recorded=None, replayed=request.to_dict())]
-                )
+                replayed = _model_receives(request.to_dict())
+                self._note(place, reason, [FieldChange(field="request", recorded=None, replayed=replayed)])
                 return AiResponse.failure(f"replay: no recorded reply for {place.where()}")
-            changes = field_changes(recorded.data.get("request"), request.to_dict())
+            changes = field_changes(
+                _model_receives(recorded.data.get("request")), _model_receives(request.to_dict())
+            )
             if changes:
                 self._note(place, "the request differs from the recorded one", changes)
         return AiResponse.from_dict(recorded.data.get("response") or {})
@@ -399,7 +417,7 @@ class ReplayTap:
                 changes=(
                     FieldChange(
                         field="request",
-                        recorded=self._turns[(path, iteration, seq)].data.get("request"),
+                        recorded=_model_receives(self._turns[(path, iteration, seq)].data.get("request")),
                         replayed=None,
                     ),
                 ),

@@ -23,6 +23,9 @@ Workers, beat and Flower start with Celery's own commands:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import typer
 
 from agentloop.orchestration.cli.cancel import cancel
@@ -45,14 +48,25 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     cls=JsonErrorsGroup,
 )
-app.command("demo")(demo)
-app.command("trigger")(trigger)
-app.command("cancel")(cancel)
-app.command("resume")(resume)
-app.command("runnables")(runnables)
-app.command("graph")(graph)
-app.command("replay")(replay_command)
-app.command("serve")(serve)
+
+
+def _one_line(command: Callable[..., Any]) -> str:
+    """A command's summary for the commands list: the first paragraph of its docstring as one
+    line, which the terminal wraps at its width (the docstring's own line breaks would cut it)."""
+    return " ".join((command.__doc__ or "").split("\n\n")[0].split())
+
+
+for _name, _command in (
+    ("demo", demo),
+    ("trigger", trigger),
+    ("cancel", cancel),
+    ("resume", resume),
+    ("runnables", runnables),
+    ("graph", graph),
+    ("replay", replay_command),
+    ("serve", serve),
+):
+    app.command(_name, short_help=_one_line(_command))(_command)
 app.add_typer(runs, name="runs")
 app.add_typer(tools, name="tools")
 app.add_typer(evals, name="eval")

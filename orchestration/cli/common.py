@@ -4,7 +4,8 @@ Every command that prints something takes ``--json``: then stdout holds only
 JSON (one document, or one per line for a stream of events), for scripts;
 messages and progress go to stderr, and an error is one JSON object on stdout,
 ``{"error": "...", "exit_code": 2}`` (:func:`fail`, :class:`JsonErrorsGroup`). Exit codes
-are the same either way (:data:`EXIT_FAILED`, :data:`EXIT_USAGE`, :data:`EXIT_TIMEOUT`).
+are the same either way (:data:`EXIT_FAILED`, :data:`EXIT_USAGE`, :data:`EXIT_TIMEOUT`,
+:data:`EXIT_DEGRADED`).
 
 The default store is under the per-user home (``AGENTLOOP_HOME``); a store left in the
 working folder's ``./.agentloop/`` by an earlier version is pointed out on stderr, with how to
@@ -14,10 +15,11 @@ move it or read it (:func:`legacy_store`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -44,8 +46,9 @@ from agentloop.orchestration.store import RunStore, open_store
 console = Console()
 errors = Console(stderr=True)
 
-#: Exit codes: 0 done, 1 the run failed or was stopped, 2 bad input, 3 timed out.
-EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 1, 2, 3
+#: Exit codes: 0 done, 1 the run failed or was stopped, 2 bad input, 3 timed out, 4 the run
+#: returned but ended ``degraded`` (model calls failed and fallbacks answered).
+EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_DEGRADED = 1, 2, 3, 4
 
 
 #: Click's base of the errors it reports itself (a usage error, a bad option value), whichever click
@@ -74,7 +77,8 @@ class JsonErrorsGroup(TyperGroup):
         given = list(sys.argv[1:] if args is None else args)
         token = _json_errors.set("--json" in given)
         try:
-            return super().main(given, *more, **options)
+            with working_folder_first():
+                return super().main(given, *more, **options)
         finally:
             _json_errors.reset(token)
 
@@ -86,6 +90,28 @@ class JsonErrorsGroup(TyperGroup):
                 raise
             failure: Any = error
             raise fail(failure.format_message(), code=failure.exit_code) from None
+
+
+@contextmanager
+def working_folder_first() -> Iterator[None]:
+    """The working folder first on ``sys.path`` while a command runs, as ``celery`` puts it (and
+    ``python -m``), so that the modules a command imports by name (``AGENTLOOP_IMPORTS``,
+    ``--scorer MODULE:NAME``, on the embedded worker too) are found in the folder it is run from: a
+    console script's path starts with its own ``bin`` instead. Taken off again at the end (for a
+    command run in-process, as by click's test runner)."""
+    try:
+        folder = os.getcwd()
+    except FileNotFoundError:  # the working folder was deleted under the shell: nothing to add
+        folder = ""
+    if not folder or folder in sys.path:
+        yield
+        return
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        with suppress(ValueError):  # taken off already by the command
+            sys.path.remove(folder)
 
 
 #: ``--json``, the same on every command.

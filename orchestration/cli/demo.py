@@ -18,11 +18,13 @@ from rich.text import Text
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.cli.common import (
+    EXIT_DEGRADED,
     EXIT_FAILED,
     EXIT_TIMEOUT,
     celery_app,
     cli_settings,
     console,
+    errors,
     fail,
     follow,
 )
@@ -47,7 +49,8 @@ def demo(
     ),
     timeout: float = typer.Option(300.0, min=1, help="Give up after this many seconds."),
 ) -> None:
-    """Run the record-search demo workflow on Celery and print its answers."""
+    """Run the record-search demo workflow on Celery and print its answers (a run that ended
+    degraded exits 4)."""
     settings = cli_settings()
     if not settings.imports:
         settings = settings.model_copy(update={"imports": (DEMO_MODULE,)})
@@ -70,6 +73,7 @@ def demo(
             raise fail(f"run {handle.run_id} still running after {timeout:g}s", code=EXIT_TIMEOUT) from None
         except Exception as error:
             raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
+        status, recorded = handle.status, handle.error
 
     print_answers(result)
     console.print(f"run id {handle.run_id}: see it again with `agentloop runs show {handle.run_id}`")
@@ -77,6 +81,10 @@ def demo(
         console.print(
             Text("Text marked [offline model] was written by the offline model, not a real one.", style="dim")
         )
+    if status == "degraded":  # model calls failed and fallbacks answered: not a success
+        message = recorded.get("message") if isinstance(recorded, dict) else None
+        errors.print(f"[yellow]degraded[/]: {escape(str(message or 'model calls failed'))}", soft_wrap=True)
+        raise typer.Exit(EXIT_DEGRADED)
 
 
 def print_answers(result: dict[str, Any]) -> None:

@@ -60,7 +60,7 @@ from agentloop.orchestration.evals.dataset import Dataset, load_dataset
 from agentloop.orchestration.evals.judge import DEFAULT_CRITERIA
 from agentloop.orchestration.evals.keep import keep_report, kept_reports, load_report, write_json
 from agentloop.orchestration.evals.pages import comparison_html, report_html
-from agentloop.orchestration.evals.report import EvalReport
+from agentloop.orchestration.evals.report import CaseResult, EvalReport
 from agentloop.orchestration.evals.running import (
     UNFINISHED,
     CaseRun,
@@ -231,7 +231,7 @@ def print_report(report: EvalReport) -> None:
     for column in ("case", "run", "verdict", *report.scorers, "output"):
         table.add_column(column, overflow="fold")
     for case in report.cases:
-        cells = [Text(case.id), Text(case.status), _verdict(case.passed)]
+        cells = [Text(case.id), Text(case.status + _stopped(case)), _verdict(case.passed)]
         for name in report.scorers:
             score = case.scores.get(name)
             cells.append(
@@ -260,6 +260,14 @@ def print_report(report: EvalReport) -> None:
             style="dim",
         )
     )
+
+
+def _stopped(case: CaseResult) -> str:
+    """`` (bound)`` for a run a loop's bound stopped, and what the case expected when it differs."""
+    mark = " (bound)" if case.stopped_by == "bound" else ""
+    if not case.stopped_as_expected:
+        mark += f" (expected stopped_by {case.expected_stopped_by})"
+    return mark
 
 
 def _verdict(passed: bool | None) -> Text:

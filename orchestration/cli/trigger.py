@@ -6,9 +6,12 @@ import json
 from typing import Any
 
 import typer
+from rich.markup import escape
 
+from agentloop.loops.run_outcome import STOPPED_BY_BOUND
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.cli.common import (
+    EXIT_DEGRADED,
     EXIT_FAILED,
     EXIT_TIMEOUT,
     celery_app,
@@ -41,7 +44,8 @@ def trigger(
     ),
     run_id: str | None = typer.Option(None, "--run-id", help="The run's id (default: a new one)."),
 ) -> None:
-    """Start NAME on Celery and print its run id (with --wait: follow it and print its result)."""
+    """Start NAME on Celery and print its run id (with --wait: follow it and print its result; a
+    run that ended degraded exits 4)."""
     if timeout is not None and not wait:
         raise fail("--timeout needs --wait: it bounds how long the run is followed")
     payload = parse_json(input, what="--input")
@@ -71,13 +75,23 @@ def trigger(
                 "[yellow]the in-memory broker lives in this process: waiting for the run[/]"
             )
         result = _wait(handle, name=name, timeout=timeout, as_json=as_json)
+        stopped_by, status = _stopped_by(handle), _status(handle)
         if as_json:
-            print_json({"run_id": handle.run_id, "status": _status(handle), "result": result})
-            return
-        console.print_json(json.dumps(result, default=str))
-        if handle.status == "degraded":  # it returned, but model calls failed on the way
-            recorded = handle.error if isinstance(handle.error, dict) else {}
-            console.print(f"[yellow]degraded[/]: {recorded.get('message', 'model calls failed')}")
+            print_json(
+                {"run_id": handle.run_id, "status": status, "result": result, "stopped_by": stopped_by}
+            )
+        else:
+            console.print_json(json.dumps(result, default=str))
+            if stopped_by == STOPPED_BY_BOUND:  # it returned, but a loop hit its max_iterations first
+                console.print(
+                    "[yellow]stopped by its bound[/]: a loop hit its max_iterations before it was complete"
+                )
+        if status == "degraded":  # it returned, but model calls failed on the way: not a success
+            if not as_json:
+                recorded = handle.error if isinstance(handle.error, dict) else {}
+                message = recorded.get("message", "model calls failed")
+                console.print(f"[yellow]degraded[/]: {escape(str(message))}", soft_wrap=True)
+            raise typer.Exit(EXIT_DEGRADED)
 
 
 def _wait(handle: RunHandle, *, name: str, timeout: float | None, as_json: bool) -> Any:
@@ -96,6 +110,15 @@ def _wait(handle: RunHandle, *, name: str, timeout: float | None, as_json: bool)
             print_json({"run_id": handle.run_id, "status": _status(handle, "failed"), "error": str(error)})
             raise typer.Exit(EXIT_FAILED) from None
         raise fail(f"run {handle.run_id} failed: {error}", code=EXIT_FAILED) from None
+
+
+def _stopped_by(handle: RunHandle) -> str:
+    """How the run ended: ``"bound"`` when a loop of it hit its ``max_iterations`` first, else
+    ``"complete"`` (the run's record says; without a store, its events)."""
+    record = handle.store.get_run(handle.run_id) if handle.store is not None else None
+    if record is not None and record.stopped_by is not None:
+        return record.stopped_by
+    return handle.stopped_by
 
 
 def _status(handle: RunHandle, default: str = "succeeded") -> str:

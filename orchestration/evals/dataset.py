@@ -2,7 +2,10 @@
 
 ``input`` is required (any JSON: what the runnable is given); ``expected`` is optional (the exact-match
 scorer and a judge compare with it); ``id`` is optional, a string or an integer, unique in the file
-(default: the line's number, so give ids when lines may move and evaluations are compared). Blank
+(default: the line's number, so give ids when lines may move and evaluations are compared);
+``stopped_by`` is optional, ``"complete"`` or ``"bound"``: how the case's run must end (a case
+whose run stopped otherwise fails: ``"complete"`` refuses a loop that hit its ``max_iterations``,
+``"bound"`` expects one). Blank
 lines are skipped. Anything else is an :class:`~agentloop.orchestration.errors.EvaluationInputError`
 naming the line: a line that is not JSON, not an object, without ``input``, with a key of another
 name (a misspelt ``expected`` would otherwise score nothing), or an id met before.
@@ -22,7 +25,9 @@ from agentloop.orchestration.errors import EvaluationInputError
 __all__ = ["CASE_KEYS", "Dataset", "EvalCase", "load_dataset", "parse_dataset"]
 
 #: The keys a dataset line may have.
-CASE_KEYS = ("id", "input", "expected")
+CASE_KEYS = ("id", "input", "expected", "stopped_by")
+#: The values of a case's ``stopped_by``.
+STOPPED_BY = ("complete", "bound")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,12 +40,16 @@ class EvalCase:
     expected: Any = None
     has_expected: bool = False
     line: int = 0
+    #: How the case's run must end (``"complete"`` or ``"bound"``), when the line says.
+    stopped_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The case as its dataset line has it (``expected`` only when given)."""
+        """The case as its dataset line has it (``expected`` and ``stopped_by`` only when given)."""
         data: dict[str, Any] = {"id": self.id, "input": self.input}
         if self.has_expected:
             data["expected"] = self.expected
+        if self.stopped_by is not None:
+            data["stopped_by"] = self.stopped_by
         return data
 
 
@@ -110,10 +119,14 @@ def _case(raw: str, number: int, name: str) -> EvalCase:
     case_id = value.get("id", number)
     if isinstance(case_id, bool) or not isinstance(case_id, str | int) or case_id == "":
         raise EvaluationInputError(f'{where}: "id" must be a non-empty string or an integer, not {case_id!r}')
+    stopped_by = value.get("stopped_by")
+    if stopped_by is not None and stopped_by not in STOPPED_BY:
+        raise EvaluationInputError(f'{where}: "stopped_by" must be "complete" or "bound", not {stopped_by!r}')
     return EvalCase(
         id=str(case_id),
         input=value["input"],
         expected=value.get("expected"),
         has_expected="expected" in value,
         line=number,
+        stopped_by=stopped_by,
     )

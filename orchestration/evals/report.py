@@ -38,13 +38,26 @@ class CaseResult:
     input_tokens: int = 0
     output_tokens: int = 0
     scores: Mapping[str, EvalScore] = field(default_factory=dict)
+    #: How the run ended when it returned (``"complete"``, or ``"bound"``: a loop hit its bound).
+    stopped_by: str | None = None
+    #: How the case's dataset line says the run must end, when it says.
+    expected_stopped_by: str | None = None
 
     @property
     def passed(self) -> bool:
-        """The run succeeded and every score passed (a case with no score does not pass)."""
+        """The run succeeded, ended as the case expects (``stopped_by``, when it says) and every
+        score passed (a case with no score does not pass)."""
         return (
-            self.status == "succeeded" and bool(self.scores) and all(s.passed for s in self.scores.values())
+            self.status == "succeeded"
+            and self.stopped_as_expected
+            and bool(self.scores)
+            and all(s.passed for s in self.scores.values())
         )
+
+    @property
+    def stopped_as_expected(self) -> bool:
+        """Whether the run ended as the case expects (true when it expects nothing)."""
+        return self.expected_stopped_by is None or self.stopped_by == self.expected_stopped_by
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +71,8 @@ class CaseResult:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "scores": {name: score.to_dict() for name, score in self.scores.items()},
+            "stopped_by": self.stopped_by,
+            **({"expected_stopped_by": self.expected_stopped_by} if self.expected_stopped_by else {}),
             "passed": self.passed,
         }
 
@@ -75,6 +90,8 @@ class CaseResult:
             input_tokens=int(data.get("input_tokens") or 0),
             output_tokens=int(data.get("output_tokens") or 0),
             scores={str(name): EvalScore.from_dict(score) for name, score in dict(data["scores"]).items()},
+            stopped_by=data.get("stopped_by"),
+            expected_stopped_by=data.get("expected_stopped_by"),
         )
 
 

@@ -9,7 +9,8 @@ inputs (:mod:`~agentloop.orchestration.celery_adapter.batches`: chunked, each in
 Either way each case ends as a :class:`CaseRun`: its ``status`` as the run store would record it
 (``succeeded``, ``degraded``, ``failed``, ``cancelled``, ...; ``unfinished`` when it had not ended
 by the timeout), its output, its error (the text scrubbed of the context spec's values and the
-model keys) and its tokens. A run that fails is a case's result, never the evaluation's end.
+model keys), its tokens and, for a run that returned, how it ended (``stopped_by``). A run that
+fails is a case's result, never the evaluation's end.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class CaseRun:
     run_id: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    #: How a run that returned ended: ``"complete"``, or ``"bound"`` (a loop hit its bound).
+    stopped_by: str | None = None
 
 
 def _error(error: BaseException, secrets: Sequence[str]) -> dict[str, str]:
@@ -81,7 +84,12 @@ async def run_inline(
                     cache=InMemoryStepCache(),
                 )
                 outcome = await runner.request_outcome(input=case.input, run_id=run_id, meter=meter)
-                ended = CaseRun(status=outcome.status, output=outcome.result, error=outcome.error)
+                ended = CaseRun(
+                    status=outcome.status,
+                    output=outcome.result,
+                    error=outcome.error,
+                    stopped_by=outcome.stopped_by,
+                )
             except RunStoppedError as error:
                 ended = CaseRun(status=error.status, error=_error(error, secrets))
             except Exception as error:
@@ -95,6 +103,7 @@ async def run_inline(
             error=ended.error,
             input_tokens=meter.usage.input_tokens,
             output_tokens=meter.usage.output_tokens,
+            stopped_by=ended.stopped_by,
         )
 
     return list(await asyncio.gather(*(one(case, index) for index, case in enumerate(cases))))
@@ -164,6 +173,7 @@ def run_on_celery(
                     run_id=child_id,
                     input_tokens=record.input_tokens,
                     output_tokens=record.output_tokens,
+                    stopped_by=record.stopped_by,
                 )
             )
     return runs

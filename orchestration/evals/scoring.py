@@ -63,6 +63,8 @@ async def score_cases(
             input_tokens=run.input_tokens,
             output_tokens=run.output_tokens,
             scores=scores,
+            stopped_by=run.stopped_by,
+            expected_stopped_by=case.stopped_by,
         )
 
     return tuple(await asyncio.gather(*(one(case, run) for case, run in zip(cases, runs, strict=True))))

@@ -164,8 +164,10 @@ class InMemoryRunStore:
         output: JsonValue = None,
         error: JsonValue | BaseException = None,
         owner_token: str | None = None,
+        stopped_by: str | None = None,
     ) -> None:
-        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``.
+        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``;
+        ``stopped_by`` says how a run that returned ended (``"complete"`` or ``"bound"``).
 
         Only a run that has not ended, and only with its owner's token when it has one.
         """
@@ -182,7 +184,12 @@ class InMemoryRunStore:
             final, stored_output, stored_error = outcome
             ended = utcnow()
             self._runs[run_id] = replace(
-                record, status=final, output=stored_output, error=stored_error, finished_at=ended
+                record,
+                status=final,
+                output=stored_output,
+                error=stored_error,
+                finished_at=ended,
+                stopped_by=stopped_by,
             )
         metrics.run_ended(record.runnable, final, record.started_at or record.created_at, ended)
 

@@ -99,6 +99,10 @@ class RunRecord:
     #: Whose run it is over HTTP: the principal of the token that started it (``agentloop serve``),
     #: ``None`` for a run started another way. Not its :class:`RunOwner` (who may end it).
     principal: str | None = None
+    #: How a run that returned (``succeeded`` or ``degraded``) ended: ``"complete"``, or
+    #: ``"bound"`` when a loop of it hit its ``max_iterations`` before it was complete; ``None``
+    #: for a run that did not return (or ended before the store kept it).
+    stopped_by: str | None = None
 
     @property
     def is_root(self) -> bool:
@@ -235,8 +239,10 @@ class RunStore(Protocol):
         output: JsonValue = None,
         error: JsonValue = None,
         owner_token: str | None = None,
+        stopped_by: str | None = None,
     ) -> None:
-        """End the run with a terminal ``status`` and its ``output`` or ``error`` (``{"type", ...}``).
+        """End the run with a terminal ``status`` and its ``output`` or ``error`` (``{"type", ...}``),
+        and, for a run that returned, how it ended (``stopped_by``: ``"complete"`` or ``"bound"``).
 
         An ended run is not rewritten (:class:`RunAlreadyEndedError`; asking for
         the outcome it has is a no-op); an owned run ends only with its owner's

@@ -217,8 +217,10 @@ class SqlRunStore:
         output: JsonValue = None,
         error: JsonValue | BaseException = None,
         owner_token: str | None = None,
+        stopped_by: str | None = None,
     ) -> None:
-        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``.
+        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``;
+        ``stopped_by`` says how a run that returned ended (``"complete"`` or ``"bound"``).
 
         Only a run that has not ended, and only with its owner's token when it has one.
         """
@@ -236,7 +238,13 @@ class SqlRunStore:
                 runs.c.status.not_in(sorted(TERMINAL_STATUSES)),
                 or_(runs.c.owner_token.is_(None), runs.c.owner_token == (owner_token or "")),
             )
-            .values(status=final, output=stored_output, error=stored_error, finished_at=ended)
+            .values(
+                status=final,
+                output=stored_output,
+                error=stored_error,
+                finished_at=ended,
+                stopped_by=stopped_by,
+            )
             .returning(runs.c.runnable, runs.c.started_at, runs.c.created_at)
         )
         read = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)

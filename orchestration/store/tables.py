@@ -129,6 +129,9 @@ runs = Table(
     # Whose run it is over HTTP: the principal of the token that started it (migration 0006);
     # ``None`` for a run started another way (CLI, Celery clients, beat).
     Column("principal", String(255)),
+    # How a run that returned ended: "complete", or "bound" when a loop of it hit its
+    # max_iterations first (migration 0010); NULL for a run that did not return.
+    Column("stopped_by", String(32)),
     Index("ix_runs_status_created_at", "status", "created_at"),
     Index("ix_runs_parent_run_id_status", "parent_run_id", "status"),
     Index("ix_runs_runnable_status", "runnable", "status"),

@@ -90,6 +90,9 @@ class Run:
     input: JSON | None
     result: JSON | None
     error: JSON | None
+    #: How a run that returned ended: "complete", or "bound" when a loop of it hit its
+    #: max_iterations first; null for a run that did not return (yet).
+    stopped_by: str | None
 
     @classmethod
     def of(cls, view: dict[str, Any]) -> Run:

@@ -62,6 +62,7 @@ def run_view(record: RunRecord, *, can_read: bool) -> dict[str, Any]:
         "input": _content(record.input, can_read),
         "result": _content(record.output, can_read),
         "error": _error(record.error, can_read),
+        "stopped_by": record.stopped_by,
     }
 
 
@@ -92,6 +93,7 @@ def pending_view(
         "input": _content(input, can_read),
         "result": None,
         "error": None,
+        "stopped_by": None,
     }
 
 

@@ -29,6 +29,15 @@ def test_every_command_has_help() -> None:
         assert result.exit_code == 0 and "Usage" in result.output
 
 
+def test_the_commands_list_wraps_each_summary_at_the_terminal_width_only() -> None:
+    # wide enough for every summary on one line: a docstring's own line break would show as a second
+    for group in ([], ["runs"], ["tools"], ["eval"]):
+        listed = invoke(*group, "--help", env={"COLUMNS": "240"}).output
+        panel = listed[listed.index("Commands") :].splitlines()[1:-1]
+        continued = [line for line in panel if line.startswith("│ ") and line[2] == " "]
+        assert continued == [], f"agentloop {' '.join(group)} --help cuts a summary: {continued}"
+
+
 def test_trigger_rejects_input_that_is_not_json(home: Path) -> None:
     result = invoke("trigger", "parity.count", "--input", "{not json")
     assert result.exit_code == 2

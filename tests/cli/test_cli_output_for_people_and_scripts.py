@@ -108,7 +108,12 @@ def test_trigger_json_waits_on_the_in_memory_broker_and_prints_id_status_and_res
 
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
-    assert printed == {"run_id": printed["run_id"], "status": "succeeded", "result": 17}
+    assert printed == {
+        "run_id": printed["run_id"],
+        "status": "succeeded",
+        "result": 17,
+        "stopped_by": "complete",
+    }
     assert "in-memory broker" in result.stderr
     record = json.loads(invoke("runs", "show", printed["run_id"], "--json").stdout)["run"]
     assert record["status"] == "succeeded"

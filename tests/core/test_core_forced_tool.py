@@ -230,26 +230,26 @@ FAILURES: list[tuple[str, dict[str, Any], list[AiResponse], str]] = [
     (
         "plain text instead of a call",
         {},
-        [text_reply("It is a bug.")],
-        "model did not call 'classify_ticket'",
+        [text_reply("It is a bug."), text_reply("A bug.")],  # asked again once (output_retries)
+        "model did not call 'classify_ticket' (after 2 tries)",
     ),
     (
         "call to another tool",
         {},
-        [tool_call("delete_everything", {"label": "bug", "confidence": 1})],
-        "model did not call 'classify_ticket'",
+        [tool_call("delete_everything", {"label": "bug", "confidence": 1})] * 2,
+        "model did not call 'classify_ticket' (after 2 tries)",
     ),
     (
         "arguments not JSON",
         {},
-        [tool_call("classify_ticket", "{label: bug")],
-        "tool arguments are not a JSON object",
+        [tool_call("classify_ticket", "{label: bug")] * 2,
+        "tool arguments are not a JSON object (after 2 tries)",
     ),
     (
         "arguments not an object",
         {},
-        [tool_call("classify_ticket", '["bug", 1]')],
-        "tool arguments are not a JSON object",
+        [tool_call("classify_ticket", '["bug", 1]')] * 2,
+        "tool arguments are not a JSON object (after 2 tries)",
     ),
     (
         "normalize rejects the output",
@@ -304,11 +304,11 @@ async def test_an_action_expecting_another_tool_than_the_stored_one_falls_back(
     class ExpectsOtherTool(Classify):
         tool_name = "triage_ticket"
 
-    scripted_model.push(tool_call("classify_ticket", {"label": "bug", "confidence": 1}))
+    scripted_model.push(*[tool_call("classify_ticket", {"label": "bug", "confidence": 1})] * 2)
 
     value = await ExpectsOtherTool().run(arguments=ARGUMENTS, context=context_with(scripted_model))
 
-    assert value == {"label": "unknown", "reason": "model did not call 'triage_ticket'"}
+    assert value == {"label": "unknown", "reason": "model did not call 'triage_ticket' (after 2 tries)"}
 
 
 async def test_send_forced_tool_request_turns_a_raising_processor_into_an_error_response() -> None:

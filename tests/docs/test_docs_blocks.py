@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from docs_pages import ROOT, Block, all_blocks, section
 
-from tests.newcomer import a_users_environment
+from tests.newcomer import typed, typed_one_by_one
 
 THIS = "tests/docs/test_docs_blocks.py"
 ON_CELERY = "tests/integration/test_readme_on_celery.py"
@@ -116,11 +115,8 @@ RUN_BY = {
 }
 
 
-def run_python(code: str, folder: Path = ROOT) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=folder, timeout=120,
-        env=a_users_environment(folder) if folder != ROOT else None,
-    )  # fmt: skip
+def run_python(code: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
@@ -192,7 +188,9 @@ def write_the_composite(folder: Path) -> tuple[str, str]:
 def test_the_tutorials_composite_runs_in_process_as_written(tmp_path: Path) -> None:
     _, script = write_the_composite(tmp_path)
 
-    printed = run_python(script, tmp_path)
+    done = typed(tmp_path, "python run_inline.py")  # as a reader runs the script they saved
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
 
     assert printed == printed_by(script) == ["{'to-1': 1, 'to-2': 2, 'to-3': 3}"]
 
@@ -200,23 +198,11 @@ def test_the_tutorials_composite_runs_in_process_as_written(tmp_path: Path) -> N
 def test_the_tutorials_composite_runs_on_a_worker_with_its_commands(tmp_path: Path) -> None:
     write_the_composite(tmp_path)
     [commands] = section("docs/tutorial.md", "## On a worker")[:1]
-    env = a_users_environment(tmp_path)
-    agentloop = str(Path(sys.executable).parent / "agentloop")
-    done = []
-    for line in commands.code.splitlines():
-        words = shlex.split(line)
-        if words[0] == "export":
-            name, _, value = words[1].partition("=")
-            env[name] = value
-            continue
-        assert words[0] == "agentloop", line
-        done.append(
-            subprocess.run(
-                [agentloop, *words[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-            )
-        )
 
-    [triggered] = done
+    # typed as the page gives them, in the folder of counting.py, with no PYTHONPATH
+    [(line, triggered)] = typed_one_by_one(tmp_path, commands.code)
+
+    assert line.startswith("agentloop trigger counting.count_all")
     assert triggered.returncode == 0, triggered.stdout + triggered.stderr
     answer = json.loads(triggered.stdout)
     assert answer["status"] == "succeeded"
@@ -231,14 +217,7 @@ def test_the_testing_kit_example_runs_as_a_users_test_suite(tmp_path: Path) -> N
     (tmp_path / "conftest.py").write_text(conftest.code + "\n", encoding="utf-8")
     (tmp_path / "test_my_step.py").write_text(example.code + "\n", encoding="utf-8")
 
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_step.py"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=a_users_environment(tmp_path),
-        timeout=300,
-    )
+    done = typed(tmp_path, "pytest -q -p no:cacheprovider test_my_step.py")
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout

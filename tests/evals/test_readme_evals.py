@@ -1,8 +1,7 @@
 """The README's "Regression tests and evals" and the how-to page's "A first evaluation" and "Scorers"
 (``docs/how-to/evals.md``), run as written: the pages' modules and dataset written to a fresh folder,
-their commands run line by line (``export`` sets a variable, the rest are ``agentloop`` command lines)
-by the command line's own app in this process, on the embedded defaults: each interpreter start
-would cost more than the command.
+their commands typed line by line into a new user's shell in that folder (``sh``, no ``PYTHONPATH``),
+on the embedded defaults.
 
 The code is read from the pages, so they and this test cannot drift apart.
 """
@@ -10,46 +9,27 @@ The code is read from the pages, so they and this test cannot drift apart.
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-from typer.testing import CliRunner
-
-from agentloop.orchestration.cli import app
 from tests.docs.docs_pages import Block, section
-from tests.newcomer import MACHINE_SETTINGS
+from tests.newcomer import typed_one_by_one
 
 
-def run_the_page(folder: Path, blocks: list[Block], monkeypatch: pytest.MonkeyPatch) -> str:
+def run_the_page(folder: Path, blocks: list[Block]) -> str:
     """Write the blocks' files (a python block's first line names it; the JSON block is
-    ``cases.jsonl``), run the shell block's commands, and return what they printed (each must exit 0)."""
+    ``cases.jsonl``), type the shell block's commands, and return what they printed (each must exit 0)."""
     [commands] = [block for block in blocks if block.language == "sh" and block.not_run is None]
     for block in blocks:
         if block.language == "python":
             (folder / block.code.splitlines()[0].removeprefix("# ")).write_text(block.code + "\n")
         elif block.language == "json":
             (folder / "cases.jsonl").write_text(block.code + "\n")
-    for name in MACHINE_SETTINGS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGENTLOOP_HOME", str(folder / "home"))
-    monkeypatch.chdir(folder)
-    monkeypatch.syspath_prepend(str(folder))
-    for module in ("greet", "scorers"):  # the other page's modules of the same names
-        monkeypatch.delitem(sys.modules, module, raising=False)
     printed = []
-    for line in commands.code.splitlines():
-        words = shlex.split(line, comments=True)
-        if words[0] == "export":
-            name, _, value = words[1].partition("=")
-            monkeypatch.setenv(name, value)
-            continue
-        assert words[0] == "agentloop", line
-        done = CliRunner().invoke(app, words[1:], env={"COLUMNS": "120"}, catch_exceptions=False)
-        assert done.exit_code == 0, f"{line}: {done.output}"
-        printed.append(done.output)
+    # typed as the page gives them, in the folder of its modules, with no PYTHONPATH
+    for line, done in typed_one_by_one(folder, commands.code):
+        assert done.returncode == 0, f"{line}: {done.stdout}{done.stderr}"
+        printed.append(done.stdout)
     return "\n".join(printed)
 
 
@@ -57,7 +37,7 @@ def cases(report: dict[str, Any]) -> dict[str, tuple[bool, str]]:
     return {case["id"]: (case["passed"], case["scores"]["exact"]["reason"]) for case in report["cases"]}
 
 
-def test_the_readme_section_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_readme_section_runs_as_written(tmp_path: Path) -> None:
     # the eval half of the section (its replay half is tests/docs/test_readme_replay.py's)
     blocks = [
         block
@@ -65,7 +45,7 @@ def test_the_readme_section_runs_as_written(tmp_path: Path, monkeypatch: pytest.
         if "replay" not in block.code and not block.code.startswith("# test_plan_replays.py")
     ]
 
-    printed = run_the_page(tmp_path, blocks, monkeypatch)
+    printed = run_the_page(tmp_path, blocks)
 
     before = json.loads((tmp_path / "before.json").read_text())
     assert cases(before) == {"ada": (True, ""), "eve": (False, 'expected "Hi, Eve!", got "Hello, Eve!"')}
@@ -74,13 +54,13 @@ def test_the_readme_section_runs_as_written(tmp_path: Path, monkeypatch: pytest.
     assert "<h1>Evaluation of greet</h1>" in (tmp_path / "report.html").read_text()
 
 
-def test_the_how_to_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_how_to_page_runs_as_written(tmp_path: Path) -> None:
     blocks = [
         *section("docs/how-to/evals.md", "## A first evaluation"),
         *section("docs/how-to/evals.md", "## Scorers"),
     ]
 
-    printed = run_the_page(tmp_path, blocks, monkeypatch)
+    printed = run_the_page(tmp_path, blocks)
 
     before = json.loads((tmp_path / "before.json").read_text())
     after = json.loads((tmp_path / "after.json").read_text())
@@ -89,7 +69,7 @@ def test_the_how_to_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.Mon
     assert (before["mode"], after["mode"]) == ("inline", "celery")
     [scored] = [
         json.loads(path.read_text())
-        for path in (tmp_path / "home" / "evals").glob("*.json")
+        for path in (tmp_path / ".agentloop" / "evals").glob("*.json")
         if "scorers:friendly" in path.read_text()
     ]
     assert scored["scorers"] == ["scorers:friendly", "type:scorers:Greeting"]

@@ -113,12 +113,18 @@ async def test_ordinary_conversation_stops_at_the_gate(
     ids=["http 500", "text", "truncated json", "bogus relation"],
 )
 async def test_a_failed_plan_call_over_http_says_the_model_was_unavailable_and_a_bad_plan_asks_to_rephrase(
-    plan_reply: Reply, answer: str, server: OpenAICompatibleServer, generator: RecordSearchGenerator
+    plan_reply: Reply,
+    answer: str,
+    server: OpenAICompatibleServer,
+    generator: RecordSearchGenerator,
+    request: pytest.FixtureRequest,
 ) -> None:
-    server.enqueue(plan_reply)
+    request_id = request.node.callspec.id
+    wrong = any(tag in request_id for tag in ("text", "truncated json"))  # a wrong answer is asked again
+    server.enqueue(*[plan_reply] * (2 if wrong else 1))
     result = await generator.generate_for_explicit_search(message="find stuff")
     assert result["message"] == answer and result["records"] == []
-    assert forced_names(server) == ["plan_record_search"]
+    assert forced_names(server) == ["plan_record_search"] * (2 if wrong else 1)
 
 
 async def test_a_compose_failure_over_http_gives_the_deterministic_sentence(

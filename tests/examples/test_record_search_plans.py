@@ -154,18 +154,25 @@ async def test_plan_search_action_turns_hostile_model_output_into_none(
     ("reply", "reason"),
     [
         (error_reply("rate limited"), "model error: rate limited"),
-        (text_reply("Here is your plan: companies in Germany"), "model did not call 'plan_record_search'"),
-        (tool_call("some_other_tool", VALID), "model did not call 'plan_record_search'"),
-        (tool_call("plan_record_search", "{not json"), "tool arguments are not a JSON object"),
-        (tool_call("plan_record_search", "[1, 2]"), "tool arguments are not a JSON object"),
-        (tool_call("plan_record_search", "null"), "tool arguments are not a JSON object"),
+        # a wrong answer is asked again once (output_retries): here the model answers wrongly twice
+        (
+            text_reply("Here is your plan: companies in Germany"),
+            "model did not call 'plan_record_search' (after 2 tries)",
+        ),
+        (tool_call("some_other_tool", VALID), "model did not call 'plan_record_search' (after 2 tries)"),
+        (
+            tool_call("plan_record_search", "{not json"),
+            "tool arguments are not a JSON object (after 2 tries)",
+        ),
+        (tool_call("plan_record_search", "[1, 2]"), "tool arguments are not a JSON object (after 2 tries)"),
+        (tool_call("plan_record_search", "null"), "tool arguments are not a JSON object (after 2 tries)"),
     ],
     ids=["model error", "text instead of a call", "wrong tool", "broken json", "json array", "json null"],
 )
 async def test_plan_search_action_says_the_model_was_unavailable_when_its_call_failed(
     reply: AiResponse, reason: str, make_context: Callable[..., RecordSearchContext]
 ) -> None:
-    assert await plan_with(make_context(ScriptedModel([reply]))) == {"model_unavailable": reason}
+    assert await plan_with(make_context(ScriptedModel([reply, reply]))) == {"model_unavailable": reason}
 
 
 async def test_a_missing_tool_schema_is_a_model_failure_with_no_model_call(
@@ -224,7 +231,7 @@ async def test_the_loop_answers_the_fallback_message_when_no_plan_comes_back(
 async def test_the_loop_says_the_model_was_unavailable_and_the_run_degrades(
     reply: AiResponse, make_context: Callable[..., RecordSearchContext]
 ) -> None:
-    model = ScriptedModel([reply])
+    model = ScriptedModel([reply, reply])  # a text reply is asked again once: wrong twice here
     outcome = await InlineAgentRunner.create(
         runnable=RecordSearchAgentLoop, context=make_context(model)
     ).request_outcome(input={"message": "find the best ones"})
@@ -237,7 +244,8 @@ async def test_the_loop_says_the_model_was_unavailable_and_the_run_degrades(
     }
     assert outcome.status == "degraded"
     assert [(f.action, f.path) for f in outcome.failures] == [("plan_search", "")]
-    assert len(model.requests) == 1  # nothing was executed or composed
+    # nothing was executed or composed: the plan's call only (asked again once after a text reply)
+    assert len(model.requests) == (2 if reply.function_calls == () and not reply.has_error else 1)
 
 
 async def test_an_empty_message_gets_the_fallback_without_asking_the_model(

@@ -1,7 +1,7 @@
 """The docs' commands that start a worker on Redis, run as a user would: the runners page's "On
 Celery" (``docs/concepts/runners.md``, once the README's) and the tutorial's "On a worker"
 (``docs/tutorial.md``). Each page's module is written to a fresh folder, then its two commands run
-by a shell's rules (the worker in the background, the trigger waiting for the result).
+by ``sh`` as typed (the worker in the background, the trigger waiting for the result).
 
 The code is read from the pages, so the sections and this test cannot drift apart. The only change
 is the server: the pages' ``redis://127.0.0.1:6379/0`` becomes a private Redis of this test's own.
@@ -12,16 +12,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.newcomer import a_users_environment
+from tests.newcomer import a_users_environment, typed
 from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 
 pytestmark = pytest.mark.integration
@@ -58,24 +56,19 @@ def run_on_a_worker(folder: Path, redis: RedisServer, module: str, commands: str
     worker_line, trigger_line = [line for line in commands.splitlines() if line.strip()]
     assert worker_line.endswith(" &") and PAGE_REDIS in worker_line and PAGE_REDIS in trigger_line
 
+    # typed as the page gives them (its Redis made this test's own), in the folder of counting.py,
+    # with no PYTHONPATH: the worker line in the background, the trigger line after it
     worker = subprocess.Popen(
-        command(worker_line[:-2], redis),
+        ["sh", "-c", worker_line[:-2].replace(PAGE_REDIS, redis.url)],
         cwd=folder,
-        env={**env, **assignments(worker_line[:-2], redis)},
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
     try:
-        triggered = subprocess.run(
-            command(trigger_line, redis),
-            cwd=folder,
-            env={**env, **assignments(trigger_line, redis)},
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        triggered = typed(folder, trigger_line.replace(PAGE_REDIS, redis.url), env, timeout=180)
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         try:
@@ -112,20 +105,3 @@ def test_the_tutorials_composite_runs_on_a_redis_worker_with_its_commands(
     assert "CountAll (root) done: 3 of 3 branches" in printed
     result = json.loads(printed[printed.rindex("\n{") :])
     assert result == {"to-1": 1, "to-2": 2, "to-3": 3}
-
-
-def assignments(line: str, redis: RedisServer) -> dict[str, str]:
-    """The ``NAME=value`` words a shell line starts with (the page's Redis made the private one)."""
-    found = {}
-    for word in shlex.split(line):
-        name, equals, value = word.partition("=")
-        if not equals or not name.isidentifier():
-            break
-        found[name] = value.replace(PAGE_REDIS, redis.url)
-    return found
-
-
-def command(line: str, redis: RedisServer) -> list[str]:
-    """The command of a shell line, after its assignments, from this environment's ``bin``."""
-    words = shlex.split(line)[len(assignments(line, redis)) :]
-    return [str(Path(sys.executable).parent / words[0]), *words[1:]]

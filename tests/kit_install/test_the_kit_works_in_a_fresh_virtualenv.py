@@ -204,6 +204,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     yield Installed(wheel=wheel, python=python, project=project)
 
 
+def test_the_wheel_declares_its_license_as_an_spdx_expression(tmp_path: Path) -> None:
+    # the TOML-table form is deprecated by setuptools (an install-time warning, removed in 2027)
+    wheel = zipfile.ZipFile(_wheel(tmp_path))
+    metadata = wheel.read(next(name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")))
+
+    assert "License-Expression: Apache-2.0" in metadata.decode().splitlines()
+
+
 def test_the_wheel_installs_one_import_package_and_no_test_infrastructure(installed: Installed) -> None:
     names = zipfile.ZipFile(installed.wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}

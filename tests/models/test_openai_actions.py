@@ -82,12 +82,12 @@ async def test_arguments_that_are_not_json_are_passed_through_raw(
 async def test_a_wrong_tool_name_from_the_model_makes_the_action_fall_back(
     openai_server: OpenAICompatibleServer, make_processor: Callable[..., OpenAIProcessor]
 ) -> None:
-    openai_server.enqueue(reply_tool_call("delete_everything", {"steps": ["x"]}))
+    openai_server.enqueue(*[reply_tool_call("delete_everything", {"steps": ["x"]})] * 2)
 
     value = await PlanSearchAction().run(arguments={}, context=action_context(make_processor()))
 
     assert value is None
-    assert len(openai_server.requests) == 1
+    assert len(openai_server.requests) == 2  # asked again once (output_retries), wrong again
 
 
 async def test_a_model_fault_makes_the_action_fall_back_without_raising(

@@ -149,14 +149,17 @@ async def test_request_returns_the_result_of_a_degraded_run() -> None:
             error_reply("request timed out after 2 attempts"),
             "model error: request timed out after 2 attempts",
         ),
-        (text_reply("no tool for me"), "model did not call 'answer'"),
-        (tool_call("answer", "{broken"), "tool arguments are not a JSON object"),
-        (tool_call("answer", "[1]"), "tool arguments are not a JSON object"),
+        # a wrong answer is asked again (output_retries = 1): the model answers wrongly twice
+        (text_reply("no tool for me"), "model did not call 'answer' (after 2 tries)"),
+        (tool_call("answer", "{broken"), "tool arguments are not a JSON object (after 2 tries)"),
+        (tool_call("answer", "[1]"), "tool arguments are not a JSON object (after 2 tries)"),
     ],
     ids=["500", "timeout", "no call", "broken json", "not an object"],
 )
 async def test_every_kind_of_failed_call_degrades(reply: AiResponse, reason: str) -> None:
-    outcome = await InlineAgentRunner.create(runnable=Ask, context=context(reply)).request_outcome(input="q")
+    runner = InlineAgentRunner.create(runnable=Ask, context=context(reply, reply))
+
+    outcome = await runner.request_outcome(input="q")
 
     assert [failure.reason for failure in outcome.failures] == [reason]
 
@@ -250,7 +253,7 @@ async def test_an_action_run_outside_any_run_only_logs_the_failure(caplog: pytes
     value = await Answer.create().run(arguments={"question": "q"}, context=context(error_reply("down")))
 
     assert value == {"text": "no answer"}
-    assert "model unavailable for answer" in caplog.text
+    assert "the model was unavailable for answer at (root)" in caplog.text
 
 
 async def test_a_scope_hands_its_sink_and_path_to_the_steps_inside() -> None:
@@ -316,3 +319,99 @@ def test_failures_and_the_degraded_event_round_trip_through_stored_events() -> N
         "message": "the model was unavailable for plan at 'branch/q1': 429 (and 1 more)",
         "failures": [f.to_dict() for f in failures],
     }
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind", "error_type", "message"),
+    [
+        (
+            error_reply("500 server error"),
+            "unavailable",
+            "ModelUnavailable",
+            "the model was unavailable for answer at (root): model error: 500 server error",
+        ),
+        (
+            text_reply("no tool for me"),
+            "invalid_output",
+            "InvalidModelOutput",
+            "the model gave an invalid answer for answer at (root): model did not call 'answer'"
+            " (after 2 tries)",
+        ),
+        (
+            tool_call("answer", "{broken"),
+            "invalid_output",
+            "InvalidModelOutput",
+            "the model gave an invalid answer for answer at (root): tool arguments are not a JSON object"
+            " (after 2 tries)",
+        ),
+        (
+            tool_call("answer", {"text": ""}),
+            "invalid_output",
+            "InvalidModelOutput",
+            "the model gave an invalid answer for answer at (root): model output rejected by normalize",
+        ),
+    ],
+    ids=["model error", "no call", "broken json", "normalize rejects"],
+)
+async def test_an_invalid_answer_is_named_apart_from_an_unavailable_model(
+    reply: AiResponse, kind: str, error_type: str, message: str
+) -> None:
+    recorder = ProgressRecorder()
+
+    outcome = await InlineAgentRunner.create(runnable=Ask, context=context(reply, reply)).request_outcome(
+        input="q", on_progress=recorder
+    )
+
+    assert [failure.kind for failure in outcome.failures] == [kind]
+    assert outcome.error is not None
+    assert (outcome.error["type"], outcome.error["message"]) == (error_type, message)
+    # the events keep the kind, so a worker's record (read back from them) names it the same way
+    stored = [event.to_dict() for event in recorder.events]
+    assert degradation_error(failures_in(stored)) == outcome.error
+
+
+async def test_the_fail_policy_raises_invalid_output_for_an_invalid_answer() -> None:
+    from agentloop.actions import InvalidModelOutputError
+
+    runner = InlineAgentRunner.create(
+        runnable=Ask,
+        context=context(tool_call("answer", "{broken"), tool_call("answer", "{"), action=StrictAnswer),
+    )
+
+    with pytest.raises(InvalidModelOutputError, match="the model gave no valid answer for answer"):
+        await runner.request(input="q")
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [text_reply("It is 42."), tool_call("answer", "{broken"), tool_call("answer", '["42"]')],
+    ids=["text only", "malformed json", "not an object"],
+)
+async def test_a_wrong_answer_is_asked_again_under_output_retries(wrong: AiResponse) -> None:
+    model = ScriptedModel()
+    model.push(wrong, tool_call("answer", {"text": "42"}))
+
+    outcome = await InlineAgentRunner.create(
+        runnable=Ask, context={"processor": model, "tool_store": Tools(), "answer_tool_id": "answer"}
+    ).request_outcome(input="q")
+
+    assert (outcome.status, outcome.result) == ("succeeded", {"text": "42"})
+    assert len(model.requests) == 2  # the second try, told what was wrong
+    told = model.requests[1].history_messages[-1]
+    assert "Call answer" in str(told["content"]) and told["role"] in ("user", "tool")
+
+
+async def test_no_retry_is_asked_when_output_retries_is_0() -> None:
+    class OneTry(Answer):
+        output_retries = 0
+
+    model = ScriptedModel()
+    model.push(text_reply("It is 42."), tool_call("answer", {"text": "42"}))
+
+    outcome = await InlineAgentRunner.create(
+        runnable=Ask,
+        context={"processor": model, "tool_store": Tools(), "answer_tool_id": "answer", "action": OneTry},
+    ).request_outcome(input="q")
+
+    assert outcome.status == "degraded" and len(model.requests) == 1
+    assert [f.reason for f in outcome.failures] == ["model did not call 'answer'"]

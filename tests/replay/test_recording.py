@@ -17,6 +17,7 @@ from agentloop import (
     InlineAgentRunner,
     InMemoryRecording,
     InMemoryStepCache,
+    InMemoryToolStore,
     ModelRequest,
     Question,
     QuestionKind,
@@ -24,6 +25,7 @@ from agentloop import (
     StandardContext,
     TypedToolAction,
     ask_human,
+    sync_tools,
 )
 from agentloop.actions.recording import CACHE_HIT, HUMAN, MODEL, TOOL
 from agentloop.orchestration.errors import NetworkBlockedError
@@ -91,9 +93,12 @@ def labels(*names: str) -> ScriptedModel:
     return model
 
 
-async def recorded(runnable: type, model: Any, input: Any, **options: Any) -> RunRecording:
+async def recorded(
+    runnable: type, model: Any, input: Any, *, tools: InMemoryToolStore | None = None, **options: Any
+) -> RunRecording:
     recording = InMemoryRecording()
-    runner = InlineAgentRunner.create(runnable=runnable, context=StandardContext(processor=model))
+    context = StandardContext(processor=model, tool_store=tools or InMemoryToolStore())
+    runner = InlineAgentRunner.create(runnable=runnable, context=context)
     output = await runner.request(input=input, recording=recording, **options)
     return RunRecording(
         run_id="r-1", runnable="labels", input=input, output=output, entries=tuple(recording.entries)
@@ -160,6 +165,65 @@ async def test_a_changed_prompt_is_reported_at_its_step_with_the_field_that_chan
     assert first is not None and (first.path, first.iteration, first.seq) == ("", 0, 0)
     assert [change.field for change in first.changes] == ["instruction"]
     assert "Label the ticket, politely." in report.describe()
+
+
+def synced() -> InMemoryToolStore:
+    """A tool store after ``agentloop tools sync``: the generated schema, with its marker."""
+    tools = InMemoryToolStore()
+    sync_tools(tools, [LabelTicket])
+    return tools
+
+
+@pytest.mark.parametrize("synced_side", ["recorded", "replayed"])
+async def test_a_tools_sync_on_one_side_only_is_no_divergence(synced_side: str) -> None:
+    # the model receives the same tool either way: the sync marker is never sent
+    recorded_tools, replayed_tools = (synced(), InMemoryToolStore())[
+        :: 1 if synced_side == "recorded" else -1
+    ]
+    recording = await recorded(LabelStage, labels("bug"), {"text": "It crashes."}, tools=recorded_tools)
+    [entry] = recording.entries
+    assert ("x-agentloop" in entry.data["request"]["tools"][0]) is (synced_side == "recorded")
+    context = StandardContext(processor=ScriptedModel(), tool_store=replayed_tools)
+
+    report = await replay(recording, runnable=LabelStage, context=context)
+
+    assert report.ok, report.describe()
+
+
+async def test_a_synced_row_edited_on_one_side_is_a_divergence_of_what_the_model_receives() -> None:
+    recording = await recorded(LabelStage, labels("bug"), {"text": "It crashes."}, tools=synced())
+    edited = synced()
+    row = edited.get_payload("label_ticket")
+    assert row is not None
+    edited.put("label_ticket", {**row, "description": "Label a support ticket."})
+    context = StandardContext(processor=ScriptedModel(), tool_store=edited)
+
+    report = await replay(recording, runnable=LabelStage, context=context)
+
+    first = report.first_divergence
+    assert first is not None, report.describe()
+    changes = [(c.field, c.recorded, c.replayed) for c in first.changes]
+    assert changes == [("tools[0].description", "Label a ticket.", "Label a support ticket.")]
+
+
+async def test_a_request_field_only_the_replay_has_is_a_divergence() -> None:
+    recording = await recorded(LabelStage, labels("bug"), {"text": "It crashes."})
+    [entry] = recording.entries
+    request = dict(entry.data["request"])
+    del request["files"]  # as a recording of an older request without the field
+    request["tools"] = [{key: value for key, value in request["tools"][0].items() if key != "description"}]
+    older = dataclasses.replace(
+        recording, entries=(dataclasses.replace(entry, data={**entry.data, "request": request}),)
+    )
+
+    report = await replay(older, runnable=LabelStage, context=StandardContext(processor=ScriptedModel()))
+
+    first = report.first_divergence
+    assert first is not None, report.describe()
+    assert [(c.field, c.recorded, c.replayed) for c in first.changes] == [
+        ("tools[0].description", None, "Label a ticket."),
+        ("files", None, []),
+    ]
 
 
 async def test_an_output_that_changed_is_reported_field_by_field() -> None:

@@ -83,6 +83,24 @@ def test_a_run_goes_from_pending_to_running_to_succeeded(run_store: RunStore) ->
     assert finished.started_at == running.started_at
 
 
+def test_a_run_that_returned_keeps_how_it_ended(run_store: RunStore) -> None:
+    for run_id, stopped_by in (("bounded", "bound"), ("complete", "complete")):
+        run_store.create_run(run_id=run_id, runnable="search", input=None)
+        run_store.finish_run(run_id, status="succeeded", output=10, stopped_by=stopped_by)
+    run_store.create_run(run_id="failed", runnable="search", input=None)
+    run_store.finish_run("failed", status="failed", error=ValueError("bad input"))
+
+    ended = {run_id: run_store.get_run(run_id) for run_id in ("bounded", "complete", "failed")}
+
+    assert {run_id: record.stopped_by for run_id, record in ended.items() if record is not None} == {
+        "bounded": "bound",
+        "complete": "complete",
+        "failed": None,
+    }
+    assert ended["bounded"] is not None and ended["bounded"].to_dict()["stopped_by"] == "bound"
+    assert [r.stopped_by for r in run_store.list_runs(limit=3) if r.id == "bounded"] == ["bound"]
+
+
 def test_a_failed_run_keeps_its_error(run_store: RunStore) -> None:
     run_store.create_run(run_id="r1", runnable="search", input=None)
     run_store.finish_run("r1", status="failed", error=ValueError("bad input"))

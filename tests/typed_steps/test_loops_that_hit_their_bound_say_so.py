@@ -36,7 +36,7 @@ async def test_count_to_30_under_a_bound_of_10_does_not_pass_for_finished(
     assert (outcome.stopped_by, outcome.bounded, outcome.status) == ("bound", ("",), "succeeded")
     done = events[-1]
     assert (done.phase, done.status, done.data) == ("done", "completed", {"stopped_by": "bound"})
-    assert "loop CountTo at '' stopped at its bound of 10 iterations" in logs.text
+    assert "loop CountTo at (root) stopped at its bound of 10 iterations" in logs.text
 
 
 async def test_a_finished_loop_says_complete() -> None:

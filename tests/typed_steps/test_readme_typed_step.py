@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.newcomer import a_users_environment
+from tests.newcomer import a_users_environment, typed, typed_one_by_one
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "tutorial.md"
@@ -63,46 +60,11 @@ def test_the_section_has_a_module_its_tests_and_its_commands() -> None:
 def test_the_sections_tests_pass_with_the_kits_plugin(user_folder: tuple[Path, dict[str, str]]) -> None:
     folder, env = user_folder
 
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",  # the kit's plugin comes from the page's conftest.py, as a user's would
-            "-o",
-            "asyncio_mode=auto",
-            "test_trips.py",
-        ],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # the kit's plugin comes from the page's conftest.py, as a user's would
+    result = typed(folder, "pytest -q -p no:cacheprovider -o asyncio_mode=auto test_trips.py", env)
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
-
-
-def run_commands(folder: Path, env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
-    """The section's commands as a shell would run them (``export`` sets the environment)."""
-    agentloop = str(Path(sys.executable).parent / "agentloop")
-    done = []
-    for line in commands_of_the_section():
-        words = shlex.split(line)
-        if words[0] == "export":
-            name, _, value = words[1].partition("=")
-            env[name] = value
-            continue
-        assert words[0] == "agentloop", line
-        done.append(
-            subprocess.run(
-                [agentloop, *words[1:]], cwd=folder, env=env, capture_output=True, text=True, timeout=300
-            )
-        )
-    return done
 
 
 def test_the_sections_commands_run_the_step_before_any_sync_then_sync_the_schema(
@@ -110,27 +72,16 @@ def test_the_sections_commands_run_the_step_before_any_sync_then_sync_the_schema
 ) -> None:
     folder, env = user_folder
 
-    triggered, synced = run_commands(folder, env)
+    # typed as the page gives them, in the folder of trips.py, with no PYTHONPATH
+    (_, triggered), (_, synced) = typed_one_by_one(folder, "\n".join(commands_of_the_section()), env)
 
     assert triggered.returncode == 0, triggered.stdout + triggered.stderr  # no sync needed first
     assert '"city"' in triggered.stdout and "degraded" not in triggered.stdout + triggered.stderr
     assert synced.returncode == 0, synced.stdout + synced.stderr
     assert "plan_trip" in synced.stdout and "created" in synced.stdout
-    again = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "agentloop"),
-            "trigger",
-            "trips.plan",
-            "--input",
-            '{"wish": "Rome"}',
-            "--wait",
-            "--json",
-        ],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    [export] = [line for line in commands_of_the_section() if line.startswith("export ")]
+    again = typed(
+        folder, f"""{export}\nagentloop trigger trips.plan --input '{{"wish": "Rome"}}' --wait --json""", env
     )
     answer = json.loads(again.stdout)
     assert answer["status"] == "succeeded", again.stderr

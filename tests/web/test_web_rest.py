@@ -30,6 +30,7 @@ def test_a_run_started_over_http_runs_on_the_worker_and_reads_back(rig: WebRig) 
     assert view["status"] == "succeeded"
     assert view["input"] == {"hello": "world"}
     assert view["result"] == {"echo": {"hello": "world"}}
+    assert view["stopped_by"] == "complete"  # its loop finished before its bound
     assert view["usage"] == {
         "input_tokens": 0,
         "output_tokens": 0,
