@@ -13,9 +13,10 @@ through to the engine only when:
   run's record never changes, so a task of it that comes late (a redelivery, a sibling of a
   failed fail-fast branch) runs nothing (``celery_adapter/tasks.py`` says what it returns).
 
-A run's owner never changes, so it is read once per run and process (and read again when a
-node's token does not match it: the run may have been pruned and its id launched anew, a new
-run with a new owner); whether the run has ended
+A run's owner never changes, so it is read once per run and process (and read again, at most
+once every ``interval`` seconds per run and process, when a node's token does not match it: the
+run may have been pruned and its id launched anew, a new run with a new owner; forged tokens
+cost the store no more than that); whether the run has ended
 is read at most every ``interval`` seconds per run and process (an ended run stays ended), like
 the cancel flag (``store/seams.py``): a task pays no extra round trip in the common case.
 """
@@ -40,6 +41,7 @@ class RunGate:
 
     _owners: ClassVar[WeakKeyDictionary[RunStore, dict[str, RunOwner | None]]] = WeakKeyDictionary()
     _going: ClassVar[WeakKeyDictionary[RunStore, dict[str, float]]] = WeakKeyDictionary()
+    _reread: ClassVar[WeakKeyDictionary[RunStore, dict[str, float]]] = WeakKeyDictionary()
     _lock = threading.Lock()
 
     def __init__(self, store: RunStore, *, interval: float = 0.5) -> None:
@@ -55,11 +57,21 @@ class RunGate:
     def check_owner(self, run_id: str, token: str | None) -> None:
         """:class:`~agentloop.orchestration.errors.RunOwnershipError` unless ``token`` is the run owner's."""
         owner = self._owner(run_id)
-        if owner is not None and not owner.holds(token):
+        if owner is not None and not owner.holds(token) and self._may_reread(run_id):
             # read again: the run this process saw may have been pruned and its id launched anew
             owner = self._owner(run_id, cached=False)
-            if owner is not None and not owner.holds(token):
-                raise RunOwnershipError(run_id)
+        if owner is not None and not owner.holds(token):
+            raise RunOwnershipError(run_id)
+
+    def _may_reread(self, run_id: str) -> bool:
+        """Whether ``run_id``'s owner may be read again now (once per ``interval``)."""
+        now = time.monotonic()
+        with self._lock:
+            reread = _answers_of(self._reread, self.store)
+            if now - reread.get(run_id, -self.interval) < self.interval:
+                return False
+            reread[run_id] = now
+        return True
 
     def _owner(self, run_id: str, *, cached: bool = True) -> RunOwner | None:
         with self._lock:
