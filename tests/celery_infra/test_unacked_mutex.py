@@ -37,7 +37,10 @@ def test_the_sweep_lock_of_a_killed_worker_expires_with_the_restore_interval(
             queue.put({"n": 1})
             taken = queue.get(timeout=5)  # taken by a worker that dies before acknowledging it
             client = channel.client
-            waiting = lambda: client.llen("mutex-test")  # noqa: E731  # messages in the queue
+
+            def waiting() -> int:  # the messages in the queue
+                return int(client.llen("mutex-test"))
+
             assert taken.payload == {"n": 1} and waiting() == 0
             # a worker killed inside its sweep: the lock, taken as kombu takes it, never released
             held = Mutex(client, channel.unacked_mutex_key, channel.unacked_mutex_expire)
