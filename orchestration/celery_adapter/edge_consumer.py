@@ -69,7 +69,7 @@ from agentloop.orchestration.celery_adapter.edge import (
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASKS, end_run_of_message
 from agentloop.orchestration.celery_adapter.wire_versions import WireGate, too_new
 from agentloop.orchestration.errors import DeliveryLimitError, RunExistsError
-from agentloop.orchestration.store import RunStore, open_store
+from agentloop.orchestration.store import RunStore, StoreRetry, open_store
 from agentloop.orchestration.wire import LAUNCH_SENT_STATE
 
 __all__ = [
@@ -222,7 +222,9 @@ class RejectionRecorder:
 
     def _run_store(self) -> RunStore:
         if self._store is None:
-            self._store, _ = open_store(dependencies_of(self._app).settings.database_url)
+            settings = dependencies_of(self._app).settings  # the store's retries as the tasks have them
+            retry = StoreRetry(settings.store.retry_seconds)
+            self._store, _ = open_store(settings.database_url, retry=retry)
         return self._store
 
     def _fail_new_run(self, run_id: str, rejection: Rejection, error: InvalidTaskError) -> bool:

@@ -1,19 +1,23 @@
-"""Workflows of the duplicate-delivery test (imported by its worker too), and the hook that keeps a
-copy of every ``agentloop.run`` and ``agentloop.pack`` message the worker publishes, so the test
-can send each again, unflagged, as a producer's retry would."""
+"""Workflows of the delivery tests (imported by their workers too): the hook that keeps a copy of
+every ``agentloop.run`` and ``agentloop.pack`` message the worker publishes, so a test can send
+each again, unflagged, as a producer's retry would; and a loop that kills its process once a test
+says so (``tests/integration/test_dead_letters.py``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import time
+from pathlib import Path
 from typing import Any
 
 from celery import signals
+from durable_workflows import SlowCount, TalliedCount
 
 from agentloop.orchestration.registry import register
 from agentloop.orchestration.wire import PACK, RUN
 from agentloop.pipelines import BaseCompositeAgent, Branch
-from durable_workflows import TalliedCount
 
 #: The file the worker appends each published run or pack message to (one JSON object a line).
 CAPTURE = "AGENTLOOP_TEST_CAPTURE"
@@ -37,6 +41,20 @@ class PackedTalliedFan(TalliedFan):
     pack_size = 4
 
 
+class KillsItsProcessWhenTold(SlowCount):
+    """Waits for the file its context names (``go``), then kills its process, on every delivery:
+    a test cuts the run store first, so the delivery that follows finds no store."""
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        go = Path(self.context["go"])
+        deadline = time.monotonic() + 120
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+        return state
+
+
+register("delivery.kills_when_told", KillsItsProcessWhenTold)
 register("duplicate.fan", TalliedFan)
 register("duplicate.packed_fan", PackedTalliedFan)
 
