@@ -70,10 +70,11 @@ are documented with the fields of ``agentloop.orchestration.settings.Settings``)
     Messages each worker process reserves ahead (``0``: no limit). Default:
     ``1``, so a long LLM task does not hold back others reserved behind it.
 ``AGENTLOOP_DELIVERY_LIMIT``
-    RabbitMQ only: the queues' ``x-delivery-limit``, how often a message may
-    come back unacknowledged (its worker died, its connection dropped). The
-    delivery past it is not run: its run ends ``failed`` with
-    ``DeliveryLimitError``. Every client and worker must use the same value
+    On every broker: how often a loop may be started without saving a
+    checkpoint (its worker died, its connection dropped); the run store
+    counts each start, and the one past the limit ends the run ``failed``
+    with ``DeliveryLimitError``. On RabbitMQ also the queues'
+    ``x-delivery-limit``: every client and worker must use the same value
     (RabbitMQ refuses a queue declared with other arguments). Default: ``20``.
 
 With a RabbitMQ broker (``amqp://``) the default queue and ``<queue>.batch``

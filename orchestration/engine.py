@@ -43,12 +43,12 @@ from agentloop.loops.run_outcome import (
     failures_in,
 )
 from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
-from agentloop.orchestration.errors import InvalidNodeError, StoreUnavailableError
+from agentloop.orchestration.errors import DeliveryLimitError, InvalidNodeError, StoreUnavailableError
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.redaction import context_secrets, scrub_error, scrub_values
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
-from agentloop.orchestration.store import LoopRecord, RunStore
+from agentloop.orchestration.store import RunStore, StartedLoop
 from agentloop.orchestration.store.human_channel import StoreHumanChannel
 from agentloop.orchestration.store.pack_writes import PackWrites
 from agentloop.orchestration.store.recordings import recording_store_for
@@ -65,9 +65,6 @@ from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, Fail
 from agentloop.pipelines.pipeline import BaseAgentPipeline
 
 R = TypeVar("R")
-
-#: The loop record of a node no task has run before.
-_NOTHING_YET = LoopRecord(finished=False, result=None, checkpoint=None)
 
 
 class WorkflowEngine:
@@ -87,6 +84,7 @@ class WorkflowEngine:
         events_interval: float | None = None,
         secrets: Callable[[], Sequence[str]] | None = None,
         key_texts: Sequence[str] = (),
+        delivery_limit: int | None = None,
     ) -> None:
         self.registry, self.store, self.waits, self.tracer = registry, store, waits, tracer
         self.secrets = secrets or tuple  # the texts of the task's hidden arguments, read on a failure
@@ -96,6 +94,8 @@ class WorkflowEngine:
         self.events_interval = progress_interval if events_interval is None else events_interval
         self.checkpoint_interval = checkpoint_interval
         self.key_texts = tuple(key_texts)  # the model keys: a recording never keeps them
+        # how often a loop may start without progress before its run ends (``AGENTLOOP_DELIVERY_LIMIT``)
+        self.delivery_limit = delivery_limit
 
     def recorder(self, node: WorkflowNode) -> Recorder | None:
         """Where a recorded node's entries go: the run store's recordings, under the root run, each
@@ -180,7 +180,7 @@ class WorkflowEngine:
         input: Any,
         publisher: ProgressPublisher | None = None,
         writes: PackWrites | None = None,
-        record: LoopRecord | None = None,
+        record: StartedLoop | None = None,
     ) -> Outcome:
         """Run ``node`` here (a loop or action stage) or say how it expands.
 
@@ -210,11 +210,9 @@ class WorkflowEngine:
             return []
         publisher = self.publisher(nodes[0])  # its events go with the pack's checkpoints (pack_writes.py)
         writes = PackWrites(self.store, nodes[0].run_id, events=publisher)
-        # A pack that may have run before reads its branches' records in one go, not one each.
-        tried = [node.path for node in nodes if not node.fresh]
-        records = (
-            dict(zip(tried, self.store.loop_records(nodes[0].run_id, tried), strict=True)) if tried else {}
-        )
+        # Every delivery of a pack counts itself and reads its branches' records in one statement.
+        paths = [node.path for node in nodes]
+        records = dict(zip(paths, self.store.start_loops(nodes[0].run_id, paths), strict=True))
         tasks = [
             asyncio.ensure_future(self.start(node, value, publisher, writes, records.get(node.path)))
             for node, value in zip(nodes, inputs, strict=True)
@@ -245,7 +243,7 @@ class WorkflowEngine:
         input: Any,
         publisher: ProgressPublisher,
         writes: PackWrites | None = None,
-        record: LoopRecord | None = None,
+        record: StartedLoop | None = None,
     ) -> Outcome:
         scope = self.scope(node)
         try:
@@ -257,12 +255,15 @@ class WorkflowEngine:
             return await self._start_pipeline(node, instance, scope, input, publisher)
         if isinstance(instance, BaseCompositeAgent):
             return await self._start_composite(node, instance, scope, input, publisher)
-        # A fresh node (wire.py) has had no earlier try to leave a result or a checkpoint.
+        # Any delivery, redelivered or not (a duplicate is not flagged), counts itself and reads
+        # what an earlier try or a twin left, in one statement.
         if record is None:
-            record = _NOTHING_YET if node.fresh else self.store.loop_record(node.run_id, node.path)
-        finished, result, checkpoint = record
-        if finished:  # a redelivered task whose work is already done
+            (record,) = self.store.start_loops(node.run_id, [node.path])
+        (finished, result, checkpoint), deliveries = record
+        if finished:  # a redelivered task, or a duplicate, whose work is already done
             return Done(value=result)
+        if self.delivery_limit is not None and deliveries > self.delivery_limit:
+            return await self.fail(node, _past_limit(node, deliveries, self.delivery_limit))
         # Model failures the loop survives become events of this task (loops/run_outcome.py).
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
         scope = self.scope(
@@ -551,7 +552,8 @@ class WorkflowEngine:
         reported = failed_paths(self.store, node.run_id)
         try:
             for ancestor in reversed(node.ancestors):
-                collected = not isinstance(error, RunStoppedError)  # a stop ends the run, as inline
+                # a stop ends the run, as inline; so does a poisoned message, as on RabbitMQ's edge
+                collected = not isinstance(error, RunStoppedError | DeliveryLimitError)
                 if collected and node.capture is not None and ancestor.path == node.capture:
                     return BranchFailure.of(error, capture=node.capture)
                 error = await report_ancestor_failure(
@@ -561,6 +563,14 @@ class WorkflowEngine:
             publisher.flush(final=True)
         end_with_failure(self.store, node.run_id, error, owner_token=node.owner_token)
         raise error
+
+
+def _past_limit(node: WorkflowNode, deliveries: int, limit: int) -> DeliveryLimitError:
+    return DeliveryLimitError(
+        f"{node.runnable} at {node.path or 'the root'!r} was started {deliveries} times without "
+        f"saving a checkpoint (delivery limit {limit}): each task that ran it died or lost its "
+        "connection before it ended, so it is not run again"
+    )
 
 
 def _ends_pack(task: asyncio.Future[Outcome]) -> bool:

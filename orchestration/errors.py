@@ -210,8 +210,9 @@ class WorkerStartError(AgentLoopError, RuntimeError):
 
 
 class DeliveryLimitError(AgentLoopError, RuntimeError):
-    """A message came back unacknowledged as often as the broker allows (``AGENTLOOP_DELIVERY_LIMIT``,
-    RabbitMQ): every worker that took it died or lost its connection; its run ends with this."""
+    """A loop was started ``AGENTLOOP_DELIVERY_LIMIT`` times without progress (counted by the run
+    store, on every broker), or a message came back unacknowledged as often as RabbitMQ allows:
+    every worker that took it died or lost its connection; its run ends with this."""
 
 
 class UnsendableMessageError(AgentLoopError, ValueError):

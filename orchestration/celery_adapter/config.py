@@ -180,6 +180,10 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
         # One Redis scan per interval (kombu otherwise scans on every tenth 10 s tick).
         "unacked_restore_interval": settings.unacked_restore_seconds,
         "unacked_restore_throttle": 1,
+        # The lock of that sweep outlives a worker killed while it held it: for this long, not
+        # kombu's 300 s, so a dead worker's messages come back within visibility timeout + twice
+        # the interval (docs/deployment.md).
+        "unacked_mutex_expire": settings.unacked_restore_seconds,
     }
     return _broker_options(settings.broker_url, options)
 

@@ -1,11 +1,12 @@
 """Whether a task may have run before, and the ``fresh`` mark of the nodes it passes on.
 
-A loop's task reads the run store at its start (``RunStore.loop_record``) only
-to find what an earlier try of the same node left: a result (a duplicate whose
-twin finished) or a checkpoint (a try that died). A node that is
-:attr:`~agentloop.orchestration.wire.WorkflowNode.fresh` has had no earlier try, so its task
-skips that read, one database round trip of the two a task pays. The mark is
-earned and lost here:
+Every loop's task, fresh or not, starts with one statement (``RunStore.start_loops``: a pack's
+for all its branches) that counts the delivery (the delivery limit on every broker) and reads
+what an earlier try of the same node left: a result (a duplicate whose twin finished) or a
+checkpoint (a try that died). A duplicate is not always flagged (a producer's retry, a copy
+sent twice), so the read never depends on the mark. The mark of
+:attr:`~agentloop.orchestration.wire.WorkflowNode.fresh` still travels (a pipeline's close reads
+it, and older workers skip the read on it), and is earned and lost here:
 
 * the launch marks the root node fresh when it created the run and is on its
   first delivery; the engine's children inherit the mark of the node they
@@ -18,7 +19,7 @@ earned and lost here:
 * a paused task's message, which resuming sends again, is unmarked
   (:func:`unmarked_signature`): it ran before, and resumes from its checkpoint.
 
-Should a duplicate slip through unmarked all the same, nothing is rewritten:
+Should two copies run at once all the same, nothing is rewritten:
 :meth:`~agentloop.orchestration.store.RunStore.finish_loop` keeps the first result a loop
 recorded and the task returns that one.
 """

@@ -6,10 +6,16 @@ Before Celery's own task handler sees a message, it asks
 :func:`~agentloop.orchestration.celery_adapter.edge.check_message`. A refused message is
 never requeued into the next worker, and its sender learns at once:
 
-* the message is acknowledged (it leaves the queue), with one ``ERROR`` line
-  naming the task, its id and the reason, never the body (a private task's
-  arguments stay out of the log); Celery's ``task_rejected`` signal and a
-  ``task-failed`` event (for Flower) are sent;
+* one ``ERROR`` line names the task, its id and the reason, never the body (a
+  private task's arguments stay out of the log); Celery's ``task_rejected``
+  signal and a ``task-failed`` event (for Flower) are sent;
+* the message is acknowledged (it leaves the queue) only once its refusal is
+  recorded; a message with nothing to record it under (no usable task id: no
+  headers, a plain-text body), or whose refusal could not be recorded after
+  :data:`RECORD_ATTEMPTS` tries of the run store's own retries
+  (``AGENTLOOP_STORE_RETRY_SECONDS`` each), is dead-lettered to ``<queue>.dead``
+  (RabbitMQ: rejected without requeue, the queues' ``x-dead-letter-routing-key``;
+  Redis: a copy pushed to that list, then acknowledged), never dropped;
 * its task id's result becomes ``FAILURE`` with :class:`celery.exceptions.InvalidTaskError`
   and the reason, so ``AsyncResult(id).get()`` raises at once, unless that id
   already has a state beyond "sent" (a duplicate id never rewrites a live or
@@ -30,7 +36,8 @@ stop the worker) is caught as a last resort and the message refused the same
 way; connection errors still reach Celery, which reconnects.
 
 The records are written on a thread of the recorder's own, so a slow or absent
-run store never blocks the worker's event loop. In a worker started with
+run store never blocks the worker's event loop; the message is settled back on
+the event loop (``hub.call_soon``) once they are. In a worker started with
 ``celery -A agentloop worker`` the recorder opens its own connection to
 the run store (``DATABASE_URL``): the main process must not open the store its
 forked pool children use. An app given a store (``create_app(store=...)``)
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +57,7 @@ from celery.exceptions import InvalidTaskError
 from celery.utils.log import get_logger
 from celery.worker.consumer import Consumer
 
+from agentloop.orchestration.celery_adapter.config import dead_letter_queue_name
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.edge import (
     Rejection,
@@ -60,10 +69,18 @@ from agentloop.orchestration.celery_adapter.edge import (
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASKS, end_run_of_message
 from agentloop.orchestration.celery_adapter.wire_versions import WireGate, too_new
 from agentloop.orchestration.errors import DeliveryLimitError, RunExistsError
-from agentloop.orchestration.store import RunStore, open_store
+from agentloop.orchestration.store import RunStore, StoreRetry, open_store
 from agentloop.orchestration.wire import LAUNCH_SENT_STATE
 
-__all__ = ["DeadLetterQueue", "EdgeConsumer", "RejectionRecorder", "install_edge", "recorder_of"]
+__all__ = [
+    "RECORD_ATTEMPTS",
+    "DeadLetterQueue",
+    "EdgeConsumer",
+    "RejectionRecorder",
+    "Settle",
+    "install_edge",
+    "recorder_of",
+]
 
 logger = get_logger(__name__)
 
@@ -73,31 +90,49 @@ _FAILABLE = frozenset({states.PENDING, LAUNCH_SENT_STATE})
 _FAILABLE_EXHAUSTED = _FAILABLE | {states.STARTED, states.RETRY}
 #: Errors of a connection that are really errors of one message's content.
 _CONTENT_ERRORS = (LookupError, ValueError, TypeError)
+#: How often the recorder tries to record a refusal (each try with the run store's own retries)
+#: before its message is dead-lettered.
+RECORD_ATTEMPTS = 5
+#: What settles a refused message once its refusal is recorded (``True``) or cannot be (``False``).
+Settle = Callable[[bool], None]
 
 
 class RejectionRecorder:
     """Records refused messages in the result backend and the run store, on a thread of its own.
 
     At most ``capacity`` refusals wait to be written; beyond that one is logged
-    and not recorded (the message is refused all the same).
+    and its message dead-lettered. A refusal is tried ``attempts`` times, ``pause`` s
+    apart, before its message is dead-lettered.
     """
 
-    def __init__(self, app: Celery, *, store: RunStore | None = None, capacity: int = 1000) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        *,
+        store: RunStore | None = None,
+        capacity: int = 1000,
+        attempts: int = RECORD_ATTEMPTS,
+        pause: float = 1.0,
+    ) -> None:
         self._app, self._store, self._capacity = app, store, capacity
-        self._queue: queue.Queue[Rejection | None] = queue.Queue(capacity)
+        self._attempts, self._pause = attempts, pause
+        self._queue: queue.Queue[tuple[Rejection, Settle | None] | None] = queue.Queue(capacity)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def submit(self, rejection: Rejection) -> None:
-        """Record ``rejection`` soon (nothing to record without a usable task id)."""
+    def submit(self, rejection: Rejection, settle: Settle | None = None) -> None:
+        """Record ``rejection`` soon, then call ``settle`` (on the recorder's thread) with whether it
+        was recorded; nothing to record without a usable task id: ``settle(False)`` at once."""
         if rejection.task_id is None:
+            if settle is not None:
+                settle(False)
             return
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="agentloop-edge", daemon=True)
                 self._thread.start()
         try:
-            self._queue.put_nowait(rejection)
+            self._queue.put_nowait((rejection, settle))
         except queue.Full:
             logger.warning(
                 "Rejection of %s[%s] not recorded: %d are waiting",
@@ -105,6 +140,8 @@ class RejectionRecorder:
                 rejection.task_id,
                 self._capacity,
             )
+            if settle is not None:
+                settle(False)
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is waiting (for up to ``timeout`` s) and stop the thread."""
@@ -118,16 +155,40 @@ class RejectionRecorder:
             thread.join(timeout)
 
     def _run(self) -> None:
-        while (rejection := self._queue.get()) is not None:
+        while (item := self._queue.get()) is not None:
+            rejection, settle = item
+            recorded = self._record_patiently(rejection)
+            if settle is not None:
+                try:
+                    settle(recorded)
+                except Exception:
+                    logger.exception(
+                        "Could not settle the message of %s[%s]", rejection.task, rejection.task_id
+                    )
+
+    def _record_patiently(self, rejection: Rejection) -> bool:
+        """Whether ``rejection`` was recorded, within ``attempts`` tries."""
+        for attempt in range(1, self._attempts + 1):
             try:
                 self.record(rejection)
+                return True
             except Exception:
-                logger.exception(
-                    "Could not record the rejection of %s[%s]", rejection.task, rejection.task_id
+                logger.warning(
+                    "Could not record the rejection of %s[%s] (try %d of %d)",
+                    rejection.task,
+                    rejection.task_id,
+                    attempt,
+                    self._attempts,
+                    exc_info=True,
                 )
+            if attempt < self._attempts:
+                time.sleep(self._pause)
+        return False
 
     def record(self, rejection: Rejection) -> None:
-        """Write ``rejection`` now: the run first, then the task's result (whose waiters read the run)."""
+        """Write ``rejection`` now: the run first, then the task's result (whose waiters read the run);
+        raises when the run store is out of reach (the result is failed all the same, so its
+        sender learns at once)."""
         assert rejection.task_id is not None
         if rejection.exhausted:
             self._end_exhausted(rejection)
@@ -140,7 +201,8 @@ class RejectionRecorder:
             except RunExistsError:
                 return
             except Exception:  # the store is out of reach: the sender still learns at once
-                logger.exception("Could not record the refused launch of run %s", rejection.run_id)
+                self._fail_result(rejection.task_id, error)
+                raise
         self._fail_result(rejection.task_id, error)
 
     def _end_exhausted(self, rejection: Rejection) -> None:
@@ -160,7 +222,9 @@ class RejectionRecorder:
 
     def _run_store(self) -> RunStore:
         if self._store is None:
-            self._store, _ = open_store(dependencies_of(self._app).settings.database_url)
+            settings = dependencies_of(self._app).settings  # the store's retries as the tasks have them
+            retry = StoreRetry(settings.store.retry_seconds)
+            self._store, _ = open_store(settings.database_url, retry=retry)
         return self._store
 
     def _fail_new_run(self, run_id: str, rejection: Rejection, error: InvalidTaskError) -> bool:
@@ -241,15 +305,56 @@ class EdgeConsumer(Consumer):  # type: ignore[misc]
                 message.reject_log_error(logger, self.connection_errors, requeue=True)
 
     def refuse(self, message: Any, rejection: Rejection) -> None:
-        """Acknowledge ``message``, say so, and have its failure recorded (see the module docstring)."""
+        """Say so, have the failure recorded, then acknowledge ``message``, or dead-letter it when
+        nothing can be recorded (see the module docstring)."""
         logger.error("Rejected %s[%s]: %s", rejection.task, rejection.task_id, rejection.reason)
-        if not message.acknowledged:
-            message.ack_log_error(logger, self.connection_errors)
         error = InvalidTaskError(describe(rejection))
         signals.task_rejected.send(sender=self, message=message, exc=error)
         if self.event_dispatcher is not None and rejection.task_id is not None:
             self.event_dispatcher.send("task-failed", uuid=rejection.task_id, exception=repr(error))
-        recorder_of(self.app).submit(rejection)
+        recorder_of(self.app).submit(rejection, self._settler(message))
+
+    def _settler(self, message: Any) -> Settle:
+        """What settles ``message`` from the recorder's thread: on the worker's event loop when it
+        has one (kombu's channels belong to it), else at once (a ``solo`` or ``threads`` pool)."""
+        hub = getattr(self, "hub", None)
+
+        def settle(recorded: bool) -> None:
+            if hub is not None and threading.current_thread() is not threading.main_thread():
+                hub.call_soon(self.settle, message, recorded)
+            else:
+                self.settle(message, recorded)
+
+        return settle
+
+    def settle(self, message: Any, recorded: bool) -> None:
+        """Acknowledge a refused ``message`` whose refusal is ``recorded``, else dead-letter it."""
+        if message.acknowledged:
+            return
+        if recorded:
+            message.ack_log_error(logger, self.connection_errors)
+            return
+        headers = message.headers if isinstance(message.headers, dict) else {}
+        name = dead_letter_queue_name(self.app.conf.task_default_queue)
+        logger.error("Dead-lettered %s[%s] to %s", headers.get("task"), headers.get("id"), name)
+        if self.connection is not None and self.connection.transport.driver_type == "amqp":
+            message.reject_log_error(logger, self.connection_errors, requeue=False)  # x-dead-letter-*
+            return
+        try:
+            with self.app.producer_or_acquire() as producer:
+                producer.publish(
+                    message.body,
+                    exchange="",
+                    routing_key=name,
+                    headers=message.headers if isinstance(message.headers, dict) else None,
+                    content_type=message.content_type or "text/plain",
+                    content_encoding=message.content_encoding or "utf-8",
+                    retry=True,
+                )
+        except Exception:  # kept unacknowledged: the broker delivers it again after its timeout
+            logger.exception("Could not dead-letter a refused message; it stays unacknowledged")
+            return
+        message.ack_log_error(logger, self.connection_errors)
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
         """A body Celery could not decode: refused like any other (the body is not logged)."""

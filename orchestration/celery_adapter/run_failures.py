@@ -97,10 +97,11 @@ def end_run_of_message(
     task: Task, store: RunStore, exc: BaseException, task_id: str, args: Any, kwargs: Any
 ) -> None:
     """End the run of a message of ``task`` that was never run (past its delivery limit) with
-    ``exc``, in ``store``, the way :func:`end_run_on_failure` would have."""
+    ``exc``, in ``store``, the way :func:`end_run_on_failure` would have; a store out of reach
+    raises (the message is then kept, or dead-lettered: ``edge_consumer.py``)."""
     arguments = _arguments(task, args, kwargs)
     if arguments is not None:
-        _end_run(task, store, exc, task_id, arguments)
+        _end_run(task, store, exc, task_id, arguments, swallow=False)
 
 
 def hard_time_limit_error(exc: BaseException) -> TimeLimitExceeded:
@@ -112,7 +113,13 @@ def hard_time_limit_error(exc: BaseException) -> TimeLimitExceeded:
 
 
 def _end_run(
-    task: Task, store: RunStore, exc: BaseException, task_id: str, arguments: dict[str, Any]
+    task: Task,
+    store: RunStore,
+    exc: BaseException,
+    task_id: str,
+    arguments: dict[str, Any],
+    *,
+    swallow: bool = True,
 ) -> None:
     if task.name == LAUNCH:
         try:
@@ -121,6 +128,8 @@ def _end_run(
         except (LaunchRequestError, RunIdTakenError):  # an id no run can have, or another launch's run
             return
         except Exception:  # the store still away
+            if not swallow:
+                raise
             logger.error("launch %s failed and its run could not be recorded", task_id, exc_info=True)
             return
         run_id, token = (None, None) if claim.record.is_finished else (claim.run_id, claim.owner_token)
@@ -132,6 +141,8 @@ def _end_run(
         try:
             end_with_failure(store, run_id, exc, owner_token=token)
         except Exception:  # the store is still away: nothing more can be done from here
+            if not swallow:
+                raise
             logger.error("run %s failed and its end could not be recorded", run_id, exc_info=True)
 
 

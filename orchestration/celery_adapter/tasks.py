@@ -122,6 +122,7 @@ def engine_for(task: Task, pack: list[str] | None = None) -> WorkflowEngine:
         cache=deps.step_cache,  # orchestration/cache.py
         secrets=functools.cache(lambda: hidden_of(task)),  # the worker's log hides them: so do records
         key_texts=deps.settings.model.key_texts(),  # nor does a recording keep the model's keys
+        delivery_limit=deps.settings.delivery_limit,  # every broker's: counted in the run store
     )
 
 

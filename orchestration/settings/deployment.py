@@ -183,10 +183,12 @@ class Settings(_Group):
     worker_prefetch_multiplier: int = _env("AGENTLOOP_WORKER_PREFETCH_MULTIPLIER", 1)
     """``AGENTLOOP_WORKER_PREFETCH_MULTIPLIER``: messages a process reserves ahead. Default: ``1``."""
     delivery_limit: int = _env("AGENTLOOP_DELIVERY_LIMIT", 20)
-    """``AGENTLOOP_DELIVERY_LIMIT``: RabbitMQ only: how often a message may come back unacknowledged
-    (its worker died, its connection dropped) before it is not run again: the last delivery ends the
-    message's run ``failed`` instead, and a message that even that delivery cannot settle is
-    dead-lettered to ``<queue>.dead`` (the queues' ``x-delivery-limit``). Default: ``20``."""
+    """``AGENTLOOP_DELIVERY_LIMIT``: on every broker, how often a loop may be started without saving
+    a checkpoint (its worker or pool process died, its connection dropped) before it is not run
+    again: the run store counts each start, and the start past the limit ends the run ``failed``
+    with ``DeliveryLimitError``. On RabbitMQ it is also the queues' ``x-delivery-limit``: the
+    delivery past it is refused at the worker's edge, and a message that even that delivery cannot
+    settle is dead-lettered to ``<queue>.dead``. Default: ``20``."""
     checkpoint_seconds: float = _env("AGENTLOOP_CHECKPOINT_SECONDS", 0.5)
     """``AGENTLOOP_CHECKPOINT_SECONDS``: least time between checkpoints of a fast loop (``0``: every
     iteration). Default: ``0.5``."""

@@ -34,6 +34,7 @@ from agentloop.orchestration.store.protocol import (
     RunRecord,
     RunStatus,
     RunStore,
+    StartedLoop,
 )
 from agentloop.orchestration.store.retry import StoreRetry
 from agentloop.orchestration.store.sql import SqlRunStore
@@ -58,6 +59,7 @@ __all__ = [
     "RunStore",
     "SqlRunStore",
     "SqlToolStore",
+    "StartedLoop",
     "StoreRetry",
     "TERMINAL_STATUSES",
     "ToolRecord",

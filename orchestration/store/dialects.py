@@ -125,6 +125,9 @@ class Upserts:
     """The run store's upserts for one dialect, built once: they are on the hot path of every task."""
 
     create_run: Executable
+    #: Count one more delivery of each loop (a row each: ``run_id``, ``path``, ``deliveries`` 1)
+    #: and return its record (``RunStore.start_loops``).
+    start_loops: Executable
     save_checkpoint: Executable
     finish_loop: Executable
     #: ``finish_loop`` returning the path too, for several loops in one statement.
@@ -143,6 +146,7 @@ def upserts(dialect: str) -> Upserts:
             "iteration": saved.excluded.iteration,
             "state": saved.excluded.state,
             "updated_at": saved.excluded.updated_at,
+            "deliveries": 0,  # progress: the deliveries that made none are counted from here
         },
         where=checkpoints.c.finished.is_(False),  # a finished loop's record stays as it ended
     )
@@ -156,8 +160,20 @@ def upserts(dialect: str) -> Upserts:
             "updated_at": case((before, checkpoints.c.updated_at), else_=result.excluded.updated_at),
         },
     )
+    started = insert(checkpoints, dialect)
+    started = started.on_conflict_do_update(
+        index_elements=["run_id", "path"], set_={"deliveries": checkpoints.c.deliveries + 1}
+    )
     return Upserts(
         create_run=run,
+        start_loops=started.returning(
+            checkpoints.c.path,
+            checkpoints.c.finished,
+            checkpoints.c.result,
+            checkpoints.c.iteration,
+            checkpoints.c.state,
+            checkpoints.c.deliveries,
+        ),
         save_checkpoint=saved,
         finish_loop=finished.returning(checkpoints.c.result),
         finish_loops=finished.returning(checkpoints.c.path, checkpoints.c.result),
@@ -248,7 +264,8 @@ SELECT :run_id, saved.value ->> 'path', CAST(saved.value ->> 'iteration' AS INTE
        NULLIF(saved.value -> 'state', 'null'::jsonb), false, NULL, :updated_at
 FROM jsonb_array_elements(:checkpoints) AS saved(value)
 ON CONFLICT (run_id, path) DO UPDATE
-SET iteration = EXCLUDED.iteration, state = EXCLUDED.state, updated_at = EXCLUDED.updated_at
+SET iteration = EXCLUDED.iteration, state = EXCLUDED.state, updated_at = EXCLUDED.updated_at,
+    deliveries = 0
 WHERE checkpoints.finished IS false"""
 ).bindparams(
     *_EVENT_PARAMS,

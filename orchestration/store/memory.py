@@ -39,6 +39,7 @@ from agentloop.orchestration.store.protocol import (
     RunOwner,
     RunRecord,
     RunStatus,
+    StartedLoop,
 )
 from agentloop.orchestration.store.recordings import InMemoryRecordingStore
 from agentloop.orchestration.store.tables import utcnow
@@ -51,6 +52,7 @@ class _Checkpoint:
     state: JsonValue = None
     finished: bool = False
     result: JsonValue = None
+    deliveries: int = 0
 
 
 def _copied(record: RunRecord) -> RunRecord:
@@ -391,6 +393,7 @@ class InMemoryRunStore:
             checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
             if not checkpoint.finished:
                 checkpoint.iteration, checkpoint.state = row["iteration"], row["state"]
+                checkpoint.deliveries = 0
 
     def save_checkpoints(
         self,
@@ -411,6 +414,7 @@ class InMemoryRunStore:
                 checkpoint = self._checkpoints.setdefault((run_id, row["path"]), _Checkpoint())
                 if not checkpoint.finished:
                     checkpoint.iteration, checkpoint.state = row["iteration"], row["state"]
+                checkpoint.deliveries = 0
 
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
@@ -421,6 +425,14 @@ class InMemoryRunStore:
         """:meth:`loop_record` of each of ``paths``, in their order, in one read."""
         with self._lock:
             return [self._loop_record(run_id, path) for path in paths]
+
+    def start_loops(self, run_id: str, paths: Sequence[str]) -> list[StartedLoop]:
+        """Count one more delivery of each loop at ``paths`` and return its record, at once."""
+        with self._lock:
+            kept = {path: self._checkpoints.setdefault((run_id, path), _Checkpoint()) for path in paths}
+            for checkpoint in kept.values():
+                checkpoint.deliveries += 1
+            return [StartedLoop(self._loop_record(run_id, path), kept[path].deliveries) for path in paths]
 
     def _loop_record(self, run_id: str, path: str) -> LoopRecord:
         """The loop's record (the caller holds the lock)."""

@@ -181,6 +181,15 @@ class LoopRecord(NamedTuple):
     checkpoint: tuple[int, JsonValue] | None
 
 
+class StartedLoop(NamedTuple):
+    """A loop's record as a task starts it (:meth:`RunStore.start_loops`), and ``deliveries``: how
+    many tasks started it since its last checkpoint, this one included (what the delivery limit,
+    ``AGENTLOOP_DELIVERY_LIMIT``, judges on every broker)."""
+
+    record: LoopRecord
+    deliveries: int
+
+
 @runtime_checkable
 class RunStore(Protocol):
     """Runs, their progress events, token usage, cancellation and loop checkpoints.
@@ -329,6 +338,13 @@ class RunStore(Protocol):
     def loop_records(self, run_id: str, paths: Sequence[str]) -> list[LoopRecord]:
         """:meth:`loop_record` of each of ``paths``, in their order, read together (a redelivered
         pack's branches: ``docs/how-to/packing.md``)."""
+        ...
+
+    def start_loops(self, run_id: str, paths: Sequence[str]) -> list[StartedLoop]:
+        """Count one more delivery of each loop at ``paths`` and return its record with the count,
+        in their order, in one statement (a task's start: every delivery reads what an earlier
+        try or a duplicate left, redelivered or not). Saving a checkpoint sets the count back to
+        0: it counts the deliveries that made no progress."""
         ...
 
     def finish_loop(

@@ -61,6 +61,7 @@ from agentloop.orchestration.store.protocol import (
     RunOwner,
     RunRecord,
     RunStatus,
+    StartedLoop,
 )
 from agentloop.orchestration.store.recordings import SqlRecordingStore
 from agentloop.orchestration.store.retry import StoreRetry, retried
@@ -83,6 +84,12 @@ def _loop_record(row: Sequence[Any] | None) -> LoopRecord:
         result=result if finished else None,
         checkpoint=None if iteration is None else (iteration, state),
     )
+
+
+def _started(row: Row[Any]) -> StartedLoop:
+    """A loop's record, with its count of deliveries, from a ``start_loops`` row."""
+    record = _loop_record((row.finished, row.result, row.iteration, row.state))
+    return StartedLoop(record, int(row.deliveries))
 
 
 def _fails(rows: list[dict[str, Any]]) -> bool:
@@ -478,6 +485,23 @@ class SqlRunStore:
                 )
                 rows.update((row.path, row) for row in connection.execute(statement))
         return [_loop_record(rows.get(path)) for path in paths]
+
+    @retried
+    def start_loops(self, run_id: str, paths: Sequence[str]) -> list[StartedLoop]:
+        """Count one more delivery of each loop at ``paths`` and return its record, in their order:
+        one ``INSERT ... ON CONFLICT ... RETURNING`` per 500 paths, in one transaction (retried
+        after a lost connection, a delivery may be counted twice: the limit then comes sooner)."""
+        rows: dict[str, Row[Any]] = {}
+        unique = list(dict.fromkeys(paths))
+        with self.engine.begin() as connection:
+            for start in range(0, len(unique), 500):
+                chunk = [
+                    {"run_id": run_id, "path": path, "deliveries": 1, "updated_at": utcnow()}
+                    for path in unique[start : start + 500]
+                ]
+                for row in connection.execute(self._upserts.start_loops, chunk):
+                    rows[row.path] = row
+        return [_started(rows[path]) for path in paths]
 
     @retried
     def finish_loop(

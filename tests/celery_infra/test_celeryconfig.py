@@ -235,3 +235,4 @@ def test_dead_workers_messages_are_swept_back_on_a_configurable_interval(load_co
     assert load_config().broker_transport_options["unacked_restore_throttle"] == 1
     options = load_config(AGENTLOOP_UNACKED_RESTORE_SECONDS="2").broker_transport_options
     assert options["unacked_restore_interval"] == 2
+    assert options["unacked_mutex_expire"] == 2  # the sweep's lock outlives a dead worker this long

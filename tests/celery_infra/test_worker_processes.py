@@ -64,6 +64,7 @@ def test_the_worker_takes_its_configuration_from_the_environment(redis_server: R
         "visibility_timeout": 420,
         "unacked_restore_interval": 60,
         "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": 60,
     }
     assert conf["accept_content"] == ["json"]
     assert conf["task_acks_late"] is True

@@ -6,7 +6,7 @@ import gc
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +91,8 @@ def running_rig(
     concurrency: int = 4,
     imports: tuple[str, ...] = (WORKFLOWS,),
     proxied: bool = True,
+    env: Mapping[str, str] | None = None,
+    result_backend: str | None = None,
 ) -> Iterator[Rig]:
     """A worker (its PostgreSQL store behind its own proxy, unless not ``proxied``) and a client app
     on a queue of their own."""
@@ -102,7 +104,7 @@ def running_rig(
         worker = stack.enter_context(
             run_worker_process(
                 broker_url=broker_url,
-                result_backend=broker_url,
+                result_backend=result_backend or broker_url,
                 imports=list(imports),
                 concurrency=concurrency,
                 env={
@@ -110,6 +112,7 @@ def running_rig(
                     "AGENTLOOP_STORE_RETRY_SECONDS": str(retry_seconds),
                     "AGENTLOOP_TASK_DEFAULT_QUEUE": queue,
                     "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(HERE)]),
+                    **(env or {}),
                 },
             )
         )
@@ -118,7 +121,11 @@ def running_rig(
         app = create_app(
             registry=RunnableRegistry.from_modules(list(imports)),
             store=store,
-            overrides={"broker_url": broker_url, "result_backend": broker_url, "task_default_queue": queue},
+            overrides={
+                "broker_url": broker_url,
+                "result_backend": result_backend or broker_url,
+                "task_default_queue": queue,
+            },
         )
         stack.callback(app.close)
         stack.callback(_detach_result_consumer, app)

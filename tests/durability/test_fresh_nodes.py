@@ -1,6 +1,6 @@
-"""A node no task can have run before (``fresh``) starts without reading the run store; a task that
-may have run before (redelivered, retried, resumed after a pause) reads, and so does every node it
-passes on; a duplicate that slips through unmarked never rewrites the loop's result.
+"""Every start of a loop reads the run store, fresh or not (one statement that also counts the
+delivery): a duplicate that is not flagged redelivered reads what its twin left and does not run
+again; the ``fresh`` mark still travels (a pipeline's close reads it) and is unmarked on a later try.
 
 The worker-side proof that a redelivered message reads its checkpoint is
 ``tests/integration/test_durable_loops.py::test_a_loop_whose_worker_died_resumes_on_another_worker``
@@ -9,7 +9,7 @@ The worker-side proof that a redelivered message reads its checkpoint is
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from agentloop.orchestration.celery_adapter.deliveries import first_delivery, no
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.store import InMemoryRunStore, LoopRecord
+from agentloop.orchestration.store import InMemoryRunStore, LoopRecord, StartedLoop
 from agentloop.orchestration.task_outcome import Done
 from agentloop.orchestration.wire import LANE, MERGE, RUN, STAGE, WorkflowNode
 
@@ -35,6 +35,10 @@ class ReadCountingStore(InMemoryRunStore):
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         self.reads.append(path)
         return super().loop_record(run_id, path)
+
+    def start_loops(self, run_id: str, paths: Sequence[str]) -> list[StartedLoop]:
+        self.reads.extend(paths)
+        return super().start_loops(run_id, paths)
 
 
 def _engine(store: InMemoryRunStore) -> WorkflowEngine:
@@ -52,13 +56,13 @@ def _iterations(log: Path) -> int:
     return log.read_text().count("\n") if log.exists() else 0
 
 
-def test_a_fresh_node_starts_without_reading_the_store_and_a_stale_one_reads(tmp_path: Path) -> None:
+def test_a_fresh_node_and_a_stale_one_each_read_the_store_once(tmp_path: Path) -> None:
     store = ReadCountingStore()
     store.create_run(run_id="r", runnable="durable.slow_count", input=2)
 
     fresh = asyncio.run(_engine(store).start(_node(tmp_path / "a.log", fresh=True), 2))
     assert isinstance(fresh, Done) and fresh.value == {"counted": 2}
-    assert store.reads == []
+    assert store.reads == ["branch/0"]
 
     store.save_checkpoint("r", "other", 1, {"goal": 3, "n": 1})
     stale = WorkflowNode(
@@ -66,11 +70,11 @@ def test_a_fresh_node_starts_without_reading_the_store_and_a_stale_one_reads(tmp
     )
     resumed = asyncio.run(_engine(store).start(stale, 3))
     assert isinstance(resumed, Done) and resumed.value == {"counted": 3}
-    assert store.reads == ["other"]
+    assert store.reads == ["branch/0", "other"]
     assert _iterations(tmp_path / "b.log") == 2  # resumed after its checkpoint's iteration
 
 
-def test_a_fresh_twin_that_finishes_second_returns_the_first_result_and_rewrites_nothing(
+def test_a_fresh_twin_of_a_finished_loop_returns_its_result_and_does_not_run_again(
     tmp_path: Path,
 ) -> None:
     store = ReadCountingStore()
@@ -85,9 +89,9 @@ def test_a_fresh_twin_that_finishes_second_returns_the_first_result_and_rewrites
     assert first.value == twin.value == {"counted": 2}
     assert recorded.finished and recorded.result == {"counted": 2}
     assert store.loop_record("r", "branch/0") == recorded  # its checkpoints did not replace the record's
-    assert _iterations(log) == 2 + 4  # the twin's work happened (and its events say so) ...
+    assert _iterations(log) == 2  # the twin read the first's result: no work repeated ...
     done = [event for _, event in store.events("r") if event["phase"] == "done"]
-    assert len(done) == 2  # ... but the result that downstream tasks see is the first
+    assert len(done) == 1  # ... and no second end reported
 
 
 # ----- which tries count as first deliveries, and what a later try unmarks -------------------------

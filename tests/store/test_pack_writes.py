@@ -224,6 +224,10 @@ class RecordReads(InMemoryRunStore):
         self.reads.append(f"loop_records({len(paths)})")
         return super().loop_records(run_id, paths)
 
+    def start_loops(self, run_id: str, paths: Sequence[str]) -> Any:
+        self.reads.append(f"start_loops({len(paths)})")
+        return super().start_loops(run_id, paths)
+
 
 def test_a_redelivered_pack_reads_its_branches_records_at_once_and_each_resumes_from_its_own() -> None:
     registry = RunnableRegistry()
@@ -241,6 +245,6 @@ def test_a_redelivered_pack_reads_its_branches_records_at_once_and_each_resumes_
     outcomes = asyncio.run(engine.start_pack(nodes, [None] * 3))
 
     assert [outcome.value for outcome in outcomes] == [99, 3, 3]  # type: ignore[union-attr]
-    assert store.reads == ["loop_records(3)"]
+    assert store.reads == ["start_loops(3)"]
     resumed = [e for _, e in store.events("r") if e["path"] == "branch/1" and e["phase"] == "resume"]
     assert [e["iteration"] for e in resumed] == [2]

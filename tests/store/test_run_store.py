@@ -339,6 +339,29 @@ def test_a_finished_loop_reports_its_result_and_keeps_its_checkpoint(run_store: 
     assert run_store.loop_record("r1", "other") == (True, None, None)
 
 
+def test_each_start_of_a_loop_is_counted_with_its_record_until_a_checkpoint(run_store: RunStore) -> None:
+    nothing = LoopRecord(finished=False, result=None, checkpoint=None)
+    assert run_store.start_loops("r1", ["a"]) == [(nothing, 1)]
+    assert run_store.start_loops("r1", ["a", "b"]) == [(nothing, 2), (nothing, 1)]
+    assert run_store.loop_record("r1", "a") == nothing  # a start leaves no checkpoint behind
+    run_store.save_checkpoint("r1", "a", 3, {"i": 3})  # progress: counted again from here
+    run_store.save_checkpoints("r1", [("b", 1, {"i": 1})])
+    assert run_store.start_loops("r1", ["b", "a"]) == [
+        (LoopRecord(False, None, (1, {"i": 1})), 1),
+        (LoopRecord(False, None, (3, {"i": 3})), 1),
+    ]
+    assert run_store.start_loops("r1", ["a"]) == [(LoopRecord(False, None, (3, {"i": 3})), 2)]
+    run_store.finish_loop("r1", "a", {"answer": 1})
+    assert run_store.start_loops("r1", ["a", "c"]) == [
+        (LoopRecord(True, {"answer": 1}, (3, {"i": 3})), 3),
+        (nothing, 1),
+    ]
+    assert run_store.start_loops("r2", []) == []
+    many = [f"branch/{index}" for index in range(1200)]  # more than one statement's worth
+    started = run_store.start_loops("r2", many)
+    assert [deliveries for _, deliveries in started] == [1] * 1200
+
+
 @pytest.mark.parametrize("with_events", [False, True], ids=["result alone", "with events"])
 def test_a_loop_s_first_result_stands_and_a_later_twin_gets_it_back(
     run_store: RunStore, with_events: bool
