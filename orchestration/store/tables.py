@@ -168,7 +168,7 @@ checkpoints = Table(
     Column("result", json_type()),
     Column("updated_at", UtcDateTime(), nullable=False, default=utcnow, onupdate=utcnow),
     # How many tasks started the loop since its last checkpoint (``RunStore.start_loops``,
-    # migration 0010): the delivery limit on every broker.
+    # migration 0011): the delivery limit on every broker.
     Column("deliveries", Integer, nullable=False, default=0, server_default="0"),
 )
 """The latest checkpoint of one loop (``iteration`` NULL: none yet), whether it finished, and how

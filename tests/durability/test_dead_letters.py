@@ -49,7 +49,9 @@ def rabbit() -> Iterator[RabbitMQTarget]:
 
 def _notable(log: str) -> str:
     """The worker log's lines that say what happened to messages (the store's retries left out)."""
-    lines = [line for line in log.splitlines() if "ERROR/" in line or "CRITICAL/" in line or "SIGKILL" in line]
+    lines = [
+        line for line in log.splitlines() if "ERROR/" in line or "CRITICAL/" in line or "SIGKILL" in line
+    ]
     return "\n".join(line[:300] for line in lines[-40:])
 
 

@@ -32,11 +32,11 @@ class CallCountingStore(InMemoryRunStore):
         return super().add_usage(run_id, input_tokens, output_tokens)
 
 
-def _run(store: CallCountingStore, run_id: str, calls: int, **context: Any) -> Any:
+def _run(store: CallCountingStore, run_id: str, calls: int, path: str = "", **context: Any) -> Any:
     engine = WorkflowEngine(
         registry=RunnableRegistry.from_modules(["durable_workflows"]), store=store, events_interval=60
     )
-    node = WorkflowNode(run_id=run_id, runnable="durable.metered", context=context, fresh=True)
+    node = WorkflowNode(run_id=run_id, runnable="durable.metered", path=path, context=context, fresh=True)
     return asyncio.run(engine.start(node, calls))
 
 
@@ -55,7 +55,7 @@ def test_a_run_without_a_budget_writes_a_task_s_usage_once_at_its_end() -> None:
     assert isinstance(outcome, Done) and outcome.value == {"counted": 5}
     assert (store.reads, store.usage_writes) == (1, 0)  # one read of the budget; no write per call
     assert _tokens(store, "free") == (50, 10)  # ... but with the loop's result
-    _run(store, "free", 2)  # another task of the run in this process: its budget is known
+    _run(store, "free", 2, path="branch/1")  # another task of the run here: its budget is known
     assert (store.reads, store.usage_writes) == (1, 0)
     assert _tokens(store, "free") == (70, 14)
 

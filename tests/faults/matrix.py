@@ -100,13 +100,9 @@ CELLS: tuple[Cell, ...] = (
         step="forced",
         fault="duplicate",
         ci=True,
-        issue=4,
-        breaks="no repeated call",
         brokers=("redis",),
     ),
-    Cell(
-        shape="fan", step="forced", fault="duplicate", issue=4, breaks="no repeated call", brokers=("redis",)
-    ),
+    Cell(shape="fan", step="forced", fault="duplicate", brokers=("redis",)),
     Cell(shape="pack", step="forced", fault="pool-kill"),
     Cell(shape="fan", step="ai", fault="kill"),
     Cell(shape="pack", step="forced", fault="kill"),
