@@ -8,6 +8,12 @@ again later (``celery_adapter/run_failures.py``): a step's failure is recorded
 once the store is back, never lost. A task that fails without reaching the
 engine's recording is ended by its Celery ``on_failure``. Neither rewrites a
 run that ended meanwhile, nor ends a run for a task without its owner's token.
+
+Every run ends with one terminal event of its root. A run ended from outside its root's code (a
+task killed at its hard time limit, a loop past its delivery limit, a task that failed before
+reaching the engine) has none yet: :func:`end_with_failure` writes the root's ``failed`` event
+first and the status after, so a process that dies between the two leaves a run whose next try
+ends it and finds the event there (never two, never none).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 from agentloop.actions.errors import BranchFailedError, RunStoppedError
 from agentloop.loops.contract import ProgressCallback
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.loops.scope import RunScope
 from agentloop.orchestration.errors import RunAlreadyEndedError, RunOwnershipError, StoreUnavailableError
 from agentloop.orchestration.interruptions import reraise_interruption
@@ -44,6 +51,7 @@ def end_with_failure(store: RunStore, run_id: str, error: BaseException, *, owne
     :class:`~agentloop.orchestration.errors.StoreUnavailableError`, for the task to be tried again.
     """
     try:
+        _report_root_failure(store, run_id, error, owner_token)
         store.finish_run(
             run_id,
             status=failure_status(error),
@@ -62,6 +70,31 @@ def end_with_failure(store: RunStore, run_id: str, error: BaseException, *, owne
         logger.warning("could not record the end of run %s", run_id, exc_info=True)
         return False
     return True
+
+
+def _report_root_failure(store: RunStore, run_id: str, error: BaseException, owner_token: str | None) -> None:
+    """Write the root's ``failed`` event of a run still going whose root reported none (module doc);
+    nothing for a run that ended, or for a task that does not hold the run's owner token."""
+    record = store.get_run(run_id)
+    if record is None or record.is_finished:
+        return
+    owner = store.run_owner(run_id)
+    if owner is not None and not owner.holds(owner_token):
+        return  # finish_run refuses it too: a forged task writes nothing
+    if "" in failed_paths(store, run_id):
+        return
+    event = ProgressEvent(
+        run_id=run_id,
+        path="",
+        runnable=record.runnable,
+        iteration=0,
+        max_iterations=0,
+        phase="run",
+        status=ProgressStatus.FAILED,
+        message=f"{type(error).__name__}: {error}",
+        data={"error": {"type": type(error).__name__, "message": str(error)}},
+    )
+    store.append_events(run_id, [event.to_dict()])
 
 
 def failed_paths(store: RunStore, run_id: str) -> set[str]:
