@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent / "agentloop"
 CORE = ("actions", "loops", "pipelines")
 FORBIDDEN = frozenset({"celery", "kombu", "redis", "sqlalchemy", "openai", "anthropic"})
 #: The parts of the installed package the core may import: itself. The front (``agentloop``),

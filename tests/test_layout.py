@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The design's top-level folders: installed as ``agentloop.<folder>`` (``agentloop/`` links to them).
-DESIGN_FOLDERS = ("actions", "loops", "pipelines", "orchestration")
 
 #: Layers, lowest first: a module may import its own layer and those below, never one above.
 LAYERS = ("agentloop.actions", "agentloop.loops", "agentloop.pipelines", "agentloop.orchestration")
@@ -54,18 +52,14 @@ ROOMS = {
 
 
 def python_files() -> Iterator[Path]:
-    """Every module of the installed package, once (``agentloop/``'s links to the folders aside)."""
-    for folder in (*DESIGN_FOLDERS, "agentloop"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            if "migrations" not in path.parts and not path.is_symlink():
-                yield path
-    yield ROOT / "celeryconfig.py"
+    """Every module of the installed package, each a real file under ``agentloop/``."""
+    for path in sorted((ROOT / "agentloop").rglob("*.py")):
+        if "migrations" not in path.parts:
+            yield path
 
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[0] != "agentloop":
-        parts.insert(0, "agentloop")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 

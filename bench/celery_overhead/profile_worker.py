@@ -111,11 +111,11 @@ _FOCUS = (
 )
 #: Every function of these files that ran is shown (the framework's own cost centres).
 _FRAMEWORK_FILES = (
-    "orchestration/celery_adapter/tasks.py",
-    "orchestration/celery_adapter/canvas.py",
-    "orchestration/engine.py",
-    "orchestration/store/seams.py",
-    "orchestration/store/sql.py",
+    "agentloop/orchestration/celery_adapter/tasks.py",
+    "agentloop/orchestration/celery_adapter/canvas.py",
+    "agentloop/orchestration/engine.py",
+    "agentloop/orchestration/store/seams.py",
+    "agentloop/orchestration/store/sql.py",
     "bench/workflows_celery.py",
 )
 

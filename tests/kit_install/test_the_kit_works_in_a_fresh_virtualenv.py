@@ -32,12 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (
     "pyproject.toml",
     "README.md",
-    "celeryconfig.py",
-    "agentloop",  # its links to the folders below are kept as links, as in the checkout
-    "actions",
-    "loops",
-    "pipelines",
-    "orchestration",
+    "agentloop",
 )
 
 #: A user's own modules with the names of the design's folders: importing any of them fails loudly,

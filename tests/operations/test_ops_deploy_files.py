@@ -24,9 +24,9 @@ UNITS = DEPLOY / "systemd"
 SERVICE_UNITS = sorted(UNITS.glob("*.service"))
 ENV_EXAMPLE = DEPLOY / "agentloop.env.example"
 SOURCES = [
-    ROOT / "celeryconfig.py",
-    *(ROOT / "orchestration").rglob("*.py"),
-    *(ROOT / "examples").rglob("*.py"),
+    ROOT / "agentloop" / "celeryconfig.py",
+    *(ROOT / "agentloop" / "orchestration").rglob("*.py"),
+    *(ROOT / "agentloop" / "examples").rglob("*.py"),
 ]
 VARIABLE = re.compile(r"\b(?:AGENTLOOP|OPENAI|DATABASE|REDIS|BROKER|RESULT)_[A-Z0-9_]+\b")
 
@@ -87,7 +87,7 @@ def project_variables() -> set[str]:
 
 
 def celeryconfig_variables() -> set[str]:
-    doc = (ROOT / "celeryconfig.py").read_text().split('"""')[1]
+    doc = (ROOT / "agentloop" / "celeryconfig.py").read_text().split('"""')[1]
     return set(re.findall(r"^``([A-Z][A-Z0-9_]+)``$", doc, flags=re.MULTILINE))
 
 
@@ -251,7 +251,7 @@ def test_celeryconfig_accepts_the_env_example() -> None:
     env.update(env_set())
     env["PYTHONPATH"] = str(ROOT)
     code = (
-        "import celeryconfig as c; "
+        "from agentloop import celeryconfig as c; "
         "print(c.broker_url.split('@')[-1], c.broker_transport_options['visibility_timeout'], "
         "c.task_time_limit, c.worker_prefetch_multiplier)"
     )
