@@ -161,9 +161,6 @@ from agentloop.loops import (
     new_run_id,
     use_scope,
 )
-from agentloop.orchestration.cache import RedisStepCache
-from agentloop.orchestration.context import StandardContext, StandardContextFactory, standard_context
-from agentloop.orchestration.degraded import DegradedBody
 from agentloop.orchestration.errors import (
     ContextSpecError,
     DeliveryLimitError,
@@ -191,7 +188,9 @@ from agentloop.orchestration.evals.scores import EvalScore
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
 from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
-from agentloop.orchestration.wire import DegradedResult
+from agentloop.orchestration.runtime.context import StandardContext, StandardContextFactory, standard_context
+from agentloop.orchestration.runtime.step_cache import RedisStepCache
+from agentloop.orchestration.wire import DegradedBody, DegradedResult
 from agentloop.pipelines import (
     BaseActionStage,
     BaseAgentPipeline,
@@ -210,7 +209,7 @@ if TYPE_CHECKING:  # the names of _LAZY, each from its module there (tests/test_
     from agentloop.orchestration.llm.provider import processor_from_env
     from agentloop.orchestration.settings import Settings, load_settings
     from agentloop.orchestration.store.tool_store import InMemoryToolStore
-    from agentloop.orchestration.tool_sync import sync_tools
+    from agentloop.orchestration.store.tool_sync import sync_tools
 
 __all__ = [
     "AgentActionRegistry",
@@ -358,7 +357,7 @@ _LAZY = {
     "create_app": "agentloop.orchestration.celery_adapter.app",
     "load_settings": "agentloop.orchestration.settings",
     "processor_from_env": "agentloop.orchestration.llm.provider",
-    "sync_tools": "agentloop.orchestration.tool_sync",
+    "sync_tools": "agentloop.orchestration.store.tool_sync",
 }
 
 

@@ -20,8 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--packs", type=int, default=15)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
-    from agentloop.orchestration.engine import WorkflowEngine
     from agentloop.orchestration.registry import RunnableRegistry
+    from agentloop.orchestration.runtime.engine import WorkflowEngine
     from agentloop.orchestration.store import open_store
     from agentloop.orchestration.wire import WorkflowNode
     from bench.model_bound.workflows import FAN, LOOP

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from agentloop.actions import TypedToolAction, embed_user_text
-from agentloop.orchestration.context import standard_context
 from agentloop.orchestration.registry import register
+from agentloop.orchestration.runtime.context import standard_context
 from agentloop.pipelines import BaseActionStage
 
 

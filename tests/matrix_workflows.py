@@ -21,9 +21,9 @@ from limits_workflows import TOOL_ID, Answer, StaticToolStore
 from agentloop.actions import AgentActionRegistry, ModelProcessor, ModelRequest
 from agentloop.loops import BaseAgentLoop
 from agentloop.loops.ai_driven import AiDrivenAgentLoop
-from agentloop.orchestration.context import standard_context
 from agentloop.orchestration.llm.provider import processor_from_env
 from agentloop.orchestration.registry import register
+from agentloop.orchestration.runtime.context import standard_context
 from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
 
 #: The kinds of model step a cell's loop makes.

@@ -22,8 +22,8 @@ from agentloop.actions import (
     ModelFailurePolicy,
 )
 from agentloop.loops import BaseAgentLoop
-from agentloop.orchestration.context import standard_context as _standard_context
 from agentloop.orchestration.registry import register
+from agentloop.orchestration.runtime.context import standard_context as _standard_context
 from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, BranchResult, FailurePolicy
 
 

@@ -17,10 +17,10 @@ from test_canvas_shapes import FakeTask, shape
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.canvas import continue_pack, fan_out
-from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.errors import InvalidNodeError
+from agentloop.orchestration.runtime.engine import WorkflowEngine
+from agentloop.orchestration.runtime.next_step import Done, FanOut
 from agentloop.orchestration.settings import load_settings
-from agentloop.orchestration.task_outcome import Done, FanOut
 from agentloop.orchestration.wire import LANE, MERGE, PACK, RUN, BranchFailure, WorkflowNode, packed_branches
 
 NODE = WorkflowNode(run_id="r", runnable="fan", path="pipeline/1")

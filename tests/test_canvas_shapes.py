@@ -24,7 +24,7 @@ from agentloop.orchestration.celery_adapter.canvas import (
     from_lanes,
     pipeline_stages,
 )
-from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut
+from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut
 from agentloop.orchestration.wire import (
     FINALIZE,
     LANE,

@@ -9,8 +9,8 @@ from typing import Any
 from agentloop.actions.context_values import context_value
 from agentloop.actions.model import ModelRequest
 from agentloop.loops import BaseAgentLoop
-from agentloop.orchestration.context import standard_context
 from agentloop.orchestration.registry import register
+from agentloop.orchestration.runtime.context import standard_context
 
 
 class SendThrice(BaseAgentLoop):

@@ -14,7 +14,7 @@ Every ``run`` of an action goes through :func:`cached_run` (``BaseAgentAction``
 wraps it), which reads the :class:`StepCache` of the enclosing
 :func:`use_step_cache` block: the run scope (``loops/scope.py``) installs its
 ``cache`` there. In-process the runner holds an :class:`InMemoryStepCache`; on
-Celery the workers share one in Redis (``orchestration/cache.py``). Without a
+Celery the workers share one in Redis (``orchestration/runtime/step_cache.py``). Without a
 cache, or for an action without a ``cache_ttl``, ``run`` runs as it is.
 
 What is stored: the value as JSON (pydantic models and dataclasses dumped as a

@@ -44,7 +44,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from agentloop.orchestration.errors import InvalidNodeError, LaunchRequestError
 
@@ -438,6 +438,33 @@ class BranchFailure:
 DEGRADED_KEY = "__agentloop_degraded__"
 
 
+# The typed shape of a degraded run's result, for clients that import only Celery:
+# ``result.get()`` answers ``{DEGRADED_KEY: DegradedBody}``; ``status`` is the run record's (the one
+# ``agentloop.progress`` answers), ``error`` the error the run record keeps.
+class DegradedFailure(TypedDict):
+    """One model call that failed: the step, why, and where in the workflow."""
+
+    action: str
+    reason: str
+    path: str
+
+
+class DegradedError(TypedDict):
+    """A degraded run's error, as its run record keeps it (``agentloop.progress``'s ``error``)."""
+
+    type: Literal["ModelUnavailable"]
+    message: str
+    failures: list[DegradedFailure]
+
+
+class DegradedBody(TypedDict):
+    """What a degraded run's result holds under ``"__agentloop_degraded__"``."""
+
+    status: Literal["degraded"]
+    output: Any
+    error: DegradedError
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DegradedResult:
     """What the task of a run that ended ``degraded`` returns: the run's ``output`` with its
@@ -445,7 +472,8 @@ class DegradedResult:
     show that the run degraded. On the wire ``{"__agentloop_degraded__": {"status": "degraded",
     "output": ..., "error": {"type": "ModelUnavailable", "message", "failures"}}}``;
     :meth:`~agentloop.orchestration.client.RunHandle.wait` returns the ``output`` alone, and
-    :attr:`~agentloop.orchestration.client.RunHandle.status` says ``degraded`` (typed: ``degraded.py``)."""
+    :attr:`~agentloop.orchestration.client.RunHandle.status` says ``degraded``
+    (typed: :class:`DegradedBody`)."""
 
     output: Any
     error: Mapping[str, Any]

@@ -93,7 +93,7 @@ def _per_task_lines(
 
 def _task_like_engine(registry: Any, store: Any, update_state: Any) -> Any:
     """A ``WorkflowEngine`` as a task builds one (``engine_for``), on the deployment's default settings."""
-    from agentloop.orchestration.engine import WorkflowEngine
+    from agentloop.orchestration.runtime.engine import WorkflowEngine
     from agentloop.orchestration.settings import load_settings
 
     return WorkflowEngine(
@@ -108,8 +108,8 @@ def profile_engine(*, store_kind: str, width: int, stages: int) -> str:
     """Run the engine's per-task work in-process against a fresh store: store calls and SQL per task."""
     from agentloop import RunnableRegistry
     from agentloop.orchestration.celery_adapter.tasks import run_coroutine
+    from agentloop.orchestration.runtime.next_step import Done, FanOut
     from agentloop.orchestration.store import open_store
-    from agentloop.orchestration.task_outcome import Done, FanOut
     from agentloop.orchestration.wire import WorkflowNode
     from bench.celery_overhead.rig import WORKFLOWS_MODULE
     from bench.workflows_celery import FAN, pipeline_name

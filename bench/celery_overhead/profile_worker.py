@@ -113,7 +113,7 @@ _FOCUS = (
 _FRAMEWORK_FILES = (
     "agentloop/orchestration/celery_adapter/tasks.py",
     "agentloop/orchestration/celery_adapter/canvas.py",
-    "agentloop/orchestration/engine.py",
+    "agentloop/orchestration/runtime/engine.py",
     "agentloop/orchestration/store/seams.py",
     "agentloop/orchestration/store/sql.py",
     "bench/workflows_celery.py",

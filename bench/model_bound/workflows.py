@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from agentloop import BaseAgentLoop, BaseCompositeAgent, Branch, register
-from agentloop.orchestration.context import standard_context
+from agentloop.orchestration.runtime.context import standard_context
 
 LOOP = "bench.model.loop"
 FAN = "bench.model.fan"
@@ -116,7 +116,7 @@ def _sleep(*args: Any, **kwargs: Any) -> int:
     from types import SimpleNamespace
 
     from agentloop.orchestration.celery_adapter.tasks import run_coroutine
-    from agentloop.orchestration.context import process_context_factory
+    from agentloop.orchestration.runtime.context import process_context_factory
 
     async def calls() -> int:
         context = SimpleNamespace(processor=process_context_factory().provider.processor())

@@ -14,8 +14,8 @@ from agentloop.actions import InMemoryStepCache, Usage
 from agentloop.loops import InlineAgentRunner
 from agentloop.orchestration.celery_adapter.tasks import usage_of
 from agentloop.orchestration.cli.runs import _cells
-from agentloop.orchestration.context import StandardContext
 from agentloop.orchestration.errors import RunNotFoundError
+from agentloop.orchestration.runtime.context import StandardContext
 from agentloop.orchestration.store import InMemoryRunStore, InMemoryToolStore, RunRecord, RunStore, open_store
 from agentloop.orchestration.store.seams import StoreUsageMeter
 from agentloop.orchestration.web.schema import Run

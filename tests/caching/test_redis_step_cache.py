@@ -13,8 +13,8 @@ import pytest
 from redis import Redis
 
 from agentloop.actions import InMemoryStepCache
-from agentloop.orchestration.cache import CACHE_KEY_PREFIX, RedisStepCache, step_cache_for
 from agentloop.orchestration.errors import SettingsError
+from agentloop.orchestration.runtime.step_cache import CACHE_KEY_PREFIX, RedisStepCache, step_cache_for
 from agentloop.orchestration.settings import load_settings
 from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 

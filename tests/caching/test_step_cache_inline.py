@@ -11,7 +11,7 @@ from caching_workflows import Label, LabelStage, LabelTicket
 from agentloop.actions import BaseAgentAction, InMemoryStepCache, Usage
 from agentloop.loops import InlineAgentRunner
 from agentloop.loops.progress import ProgressEvent
-from agentloop.orchestration.context import StandardContext
+from agentloop.orchestration.runtime.context import StandardContext
 from agentloop.orchestration.store import InMemoryToolStore
 from agentloop.pipelines import BaseActionStage
 from agentloop.testing import ScriptedModel, error_reply, tool_call

@@ -202,7 +202,7 @@ def test_every_variable_of_celerys_settings_is_documented(load_config: LoadConfi
     not_celerys = {"DATABASE_URL", "AGENTLOOP_HOME", "AGENTLOOP_CHECKPOINT_SECONDS"}
     not_celerys |= {"AGENTLOOP_STORE_RETRY_SECONDS", "AGENTLOOP_RUN_RETENTION"}  # the run store's
     not_celerys |= {"AGENTLOOP_WIRE_VERSION_OVERRIDE"}  # the wire contract's (wire_versions.py)
-    not_celerys |= {"AGENTLOOP_CACHE_URL"}  # the step cache's (orchestration/cache.py), not Celery's
+    not_celerys |= {"AGENTLOOP_CACHE_URL"}  # the step cache's (runtime/step_cache.py)
     not_celerys |= {"AGENTLOOP_METRICS_PORT", "AGENTLOOP_METRICS_HOST"}  # the metrics' (worker bootstep)
     not_celerys |= {"AGENTLOOP_RECORD_RUNS", "AGENTLOOP_PACK_SIZE"}  # recordings', the canvas's
     not_celerys |= {

@@ -7,7 +7,7 @@ from __future__ import annotations
 from celery.exceptions import TimeLimitExceeded
 
 from agentloop.orchestration.errors import DeliveryLimitError
-from agentloop.orchestration.run_end import end_with_failure
+from agentloop.orchestration.runtime.run_end import end_with_failure
 from agentloop.orchestration.store import InMemoryRunStore, RunOwner
 
 

@@ -18,10 +18,10 @@ from celery import Celery, chain, chord
 
 from agentloop.orchestration.celery_adapter.deliveries import first_delivery, node_of, unmarked_signature
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.runtime.engine import WorkflowEngine
+from agentloop.orchestration.runtime.next_step import Done
 from agentloop.orchestration.store import InMemoryRunStore, LoopRecord, StartedLoop
-from agentloop.orchestration.task_outcome import Done
 from agentloop.orchestration.wire import LANE, MERGE, RUN, STAGE, WorkflowNode
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.wire import WorkflowNode
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agentloop.orchestration.errors import RunAlreadyEndedError, RunOwnershipError
-from agentloop.orchestration.run_gate import RunGate
+from agentloop.orchestration.runtime.run_gate import RunGate
 from agentloop.orchestration.store import InMemoryRunStore, RunOwner
 from agentloop.orchestration.wire import WorkflowNode
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.runtime.engine import WorkflowEngine
+from agentloop.orchestration.runtime.next_step import Done
 from agentloop.orchestration.store import InMemoryRunStore, RunRecord
-from agentloop.orchestration.task_outcome import Done
 from agentloop.orchestration.wire import WorkflowNode
 
 

@@ -270,7 +270,7 @@ def run_inline(rig: FaultRig, cell: Cell) -> CellResult:
     from agentloop.actions import InMemoryUsageMeter, TokenBudgetExceededError
     from agentloop.loops import InlineAgentRunner
     from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
-    from agentloop.orchestration.run_end import failure_status
+    from agentloop.orchestration.runtime.run_end import failure_status
 
     from .chaos_model import API_KEY
 

@@ -11,7 +11,7 @@ from parity_workflows import ThreeStages
 from agentloop.actions import RunStoppedError
 from agentloop.loops import ProgressEvent
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.run_end import failure_status
+from agentloop.orchestration.runtime.run_end import failure_status
 
 
 def test_request_and_wait_stream_every_event_to_on_progress(memory_celery: Any) -> None:

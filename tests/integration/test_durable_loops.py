@@ -15,10 +15,10 @@ import pytest
 from agentloop.actions import StateNotSerializableError
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.runtime.engine import WorkflowEngine
+from agentloop.orchestration.runtime.next_step import Done
 from agentloop.orchestration.store import RunStore, open_store
-from agentloop.orchestration.task_outcome import Done
 from agentloop.orchestration.wire import WorkflowNode
 from tests.servers.redis_server import ServiceUnavailable, private_redis_server
 from tests.servers.worker import run_worker_process

@@ -1,6 +1,6 @@
 """A launch re-sent with the id of a run that was pruned starts a new run with that id, on the
 same worker process that ran the first one (and cached its owner): it succeeds, never fails with
-``RunOwnershipError`` (``orchestration/run_gate.py``; the choice is in ``store/retention.py``)."""
+``RunOwnershipError`` (``orchestration/runtime/run_gate.py``; the choice is in ``store/retention.py``)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ from parity_support import most_at_once, run_inline, run_on_celery, shape
 
 import agentloop
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.degraded import DegradedError
-from agentloop.orchestration.wire import DegradedResult
+from agentloop.orchestration.wire import DegradedError, DegradedResult
 
 pytestmark = pytest.mark.integration
 

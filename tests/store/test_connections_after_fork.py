@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine, text
 
-from agentloop.orchestration.cache import RedisStepCache
+from agentloop.orchestration.runtime.step_cache import RedisStepCache
 from agentloop.orchestration.store import create_engine_for
 from tests.servers.redis_server import RedisServer
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from agentloop import BaseAgentLoop
-from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.errors import StoreUnavailableError
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.store.pack_writes import PackWrites
 from agentloop.orchestration.wire import WorkflowNode

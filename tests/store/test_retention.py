@@ -237,7 +237,7 @@ def test_a_pruned_run_s_id_launched_again_is_a_new_run_whose_owner_the_gate_read
     sql_engine: Engine,
 ) -> None:
     from agentloop.orchestration.errors import RunOwnershipError
-    from agentloop.orchestration.run_gate import RunGate
+    from agentloop.orchestration.runtime.run_gate import RunGate
     from agentloop.orchestration.store import RunOwner, SqlRunStore
 
     store = SqlRunStore(sql_engine)

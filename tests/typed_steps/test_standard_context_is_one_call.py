@@ -21,9 +21,9 @@ from agentloop import (
     sync_tools,
     use_meter,
 )
-from agentloop.orchestration.context import process_context_factory
 from agentloop.orchestration.errors import ContextSpecError
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.runtime.context import process_context_factory
 from agentloop.orchestration.store import SqlRunStore, SqlToolStore
 
 

@@ -17,7 +17,7 @@ from agentloop import InMemoryToolStore, TypedToolAction, sync_tools
 from agentloop.orchestration.cli import app
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import open_store
-from agentloop.orchestration.tool_sync import MARKER, payload_hash, typed_actions
+from agentloop.orchestration.store.tool_sync import MARKER, payload_hash, typed_actions
 
 
 class Other(BaseModel):
@@ -64,7 +64,7 @@ def test_a_generated_row_follows_its_output_type() -> None:
 def test_a_row_edited_by_hand_wins_with_a_warning_when_it_drifted(
     watch_logs: Callable[..., pytest.LogCaptureFixture],
 ) -> None:
-    logs = watch_logs("agentloop.orchestration.tool_sync")
+    logs = watch_logs("agentloop.orchestration.store.tool_sync")
     store = InMemoryToolStore()
     sync_tools(store, [LabelTicket])
     row = store.get_payload("label_ticket")

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from agentloop import InlineAgentRunner, InMemoryToolStore, OfflineModel, StandardContext
 from agentloop.orchestration.cli import app
 from agentloop.orchestration.store import open_store
-from agentloop.orchestration.tool_sync import sync_tools
+from agentloop.orchestration.store.tool_sync import sync_tools
 from agentloop.testing import ScriptedModel, tool_call
 
 

@@ -25,7 +25,7 @@ from celery import Celery, Task
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.errors import RunExistsError
-from agentloop.orchestration.launches import launch_digest
+from agentloop.orchestration.runtime.launches import launch_digest
 from agentloop.orchestration.store import CHILD_SUMS, TERMINAL_STATUSES, RunOwner, RunStore
 from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
 
@@ -173,7 +173,7 @@ def batch_chunk(
     for index, item in enumerate(inputs, start=int(offset)):
         run_id = f"{batch_id}-{index}"
         kwargs = {"runnable": runnable, "input": item, "context": context, "run_id": run_id}
-        # owned by the launch sent next, which claims it as its own (orchestration/launches.py); when
+        # owned by the launch sent next, which claims it as its own (orchestration/runtime/launches.py); when
         # this chunk is redelivered, its first delivery recorded the run
         with suppress(RunExistsError):
             store.create_run(

@@ -1,4 +1,4 @@
-"""The canvas compiler: an engine :data:`~agentloop.orchestration.task_outcome.Outcome` becomes a task's
+"""The canvas compiler: an engine :data:`~agentloop.orchestration.runtime.next_step.Outcome` becomes a task's
 return
 value, or the canvas the task replaces itself with.
 
@@ -39,7 +39,7 @@ from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
 from agentloop.orchestration.celery_adapter.run_failures import end_run_on_failure
 from agentloop.orchestration.errors import InvalidNodeError, UnsendableMessageError
-from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
+from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, Outcome
 from agentloop.orchestration.wire import (
     LANE,
     LANE_COLLECT,

@@ -9,8 +9,8 @@ from celery import Celery
 from sqlalchemy import Engine
 
 from agentloop.actions.caching import StepCache
-from agentloop.orchestration.cache import step_cache_for
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.runtime.step_cache import step_cache_for
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.store import RunStore, StoreRetry, open_store
 from agentloop.orchestration.store.waits import WaitStore, wait_store_for
@@ -78,7 +78,7 @@ class AppDependencies:
 
     @property
     def step_cache(self) -> StepCache | None:
-        """Where cached steps keep their results: ``settings.cache_url`` (``orchestration/cache.py``),
+        """Where cached steps keep their results: ``settings.cache_url`` (``runtime/step_cache.py``),
         built on first use, so each prefork child opens its own Redis connections."""
         with self._lock:
             if self._cache is None:

@@ -33,9 +33,9 @@ from celery.exceptions import TimeLimitExceeded
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.errors import LaunchRequestError, RunIdTakenError, StoreUnavailableError
-from agentloop.orchestration.launches import claim_launch
 from agentloop.orchestration.redaction import hidden_texts, parameter_names, scrub_error
-from agentloop.orchestration.run_end import end_with_failure
+from agentloop.orchestration.runtime.launches import claim_launch
+from agentloop.orchestration.runtime.run_end import end_with_failure
 from agentloop.orchestration.store import RunStore
 from agentloop.orchestration.wire import FINALIZE, LANE, LAUNCH, MERGE, PACK, PIPELINE_DONE, RUN, STAGE
 

@@ -1,6 +1,6 @@
 """The Celery tasks of the wire contract (``orchestration/wire.py``), defined at module level.
 
-Each is thin: decode the message, ask the engine (``orchestration/engine.py``),
+Each is thin: decode the message, ask the engine (``orchestration/runtime/engine.py``),
 and return a value or replace itself with the canvas the outcome compiles to
 (``canvas.py``). What a task shares with the others of its app, the settings,
 the registry and the run store, comes from the app's
@@ -40,16 +40,16 @@ from agentloop.orchestration.celery_adapter.pause import (
 )
 from agentloop.orchestration.celery_adapter.progress_events import progress_events_of
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
-from agentloop.orchestration.engine import WorkflowEngine
 from agentloop.orchestration.errors import LaunchRequestError, RunAlreadyEndedError, RunIdTakenError
-from agentloop.orchestration.launches import attached_result, claim_launch
 from agentloop.orchestration.redaction import hidden_texts, parameter_names
-from agentloop.orchestration.run_end import end_with_failure
-from agentloop.orchestration.run_gate import RunGate
+from agentloop.orchestration.runtime.engine import WorkflowEngine
+from agentloop.orchestration.runtime.launches import attached_result, claim_launch
+from agentloop.orchestration.runtime.next_step import Done
+from agentloop.orchestration.runtime.run_end import end_with_failure
+from agentloop.orchestration.runtime.run_gate import RunGate
 from agentloop.orchestration.settings.store import age_seconds
 from agentloop.orchestration.store import RunRecord, RunStatus
 from agentloop.orchestration.store.retention import prune_runs as prune_workflows
-from agentloop.orchestration.task_outcome import Done
 from agentloop.orchestration.wire import (
     CANCEL,
     FINALIZE,
@@ -119,7 +119,7 @@ def engine_for(task: Task, pack: list[str] | None = None) -> WorkflowEngine:
         checkpoint_interval=deps.settings.checkpoint_seconds,
         waits=deps.waits,
         tracer=getattr(task.app, "agentloop_tracer", None),  # orchestration/tracing/otel.py
-        cache=deps.step_cache,  # orchestration/cache.py
+        cache=deps.step_cache,  # orchestration/runtime/step_cache.py
         secrets=functools.cache(lambda: hidden_of(task)),  # the worker's log hides them: so do records
         key_texts=deps.settings.model.key_texts(),  # nor does a recording keep the model's keys
         delivery_limit=deps.settings.delivery_limit,  # every broker's: counted in the run store
@@ -176,7 +176,7 @@ def launch(
     ``record`` (optional) records the run for ``agentloop replay`` (``AGENTLOOP_RECORD_RUNS``
     records every run).
     The run id (``run_id``, else this task's id) is an idempotency key: see
-    :mod:`agentloop.orchestration.launches` for a message whose id names a run that exists, and for
+    :mod:`agentloop.orchestration.runtime.launches` for a message whose id names a run that exists, and for
     one that is malformed (``unknown`` arguments, no ``runnable``): it is refused and recorded.
     """
     deps = dependencies_of(self.app)
@@ -221,7 +221,7 @@ def launch(
 
 
 def admitted(task: Task, data: Any) -> WorkflowNode:
-    """The node ``task`` was sent, when the run gate lets it run (``orchestration/run_gate.py``):
+    """The node ``task`` was sent, when the run gate lets it run (``orchestration/runtime/run_gate.py``):
     a forged or malformed node is refused. A task of a run that has ended runs nothing: after a
     success it is ignored (the run's result stands); after a failure it fails with
     :class:`~agentloop.orchestration.errors.RunAlreadyEndedError`, so the chord or chain it belongs to ends

@@ -1,7 +1,7 @@
 """``agentloop tools list|show|load|sync``: the ``AiTool`` table.
 
 ``sync`` writes the schemas the typed actions of ``AGENTLOOP_IMPORTS`` generate
-(:mod:`agentloop.orchestration.tool_sync`); a row edited by hand wins, with a warning
+(:mod:`agentloop.orchestration.store.tool_sync`); a row edited by hand wins, with a warning
 when it has drifted from the generated one. ``sync --check`` writes nothing and
 exits 1 when a row has drifted, listing it (a typed step needs no row).
 """
@@ -27,7 +27,7 @@ from agentloop.orchestration.cli.common import (
     print_json,
 )
 from agentloop.orchestration.store import open_store, validate_tool_payload
-from agentloop.orchestration.tool_sync import DRIFTED, check_tools, sync_tools, typed_actions
+from agentloop.orchestration.store.tool_sync import DRIFTED, check_tools, sync_tools, typed_actions
 
 tools = typer.Typer(help="Tool schemas in the AiTool table (DATABASE_URL).", no_args_is_help=True)
 

@@ -64,7 +64,7 @@ TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
 MAX_RUNNABLES = 500
 #: The ``runnable`` label of a run whose launch was refused, and of names past :data:`MAX_RUNNABLES`.
 REFUSED, OTHER = "(refused)", "(other)"
-#: What a refused launch's run record holds in place of a name (``orchestration/launches.py``,
+#: What a refused launch's run record holds in place of a name (``orchestration/runtime/launches.py``,
 #: ``celery_adapter/edge_consumer.py``).
 _REFUSED_NAMES = ("<hidden", "(none)", "(unreadable)")
 

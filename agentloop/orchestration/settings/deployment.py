@@ -148,7 +148,7 @@ class Settings(_Group):
     """``RESULT_BACKEND``: wins over everything. Default: ``REDIS_URL``; the broker when it is Redis;
     ``cache+memory://`` on ``memory://``; ``rpc://`` on AMQP; any other broker is an error."""
     cache_url: str = Field(default_factory=_default_cache_url, validation_alias="AGENTLOOP_CACHE_URL")
-    """``AGENTLOOP_CACHE_URL``: where cached steps keep their results (``orchestration/cache.py``):
+    """``AGENTLOOP_CACHE_URL``: where cached steps keep their results (``runtime/step_cache.py``):
     ``redis://...``, ``memory://`` (one process) or ``none``. Default: the result backend when it
     is Redis, else the broker when it is, else ``memory://``."""
     home: Path = Field(default_factory=default_home, validation_alias="AGENTLOOP_HOME")

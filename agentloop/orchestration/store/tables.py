@@ -112,7 +112,7 @@ runs = Table(
     Column("error", json_type()),
     Column("input_tokens", BigInteger, nullable=False, default=0, server_default="0"),
     Column("output_tokens", BigInteger, nullable=False, default=0, server_default="0"),
-    # Step-cache use (``orchestration/cache.py``), summed like the tokens (migration 0005).
+    # Step-cache use (``orchestration/runtime/step_cache.py``), summed like the tokens (migration 0005).
     Column("cache_hits", BigInteger, nullable=False, default=0, server_default="0"),
     Column("cache_misses", BigInteger, nullable=False, default=0, server_default="0"),
     Column("tokens_saved", BigInteger, nullable=False, default=0, server_default="0"),

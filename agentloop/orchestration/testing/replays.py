@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.loops.contract import Runnable
-from agentloop.orchestration.context import StandardContext
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.replay import ReplayProcessor, ReplayReport, RunRecording, replay
+from agentloop.orchestration.runtime.context import StandardContext
 
 __all__ = ["ReplayMismatch", "assert_replays"]
 
@@ -48,7 +48,7 @@ def assert_replays(
 
     The runnable is ``runnable``, else the one ``registry`` holds under the recorded name. With
     ``runnable`` and no ``context``, the context is a
-    :class:`~agentloop.orchestration.context.StandardContext` around a
+    :class:`~agentloop.orchestration.runtime.context.StandardContext` around a
     :class:`~agentloop.orchestration.replay.ReplayProcessor`. For code with no event loop
     running (an ``async`` test awaits :func:`~agentloop.orchestration.replay.replay` itself).
     """

@@ -30,8 +30,8 @@ from starlette.exceptions import HTTPException
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
 from agentloop.orchestration.errors import LaunchRequestError
 from agentloop.orchestration.graph import graph_of, to_mermaid
-from agentloop.orchestration.launches import launch_digest
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.runtime.launches import launch_digest
 from agentloop.orchestration.store import RunRecord, RunStore
 from agentloop.orchestration.web.auth import CANCEL, START, Principal
 from agentloop.orchestration.web.errors import conflict, invalid_input, not_found

@@ -1,6 +1,6 @@
 """Whether an internal task may run the node it was sent: well-formed, owned, of a run still going.
 
-Only the canvas a launch builds carries the run's owner token (``orchestration/launches.py``),
+Only the canvas a launch builds carries the run's owner token (``orchestration/runtime/launches.py``),
 in every :class:`~agentloop.orchestration.wire.WorkflowNode` it sends. :meth:`RunGate.admit` lets a node
 through to the engine only when:
 

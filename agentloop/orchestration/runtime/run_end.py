@@ -1,7 +1,7 @@
 """How a failed run's end is recorded, by whichever path can still reach the run store.
 
 The task whose step failed records the end (:meth:`WorkflowEngine.fail
-<orchestration.engine.WorkflowEngine.fail>`). When the database stays away past
+<orchestration.runtime.engine.WorkflowEngine.fail>`). When the database stays away past
 the store's retries, :func:`end_with_failure` raises
 :class:`~agentloop.orchestration.errors.StoreUnavailableError`, and the task is tried
 again later (``celery_adapter/run_failures.py``): a step's failure is recorded

@@ -1,4 +1,4 @@
-"""What a task does next, as the :class:`~agentloop.orchestration.engine.WorkflowEngine` decides it.
+"""What a task does next, as the :class:`~agentloop.orchestration.runtime.engine.WorkflowEngine` decides it.
 
 An :data:`Outcome` is a value (:class:`Done`: the node ran here), a pipeline's
 stages to chain (:class:`ChainStages`), a composite's branches to fan out

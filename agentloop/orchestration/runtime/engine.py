@@ -2,8 +2,8 @@
 
 A task hands a :class:`~agentloop.orchestration.wire.WorkflowNode` and its input to the
 :class:`WorkflowEngine`,
-which answers with an :data:`~agentloop.orchestration.task_outcome.Outcome`: a value, a pipeline's stages to
-chain,
+which answers with an :data:`~agentloop.orchestration.runtime.next_step.Outcome`: a value, a
+pipeline's stages to chain,
 branches to fan out, or a :class:`~agentloop.orchestration.wire.BranchFailure` that travels to the composite
 collecting it. The Celery adapter turns an outcome into a return value or a canvas (``canvas.py``).
 Errors leave the engine without the context spec or the task's ``secrets`` in their text (``scrub_error``).
@@ -47,7 +47,8 @@ from agentloop.orchestration.errors import DeliveryLimitError, InvalidNodeError,
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.redaction import context_secrets, scrub_error, scrub_values
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
+from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, Outcome
+from agentloop.orchestration.runtime.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from agentloop.orchestration.store import RunStore, StartedLoop
 from agentloop.orchestration.store.human_channel import StoreHumanChannel
 from agentloop.orchestration.store.pack_writes import PackWrites
@@ -59,7 +60,6 @@ from agentloop.orchestration.store.seams import (
     StoreUsageMeter,
 )
 from agentloop.orchestration.store.waits import WaitStore
-from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
 from agentloop.orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
 from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from agentloop.pipelines.pipeline import BaseAgentPipeline
@@ -88,7 +88,7 @@ class WorkflowEngine:
     ) -> None:
         self.registry, self.store, self.waits, self.tracer = registry, store, waits, tracer
         self.secrets = secrets or tuple  # the texts of the task's hidden arguments, read on a failure
-        self.cache = cache  # where cached steps keep their results (``orchestration/cache.py``)
+        self.cache = cache  # where cached steps keep their results (``orchestration/runtime/step_cache.py``)
         self.update_state, self.progress_interval = update_state, progress_interval
         # how long a task's events wait to be written together (default: ``progress_interval``)
         self.events_interval = progress_interval if events_interval is None else events_interval
