@@ -15,7 +15,6 @@ by the next tick.
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import suppress
 from typing import Any
@@ -26,6 +25,7 @@ from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.errors import RunExistsError
 from agentloop.orchestration.runtime.launches import launch_digest
+from agentloop.orchestration.settings.broker import Broker
 from agentloop.orchestration.store import CHILD_SUMS, TERMINAL_STATUSES, RunOwner, RunStore
 from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
 
@@ -41,8 +41,7 @@ def _countdown(app: Celery, seconds: float) -> float:
     """``seconds`` as a countdown ``app``'s broker can keep: on RabbitMQ Celery's native delayed
     delivery counts whole seconds and refuses one under 1 s (``calculate_routing_key``), so a
     fraction is rounded up there."""
-    scheme = str(app.conf.broker_url or "").split("://", 1)[0].lower()
-    return float(max(1, math.ceil(seconds))) if scheme in ("amqp", "amqps", "pyamqp") else seconds
+    return Broker.of(str(app.conf.broker_url or "")).countdown(seconds)
 
 
 def batch_runnable_name(key: str) -> str:

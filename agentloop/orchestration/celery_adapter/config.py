@@ -16,6 +16,7 @@ from kombu.entity import Exchange, Queue
 from agentloop.orchestration.celery_adapter.batches import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.schedule import framework_entries, schedule_from_json
 from agentloop.orchestration.settings import Settings
+from agentloop.orchestration.settings.broker import Broker
 
 __all__ = [
     "PUBLISH_RETRY_POLICY",
@@ -23,7 +24,6 @@ __all__ = [
     "batch_queue_name",
     "celery_config",
     "dead_letter_queue_name",
-    "is_amqp",
     "project_broker",
     "queue_config",
 ]
@@ -98,11 +98,6 @@ def _broker_and_results(settings: Settings) -> dict[str, Any]:
     }
 
 
-def is_amqp(url: str) -> bool:
-    """Whether ``url`` is a RabbitMQ (AMQP 0-9-1) broker's: ``amqp``, ``amqps``, ``pyamqp``."""
-    return url.split("://", 1)[0].lower().split("+")[0] in ("amqp", "amqps", "pyamqp")
-
-
 def batch_queue_name(default_queue: str) -> str:
     """The queue a batch's chunks and launches go to on RabbitMQ: ``<default>.batch``."""
     return f"{default_queue}.batch"
@@ -142,7 +137,7 @@ def queue_config(broker_url: str, default_queue: str, delivery_limit: int) -> di
     back unacknowledged) and a dead-letter queue past it; bound to a topic exchange of the same
     name, which Celery's native delayed delivery needs for a countdown on a quorum queue (quorum
     queues refuse the global QoS an ETA held in the worker relies on)."""
-    if not is_amqp(broker_url):
+    if not Broker.of(broker_url).is_amqp:
         return {
             "task_default_queue": default_queue,
             "task_queues": None,
@@ -190,12 +185,12 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
 
 def _broker_options(broker_url: str, options: dict[str, Any]) -> dict[str, Any]:
     options = {k: v for k, v in options.items() if k not in ("confirm_publish", "polling_interval")}
-    if is_amqp(broker_url):
+    if Broker.of(broker_url).is_amqp:
         # Publisher confirms: a send returns once RabbitMQ has taken the message (a quorum queue:
         # written on a majority of its nodes), so a broker that goes down under a send is retried
         # (PUBLISH_RETRY_POLICY), never a message that silently vanished.
         options["confirm_publish"] = True
-    if broker_url.split("://", 1)[0].lower() == "memory":
+    if Broker.of(broker_url).in_process:
         # kombu polls its in-memory queues once a second by default: each hop of a chain costs 1 s.
         options["polling_interval"] = 0.01
     return options

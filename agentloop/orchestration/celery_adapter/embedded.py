@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from agentloop.orchestration.errors import WorkerStartError
+from agentloop.orchestration.settings.broker import Broker
 from agentloop.orchestration.wire import PING
 
 __all__ = ["embedded_worker"]
@@ -64,7 +65,7 @@ def _wake_for_shutdown(app: Any) -> None:
     ignored) end both waits. Other transports are left alone: their loop
     wakes on its own.
     """
-    if not str(app.conf.broker_url or "").startswith("memory://"):
+    if not Broker.of(str(app.conf.broker_url or "")).in_process:
         return
     for _ in range(2):
         app.send_task(PING, ignore_result=True)
@@ -153,7 +154,7 @@ def embedded_worker(
     previous_default = _state.default_app
     previous_current = _state._tls.current_app
     app.conf.worker_hijack_root_logger = False
-    if str(app.conf.broker_url or "").startswith("memory://"):
+    if Broker.of(str(app.conf.broker_url or "")).in_process:
         options = dict(app.conf.broker_transport_options or {})
         options.setdefault("polling_interval", 0.01)
         app.conf.broker_transport_options = options

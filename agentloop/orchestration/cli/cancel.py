@@ -28,6 +28,7 @@ from agentloop.orchestration.cli.common import (
 )
 from agentloop.orchestration.redaction import redact_url
 from agentloop.orchestration.settings import Settings
+from agentloop.orchestration.settings.broker import Broker
 from agentloop.orchestration.wire import CANCEL
 
 
@@ -47,7 +48,7 @@ def cancel(
         store.request_cancel(run_id)
         _report(as_json, run_id, requested=True, via="store", status=record.status)
         return
-    if settings.broker_url.startswith("memory://"):
+    if Broker.of(settings.broker_url).in_process:
         raise fail(
             f"no run {run_id!r} in the run store ({redact_url(settings.database_url)}), "
             "and no broker to ask the workers (set DATABASE_URL or BROKER_URL)",

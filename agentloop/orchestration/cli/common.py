@@ -41,6 +41,7 @@ from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.orchestration.errors import SettingsError
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings, load_settings
+from agentloop.orchestration.settings.broker import Broker
 from agentloop.orchestration.store import RunStore, open_store
 
 console = Console()
@@ -195,7 +196,7 @@ def celery_app(settings: Settings, *, start_worker: bool | None = None) -> Itera
     from agentloop.orchestration.celery_adapter.app import create_app
 
     app = create_app(settings=settings)
-    in_memory = str(app.conf.broker_url).startswith("memory://")
+    in_memory = Broker.of(str(app.conf.broker_url)).in_process
     try:
         if start_worker or (start_worker is None and in_memory):
             from agentloop.orchestration.celery_adapter.embedded import embedded_worker

@@ -26,6 +26,7 @@ from agentloop.orchestration.cli.common import (
 )
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
 from agentloop.orchestration.errors import LaunchRequestError, UnknownRunnableError
+from agentloop.orchestration.settings.broker import Broker
 
 
 def trigger(
@@ -67,7 +68,7 @@ def trigger(
         if not as_json:
             console.print(f"run id: [bold]{handle.run_id}[/]")
         if not wait:
-            if not str(app.conf.broker_url).startswith("memory://"):
+            if not Broker.of(str(app.conf.broker_url)).in_process:
                 if as_json:
                     print_json({"run_id": handle.run_id})
                 return

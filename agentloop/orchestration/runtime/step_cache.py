@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from agentloop.actions.caching import InMemoryStepCache, StepCache
 from agentloop.orchestration.interruptions import reraise_interruption
 from agentloop.orchestration.redaction import redact_url
+from agentloop.orchestration.settings.broker import Broker
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -136,11 +137,11 @@ class RedisStepCache:
 def step_cache_for(url: str) -> StepCache | None:
     """The step cache ``url`` names: ``redis://`` / ``rediss://`` (Redis), ``memory://`` (this
     process), ``none`` (no caching)."""
-    scheme = url.split("://", 1)[0].lower() if "://" in url else url.strip().lower()
-    if scheme in ("redis", "rediss"):
+    transport = Broker.of(url)  # the cache's URL names its transport as a broker's does
+    if transport.is_redis:
         return RedisStepCache(url)
-    if scheme == "memory":
+    if transport.in_process:
         return InMemoryStepCache()
-    if scheme in ("none", ""):
+    if url.strip().lower() in ("none", ""):
         return None
     raise ValueError(f"no step cache for {redact_url(url)!r}: use redis://, memory:// or none")

@@ -18,6 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from agentloop.orchestration.errors import ScheduleError, SettingsError
+from agentloop.orchestration.settings.broker import Broker
 from agentloop.orchestration.settings.group import SettingsGroup as _Group
 from agentloop.orchestration.settings.group import count, seconds
 from agentloop.orchestration.settings.group import env_field as _env
@@ -77,26 +78,21 @@ def schedule_entries(text: str) -> list[dict[str, Any]]:
     return entries
 
 
-def _scheme(url: str) -> str:
-    """The transport part of a URL's scheme: ``amqp`` for ``amqp://...``, ``redis`` for ``rediss``."""
-    scheme = url.split("://", 1)[0].lower().split("+")[0]
-    return {"rediss": "redis", "pyamqp": "amqp", "amqps": "amqp"}.get(scheme, scheme)
-
-
 def _default_result_backend(values: dict[str, Any]) -> str:
     """The result backend implied by the broker when ``RESULT_BACKEND`` is not set."""
     broker, redis_url = values["broker_url"], values["redis_url"]
     if redis_url:
         return str(redis_url)
-    kind = _scheme(broker)
-    if kind == "redis":
+    kind = Broker.of(str(broker))
+    if kind.is_redis:
         return str(broker)
-    if kind == "memory":
+    if kind.in_process:
         return "cache+memory://"
-    if kind == "amqp":
+    if kind.is_amqp:
         return "rpc://"
+    scheme = str(broker).split("://", 1)[0].lower()
     raise SettingsError(
-        f"no result backend for broker scheme {kind!r}: set RESULT_BACKEND or REDIS_URL "
+        f"no result backend for broker scheme {scheme!r}: set RESULT_BACKEND or REDIS_URL "
         "(agentloop needs a result backend for chords and for following runs)"
     )
 
@@ -105,7 +101,7 @@ def _default_cache_url(values: dict[str, Any]) -> str:
     """The step cache implied when ``AGENTLOOP_CACHE_URL`` is not set: the result backend's Redis,
     else the broker's, else this process's memory."""
     for url in (values["result_backend"], values["broker_url"]):
-        if _scheme(str(url)) == "redis":
+        if Broker.of(str(url)).is_redis:
             return str(url)
     return "memory://"
 
@@ -250,8 +246,9 @@ class Settings(_Group):
     @field_validator("cache_url", mode="after")
     @classmethod
     def _cache_url(cls, value: str) -> str:
-        scheme = value.split("://", 1)[0].lower() if "://" in value else value.strip().lower()
-        if scheme not in ("redis", "rediss", "memory", "none"):
+        transport = Broker.of(value)  # named as a broker's transport is
+        if not (transport.is_redis or transport.in_process or value.strip().lower() == "none"):
+            scheme = value.split("://", 1)[0].lower() if "://" in value else value.strip().lower()
             raise ValueError(f"AGENTLOOP_CACHE_URL must be redis://..., memory:// or none, not {scheme!r}")
         return value
 
