@@ -184,12 +184,11 @@ from agentloop.orchestration.errors import (
     WorkerStartError,
     WorkflowFailedError,
 )
-from agentloop.orchestration.evals.scores import EvalScore
+from agentloop.orchestration.evals.verdicts import EvalScore
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
 from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
 from agentloop.orchestration.runtime.context import StandardContext, StandardContextFactory, standard_context
-from agentloop.orchestration.runtime.step_cache import RedisStepCache
 from agentloop.orchestration.wire import DegradedBody, DegradedResult
 from agentloop.pipelines import (
     BaseActionStage,
@@ -207,6 +206,7 @@ if TYPE_CHECKING:  # the names of _LAZY, each from its module there (tests/test_
     from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
     from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
     from agentloop.orchestration.llm.provider import processor_from_env
+    from agentloop.orchestration.runtime.step_cache import RedisStepCache
     from agentloop.orchestration.settings import Settings, load_settings
     from agentloop.orchestration.store.tool_store import InMemoryToolStore
     from agentloop.orchestration.store.tool_sync import sync_tools
@@ -352,6 +352,7 @@ _LAZY = {
     "CeleryAgentRunner": "agentloop.orchestration.client",
     "InMemoryToolStore": "agentloop.orchestration.store.tool_store",
     "OpenAIProcessor": "agentloop.orchestration.llm.openai.processor",
+    "RedisStepCache": "agentloop.orchestration.runtime.step_cache",
     "RunHandle": "agentloop.orchestration.client",
     "Settings": "agentloop.orchestration.settings",
     "create_app": "agentloop.orchestration.celery_adapter.app",

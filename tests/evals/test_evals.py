@@ -20,7 +20,7 @@ from agentloop.orchestration.evals.compare import compare_reports
 from agentloop.orchestration.evals.dataset import parse_dataset
 from agentloop.orchestration.evals.report import CaseResult, EvalReport
 from agentloop.orchestration.evals.running import run_on_celery
-from agentloop.orchestration.evals.scores import EvalScore, as_score
+from agentloop.orchestration.evals.verdicts import EvalScore, as_score
 from agentloop.orchestration.evals.version import source_digest
 from agentloop.orchestration.store import InMemoryRunStore, open_store
 

@@ -18,13 +18,9 @@ at ``--timeout``.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import secrets
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +29,6 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from agentloop.actions.context_values import context_value
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.cli.common import (
     EXIT_FAILED,
@@ -56,23 +51,16 @@ from agentloop.orchestration.errors import (
     WorkflowFailedError,
 )
 from agentloop.orchestration.evals.compare import Comparison, compare_reports
-from agentloop.orchestration.evals.dataset import Dataset, load_dataset
-from agentloop.orchestration.evals.judge import DEFAULT_CRITERIA
+from agentloop.orchestration.evals.dataset import load_dataset
+from agentloop.orchestration.evals.evaluation import evaluate, judge_scorer
 from agentloop.orchestration.evals.keep import keep_report, kept_reports, load_report, write_json
 from agentloop.orchestration.evals.pages import comparison_html, report_html
 from agentloop.orchestration.evals.report import CaseResult, EvalReport
 from agentloop.orchestration.evals.running import (
     UNFINISHED,
-    CaseRun,
-    run_inline,
-    run_on_celery,
 )
-from agentloop.orchestration.evals.scorers import JudgeScorer, Scorer, resolve_scorers
-from agentloop.orchestration.evals.scores import DEFAULT_THRESHOLD
-from agentloop.orchestration.evals.scoring import score_cases
-from agentloop.orchestration.evals.version import code_version
-from agentloop.orchestration.llm.provider import ModelProvider, describe_processor
-from agentloop.orchestration.redaction import context_secrets
+from agentloop.orchestration.evals.scorers import Scorer, resolve_scorers
+from agentloop.orchestration.evals.verdicts import DEFAULT_THRESHOLD
 from agentloop.orchestration.registry import Registration
 from agentloop.orchestration.settings import Settings
 
@@ -111,23 +99,6 @@ def _bar(title: str, total: int, *, quiet: bool) -> Iterator[Callable[[int], Non
         yield lambda done: progress.update(task, completed=done)
 
 
-def _secrets(settings: Settings, spec: dict[str, Any]) -> tuple[str, ...]:
-    """What an error's text must not show: the context spec's values and the model keys."""
-    keys = (settings.model.openai_api_key, settings.model.provider.anthropic_api_key)
-    return (*context_secrets(spec), *(key.get_secret_value() for key in keys if key is not None))
-
-
-def _model(settings: Settings, processor: Any = None) -> dict[str, Any]:
-    """The model an evaluation ran with: the context's processor in-process, else what the settings
-    build (on Celery: what the workers build from the same variables)."""
-    source = "context" if processor is not None else "settings"
-    provider = ModelProvider(settings.model)
-    if processor is None:
-        processor = provider.processor()
-    name = getattr(processor, "model", None) or getattr(processor, "model_name", None) or provider.model_name
-    return {"name": str(name), "description": describe_processor(processor), "from": source}
-
-
 def _registration(settings: Settings, name: str) -> Registration:
     if not settings.imports:
         raise fail(
@@ -139,73 +110,6 @@ def _registration(settings: Settings, name: str) -> Registration:
         return registry.get(name)
     except UnknownRunnableError as error:
         raise fail(str(error)) from None
-
-
-def _judge(
-    settings: Settings, *, model: str | None, criteria: str | None, threshold: float
-) -> Callable[[], JudgeScorer]:
-    model_settings = settings.model
-    if model is not None:
-        model_settings = model_settings.model_copy(
-            update={"provider": model_settings.provider.model_copy(update={"model_name": model})}
-        )
-    provider = ModelProvider(model_settings)
-    if provider.kind == "offline":
-        raise fail(
-            "--scorer judge needs a model: set OPENAI_API_KEY or OPENAI_BASE_URL (or ANTHROPIC_API_KEY, "
-            "ANTHROPIC_BASE_URL); the offline model cannot judge"
-        )
-    return lambda: JudgeScorer(processor=provider.processor(), criteria=criteria, threshold=threshold)
-
-
-def _run_cases(
-    settings: Settings,
-    registration: Registration,
-    dataset: Dataset,
-    *,
-    spec: dict[str, Any],
-    on_celery: bool,
-    eval_id: str,
-    concurrency: int,
-    timeout: float | None,
-    quiet: bool,
-) -> tuple[list[CaseRun], dict[str, Any]]:
-    """Every case's run, and the model it ran with."""
-    cases = dataset.cases
-    if on_celery:
-        try:
-            with celery_app(settings) as app, _bar("running on Celery", len(cases), quiet=quiet) as advance:
-                runs = run_on_celery(
-                    app,
-                    dependencies_of(app).store,
-                    registration.name,
-                    cases,
-                    spec=spec,
-                    batch_id=eval_id,
-                    timeout=timeout,
-                    on_done=advance,
-                )
-        except WorkflowFailedError as error:
-            raise fail(
-                f"the batch {error.run_id} failed before its runs: {error}", code=EXIT_FAILED
-            ) from None
-        return runs, _model(settings)
-    try:
-        processor = context_value(registration.build_context(spec), "processor")
-    except ContextSpecError as error:
-        raise fail(str(error)) from None
-    with _bar("running", len(cases), quiet=quiet) as advance:
-        runs = asyncio.run(
-            run_inline(
-                registration,
-                cases,
-                spec=spec,
-                concurrency=concurrency,
-                secrets=_secrets(settings, spec),
-                on_done=advance,
-            )
-        )
-    return runs, _model(settings, processor)
 
 
 def _write(
@@ -320,50 +224,33 @@ def run(
         cases = load_dataset(dataset)
         judge = None
         if "judge" in scorer:
-            judge = _judge(settings, model=judge_model, criteria=criteria, threshold=threshold)
+            judge = judge_scorer(settings, model=judge_model, criteria=criteria, threshold=threshold)
         scorers: list[Scorer] = resolve_scorers(scorer, cases=cases.cases, threshold=threshold, judge=judge)
     except EvaluationInputError as error:
         raise fail(str(error)) from None
-    created = datetime.now(UTC)
-    eval_id = f"eval-{created:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
-    started = time.monotonic()
-    runs, model = _run_cases(
-        settings,
-        registration,
-        cases,
-        spec=spec,
-        on_celery=on_celery,
-        eval_id=eval_id,
-        concurrency=concurrency,
-        timeout=timeout,
-        quiet=as_json,
-    )
-    with _bar("scoring", len(runs), quiet=as_json) as advance:
-        results = asyncio.run(
-            score_cases(cases.cases, runs, scorers, concurrency=concurrency, on_done=advance)
-        )
-    judges = [one for one in scorers if isinstance(one, JudgeScorer)]
-    report = EvalReport(
-        id=eval_id,
-        runnable=registration.name,
-        dataset={"path": cases.path, "sha256": cases.sha256, "cases": len(cases.cases)},
-        mode="celery" if on_celery else "inline",
-        created_at=created.isoformat(),
-        duration_seconds=round(time.monotonic() - started, 3),
-        code=code_version(registration.runnable),
-        model=model,
-        judge=None
-        if not judges
-        else {
-            "description": describe_processor(judges[0].processor),
-            "criteria": criteria or DEFAULT_CRITERIA,
-            "input_tokens": judges[0].input_tokens,
-            "output_tokens": judges[0].output_tokens,
-        },
-        scorers=tuple(one.name for one in scorers),
-        threshold=threshold,
-        cases=results,
-    )
+
+    def progress(title: str, total: int) -> AbstractContextManager[Callable[[int], None]]:
+        return _bar(title, total, quiet=as_json)
+
+    options: dict[str, Any] = {
+        "spec": spec,
+        "threshold": threshold,
+        "criteria": criteria,
+        "concurrency": concurrency,
+        "timeout": timeout,
+        "progress": progress,
+    }
+    try:
+        if on_celery:
+            with celery_app(settings) as app:
+                celery = (app, dependencies_of(app).store)
+                report = evaluate(settings, registration, cases, scorers, celery=celery, **options)
+        else:
+            report = evaluate(settings, registration, cases, scorers, **options)
+    except ContextSpecError as error:
+        raise fail(str(error)) from None
+    except WorkflowFailedError as error:
+        raise fail(f"the batch {error.run_id} failed before its runs: {error}", code=EXIT_FAILED) from None
     kept = keep_report(settings.home, report)
     if as_json:
         print_json(report.to_dict())

@@ -5,7 +5,7 @@ tool schema comes from :class:`Judgement`, the model's arguments come back valid
 0..1 or an empty reason is sent back for another try), and a failed model call returns the fallback
 (``None``) and is reported, never raised. :class:`JudgeStage` runs it as a stage, so the judge goes
 through the inline runner with its meter and degradation record: a judge whose model failed gives an
-error score (:meth:`~agentloop.orchestration.evals.scores.EvalScore.failed`), never a pass.
+error score (:meth:`~agentloop.orchestration.evals.verdicts.EvalScore.failed`), never a pass.
 
 The case's text (criteria, input, output, expected) is embedded with
 :func:`~agentloop.actions.embed_user_fields`: whatever it holds stays inside its delimiters.

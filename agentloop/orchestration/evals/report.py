@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloop.orchestration.evals.scores import EvalScore
+from agentloop.orchestration.evals.verdicts import EvalScore
 
 __all__ = ["FORMAT", "CaseResult", "EvalReport"]
 

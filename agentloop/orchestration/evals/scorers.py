@@ -11,7 +11,7 @@
                              from 0 to 1 with its reason, against ``--criteria``
 ``MODULE:FUNCTION``          a function of the user's: called with the keywords it declares among
                              ``input``, ``output``, ``expected`` and ``case``; returns a ``bool``, a
-                             number from 0 to 1, an :class:`~agentloop.orchestration.evals.scores.EvalScore`
+                             number from 0 to 1, an :class:`~agentloop.orchestration.evals.verdicts.EvalScore`
                              or ``{"score", "reason"}``; may be ``async``
 ===========================  =====================================================================
 
@@ -38,7 +38,7 @@ from agentloop.loops.runner import InlineAgentRunner
 from agentloop.orchestration.errors import EvaluationInputError
 from agentloop.orchestration.evals.dataset import EvalCase
 from agentloop.orchestration.evals.judge import JudgeStage
-from agentloop.orchestration.evals.scores import DEFAULT_THRESHOLD, EvalScore, as_score
+from agentloop.orchestration.evals.verdicts import DEFAULT_THRESHOLD, EvalScore, as_score
 
 __all__ = [
     "ExactMatch",
