@@ -38,7 +38,7 @@ from agentloop.orchestration.testing.doubles import (
     text_reply,
     tool_call,
 )
-from agentloop.orchestration.testing.recorder import ProgressRecorder
+from agentloop.orchestration.testing.progress_recorder import ProgressRecorder
 from agentloop.orchestration.testing.replays import ReplayMismatch, assert_replays
 from agentloop.orchestration.testing.servers.anthropic_server import AnthropicCompatibleServer
 from agentloop.orchestration.testing.servers.openai_server import (

@@ -14,8 +14,8 @@ from kombu.entity import Queue
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.config import dead_letter_queue_name
-from agentloop.orchestration.celery_adapter.metrics import queue_depths
 from agentloop.orchestration.celery_adapter.wire_versions import WireGate, holding_queue_entity
+from agentloop.orchestration.celery_adapter.worker_metrics import queue_depths
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.wire import MAX_VERSIONS_AHEAD, WIRE_HEADER
 from tests.servers.rabbitmq import private_rabbitmq

@@ -9,7 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.testclient import TestClient
 from web_support import WebRig, auth
 
-from agentloop.orchestration.web.limits import MAX_JSON_DEPTH, check_json
+from agentloop.orchestration.web.request_limits import MAX_JSON_DEPTH, check_json
 
 
 def nested(depth: int) -> object:

@@ -23,10 +23,10 @@ from agentloop.orchestration.celery_adapter.dependencies import AppDependencies
 from agentloop.orchestration.celery_adapter.edge_consumer import install_edge
 from agentloop.orchestration.celery_adapter.heap import install_heap_freeze
 from agentloop.orchestration.celery_adapter.memory_results import use_memory_results
-from agentloop.orchestration.celery_adapter.metrics import install_worker_metrics
 from agentloop.orchestration.celery_adapter.patches import install_worker_patches
 from agentloop.orchestration.celery_adapter.progress_events import ProgressEvents
 from agentloop.orchestration.celery_adapter.tasks import install_tasks
+from agentloop.orchestration.celery_adapter.worker_metrics import install_worker_metrics
 from agentloop.orchestration.redaction import redact_url
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings, load_settings

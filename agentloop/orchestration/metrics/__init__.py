@@ -6,7 +6,7 @@ instruments (:func:`~agentloop.orchestration.metrics.exporter.install_metrics`, 
 ``metrics`` extra). ``instruments.py`` holds the instruments, their names, labels and buckets;
 ``exporter.py`` a meter provider whose Prometheus reader fills a registry of its own, served by
 ``agentloop serve``'s ``/metrics`` route and, with ``AGENTLOOP_METRICS_PORT``, by a worker
-(``celery_adapter/metrics.py``); ``fleet.py`` the gauges read at scrape time (queue depth, runs
+(``celery_adapter/worker_metrics.py``); ``fleet.py`` the gauges read at scrape time (queue depth, runs
 waiting on a person). Labels are bounded: runnable names, statuses, providers, models, queues;
 never a run id or a user's text.
 """

@@ -30,7 +30,7 @@ from agentloop.loops.contract import Runnable
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.loops.run_outcome import DEGRADED
 from agentloop.loops.runner import InlineAgentRunner
-from agentloop.orchestration.testing.recorder import ProgressRecorder
+from agentloop.orchestration.testing.progress_recorder import ProgressRecorder
 
 _STATE_HOOKS = (
     "advance_state",

@@ -32,7 +32,7 @@ from agentloop.orchestration.llm.request_guard import GuardState, model_requests
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.testing import contract
 from agentloop.orchestration.testing.doubles import FunctionModel, ScriptedModel, TurnFunction
-from agentloop.orchestration.testing.recorder import ProgressRecorder
+from agentloop.orchestration.testing.progress_recorder import ProgressRecorder
 
 ALLOW_OPTION = "--agentloop-allow-model-requests"
 ALLOW_FIXTURE = "agentloop_allow_model_requests"

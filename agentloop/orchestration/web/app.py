@@ -4,7 +4,7 @@ It holds no state of its own beyond one process: runs are started through the
 Celery app (``agentloop.launch``), read from the run store the app's tasks
 write, and followed through one :class:`~agentloop.orchestration.web.progress.ProgressHub`.
 Routes: ``rest.py`` and ``sse.py`` (plain HTTP), ``/graphql``
-(``graphql_view.py``, ``schema.py``), ``/ui`` (``ui.py``), ``/metrics`` (``metrics.py``).
+(``graphql_view.py``, ``schema.py``), ``/ui`` (``ui.py``), ``/metrics`` (``metrics_route.py``).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.store import RunStore
 from agentloop.orchestration.web.auth import Authenticator
-from agentloop.orchestration.web.errors import error_response
 from agentloop.orchestration.web.graphql_view import GraphQLEndpoint
-from agentloop.orchestration.web.limits import BodyLimit, StreamSlots
-from agentloop.orchestration.web.metrics import WebMetrics, metrics_routes
+from agentloop.orchestration.web.metrics_route import WebMetrics, metrics_routes
 from agentloop.orchestration.web.progress import ProgressHub
+from agentloop.orchestration.web.refusals import error_response
+from agentloop.orchestration.web.request_limits import BodyLimit, StreamSlots
 from agentloop.orchestration.web.rest import rest_routes
 from agentloop.orchestration.web.resume import resume_routes
 from agentloop.orchestration.web.schema import build_schema

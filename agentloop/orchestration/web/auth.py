@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agentloop.orchestration.settings.http import ANONYMOUS, HttpSettings
-from agentloop.orchestration.web.errors import forbidden, unauthenticated
+from agentloop.orchestration.web.refusals import forbidden, unauthenticated
 
 __all__ = [
     "ADMIN",

@@ -9,11 +9,12 @@ closed with 4403. A WebSocket opened from a page of another origin is refused
 unless ``AGENTLOOP_HTTP_CORS_ORIGINS`` lists it (browsers do not apply CORS to
 WebSockets). No GraphiQL page: it would load its code from the internet.
 
-A body is read as ``POST /runs`` reads one (``limits.parse_json_body``): one that is
-not JSON, or nests deeper than a variable may (:data:`~agentloop.orchestration.web.limits.MAX_JSON_DEPTH`
-levels inside ``variables``), is a 422 answered as a GraphQL error, and so is every
+A body is read as ``POST /runs`` reads one (``request_limits.parse_json_body``): one that
+is not JSON, or nests deeper than a variable may
+(:data:`~agentloop.orchestration.web.request_limits.MAX_JSON_DEPTH` levels inside
+``variables``), is a 422 answered as a GraphQL error, and so is every
 other refusal of the body. Every error in an answer carries an ``extensions.code``:
-the service's own (``errors.py``), else ``GRAPHQL_PARSE_FAILED`` (a syntax error, or
+the service's own (``refusals.py``), else ``GRAPHQL_PARSE_FAILED`` (a syntax error, or
 more tokens than the limit), ``GRAPHQL_VALIDATION_FAILED`` (an unknown field, a
 query too deep, too many aliases, a variable of the wrong type) or, for an error
 while resolving, ``INTERNAL_SERVER_ERROR``.
@@ -40,8 +41,8 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.execution import ExecutionResult
 from strawberry.types.unset import UNSET, UnsetType
 
-from agentloop.orchestration.web.errors import CODES, code_of, error_response
-from agentloop.orchestration.web.limits import MAX_JSON_DEPTH, parse_json_body
+from agentloop.orchestration.web.refusals import CODES, code_of, error_response
+from agentloop.orchestration.web.request_limits import MAX_JSON_DEPTH, parse_json_body
 from agentloop.orchestration.web.state import WebState
 
 __all__ = ["GraphQLEndpoint"]

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agentloop.orchestration.web.errors import invalid_input, unsupported_media_type
-from agentloop.orchestration.web.limits import parse_json_body
+from agentloop.orchestration.web.refusals import invalid_input, unsupported_media_type
+from agentloop.orchestration.web.request_limits import parse_json_body
 from agentloop.orchestration.web.state import caller, web_state
 
 __all__ = ["rest_routes"]

@@ -25,14 +25,14 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentloop.orchestration.web.auth import START, Principal
-from agentloop.orchestration.web.errors import (
+from agentloop.orchestration.web.refusals import (
     conflict,
     invalid_input,
     not_found,
     unavailable,
     unsupported_media_type,
 )
-from agentloop.orchestration.web.limits import check_identifier, parse_json_body
+from agentloop.orchestration.web.request_limits import check_identifier, parse_json_body
 from agentloop.orchestration.web.service import RunService
 from agentloop.orchestration.web.state import caller, web_state
 from agentloop.orchestration.wire import RESUME

@@ -39,8 +39,8 @@ from strawberry.types import Info
 from strawberry.types.scalar import ScalarDefinition
 
 from agentloop.orchestration.web.auth import Principal
-from agentloop.orchestration.web.errors import code_of, unauthenticated
-from agentloop.orchestration.web.limits import graphql_limits
+from agentloop.orchestration.web.refusals import code_of, unauthenticated
+from agentloop.orchestration.web.request_limits import graphql_limits
 from agentloop.orchestration.web.resume import resume_through_workers
 from agentloop.orchestration.web.service import RunService
 

@@ -34,8 +34,9 @@ from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.runtime.launches import launch_digest
 from agentloop.orchestration.store import RunRecord, RunStore
 from agentloop.orchestration.web.auth import CANCEL, START, Principal
-from agentloop.orchestration.web.errors import conflict, invalid_input, not_found
-from agentloop.orchestration.web.limits import (
+from agentloop.orchestration.web.progress import EventItem, ProgressHub, RunEnded
+from agentloop.orchestration.web.refusals import conflict, invalid_input, not_found
+from agentloop.orchestration.web.request_limits import (
     HeldStream,
     StreamSlots,
     check_identifier,
@@ -43,7 +44,6 @@ from agentloop.orchestration.web.limits import (
     check_page,
     check_token_budget,
 )
-from agentloop.orchestration.web.progress import EventItem, ProgressHub, RunEnded
 from agentloop.orchestration.web.views import event_view, pending_view, run_view
 from agentloop.orchestration.wire import LaunchRequest
 

@@ -33,8 +33,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from agentloop.orchestration.web.errors import invalid_input
-from agentloop.orchestration.web.limits import HeldStream
+from agentloop.orchestration.web.refusals import invalid_input
+from agentloop.orchestration.web.request_limits import HeldStream
 from agentloop.orchestration.web.state import caller, web_state
 
 __all__ = ["format_event", "sse_routes"]

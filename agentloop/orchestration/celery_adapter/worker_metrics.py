@@ -13,7 +13,7 @@ files shared between processes; a killed process takes what it counted since the
 :func:`queue_depths` reads how many messages wait in each of the app's queues (and in its
 dead-letter and holding queues, which an operator alerts on), through kombu:
 a passive declare, which on Redis is the ``LLEN`` of the queue's lists (one per priority) and on
-RabbitMQ the queue's ready messages. ``agentloop serve`` shows it (``web/metrics.py``).
+RabbitMQ the queue's ready messages. ``agentloop serve`` shows it (``web/metrics_route.py``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter, SchemaExtension
 
-from agentloop.orchestration.web.errors import error_body, invalid_input, too_large, unavailable
+from agentloop.orchestration.web.refusals import error_body, invalid_input, too_large, unavailable
 
 __all__ = [
     "MAX_JSON_DEPTH",

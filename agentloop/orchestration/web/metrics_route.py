@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from agentloop.orchestration.store import RunStore
 from agentloop.orchestration.web.auth import METRICS
-from agentloop.orchestration.web.errors import not_installed
+from agentloop.orchestration.web.refusals import not_installed
 from agentloop.orchestration.web.state import caller
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class WebMetrics:
         self._process: PrometheusMetrics | None = None
         self._fleet: PrometheusMetrics | None = None
         try:
-            from agentloop.orchestration.celery_adapter.metrics import queue_depths
+            from agentloop.orchestration.celery_adapter.worker_metrics import queue_depths
             from agentloop.orchestration.metrics.exporter import PrometheusMetrics, install_metrics
             from agentloop.orchestration.metrics.fleet import FleetGauges
         except ImportError:
