@@ -168,7 +168,7 @@ def prune(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be deleted."),
     as_json: bool = json_option(),
 ) -> None:
-    """Delete ended workflows with their events, checkpoints and questions; never an open run."""
+    """Delete ended workflows and all recorded of them; never an open run."""
     settings = cli_settings()
     age: Any = older_than if older_than is not None else settings.store.retention_seconds
     if age is None:
@@ -185,7 +185,7 @@ def prune(
     console.print(
         f"{verb} {pruned.workflows} workflows that ended before {before:%Y-%m-%d %H:%M:%S} UTC: "
         f"{pruned.runs} runs, {pruned.events} events, {pruned.checkpoints} checkpoints, "
-        f"{pruned.waits} questions.",
+        f"{pruned.waits} questions, {pruned.recordings} recorded entries.",
         highlight=False,
     )
     if pruned.first_ids:

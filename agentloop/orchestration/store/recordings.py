@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from sqlalchemy import Engine, delete, select
@@ -131,6 +131,15 @@ class InMemoryRecordingStore:
     def delete(self, run_id: str) -> None:
         with self._lock:
             self._entries.pop(run_id, None)
+
+    def forget(self, run_ids: Iterable[str], *, dry_run: bool = False) -> int:
+        """The entries of the runs ``run_ids`` deleted (``dry_run``: counted); how many."""
+        with self._lock:
+            found = sum(len(self._entries.get(run_id, {})) for run_id in run_ids)
+            if not dry_run:
+                for run_id in run_ids:
+                    self._entries.pop(run_id, None)
+        return found
 
 
 def recording_store_for(store: object) -> RecordingStore | None:

@@ -5,14 +5,14 @@ it. One is deleted when its root run ended (a terminal status) before the
 cut-off, no run of it is still open, and it is not a run of a batch that is
 still open (the batch's summary counts it). With it go its progress events
 (``run_events``, keyed by the root run), the checkpoints of its loops and the
-questions it asked people (``human_waits``); its usage is columns of its run
-rows. A run still open is never deleted, whatever its age.
+questions it asked people (``human_waits``) and its recording (``run_recordings``, keyed by
+the root run); its usage is columns of its run rows. A run still open is never deleted, whatever its age.
 
 A workflow may be pruned while a task of it still writes: a pack of a fail-fast
 workflow whose run ended with a sibling's failure writes its branches'
 checkpoints and events until it sees the end. Those writes are not refused (a
 check per write would cost every task a round trip); each prune also deletes
-the events, checkpoints and questions written before its cut-off whose run has
+the events, checkpoints, questions and recorded entries written before its cut-off whose run has
 no row. A launch of a pruned run's id, re-sent, starts a new run: the store
 knows nothing of the id any more, and refusing it would mean keeping every
 pruned id for ever. A run id is an idempotency key while its run is kept.
@@ -35,7 +35,7 @@ from sqlalchemy import ColumnElement, Connection, Select, Table, and_, delete, e
 from agentloop.orchestration.store.memory import InMemoryRunStore
 from agentloop.orchestration.store.protocol import TERMINAL_STATUSES, RunStore
 from agentloop.orchestration.store.sql import SqlRunStore
-from agentloop.orchestration.store.tables import checkpoints, human_waits, run_events, runs
+from agentloop.orchestration.store.tables import checkpoints, human_waits, run_events, run_recordings, runs
 from agentloop.orchestration.store.waits import InMemoryWaitStore, WaitStore
 
 __all__ = ["BATCH_SIZE", "Pruned", "prune_runs"]
@@ -56,6 +56,7 @@ class Pruned:
     checkpoints: int
     waits: int
     dry_run: bool
+    recordings: int = 0
     #: The root run ids of the first :data:`SHOWN_IDS` workflows, the oldest first.
     first_ids: tuple[str, ...] = ()
 
@@ -66,6 +67,7 @@ class Pruned:
             "events": self.events,
             "checkpoints": self.checkpoints,
             "waits": self.waits,
+            "recordings": self.recordings,
             "dry_run": self.dry_run,
             "first_ids": list(self.first_ids),
         }
@@ -106,14 +108,16 @@ def _roots(before: datetime) -> Select[tuple[str]]:
     return select(runs.c.id).where(_prunable(before)).order_by(runs.c.finished_at, runs.c.id)
 
 
-def _counts(connection: Connection, roots: Any) -> tuple[int, int, int, int]:
-    """Rows of ``runs``, ``run_events``, ``checkpoints`` and ``human_waits`` of the workflows ``roots``."""
+def _counts(connection: Connection, roots: Any) -> tuple[int, int, int, int, int]:
+    """Rows of ``runs``, ``run_events``, ``checkpoints``, ``human_waits`` and ``run_recordings`` of
+    the workflows ``roots``."""
     members = select(runs.c.id).where(runs.c.root_run_id.in_(roots))
     return (
         connection.execute(select(func.count()).select_from(members.subquery())).scalar_one(),
         _count(connection, run_events, run_events.c.run_id.in_(roots)),
         _count(connection, checkpoints, checkpoints.c.run_id.in_(members)),
         _count(connection, human_waits, human_waits.c.run_id.in_(members)),
+        _count(connection, run_recordings, run_recordings.c.run_id.in_(roots)),
     )
 
 
@@ -122,7 +126,8 @@ def _count(connection: Connection, table: Table, where: ColumnElement[bool]) -> 
 
 
 def _orphaned(before: datetime) -> tuple[tuple[Table, ColumnElement[bool]], ...]:
-    """The rows of ``run_events``, ``checkpoints`` and ``human_waits`` written before ``before``
+    """The rows of ``run_events``, ``checkpoints``, ``human_waits`` and ``run_recordings`` written
+    before ``before``
     whose run has no row (a pruned workflow's pack that wrote on, see the module doc)."""
     return tuple(
         (table, and_(written < before, ~exists().where(runs.c.id == table.c.run_id)))
@@ -130,11 +135,12 @@ def _orphaned(before: datetime) -> tuple[tuple[Table, ColumnElement[bool]], ...]
             (run_events, run_events.c.created_at),
             (checkpoints, checkpoints.c.updated_at),
             (human_waits, human_waits.c.created_at),
+            (run_recordings, run_recordings.c.recorded_at),
         )
     )
 
 
-def _orphans_sql(store: SqlRunStore, before: datetime, dry_run: bool) -> tuple[int, int, int, int]:
+def _orphans_sql(store: SqlRunStore, before: datetime, dry_run: bool) -> tuple[int, int, int, int, int]:
     """The orphaned rows before ``before`` deleted (``dry_run``: counted), one transaction."""
     with store.engine.begin() as connection:
         if dry_run:
@@ -143,15 +149,15 @@ def _orphans_sql(store: SqlRunStore, before: datetime, dry_run: bool) -> tuple[i
             found = [
                 connection.execute(delete(table).where(where)).rowcount for table, where in _orphaned(before)
             ]
-    events, kept_checkpoints, waits = found
-    return 0, events, kept_checkpoints, waits
+    events, kept_checkpoints, waits, recorded = found
+    return 0, events, kept_checkpoints, waits, recorded
 
 
 def _prune_sql(store: SqlRunStore, before: datetime, dry_run: bool) -> Pruned:
     orphans = store.retry.call(lambda: _orphans_sql(store, before, dry_run))
     if dry_run:
         counted = store.retry.call(lambda: _count_sql(store, before))
-        counts = (counted.runs, counted.events, counted.checkpoints, counted.waits)
+        counts = (counted.runs, counted.events, counted.checkpoints, counted.waits, counted.recordings)
         totals = [count + orphan for count, orphan in zip(counts, orphans, strict=True)]
         return Pruned(
             workflows=counted.workflows, **_named(tuple(totals)), dry_run=True, first_ids=counted.first_ids
@@ -174,7 +180,9 @@ def _count_sql(store: SqlRunStore, before: datetime) -> Pruned:
     return Pruned(workflows=workflows, **_named(counts), dry_run=True, first_ids=first)
 
 
-def _delete_batch(store: SqlRunStore, before: datetime) -> tuple[list[str], tuple[int, int, int, int]] | None:
+def _delete_batch(
+    store: SqlRunStore, before: datetime
+) -> tuple[list[str], tuple[int, int, int, int, int]] | None:
     """One transaction: the oldest :data:`BATCH_SIZE` prunable workflows deleted (``None``: none left)."""
     with store.engine.begin() as connection:
         roots = [str(root) for root in connection.execute(_roots(before).limit(BATCH_SIZE)).scalars()]
@@ -184,13 +192,22 @@ def _delete_batch(store: SqlRunStore, before: datetime) -> tuple[list[str], tupl
         waits = connection.execute(delete(human_waits).where(human_waits.c.run_id.in_(members))).rowcount
         loops = connection.execute(delete(checkpoints).where(checkpoints.c.run_id.in_(members))).rowcount
         events = connection.execute(delete(run_events).where(run_events.c.run_id.in_(roots))).rowcount
+        recorded = connection.execute(
+            delete(run_recordings).where(run_recordings.c.run_id.in_(roots))
+        ).rowcount
         run_rows = connection.execute(delete(runs).where(runs.c.root_run_id.in_(roots))).rowcount
-    return roots, (run_rows, events, loops, waits)
+    return roots, (run_rows, events, loops, waits, recorded)
 
 
 def _named(counts: tuple[int, ...]) -> dict[str, int]:
-    run_rows, events, kept_checkpoints, waits = counts
-    return {"runs": run_rows, "events": events, "checkpoints": kept_checkpoints, "waits": waits}
+    run_rows, events, kept_checkpoints, waits, recorded = counts
+    return {
+        "runs": run_rows,
+        "events": events,
+        "checkpoints": kept_checkpoints,
+        "waits": waits,
+        "recordings": recorded,
+    }
 
 
 def _prune_memory(
@@ -198,6 +215,7 @@ def _prune_memory(
 ) -> Pruned:
     roots, members, counts = store.prune_workflows(before=before, dry_run=dry_run)
     questions = waits.forget(members, dry_run=dry_run) if isinstance(waits, InMemoryWaitStore) else 0
+    recorded = store.recordings.forget(roots, dry_run=dry_run)
     run_rows, events, kept_checkpoints = counts
     return Pruned(
         workflows=len(roots),
@@ -205,6 +223,7 @@ def _prune_memory(
         events=events,
         checkpoints=kept_checkpoints,
         waits=questions,
+        recordings=recorded,
         dry_run=dry_run,
         first_ids=tuple(roots[:SHOWN_IDS]),
     )
