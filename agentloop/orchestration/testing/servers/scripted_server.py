@@ -120,6 +120,11 @@ class ScriptedReplyServer:
         """The answer when neither the script nor the responder gives one."""
         raise NotImplementedError
 
+    @property
+    def base_url(self) -> str:
+        """What to pass as the SDK's ``base_url``."""
+        raise NotImplementedError
+
     # the dialect: what the protocol's server gives the shared handler
 
     def refusal(self, method: str, path: str, headers: Mapping[str, str], body: Any) -> JsonReply | None:
