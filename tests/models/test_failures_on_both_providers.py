@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from openai_support import FAST, send, send_forced
 
-from agentloop.orchestration.providers.table import PROVIDERS
+from agentloop.orchestration.providers.table import PROVIDERS, load
 from agentloop.orchestration.testing.servers import anthropic_server, openai_server
 from agentloop.orchestration.testing.servers.openai_replies import (
     JsonReply,
@@ -40,6 +40,15 @@ _FIXTURES = {
 
 def test_every_provider_of_the_table_is_tested_here() -> None:
     assert sorted(_FIXTURES) == sorted(PROVIDERS)
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_each_row_names_its_processors_errors_and_a_server_of_its_dialect(name: str) -> None:
+    row = PROVIDERS[name]
+    errors = load(row.errors)
+
+    assert load(row.processor).errors is errors and errors.provider == name
+    assert issubclass(load(row.server), ScriptedReplyServer)
 
 
 @pytest.fixture(params=sorted(_FIXTURES))
