@@ -3,14 +3,13 @@ keywords, and a store that gives only the primitives gets the checks and the met
 
 from __future__ import annotations
 
-from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from agentloop.orchestration.store import InMemoryRunStore
-from agentloop.orchestration.store.base import Ended, NewRun, Outcome, Refused, RunStoreBase
+from agentloop.orchestration.store.base import Ended, Finish, NewRun, Refused, RunStoreBase
 from agentloop.orchestration.store.protocol import RunOwner, RunRecord
 
 
@@ -45,16 +44,8 @@ class PrimitivesOnly(RunStoreBase):
     def _mark_running(self, run_id: str) -> tuple[bool, str | None]:
         return True, "third.runnable"
 
-    def _finish_run(
-        self,
-        run_id: str,
-        outcome: Outcome,
-        *,
-        ended: datetime,
-        owner_token: str | None,
-        stopped_by: str | None,
-    ) -> Ended | Refused:
-        return Ended("third.runnable", ended)
+    def _finish_run(self, asked: Finish) -> Ended | Refused:
+        return Ended("third.runnable", asked.ended)
 
 
 def test_a_store_of_primitives_gets_the_checks_and_counts_starts_and_ends(

@@ -11,8 +11,8 @@ forget to. The store gives three primitives, each one atomic step on its storage
 - ``_insert_run(values, owner)``: insert the checked columns, or raise
   :class:`~agentloop.orchestration.errors.RunExistsError` with the stored run;
 - ``_mark_running(run_id)``: ``(marked, runnable of a first start or None)``;
-- ``_finish_run(run_id, outcome, ended=..., owner_token=..., stopped_by=...)``: :class:`Ended` when
-  it ended the run now, else :class:`Refused` with what the refusal is checked against.
+- ``_finish_run(asked)`` (a :class:`Finish`): :class:`Ended` when it ended the run now, else
+  :class:`Refused` with what the refusal is checked against.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.protocol import RunOwner, RunRecord
 from agentloop.orchestration.store.tables import utcnow
 
-__all__ = ["Ended", "NewRun", "Outcome", "Refused", "RunStoreBase"]
+__all__ = ["Ended", "Finish", "NewRun", "Outcome", "Refused", "RunStoreBase"]
 
 #: A checked end of a run: its terminal status, stored output and stored error.
 Outcome = tuple[str, JsonValue, JsonValue]
@@ -70,6 +70,17 @@ class NewRun:
             celery_task_id=self.celery_task_id,
             principal=self.principal,
         )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finish:
+    """An end asked of a run, checked: what :meth:`RunStoreBase.finish_run` hands its store."""
+
+    run_id: str
+    outcome: Outcome
+    ended: datetime
+    owner_token: str | None
+    stopped_by: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +165,10 @@ class RunStoreBase:
             to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
         )
         ended = utcnow()
-        done = self._finish_run(run_id, outcome, ended=ended, owner_token=owner_token, stopped_by=stopped_by)
+        asked = Finish(
+            run_id=run_id, outcome=outcome, ended=ended, owner_token=owner_token, stopped_by=stopped_by
+        )
+        done = self._finish_run(asked)
         if isinstance(done, Ended):  # ended here, now: counted once, whoever else tries
             metrics.run_ended(done.runnable, outcome[0], done.started_at, ended)
             return
@@ -168,13 +182,5 @@ class RunStoreBase:
     def _mark_running(self, run_id: str) -> tuple[bool, str | None]:
         raise NotImplementedError
 
-    def _finish_run(
-        self,
-        run_id: str,
-        outcome: Outcome,
-        *,
-        ended: datetime,
-        owner_token: str | None,
-        stopped_by: str | None,
-    ) -> Ended | Refused:
+    def _finish_run(self, asked: Finish) -> Ended | Refused:
         raise NotImplementedError

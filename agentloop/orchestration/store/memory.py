@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
-from agentloop.orchestration.store.base import Ended, Outcome, Refused, RunStoreBase
+from agentloop.orchestration.store.base import Ended, Finish, Refused, RunStoreBase
 from agentloop.orchestration.store.checks import (
     check_count,
     event_columns,
@@ -125,27 +125,20 @@ class InMemoryRunStore(RunStoreBase):
             self._runs[run_id] = replace(record, status=RunStatus.WAITING.value)
             return True
 
-    def _finish_run(
-        self,
-        run_id: str,
-        outcome: Outcome,
-        *,
-        ended: datetime,
-        owner_token: str | None,
-        stopped_by: str | None,
-    ) -> Ended | Refused:
+    def _finish_run(self, asked: Finish) -> Ended | Refused:
+        run_id, owner_token, ended = asked.run_id, asked.owner_token, asked.ended
         with self._lock:
             record, owner = self._runs.get(run_id), self._owners.get(run_id)
             if record is None or record.is_finished or (owner is not None and not owner.holds(owner_token)):
                 return Refused(record, owner)
-            final, stored_output, stored_error = outcome
+            final, stored_output, stored_error = asked.outcome
             self._runs[run_id] = replace(
                 record,
                 status=final,
                 output=stored_output,
                 error=stored_error,
                 finished_at=ended,
-                stopped_by=stopped_by,
+                stopped_by=asked.stopped_by,
             )
         return Ended(record.runnable, record.started_at or record.created_at)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -30,7 +29,7 @@ from sqlalchemy import (
 )
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
-from agentloop.orchestration.store.base import Ended, Outcome, Refused, RunStoreBase
+from agentloop.orchestration.store.base import Ended, Finish, Refused, RunStoreBase
 from agentloop.orchestration.store.checks import (
     check_count,
     event_rows,
@@ -182,16 +181,9 @@ class SqlRunStore(RunStoreBase):
         return marked, None if started is None else str(started.runnable)
 
     @retried
-    def _finish_run(
-        self,
-        run_id: str,
-        outcome: Outcome,
-        *,
-        ended: datetime,
-        owner_token: str | None,
-        stopped_by: str | None,
-    ) -> Ended | Refused:
-        final, stored_output, stored_error = outcome
+    def _finish_run(self, asked: Finish) -> Ended | Refused:
+        run_id, owner_token, ended = asked.run_id, asked.owner_token, asked.ended
+        final, stored_output, stored_error = asked.outcome
         statement = (
             update(runs)
             .where(
@@ -204,7 +196,7 @@ class SqlRunStore(RunStoreBase):
                 output=stored_output,
                 error=stored_error,
                 finished_at=ended,
-                stopped_by=stopped_by,
+                stopped_by=asked.stopped_by,
             )
             .returning(runs.c.runnable, runs.c.started_at, runs.c.created_at)
         )
