@@ -186,6 +186,7 @@ from agentloop.orchestration.errors import (
 )
 from agentloop.orchestration.evals.verdicts import EvalScore
 from agentloop.orchestration.llm.offline import OfflineModel
+from agentloop.orchestration.providers.table import PROVIDERS
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
 from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
 from agentloop.orchestration.runtime.context import StandardContext, StandardContextFactory, standard_context
@@ -348,10 +349,10 @@ __all__ = [
 #: that module: loaded on first access, by ``__getattr__``. The ``if TYPE_CHECKING:`` imports above
 #: give them their types and must name the same modules (``tests/test_exports.py`` checks).
 _LAZY = {
-    "AnthropicProcessor": "agentloop.orchestration.llm.anthropic.processor",
+    # each provider's processor, from the provider table (its module imports the provider's SDK)
+    **{row.processor_class: row.processor_module for row in PROVIDERS.values()},
     "CeleryAgentRunner": "agentloop.orchestration.client",
     "InMemoryToolStore": "agentloop.orchestration.store.tool_store",
-    "OpenAIProcessor": "agentloop.orchestration.llm.openai.processor",
     "RedisStepCache": "agentloop.orchestration.runtime.step_cache",
     "RunHandle": "agentloop.orchestration.client",
     "Settings": "agentloop.orchestration.settings",

@@ -7,7 +7,6 @@ under ``CI=true``, where a missing server is an error.
 
 from __future__ import annotations
 
-import gc
 import os
 import uuid
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunStore, open_store
 from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from tests.servers.worker import run_worker_process
+from tests.servers.worker_environment import WorkerEnvironment
 
 #: pytester for tests of test machinery; ci_policy turns skips into failures under CI=true.
 pytest_plugins = ["pytester", "ci_policy", "agentloop.testing"]
@@ -72,7 +71,11 @@ def run_store(tmp_path: Path) -> Iterator[RunStore]:
 
 
 #: The modules whose runnables the in-process Celery rigs can run.
-WORKFLOW_MODULES = ("parity_workflows", "fallback_workflows", "agentloop.examples.record_search.workflows")
+WORKFLOW_MODULES = (
+    "workflows.parity",
+    "workflows.fallback",
+    "agentloop.examples.record_search.workflows",
+)
 
 
 @pytest.fixture
@@ -119,51 +122,19 @@ def memory_celery(
         app.close()
 
 
-def _detach_result_consumer(app: Any) -> None:
-    """Results collected after the private Redis stopped would try to unsubscribe from it
-    (and retry, noisily, inside the garbage collector): collect what can be collected
-    while it runs, then close the result consumer's pub/sub so later ones have nothing to do."""
-    gc.collect()
-    consumer = getattr(app.backend, "result_consumer", None)
-    pubsub = getattr(consumer, "_pubsub", None)
-    if pubsub is not None:
-        pubsub.close()
-        consumer._pubsub = None
-
-
-def _worker_env(database_url: str) -> dict[str, str]:
-    return {
-        "DATABASE_URL": database_url,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
-    }
-
-
 @pytest.fixture(scope="session")
 def redis_celery(
     tmp_path_factory: pytest.TempPathFactory, parity_registry: RunnableRegistry
 ) -> Iterator[CeleryRig]:
     """A real prefork worker process on a private Redis, sharing a SQLite run store with the test."""
     with ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        database_url = _sqlite_url(tmp_path_factory.mktemp("redis-celery"))
-        store, _ = open_store(database_url)
-        worker = stack.enter_context(
-            run_worker_process(
-                broker_url=server.url,
-                result_backend=server.url,
-                imports=["parity_workflows", "fallback_workflows"],
-                env=_worker_env(database_url),
-                concurrency=2,
-            )
-        )
-        app = create_app(
+        services = WorkerEnvironment.start(stack, tmp_path_factory.mktemp("redis-celery"))
+        worker = services.start_worker(["workflows.parity", "workflows.fallback"], concurrency=2)
+        app = services.client(registry=parity_registry)
+        yield CeleryRig(
+            app=app,
+            store=services.store,
+            broker_url=services.redis.url,
             registry=parity_registry,
-            store=store,
-            overrides={"broker_url": server.url, "result_backend": server.url},
+            worker=worker,
         )
-        stack.callback(app.close)
-        stack.callback(_detach_result_consumer, app)
-        yield CeleryRig(app=app, store=store, broker_url=server.url, registry=parity_registry, worker=worker)

@@ -25,6 +25,7 @@ ROOMS = {
     "redaction": 1,
     "errors": 0,
     "interruptions": 0,
+    "providers": 0,
     "settings": 2,
     "registry": 2,
     "metrics": 2,

@@ -193,7 +193,7 @@ def wait_for(condition: Callable[[], T | None], *, ceiling: float, what: str) ->
 
 @pytest.mark.integration
 def test_beat_ticks_start_batches_on_a_real_worker_and_never_overlap_them(tmp_path: Path) -> None:
-    import durable_workflows  # noqa: F401
+    import workflows.durable  # noqa: F401
 
     database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
     store, _ = open_store(database_url)
@@ -229,8 +229,8 @@ def test_beat_ticks_start_batches_on_a_real_worker_and_never_overlap_them(tmp_pa
 
     try:
         with run_worker_process(
-            broker_url=server.url, result_backend=server.url, imports=["durable_workflows"], env=env,
-            concurrency=2,
+            broker_url=server.url, result_backend=server.url, imports=["workflows.durable"],
+            env=env, concurrency=2,
         ):  # fmt: skip
             beat_env = {
                 **{k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "RESULT_BACKEND")},

@@ -8,7 +8,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from caching_workflows import LabelStage, LabelTicket
+from workflows.caching import LabelStage, LabelTicket
 
 from agentloop.actions import InMemoryStepCache, Usage
 from agentloop.loops import InlineAgentRunner

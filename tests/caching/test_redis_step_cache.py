@@ -5,8 +5,6 @@ expiry; a Redis that cannot be reached is a miss, and is left alone for a while.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -16,7 +14,8 @@ from agentloop.actions import InMemoryStepCache
 from agentloop.orchestration.errors import SettingsError
 from agentloop.orchestration.runtime.step_cache import CACHE_KEY_PREFIX, RedisStepCache, step_cache_for
 from agentloop.orchestration.settings import load_settings
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.servers.redis_server import RedisServer
+from tests.servers.worker_environment import redis_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -31,13 +30,7 @@ class AskedRedis(Redis):
         return super().execute_command(*args, **options)
 
 
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with ExitStack() as stack:
-        try:
-            yield stack.enter_context(private_redis_server())
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
+redis_server = redis_fixture("module")
 
 
 async def test_a_value_is_kept_under_the_prefix_with_a_redis_expiry(redis_server: RedisServer) -> None:

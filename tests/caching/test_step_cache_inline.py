@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pytest
-from caching_workflows import Label, LabelStage, LabelTicket
+from workflows.caching import Label, LabelStage, LabelTicket
 
 from agentloop.actions import BaseAgentAction, InMemoryStepCache, Usage
 from agentloop.loops import InlineAgentRunner

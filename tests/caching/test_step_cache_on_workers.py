@@ -8,18 +8,15 @@ OpenAI-protocol server behind the real SDK; its request log says which runs call
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import pytest
-from caching_workflows import LabelTicket
+from workflows.caching import LabelTicket
 
-from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
 from agentloop.orchestration.store import SqlRunStore, SqlToolStore
 from agentloop.orchestration.testing.servers.openai_server import (
@@ -28,12 +25,10 @@ from agentloop.orchestration.testing.servers.openai_server import (
     reply_error,
     reply_tool_call,
 )
-from tests.servers.private_services import redis_and_store
-from tests.servers.worker import run_worker_process
+from tests.servers.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-test-caching-0123456789"
 #: What one model answer costs (prompt, completion tokens): what a hit saves.
 ANSWER_USAGE = (25, 5)
@@ -64,38 +59,17 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     with ExitStack() as stack:
-        services = redis_and_store(stack, tmp_path_factory.mktemp("caching"), file="agent.sqlite3")
-        redis, database_url, store, tools = (
-            services.redis,
-            services.database_url,
-            services.store,
-            services.tools,
+        server = OpenAICompatibleServer(api_key=API_KEY, responder=label)
+        services = WorkerEnvironment.start(
+            stack, tmp_path_factory.mktemp("caching"), file="agent.sqlite3", model=server, model_key=API_KEY
         )
-        tools.put("label_ticket", LabelTicket.tool_payload())
-        server = stack.enter_context(OpenAICompatibleServer(api_key=API_KEY, responder=label))
-        env = {
-            "DATABASE_URL": database_url,
-            "OPENAI_API_KEY": API_KEY,
-            "OPENAI_BASE_URL": server.base_url,
-            "OPENAI_MAX_RETRIES": "0",
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests")]),
-        }
+        services.tools.put("label_ticket", LabelTicket.tool_payload())
         queues = {"a": {}, "b": {}, "down": {"AGENTLOOP_CACHE_URL": "redis://127.0.0.1:1/0"}}
         apps = {}
         for queue, extra in queues.items():
-            stack.enter_context(
-                run_worker_process(
-                    broker_url=redis.url,
-                    result_backend=redis.url,
-                    imports=["caching_workflows"],
-                    env={**env, "AGENTLOOP_TASK_DEFAULT_QUEUE": queue, **extra},
-                    concurrency=1,
-                )
-            )
-            overrides = {"broker_url": redis.url, "result_backend": redis.url, "task_default_queue": queue}
-            apps[queue] = create_app(overrides=overrides)
-            stack.callback(apps[queue].close)
-        yield Rig(apps, store, tools, server)
+            services.start_worker(["workflows.caching"], queue=queue, env=extra, concurrency=1)
+            apps[queue] = services.client(queue=queue)
+        yield Rig(apps, services.store, services.tools, server)
 
 
 def ticket() -> str:

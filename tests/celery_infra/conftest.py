@@ -11,18 +11,10 @@ import pytest
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from tests.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.servers.redis_server import ServiceUnavailable
+from tests.servers.worker_environment import redis_fixture
 
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    """A private ``redis-server`` for one test (it starts in a few milliseconds)."""
-    with ExitStack() as stack:
-        try:
-            server = stack.enter_context(private_redis_server())
-        except ServiceUnavailable as exc:
-            pytest.skip(exc.reason)
-        yield server
+redis_server = redis_fixture()
 
 
 @pytest.fixture

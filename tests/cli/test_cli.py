@@ -51,14 +51,14 @@ def test_trigger_rejects_a_context_that_is_not_an_object(home: Path) -> None:
 
 
 def test_trigger_names_only_registered_runnables(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.parity")
     result = invoke("trigger", "no.such.thing", "--input", "1")
     assert result.exit_code == 2
     assert "unknown runnable 'no.such.thing'" in result.output and "parity.count" in result.output
 
 
 def test_trigger_waits_for_the_result_and_runs_show_it(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.parity")
     result = invoke("trigger", "parity.three_stages", "--input", "1", "--wait")
     assert result.exit_code == 0, result.output
     run_id = result.output.split("run id: ")[1].split()[0]
@@ -72,7 +72,7 @@ def test_trigger_waits_for_the_result_and_runs_show_it(home: Path, monkeypatch: 
 
 
 def test_a_failing_run_exits_with_1(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.parity")
     result = invoke("trigger", "parity.count", "--input", "null", "--wait")
     assert result.exit_code == 1
     assert "TypeError" in result.output

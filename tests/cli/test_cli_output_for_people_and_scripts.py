@@ -69,7 +69,7 @@ def test_runs_list_refuses_a_status_that_is_none(two_runs: list[str]) -> None:
 
 
 def test_trigger_refuses_a_timeout_without_wait(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.parity")
 
     result = invoke("trigger", "parity.three_stages", "--input", "1", "--timeout", "5")
 
@@ -90,7 +90,7 @@ def test_trigger_refuses_a_timeout_without_wait(home: Path, monkeypatch: pytest.
 def test_under_json_an_error_is_json_on_stdout_with_a_non_zero_exit(
     home: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
 ) -> None:
-    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.parity")
 
     result = invoke(*args)
 
@@ -102,7 +102,7 @@ def test_under_json_an_error_is_json_on_stdout_with_a_non_zero_exit(
 def test_trigger_json_waits_on_the_in_memory_broker_and_prints_id_status_and_result(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.parity")
 
     result = invoke("trigger", "parity.three_stages", "--input", "1", "--json")
 
@@ -120,7 +120,7 @@ def test_trigger_json_waits_on_the_in_memory_broker_and_prints_id_status_and_res
 
 
 def test_trigger_json_says_how_a_run_failed_and_exits_1(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.parity")
 
     result = invoke("trigger", "parity.count", "--input", "null", "--wait", "--json")
 

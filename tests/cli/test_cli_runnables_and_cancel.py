@@ -14,7 +14,7 @@ from cli_support import add_run, home_store, invoke
 
 @pytest.fixture
 def parity(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("AGENTLOOP_IMPORTS", "parity_workflows")
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.parity")
     return home
 
 
@@ -25,16 +25,16 @@ def test_runnables_lists_kinds_stages_and_branch_runnables(parity: Path) -> None
     assert (three["kind"], three["derived"], three["class"]) == (
         "pipeline",
         False,
-        "parity_workflows.ThreeStages",
+        "workflows.parity.ThreeStages",
     )
     assert three["stages"] == ["parity.count"] * 3 and three["branches"] == []
     fan = listed["parity.fan_of_pipelines"]
-    assert fan["kind"] == "composite" and fan["branches"] == ["parity_workflows.PipelineBranch"]
-    branch = listed["parity_workflows.PipelineBranch"]
+    assert fan["kind"] == "composite" and fan["branches"] == ["workflows.parity.PipelineBranch"]
+    branch = listed["workflows.parity.PipelineBranch"]
     assert branch["derived"] and branch["stages"] == ["parity.count", "parity.count"]
     assert (listed["parity.count"]["kind"], listed["parity.count"]["max_iterations"]) == ("loop", 10)
     names = list(listed)
-    assert names.index("parity.count") < names.index("parity_workflows.PipelineBranch")  # declared first
+    assert names.index("parity.count") < names.index("workflows.parity.PipelineBranch")  # declared first
 
 
 def test_runnables_table_shows_whole_names_at_80_columns(parity: Path) -> None:
@@ -42,7 +42,11 @@ def test_runnables_table_shows_whole_names_at_80_columns(parity: Path) -> None:
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    for name in ("parity.three_stages", "parity.fan_of_pipelines", "parity_workflows.PipelineBranch"):
+    for name in (
+        "parity.three_stages",
+        "parity.fan_of_pipelines",
+        "workflows.parity.PipelineBranch",
+    ):
         assert any(name in line for line in lines), name
     assert max(len(line) for line in lines) <= 80
     row = next(line for line in lines if "parity.three_stages" in line)

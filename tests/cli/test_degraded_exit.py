@@ -19,7 +19,7 @@ EXIT_DEGRADED = 4
 
 
 def test_trigger_wait_exits_4_on_a_degraded_run(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTLOOP_IMPORTS", "eval_workflows")
+    monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.eval")
 
     as_json = invoke("trigger", "evals.degraded", "--input", '"hi"', "--wait", "--json")
     plain = invoke("trigger", "evals.degraded", "--input", '"hi"', "--wait")

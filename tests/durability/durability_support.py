@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -23,9 +21,9 @@ from agentloop.orchestration.store import RunRecord, SqlRunStore, open_store
 from agentloop.orchestration.wire import LAUNCH
 from tests.servers.tcp_proxy import TcpProxy
 from tests.servers.worker import WorkerProcess, run_worker_process
+from tests.servers.worker_environment import detach_result_consumer, worker_pythonpath
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 WORKFLOWS = "durability_workflows"
 
 
@@ -71,17 +69,6 @@ def new_id() -> str:
     return f"run-{uuid.uuid4().hex}"
 
 
-def _detach_result_consumer(app: Celery) -> None:
-    """Let results go while Redis still runs: collected after it stopped, they would try to
-    unsubscribe from it (and retry, noisily, inside the garbage collector)."""
-    gc.collect()
-    consumer = getattr(app.backend, "result_consumer", None)
-    pubsub = getattr(consumer, "_pubsub", None)
-    if pubsub is not None:
-        pubsub.close()
-        consumer._pubsub = None
-
-
 @contextmanager
 def running_rig(
     database_url: str,
@@ -111,7 +98,7 @@ def running_rig(
                     "DATABASE_URL": proxy.url_of(database_url) if proxy else database_url,
                     "AGENTLOOP_STORE_RETRY_SECONDS": str(retry_seconds),
                     "AGENTLOOP_TASK_DEFAULT_QUEUE": queue,
-                    "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(HERE)]),
+                    "PYTHONPATH": worker_pythonpath(HERE),
                     **(env or {}),
                 },
             )
@@ -128,5 +115,5 @@ def running_rig(
             },
         )
         stack.callback(app.close)
-        stack.callback(_detach_result_consumer, app)
+        stack.callback(detach_result_consumer, app)
         yield Rig(app=app, store=store, proxy=proxy, worker=worker, database_url=database_url)

@@ -95,7 +95,7 @@ def test_a_plain_text_body_without_headers_is_dead_lettered_on_both_brokers(
         env = {"DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
         worker = stack.enter_context(
             run_worker_process(
-                broker_url=url, result_backend=redis.url, imports=["parity_workflows"], env=env
+                broker_url=url, result_backend=redis.url, imports=["workflows.parity"], env=env
             )
         )
         app = create_app(
@@ -139,7 +139,7 @@ def test_on_rabbitmq_a_message_at_its_limit_with_the_store_away_is_dead_lettered
         rabbit.url,
         retry_seconds=1,
         concurrency=1,
-        imports=("delivery_workflows",),
+        imports=("workflows.delivery",),
         env={"AGENTLOOP_DELIVERY_LIMIT": "1"},
         result_backend=redis_url,
     ) as rig:

@@ -42,7 +42,7 @@ class ReadCountingStore(InMemoryRunStore):
 
 
 def _engine(store: InMemoryRunStore) -> WorkflowEngine:
-    return WorkflowEngine(registry=RunnableRegistry.from_modules(["durable_workflows"]), store=store)
+    return WorkflowEngine(registry=RunnableRegistry.from_modules(["workflows.durable"]), store=store)
 
 
 def _node(log: Path, *, fresh: bool) -> WorkflowNode:

@@ -30,7 +30,7 @@ KILLS, PLAIN_RUNS = 3, 24
 @pytest.fixture(scope="module")
 def prefork_rig(pg_database_url: str, redis_url: str) -> Iterator[Rig]:
     """Two pool children, their store the PostgreSQL database itself (no proxy between them)."""
-    imports = (WORKFLOWS, "durable_workflows")
+    imports = (WORKFLOWS, "workflows.durable")
     with running_rig(
         pg_database_url, redis_url, retry_seconds=60, concurrency=2, proxied=False, imports=imports
     ) as rig:

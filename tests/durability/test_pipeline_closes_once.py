@@ -20,7 +20,7 @@ def test_a_pipeline_is_closed_once_though_a_copy_of_its_launch_runs_a_chain_besi
     close, when the first chain has closed the pipeline, reports no second ``done`` (seen in
     ``test_a_second_copy_of_a_launch_while_its_run_goes_on_runs_nothing_finished_again`` under
     load); the first chain's close always reports it."""
-    registry = RunnableRegistry.from_modules(["durable_workflows"])
+    registry = RunnableRegistry.from_modules(["workflows.durable"])
     store = InMemoryRunStore()
     engine = WorkflowEngine(registry=registry, store=store)
     store.create_run(run_id="r", runnable=PIPELINE, input=None)

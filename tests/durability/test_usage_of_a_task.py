@@ -34,7 +34,9 @@ class CallCountingStore(InMemoryRunStore):
 
 def _run(store: CallCountingStore, run_id: str, calls: int, path: str = "", **context: Any) -> Any:
     engine = WorkflowEngine(
-        registry=RunnableRegistry.from_modules(["durable_workflows"]), store=store, events_interval=60
+        registry=RunnableRegistry.from_modules(["workflows.durable"]),
+        store=store,
+        events_interval=60,
     )
     node = WorkflowNode(run_id=run_id, runnable="durable.metered", path=path, context=context, fresh=True)
     return asyncio.run(engine.start(node, calls))

@@ -1,6 +1,6 @@
 """``agentloop eval``: a registered runnable over a dataset, scored, kept, compared.
 
-The runnables are ``tests/eval_workflows.py``'s, run in-process and (one test) on Celery as a batch
+The runnables are ``tests/workflows/eval.py``'s, run in-process and (one test) on Celery as a batch
 on the embedded defaults. The model-judged scorer is tested in ``test_eval_judge.py``, the HTML
 page in a browser in ``test_eval_page.py``.
 """
@@ -124,11 +124,14 @@ def test_the_report_keeps_the_code_version_and_the_model(home: Path) -> None:
     code, report = run_json("evals.shout", "cases.jsonl")
 
     assert code == 0
-    source = Path(__file__).resolve().parents[1] / "eval_workflows.py"
-    assert report["code"]["source_root"] == "eval_workflows" and report["code"]["source_files"] == 1
+    package = Path(__file__).resolve().parents[1] / "workflows"  # the top-level package of the runnables
+    sources = sorted(package.glob("*.py"))
+    assert report["code"]["source_root"] == "workflows" and report["code"]["source_files"] == len(sources)
     import hashlib
 
-    digest = hashlib.sha256(b"eval_workflows.py\0" + source.read_bytes() + b"\0").hexdigest()
+    digest = hashlib.sha256(
+        b"".join(source.name.encode() + b"\0" + source.read_bytes() + b"\0" for source in sources)
+    ).hexdigest()
     assert report["code"]["source_sha256"] == digest
     assert report["code"]["agentloop"] == "0.1.0"
     assert report["code"]["git"]  # the tests run in the project's repository
@@ -158,12 +161,12 @@ def test_a_type_scorer_validates_each_output_and_says_what_is_wrong(home: Path) 
         ],
     )
 
-    code, report = run_json("evals.profile", "people.jsonl", "--scorer", "type:eval_workflows:Profile")
+    code, report = run_json("evals.profile", "people.jsonl", "--scorer", "type:workflows.eval:Profile")
 
     ok, bad = report["cases"]
     assert code == 0
     assert ok["passed"] is True
-    assert bad["passed"] is False and "age" in bad["scores"]["type:eval_workflows:Profile"]["reason"]
+    assert bad["passed"] is False and "age" in bad["scores"]["type:workflows.eval:Profile"]["reason"]
 
 
 def test_user_functions_score_with_the_keywords_they_declare(home: Path) -> None:
@@ -173,31 +176,31 @@ def test_user_functions_score_with_the_keywords_they_declare(home: Path) -> None
         "evals.shout",
         "cases.jsonl",
         "-s",
-        "eval_workflows:length_ratio",
+        "workflows.eval:length_ratio",
         "-s",
-        "eval_workflows:starts_right",
+        "workflows.eval:starts_right",
         "-s",
-        "eval_workflows:polite",
+        "workflows.eval:polite",
         "--threshold",
         "0.9",
     )
 
     scores = report["cases"][0]["scores"]
     assert code == 0
-    assert scores["eval_workflows:length_ratio"] == {
+    assert scores["workflows.eval:length_ratio"] == {
         "value": 5 / 6,
         "passed": False,  # under --threshold 0.9
         "reason": "",
         "error": False,
     }
-    assert scores["eval_workflows:starts_right"]["passed"] is True
-    assert scores["eval_workflows:polite"] == {
+    assert scores["workflows.eval:starts_right"]["passed"] is True
+    assert scores["workflows.eval:polite"] == {
         "value": 0.0,
         "passed": False,
         "reason": "shouted",
         "error": False,
     }
-    assert report["aggregate"]["scorers"]["eval_workflows:polite"]["passed"] == 0
+    assert report["aggregate"]["scorers"]["workflows.eval:polite"]["passed"] == 0
 
 
 def test_a_scorer_that_raises_or_answers_out_of_range_fails_the_case_with_the_reason(home: Path) -> None:
@@ -207,26 +210,26 @@ def test_a_scorer_that_raises_or_answers_out_of_range_fails_the_case_with_the_re
         "evals.shout",
         "cases.jsonl",
         "-s",
-        "eval_workflows:broken_scorer",
+        "workflows.eval:broken_scorer",
         "-s",
-        "eval_workflows:out_of_range",
+        "workflows.eval:out_of_range",
     )
 
     scores = report["cases"][0]["scores"]
     assert code == 0 and report["cases"][0]["passed"] is False
-    assert scores["eval_workflows:broken_scorer"]["error"] is True
-    assert "RuntimeError: the scorer tripped" in scores["eval_workflows:broken_scorer"]["reason"]
-    assert "a score is a number from 0 to 1, not 7.0" in scores["eval_workflows:out_of_range"]["reason"]
-    assert report["aggregate"]["scorers"]["eval_workflows:broken_scorer"]["errors"] == 1
+    assert scores["workflows.eval:broken_scorer"]["error"] is True
+    assert "RuntimeError: the scorer tripped" in scores["workflows.eval:broken_scorer"]["reason"]
+    assert "a score is a number from 0 to 1, not 7.0" in scores["workflows.eval:out_of_range"]["reason"]
+    assert report["aggregate"]["scorers"]["workflows.eval:broken_scorer"]["errors"] == 1
 
 
 @pytest.mark.parametrize(
     ("scorer", "message"),
     [
-        ("eval_workflows:Profile", "names a type: write type:eval_workflows:Profile"),
-        ("eval_workflows:needs_more", "takes ['rubric']"),
+        ("workflows.eval:Profile", "names a type: write type:workflows.eval:Profile"),
+        ("workflows.eval:needs_more", "takes ['rubric']"),
         ("no_such_module:f", "cannot import 'no_such_module'"),
-        ("eval_workflows:nothing", "'eval_workflows' has no 'nothing'"),
+        ("workflows.eval:nothing", "'workflows.eval' has no 'nothing'"),
         ("exactly", "write exact, judge, type:MODULE:TYPE or MODULE:FUNCTION"),
         ("judge", "--scorer judge needs a model"),
     ],
@@ -260,7 +263,12 @@ def test_a_run_s_error_keeps_no_value_of_the_context_spec(home: Path) -> None:
     write_dataset(home / "cases.jsonl", [{"input": "a"}])
 
     code, report = run_json(
-        "evals.leaky", "cases.jsonl", "-s", "eval_workflows:polite", "-c", '{"token": "s3cr3t-t0ken"}'
+        "evals.leaky",
+        "cases.jsonl",
+        "-s",
+        "workflows.eval:polite",
+        "-c",
+        '{"token": "s3cr3t-t0ken"}',
     )
 
     assert code == 0

@@ -58,7 +58,7 @@ def marker(kind: str) -> str:
 PACKED_MARKER = "[packed:"
 PACKED_LATENCY = 0.2
 #: What a call of the guarantee matrix's loops asks (``[cell:<tag>:<iteration>]``,
-#: ``tests/matrix_workflows.py``), and the usage its answer reports (input, output tokens).
+#: ``tests/workflows/matrix.py``), and the usage its answer reports (input, output tokens).
 CELL_MARKER = "[cell:"
 CELL_USAGE = (20, 5)
 

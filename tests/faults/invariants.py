@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 #: A progress event's statuses that end its path.
 TERMINAL_EVENTS = ("completed", "failed")
-#: ``[cell:<run tag>/<branch...>:<iteration>]`` (``tests/matrix_workflows.py``).
+#: ``[cell:<run tag>/<branch...>:<iteration>]`` (``tests/workflows/matrix.py``).
 _CALL = re.compile(r"\[cell:([^/\]:]+)/([^\]:]*):(\d+)\]")
 
 

@@ -4,7 +4,7 @@ of one task, one task per branch, packed, a pipeline stage, a batch), each kind 
 faults (worker SIGKILL, pool process killed, a duplicate delivery, a store outage, a task that
 kills its process, a hard time limit, a budget), on the fault rig (:mod:`.rig`).
 
-A cell launches a few runs of ``tests/matrix_workflows.py``, strikes mid-run, waits for every run
+A cell launches a few runs of ``tests/workflows/matrix.py``, strikes mid-run, waits for every run
 to end and the broker to be idle, and reports every :class:`~.invariants.Violation`. A cell
 whose ``issue`` is set meets a defect of issue 33 that is being fixed (its item): it is expected
 to fail until then (``test_matrix.py`` marks it ``xfail(strict=True)``; the runner reports it
@@ -262,10 +262,10 @@ def _nothing() -> None:
 
 
 def run_inline(rig: FaultRig, cell: Cell) -> CellResult:
-    """The cell on the in-process runner (:class:`~tests.matrix_workflows.CellFan`, its branches
+    """The cell on the in-process runner (:class:`~workflows.matrix.CellFan`, its branches
     on one event loop): no store, no broker; its usage is the runner's meter, its ends the events."""
-    from limits_workflows import TOOL_ID, StaticToolStore
-    from matrix_workflows import CellFan
+    from workflows.limits import TOOL_ID, StaticToolStore
+    from workflows.matrix import CellFan
 
     from agentloop.actions import InMemoryUsageMeter, TokenBudgetExceededError
     from agentloop.loops import InlineAgentRunner

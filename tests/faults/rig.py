@@ -42,11 +42,11 @@ QUEUE = "agentloop"
 #: loop, the record-search demo, the human-in-the-loop tests' (runs paused for an answer), and the
 #: guarantee matrix's (``tests/faults/matrix.py``).
 IMPORTS = (
-    "parity_workflows",
-    "matrix_workflows",
-    "durable_workflows",
+    "workflows.parity",
+    "workflows.matrix",
+    "workflows.durable",
     "agentloop.examples.record_search.workflows",
-    "human_workflows",
+    "workflows.human",
 )
 #: What a worker whose consumer broke logs (it may stay alive, consuming nothing).
 BROKEN = ("Unrecoverable error", "CRITICAL/MainProcess")

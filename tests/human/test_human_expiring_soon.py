@@ -50,11 +50,11 @@ def rig(
         }
         stack.enter_context(
             run_worker_process(
-                broker_url=broker, result_backend=redis.url, imports=["human_workflows"], env=env
+                broker_url=broker, result_backend=redis.url, imports=["workflows.human"], env=env
             )
         )
         app = create_app(
-            registry=RunnableRegistry.from_modules(["human_workflows"]),
+            registry=RunnableRegistry.from_modules(["workflows.human"]),
             store=store,
             overrides={"broker_url": broker, "result_backend": redis.url, "task_default_queue": queue},
         )

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from human_workflows import Approve, FanWithApproval, Typed
+from workflows.human import Approve, FanWithApproval, Typed
 
 from agentloop.actions.errors import InvalidAnswerError, NoOneToAskError
 from agentloop.actions.human import CallbackChannel, Question, QuestionKind, check_answer

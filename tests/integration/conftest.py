@@ -19,7 +19,7 @@ from tests.servers.worker import run_worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What the lone worker imports (and the test's registry knows).
-LONE_WORKER_MODULES = ("parity_workflows", "outgoing_workflows")
+LONE_WORKER_MODULES = ("workflows.parity", "workflows.outgoing")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,8 +28,8 @@ TESTS = Path(__file__).resolve().parent.parent
 
 
 def test_a_run_survives_a_broker_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import durable_workflows  # noqa: F401
-    import parity_workflows  # noqa: F401
+    import workflows.durable
+    import workflows.parity  # noqa: F401
 
     monkeypatch.delenv("AGENTLOOP_TEST_REDIS_URL", raising=False)  # a server this test can restart
     database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
@@ -53,7 +53,7 @@ def test_a_run_survives_a_broker_restart(tmp_path: Path, monkeypatch: pytest.Mon
         with run_worker_process(
             broker_url=server.url,
             result_backend=server.url,
-            imports=["durable_workflows", "parity_workflows"],
+            imports=["workflows.durable", "workflows.parity"],
             env=env,
             concurrency=2,
         ) as worker:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from parity_workflows import ThreeStages
+from workflows.parity import ThreeStages
 
 from agentloop.actions import RunStoppedError
 from agentloop.loops import ProgressEvent

@@ -48,8 +48,8 @@ def _until(check: Any, timeout: float, what: str, log: Any = None) -> None:
 def test_on_redis_a_loop_that_kills_its_process_ends_failed_at_the_delivery_limit(
     redis: RedisServer, tmp_path: Path
 ) -> None:
-    import durable_workflows  # noqa: F401
-    import parity_workflows  # noqa: F401
+    import workflows.durable
+    import workflows.parity  # noqa: F401
 
     database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
     store: RunStore = open_store(database_url)[0]
@@ -70,7 +70,7 @@ def test_on_redis_a_loop_that_kills_its_process_ends_failed_at_the_delivery_limi
         with run_worker_process(
             broker_url=redis.url,
             result_backend=redis.url,
-            imports=["parity_workflows", "durable_workflows"],
+            imports=["workflows.parity", "workflows.durable"],
             env=env,
             concurrency=1,
         ) as worker:

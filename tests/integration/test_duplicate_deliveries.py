@@ -39,7 +39,7 @@ def _until(check: Any, timeout: float, what: str) -> None:
 def test_an_unflagged_copy_of_a_finished_run_or_pack_message_repeats_no_work(
     tmp_path: Path, runnable: str
 ) -> None:
-    import delivery_workflows
+    import workflows.delivery
 
     log, capture = tmp_path / "iterations.log", tmp_path / "published.jsonl"
     database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
@@ -47,7 +47,7 @@ def test_an_unflagged_copy_of_a_finished_run_or_pack_message_repeats_no_work(
     env = {
         "DATABASE_URL": database_url,
         "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
-        delivery_workflows.CAPTURE: str(capture),
+        workflows.delivery.CAPTURE: str(capture),
     }
     try:
         server_cm = private_redis_server()
@@ -62,7 +62,7 @@ def test_an_unflagged_copy_of_a_finished_run_or_pack_message_repeats_no_work(
         with run_worker_process(
             broker_url=redis.url,
             result_backend=redis.url,
-            imports=["delivery_workflows"],
+            imports=["workflows.delivery"],
             env=env,
             concurrency=1,
         ) as worker:

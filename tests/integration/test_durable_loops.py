@@ -33,7 +33,7 @@ def durable(run_store: RunStore) -> RunStore:
 
 
 def engine(store: RunStore) -> WorkflowEngine:
-    return WorkflowEngine(registry=RunnableRegistry.from_modules(["durable_workflows"]), store=store)
+    return WorkflowEngine(registry=RunnableRegistry.from_modules(["workflows.durable"]), store=store)
 
 
 def test_a_redelivered_task_that_already_finished_is_not_run_again(durable: RunStore, tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_state_that_is_not_json_is_a_clear_error_when_durable(durable: RunStore)
 @pytest.mark.integration
 @pytest.mark.parametrize("runnable", ["durable.slow_count", "durable.typed_slow_count"])
 def test_a_loop_whose_worker_died_resumes_on_another_worker(tmp_path: Path, runnable: str) -> None:
-    import durable_workflows  # noqa: F401
+    import workflows.durable  # noqa: F401
 
     log = tmp_path / "iterations.log"
     database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
@@ -112,7 +112,7 @@ def _run_kill_and_resume(url: str, env: dict[str, str], store: RunStore, log: Pa
     app = create_app(overrides={"broker_url": url, "result_backend": url})
     context = {"log": str(log), "step_seconds": 0.3}
     with run_worker_process(
-        broker_url=url, result_backend=url, imports=["durable_workflows"], env=env, concurrency=1
+        broker_url=url, result_backend=url, imports=["workflows.durable"], env=env, concurrency=1
     ) as first:
         handle = CeleryAgentRunner.create(
             runnable=runnable, context=context, app=app, store=store
@@ -128,7 +128,7 @@ def _run_kill_and_resume(url: str, env: dict[str, str], store: RunStore, log: Pa
         first.wait(10)
     done_before = [int(line.split()[0]) for line in log.read_text().splitlines()]
     with run_worker_process(
-        broker_url=url, result_backend=url, imports=["durable_workflows"], env=env, concurrency=1
+        broker_url=url, result_backend=url, imports=["workflows.durable"], env=env, concurrency=1
     ) as second:
         result = handle.wait_sync(timeout=90)
         lines = [line.split() for line in log.read_text().splitlines()]

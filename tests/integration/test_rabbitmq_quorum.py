@@ -98,8 +98,8 @@ def _until(check: Any, timeout: float, what: str) -> None:
 def test_on_a_real_worker_a_batch_and_its_countdowns_run_and_a_poison_message_ends_failed_at_the_limit(
     target: RabbitMQTarget, tmp_path: Path
 ) -> None:
-    import durable_workflows  # noqa: F401
-    import parity_workflows  # noqa: F401
+    import workflows.durable
+    import workflows.parity  # noqa: F401
 
     database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
     store: RunStore = open_store(database_url)[0]
@@ -117,7 +117,7 @@ def test_on_a_real_worker_a_batch_and_its_countdowns_run_and_a_poison_message_en
             run_worker_process(
                 broker_url=target.url,
                 result_backend=redis.url,
-                imports=["parity_workflows", "durable_workflows"],
+                imports=["workflows.parity", "workflows.durable"],
                 env=env,
                 concurrency=1,
             )

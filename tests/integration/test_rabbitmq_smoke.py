@@ -22,7 +22,7 @@ TESTS = Path(__file__).resolve().parent.parent
 
 
 def test_a_pipeline_with_a_composite_runs_with_rabbitmq_as_the_broker(tmp_path: Path) -> None:
-    import parity_workflows  # noqa: F401
+    import workflows.parity  # noqa: F401
 
     database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
     store, _ = open_store(database_url)
@@ -39,7 +39,10 @@ def test_a_pipeline_with_a_composite_runs_with_rabbitmq_as_the_broker(tmp_path: 
         }
         stack.enter_context(
             run_worker_process(
-                broker_url=rabbit.url, result_backend=redis.url, imports=["parity_workflows"], env=env
+                broker_url=rabbit.url,
+                result_backend=redis.url,
+                imports=["workflows.parity"],
+                env=env,
             )
         )
         app = create_app(

@@ -53,7 +53,11 @@ def test_a_stage_that_finishes_during_a_redis_outage_carries_its_run_on(
     url = restartable_redis.url
     try:
         with run_worker_process(
-            broker_url=url, result_backend=url, imports=["durable_workflows"], env=env, concurrency=2
+            broker_url=url,
+            result_backend=url,
+            imports=["workflows.durable"],
+            env=env,
+            concurrency=2,
         ) as worker:
             app = create_app(overrides={"broker_url": url, "result_backend": url})
             run_id = f"run-{uuid.uuid4().hex}"

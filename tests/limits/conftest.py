@@ -3,14 +3,11 @@ and two real worker processes sharing one broker, one result backend and one run
 
 from __future__ import annotations
 
-import os
 import signal
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from pathlib import Path
-from typing import Any
 
 import pytest
 from limits_support import RecordingModel, TwoWorkers
@@ -18,20 +15,11 @@ from limits_support import RecordingModel, TwoWorkers
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.store import open_store
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.servers.redis_server import RedisServer
 from tests.servers.worker import WorkerProcess, run_worker_process
+from tests.servers.worker_environment import detach_result_consumer, redis_fixture, worker_pythonpath
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    try:
-        with private_redis_server() as server:
-            yield server
-    except ServiceUnavailable as unavailable:
-        pytest.skip(unavailable.reason)
+redis_server = redis_fixture("module")
 
 
 @pytest.fixture
@@ -62,20 +50,20 @@ def model_server() -> Iterator[tuple[OpenAICompatibleServer, RecordingModel]]:
 @pytest.fixture(scope="module")
 def two_workers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
     """Two prefork workers (concurrency 1 each) on one private Redis and one SQLite run store."""
-    import limits_workflows  # noqa: F401  (registers the workflows in the test process too)
+    import workflows.limits  # noqa: F401  (registers the workflows in the test process too)
 
     database_url = f"sqlite:///{tmp_path_factory.mktemp('limits-workers') / 'runs.sqlite3'}"
     store, _ = open_store(database_url)
     env = {
         "DATABASE_URL": database_url,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
+        "PYTHONPATH": worker_pythonpath(),
         "AGENTLOOP_TASK_DEFAULT_QUEUE": f"limits-{uuid.uuid4().hex[:8]}",
     }
     managers = [
         run_worker_process(
             broker_url=redis_server.url,
             result_backend=redis_server.url,
-            imports=["limits_workflows"],
+            imports=["workflows.limits"],
             env=env,
             concurrency=1,
         )
@@ -104,17 +92,5 @@ def two_workers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFact
             }
         )
         stack.callback(app.close)
-        stack.callback(_close_result_consumer, app)
+        stack.callback(detach_result_consumer, app)
         yield TwoWorkers(app=app, store=store, redis_url=redis_server.url, workers=(workers[0], workers[1]))
-
-
-def _close_result_consumer(app: Any) -> None:
-    """Close the result backend's pub/sub before the private Redis stops (else it retries noisily)."""
-    import gc
-
-    gc.collect()
-    consumer = getattr(app.backend, "result_consumer", None)
-    pubsub = getattr(consumer, "_pubsub", None)
-    if pubsub is not None:
-        pubsub.close()
-        consumer._pubsub = None

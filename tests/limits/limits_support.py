@@ -48,7 +48,7 @@ class RecordingModel:
             return sorted(self.calls, key=lambda call: call.arrived)
 
     def __call__(self, body: dict[str, Any]) -> Reply:
-        from limits_workflows import read_stamp
+        from workflows.limits import read_stamp
 
         arrived = time.time()
         forced = default_reply(body)

@@ -7,7 +7,7 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
-from limits_workflows import TOOL_ID, ModelFan, StaticToolStore
+from workflows.limits import TOOL_ID, ModelFan, StaticToolStore
 
 from agentloop.actions import AiResponse, FunctionCall, InMemoryUsageMeter, Usage, current_meter
 from agentloop.loops import InlineAgentRunner, ProgressEvent

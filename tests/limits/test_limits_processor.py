@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from limits_workflows import TOOL_ID, ModelCalls, StaticToolStore
+from workflows.limits import TOOL_ID, ModelCalls, StaticToolStore
 
 from agentloop.actions import AiResponse, ModelRequest, RunDeadlineExceededError, Usage
 from agentloop.loops import InlineAgentRunner

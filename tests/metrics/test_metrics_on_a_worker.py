@@ -33,7 +33,7 @@ from tests.servers.worker import run_worker_process
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ("metrics_workflows", "human_workflows")
+MODULES = ("workflows.metrics", "workflows.human")
 DASHBOARD = ROOT / "deploy" / "grafana" / "agentloop.json"
 #: Tokens of the web app: one with ``metrics`` only (Prometheus'), one with ``read`` only.
 SCRAPER, READER = "prometheus-scrapes-0001", "reader-reads-only-00002"

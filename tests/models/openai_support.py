@@ -1,11 +1,11 @@
-"""Helpers of the OpenAI processor tests: the tool they force, and one turn sent as a ``ModelRequest``."""
+"""Helpers of the model-processor tests (either provider): the tool they force, and one turn sent as a
+``ModelRequest``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentloop.actions import AiResponse, ModelRequest
-from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
+from agentloop.actions import AiResponse, ModelProcessor, ModelRequest
 
 API_KEY = "sk-test-4f1c9a7e2b6d8c0e5a3f"
 FAST = {"retry-after-ms": "5"}  # the SDK honours it, so retries take milliseconds
@@ -22,7 +22,7 @@ PLAN_TOOL: dict[str, Any] = {
 
 
 async def send(
-    processor: OpenAIProcessor,
+    processor: ModelProcessor,
     *,
     instruction: str = "Plan the search.",
     tools: list[dict[str, Any]] | None = None,
@@ -42,5 +42,5 @@ async def send(
     return await request.send(processor)
 
 
-async def send_forced(processor: OpenAIProcessor) -> AiResponse:
-    return await send(processor, tools=[PLAN_TOOL], tool_choices=[{"name": "plan_search"}])
+async def send_forced(processor: ModelProcessor, **options: Any) -> AiResponse:
+    return await send(processor, tools=[PLAN_TOOL], tool_choices=[{"name": "plan_search"}], **options)

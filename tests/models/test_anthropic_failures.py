@@ -1,5 +1,6 @@
 """Retries, timeouts and failures of the Anthropic processor: the SDK's own, each ending as a value;
-malformed or wrong tool calls returned as they came, for the step to reject."""
+malformed or wrong tool calls returned as they came, for the step to reject. What both providers
+meet alike is in ``test_failures_on_both_providers.py``."""
 
 from __future__ import annotations
 
@@ -9,45 +10,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from anthropic_support import ANTHROPIC_KEY, FAST, send, send_forced
+from anthropic_support import ANTHROPIC_KEY, FAST, send_forced
 
 from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
 from agentloop.orchestration.testing.servers.anthropic_server import (
     AnthropicCompatibleServer,
     reply_delay,
-    reply_disconnect,
     reply_error,
     reply_json,
-    reply_text,
     reply_tool_call,
 )
-
-
-async def test_a_429_is_retried_and_then_succeeds(
-    anthropic_server: AnthropicCompatibleServer, make_anthropic: Callable[..., AnthropicProcessor]
-) -> None:
-    anthropic_server.enqueue(
-        reply_error(429, "Number of requests has exceeded your rate limit.", headers=FAST),
-        reply_tool_call("plan_search", {"steps": []}),
-    )
-
-    response = await send_forced(make_anthropic(max_retries=1))
-
-    assert not response.has_error
-    assert response.function_calls[0].arguments == '{"steps": []}'
-    retry_counts = [request.headers["x-stainless-retry-count"] for request in anthropic_server.requests]
-    assert retry_counts == ["0", "1"]
-
-
-async def test_persistent_500s_end_as_an_error_after_max_retries_plus_one_attempts(
-    anthropic_server: AnthropicCompatibleServer, make_anthropic: Callable[..., AnthropicProcessor]
-) -> None:
-    anthropic_server.responder = lambda body: reply_error(500, "Internal server error", headers=FAST)
-
-    response = await send_forced(make_anthropic(max_retries=2))
-
-    assert response.error == "anthropic: 500 server error after 3 attempts: Internal server error"
-    assert len(anthropic_server.requests) == 3
 
 
 async def test_an_overloaded_server_and_a_persistent_rate_limit_say_so(
@@ -66,19 +38,6 @@ async def test_an_overloaded_server_and_a_persistent_rate_limit_say_so(
     assert limited.error == "anthropic: 429 rate limited after 2 attempts: Slow down."
 
 
-async def test_a_client_error_is_not_retried(
-    anthropic_server: AnthropicCompatibleServer, make_anthropic: Callable[..., AnthropicProcessor]
-) -> None:
-    anthropic_server.enqueue(reply_error(400, "tools.0.input_schema: JSON schema is invalid"))
-
-    response = await send_forced(make_anthropic(max_retries=3))
-
-    assert response.error == (
-        "anthropic: 400 bad request after 1 attempt: tools.0.input_schema: JSON schema is invalid"
-    )
-    assert len(anthropic_server.requests) == 1
-
-
 async def test_a_slow_server_times_out_quickly_and_a_timeout_is_retried(
     anthropic_server: AnthropicCompatibleServer, make_anthropic: Callable[..., AnthropicProcessor]
 ) -> None:
@@ -91,30 +50,6 @@ async def test_a_slow_server_times_out_quickly_and_a_timeout_is_retried(
     assert timed_out.error == "anthropic: request timed out after 1 attempt (timeout 0.2s)"
     assert retried.error is None and retried.function_calls[0].name == "plan_search"
     assert len(anthropic_server.requests) == 3
-
-
-async def test_a_dropped_connection_is_retried_and_a_refused_one_is_a_value(
-    anthropic_server: AnthropicCompatibleServer, make_anthropic: Callable[..., AnthropicProcessor]
-) -> None:
-    anthropic_server.enqueue(reply_disconnect(), reply_text("back"))
-    processor, refused_processor = make_anthropic(max_retries=1), make_anthropic(max_retries=0)
-
-    back = await send(processor)
-    anthropic_server.stop()
-    refused = await send(refused_processor)
-
-    assert back.text == "back"
-    assert refused.error is not None
-    assert refused.error.startswith("anthropic: connection error after 1 attempt: ")
-
-
-async def test_an_unmappable_history_message_is_an_error_and_nothing_is_sent(
-    anthropic_server: AnthropicCompatibleServer, make_anthropic: Callable[..., AnthropicProcessor]
-) -> None:
-    response = await send(make_anthropic(), history=[{"role": "narrator", "content": "Once upon a time"}])
-
-    assert response.error == "anthropic: invalid request: history message #0: unknown role 'narrator'"
-    assert anthropic_server.requests == []
 
 
 async def test_a_reply_that_is_not_a_message_is_an_error(

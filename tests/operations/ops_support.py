@@ -30,7 +30,7 @@ from tests.servers.worker import CONFIG_ENV_VARS, WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
-IMPORTS = ("parity_workflows", "operations_workflows")
+IMPORTS = ("workflows.parity", "workflows.operations")
 FLOWER_USER, FLOWER_PASSWORD = "ops", "flower-test-password"
 
 

@@ -1,7 +1,7 @@
 """Every fallback is visible (issue 23), on the inline runner and on a real worker over Redis: a step
 that returns its fallback ends the run ``degraded``, with a ``model_unavailable`` event naming the
 step and the reason. A typed step with no row in the tool store sends its type's schema and
-succeeds. The workflows are in ``tests/fallback_workflows.py``."""
+succeeds. The workflows are in ``tests/workflows/fallback.py``."""
 
 from __future__ import annotations
 

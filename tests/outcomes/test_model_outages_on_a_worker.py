@@ -5,10 +5,8 @@ model was unavailable (not "please rephrase"), and its task's result and log lin
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +15,6 @@ from agentloop.examples.record_search import MODEL_UNAVAILABLE_MESSAGE, NO_PLAN_
 from agentloop.examples.record_search.offline import extract_embedded_text, offline_responders
 from agentloop.examples.record_search.resources import open_resources
 from agentloop.examples.record_search.workflows import ASK
-from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
 from agentloop.orchestration.store import RunStore
 from agentloop.orchestration.testing.servers.openai_server import (
@@ -28,12 +25,11 @@ from agentloop.orchestration.testing.servers.openai_server import (
     reply_tool_call,
 )
 from agentloop.orchestration.wire import DegradedResult
-from tests.servers.private_services import redis_and_store
-from tests.servers.worker import WorkerProcess, run_worker_process
+from tests.servers.worker import WorkerProcess
+from tests.servers.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-test-outage-key-0123456789"
 #: Each kind of outage, and what the failure recorded on the run says.
 OUTAGES = {
@@ -79,30 +75,18 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     with ExitStack() as stack:
-        services = redis_and_store(stack, tmp_path_factory.mktemp("outages"), file="agent.sqlite3")
-        redis, database_url, store = services.redis, services.database_url, services.store
-        open_resources(database_url).dispose()  # the sample records and tools, before any task
-        server = stack.enter_context(OpenAICompatibleServer(api_key=API_KEY, responder=chaos))
-        env = {
-            "DATABASE_URL": database_url,
-            "OPENAI_API_KEY": API_KEY,
-            "OPENAI_BASE_URL": server.base_url,
-            "OPENAI_MAX_RETRIES": "1",
-            "OPENAI_TIMEOUT_SECONDS": "0.5",
-            "PYTHONPATH": os.pathsep.join([str(ROOT)]),
-        }
-        worker = stack.enter_context(
-            run_worker_process(
-                broker_url=redis.url,
-                result_backend=redis.url,
-                imports=["agentloop.examples.record_search.workflows"],
-                env=env,
-                concurrency=4,
-            )
+        server = OpenAICompatibleServer(api_key=API_KEY, responder=chaos)
+        services = WorkerEnvironment.start(
+            stack,
+            tmp_path_factory.mktemp("outages"),
+            file="agent.sqlite3",
+            model=server,
+            model_key=API_KEY,
+            env={"OPENAI_MAX_RETRIES": "1", "OPENAI_TIMEOUT_SECONDS": "0.5"},
         )
-        app = create_app(overrides={"broker_url": redis.url, "result_backend": redis.url})
-        stack.callback(app.close)
-        yield Rig(app, store, worker, server)
+        open_resources(services.database_url).dispose()  # the sample records and tools, before any task
+        worker = services.start_worker(["agentloop.examples.record_search.workflows"], concurrency=4)
+        yield Rig(services.client(), services.store, worker, server)
 
 
 def test_every_kind_of_model_outage_ends_the_run_degraded_with_the_error_recorded(rig: Rig) -> None:

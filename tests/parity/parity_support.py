@@ -13,7 +13,7 @@ from agentloop.orchestration.errors import WorkflowFailedError
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.testing import ProgressRecorder
 
-PARITY = RunnableRegistry.from_modules(["parity_workflows"])
+PARITY = RunnableRegistry.from_modules(["workflows.parity"])
 
 
 @dataclass

@@ -22,7 +22,7 @@ RACERS = 6
 
 
 def test_two_ticks_at_the_same_instant_start_one_batch(run_store: RunStore) -> None:
-    registry = RunnableRegistry.from_modules(["parity_workflows"])
+    registry = RunnableRegistry.from_modules(["workflows.parity"])
     both_checked = threading.Barrier(TICKS, timeout=30)
 
     def inputs() -> list[int]:  # read by each tick after it found no open batch, before it records one

@@ -9,7 +9,6 @@ import asyncio
 import json
 from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +17,6 @@ from agentloop.examples.record_search import MODEL_UNAVAILABLE_MESSAGE, RecordSe
 from agentloop.examples.record_search.offline import extract_embedded_text, offline_responders
 from agentloop.examples.record_search.resources import open_resources
 from agentloop.examples.record_search.workflows import ASK
-from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
 from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 from agentloop.orchestration.store import RunStore
@@ -28,12 +26,10 @@ from agentloop.orchestration.testing.servers.openai_server import (
     reply_broken_stream,
     reply_tool_call,
 )
-from tests.servers.private_services import redis_and_store
-from tests.servers.worker import run_worker_process
+from tests.servers.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-test-streaming-worker-0123456789"
 QUESTION = "Which software companies are in Germany?"
 
@@ -64,39 +60,28 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     with ExitStack() as stack:
-        services = redis_and_store(stack, tmp_path_factory.mktemp("streaming"), file="agent.sqlite3")
-        redis, database_url, store = services.redis, services.database_url, services.store
-        open_resources(database_url).dispose()  # the sample records and tools, before any task
-        server = stack.enter_context(
-            OpenAICompatibleServer(
-                api_key=API_KEY,
-                responder=answer_like_the_offline_model,
-                stream_chunk_size=8,
-                stream_chunk_delay=0.005,
-            )
+        server = OpenAICompatibleServer(
+            api_key=API_KEY,
+            responder=answer_like_the_offline_model,
+            stream_chunk_size=8,
+            stream_chunk_delay=0.005,
         )
-        env = {
-            "DATABASE_URL": database_url,
-            "OPENAI_API_KEY": API_KEY,
-            "OPENAI_BASE_URL": server.base_url,
+        stream_env = {
             "OPENAI_MODEL": "test-model",
-            "OPENAI_MAX_RETRIES": "0",
             "AGENTLOOP_MODEL_STREAM": "1",
             "AGENTLOOP_MODEL_STREAM_INTERVAL_SECONDS": "0.02",
-            "PYTHONPATH": str(ROOT),
         }
-        stack.enter_context(
-            run_worker_process(
-                broker_url=redis.url,
-                result_backend=redis.url,
-                imports=["agentloop.examples.record_search.workflows"],
-                env=env,
-                concurrency=2,
-            )
+        services = WorkerEnvironment.start(
+            stack,
+            tmp_path_factory.mktemp("streaming"),
+            file="agent.sqlite3",
+            model=server,
+            model_key=API_KEY,
+            env=stream_env,
         )
-        app = create_app(overrides={"broker_url": redis.url, "result_backend": redis.url})
-        stack.callback(app.close)
-        yield Rig(app, store, server, database_url)
+        open_resources(services.database_url).dispose()  # the sample records and tools, before any task
+        services.start_worker(["agentloop.examples.record_search.workflows"], concurrency=2)
+        yield Rig(services.client(), services.store, server, services.database_url)
 
 
 async def unstreamed_result(rig: Rig, message: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from opentelemetry.instrumentation.celery import CeleryInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from tracing_workflows import SECRET_PROMPT
+from workflows.tracing import SECRET_PROMPT
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.embedded import embedded_worker
@@ -38,7 +38,7 @@ def traced_run(tmp_path: Any) -> Iterator[tuple[Any, list[ReadableSpan]]]:
     store, _ = open_store(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
     app = create_app(
         settings=load_settings({}),
-        registry=RunnableRegistry.from_modules(["tracing_workflows"]),
+        registry=RunnableRegistry.from_modules(["workflows.tracing"]),
         store=store,
         overrides={"broker_url": server.url, "result_backend": server.url},
     )

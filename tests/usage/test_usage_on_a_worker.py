@@ -12,17 +12,14 @@ from typing import Any
 
 import pytest
 
-from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.errors import WorkflowFailedError
 from agentloop.orchestration.store import RunStore
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text
-from tests.servers.private_services import redis_and_store
-from tests.servers.worker import run_worker_process
+from tests.servers.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-test-usage-worker-0123456789"
 PROMPT, COMPLETION = 5, 11  # the tokens the server reports for each reply
 
@@ -33,35 +30,20 @@ class Rig:
 
 
 def rig_for(stack: ExitStack, folder: Path, *, stream: bool) -> Rig:
-    services = redis_and_store(stack, folder)
-    server = stack.enter_context(
-        OpenAICompatibleServer(
-            api_key=API_KEY,
-            responder=lambda body: reply_text("a reply", usage=(PROMPT, COMPLETION)),
-            stream_chunk_size=3,
-        )
+    server = OpenAICompatibleServer(
+        api_key=API_KEY,
+        responder=lambda body: reply_text("a reply", usage=(PROMPT, COMPLETION)),
+        stream_chunk_size=3,
     )
-    env = {
-        "DATABASE_URL": services.database_url,
-        "OPENAI_API_KEY": API_KEY,
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_MODEL": "test-model",
-        "OPENAI_MAX_RETRIES": "0",
-        "AGENTLOOP_MODEL_STREAM": "1" if stream else "0",
-        "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}",
-    }
-    stack.enter_context(
-        run_worker_process(
-            broker_url=services.redis.url,
-            result_backend=services.redis.url,
-            imports=["usage_workflows"],
-            env=env,
-            concurrency=1,
-        )
+    services = WorkerEnvironment.start(
+        stack,
+        folder,
+        model=server,
+        model_key=API_KEY,
+        env={"OPENAI_MODEL": "test-model", "AGENTLOOP_MODEL_STREAM": "1" if stream else "0"},
     )
-    app = create_app(overrides={"broker_url": services.redis.url, "result_backend": services.redis.url})
-    stack.callback(app.close)
-    return Rig(app, services.store, server, stream=stream)
+    services.start_worker(["workflows.usage"], concurrency=1)
+    return Rig(services.client(), services.store, server, stream=stream)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["whole", "streamed"])

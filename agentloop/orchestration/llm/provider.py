@@ -54,9 +54,11 @@ from agentloop.orchestration.llm.limits.backends.redis import RedisBackend
 from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor
 from agentloop.orchestration.llm.limits.window import WindowBackend, WindowRateLimiter, limit_key
 from agentloop.orchestration.llm.offline import OfflineModel
+from agentloop.orchestration.providers.table import OFFLINE, load, setting
+from agentloop.orchestration.providers.table import PROVIDERS as PROVIDER_TABLE
 from agentloop.orchestration.redaction import redact_url
 from agentloop.orchestration.settings import ModelSettings, load_settings
-from agentloop.orchestration.settings.provider import DEFAULT_ANTHROPIC_MODEL, ProviderName
+from agentloop.orchestration.settings.provider import ProviderName
 
 __all__ = ["OFFLINE_DESCRIPTION", "ModelProvider", "describe_processor", "processor_from_env"]
 
@@ -82,25 +84,27 @@ class ModelProvider:
 
     @property
     def kind(self) -> ProviderName:
-        """The processors this provider builds: ``openai``, ``anthropic`` or ``offline`` (module doc)."""
-        settings, chosen = self.settings, self.settings.provider
-        if chosen.name is not None:
-            return chosen.name
-        if settings.openai_api_key is not None or settings.openai_base_url is not None:
-            return "openai"
-        if chosen.anthropic_api_key is not None or chosen.anthropic_base_url is not None:
-            return "anthropic"
-        return "offline"
+        """The processors this provider builds: a name of the provider table or ``offline`` (module doc)."""
+        chosen = self.settings.provider.name
+        if chosen is not None:
+            return chosen
+        for row in PROVIDER_TABLE.values():
+            if (
+                setting(self.settings, row.api_key) is not None
+                or setting(self.settings, row.base_url) is not None
+            ):
+                return row.name
+        return OFFLINE
 
     @property
     def model_name(self) -> str:
         """The model the processors ask (``offline`` for the offline model)."""
-        kind, chosen = self.kind, self.settings.provider
-        if kind == "openai":
-            return chosen.model_name or self.settings.openai_model
-        if kind == "anthropic":
-            return chosen.model_name or DEFAULT_ANTHROPIC_MODEL
-        return OfflineModel.model_name
+        row = PROVIDER_TABLE.get(self.kind)
+        if row is None:
+            return OfflineModel.model_name
+        if self.settings.provider.model_name:
+            return self.settings.provider.model_name
+        return str(setting(self.settings, row.model_setting)) if row.model_setting else row.default_model
 
     @property
     def limiter(self) -> WindowRateLimiter | None:
@@ -136,7 +140,7 @@ class ModelProvider:
 
     def _model(self) -> ModelProcessor:
         kind = self.kind
-        if kind == "offline":
+        if kind == OFFLINE:
             return self._offline() if self._offline is not None else OfflineModel()
         with self._lock:
             base = self._sdk_processor
@@ -148,13 +152,7 @@ class ModelProvider:
     def _sdk(self, kind: ProviderName) -> Any:
         """The processor whose per-loop SDK clients this provider's processors share (module doc)."""
         # imported here: an SDK is loaded only by deployments that call it
-        if kind == "anthropic":
-            from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
-
-            return AnthropicProcessor.from_settings(self.settings)
-        from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
-
-        return OpenAIProcessor.from_settings(self.settings)
+        return load(PROVIDER_TABLE[kind].processor).from_settings(self.settings)
 
     def close(self) -> None:
         """Close the limiter's connections (a later processor opens them again)."""
@@ -193,13 +191,11 @@ def describe_processor(processor: object) -> str:
         return f"{describe_processor(processor.inner)}; rate-limited: {processor.limiter.describe()}"
     if isinstance(processor, OfflineModel):
         return OFFLINE_DESCRIPTION
-    openai = _loaded_class("agentloop.orchestration.llm.openai.processor", "OpenAIProcessor")
     streamed = "; streamed" if getattr(processor, "stream", False) is True else ""
-    if openai is not None and isinstance(processor, openai):
-        return f"OpenAI-compatible model {processor.model} at {redact_url(processor.base_url)}{streamed}"
-    anthropic = _loaded_class("agentloop.orchestration.llm.anthropic.processor", "AnthropicProcessor")
-    if anthropic is not None and isinstance(processor, anthropic):
-        return f"Anthropic model {processor.model} at {redact_url(processor.base_url)}{streamed}"
+    for row in PROVIDER_TABLE.values():
+        cls = _loaded_class(row.processor_module, row.processor_class)
+        if cls is not None and isinstance(processor, cls):
+            return f"{row.label} {processor.model} at {redact_url(processor.base_url)}{streamed}"
     kind = type(processor).__name__
     model = getattr(processor, "model", None) or getattr(processor, "model_name", None)
     return f"{kind} ({model})" if isinstance(model, str) and model else kind

@@ -7,6 +7,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
+from agentloop.orchestration.providers.table import PROVIDERS as PROVIDER_TABLE
+from agentloop.orchestration.providers.table import setting
 from agentloop.orchestration.settings.group import SettingsGroup, count, env_field, seconds
 from agentloop.orchestration.settings.provider import ProviderSettings
 
@@ -47,7 +49,7 @@ class ModelSettings(SettingsGroup):
 
     def key_texts(self) -> tuple[str, ...]:
         """The API keys this group holds, as text: what no record of a run may keep."""
-        keys = (self.openai_api_key, self.provider.anthropic_api_key)
+        keys = [setting(self, row.api_key) for row in PROVIDER_TABLE.values()]
         return tuple(key.get_secret_value() for key in keys if key is not None and key.get_secret_value())
 
     @field_validator("openai_timeout_seconds", mode="before")

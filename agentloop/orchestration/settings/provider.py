@@ -20,19 +20,22 @@ at most).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import SecretStr, ValidationInfo, field_validator
 
+from agentloop.orchestration.providers.table import OFFLINE
+from agentloop.orchestration.providers.table import PROVIDERS as PROVIDER_TABLE
 from agentloop.orchestration.settings.group import SettingsGroup, count, env_field, seconds, switch
 
 __all__ = ["DEFAULT_ANTHROPIC_MODEL", "PROVIDERS", "ProviderName", "ProviderSettings"]
 
-ProviderName = Literal["openai", "anthropic", "offline"]
-#: The values ``AGENTLOOP_MODEL_PROVIDER`` accepts.
-PROVIDERS: tuple[ProviderName, ...] = ("openai", "anthropic", "offline")
+#: A name of the provider table (:mod:`agentloop.orchestration.providers.table`) or ``offline``.
+ProviderName = str
+#: The values ``AGENTLOOP_MODEL_PROVIDER`` accepts: the table's names, then ``offline``.
+PROVIDERS: tuple[ProviderName, ...] = (*PROVIDER_TABLE, OFFLINE)
 #: The model asked on Anthropic when ``AGENTLOOP_MODEL`` is not set.
-DEFAULT_ANTHROPIC_MODEL = "claude-haiku-4-5"
+DEFAULT_ANTHROPIC_MODEL = PROVIDER_TABLE["anthropic"].default_model
 
 
 class ProviderSettings(SettingsGroup):

@@ -18,19 +18,14 @@ from datetime import datetime
 from typing import Any
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
-from agentloop.orchestration.metrics import record as metrics
+from agentloop.orchestration.store.base import Ended, Finish, Refused, RunStoreBase
 from agentloop.orchestration.store.checks import (
     check_count,
-    check_finish,
-    check_terminal_status,
-    error_value,
     event_columns,
     event_payloads,
     loop_row,
-    new_run_values,
-    run_key,
 )
-from agentloop.orchestration.store.json_values import JsonValue, to_json_value
+from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
     OPEN_STATUSES,
@@ -64,7 +59,7 @@ def _copied(record: RunRecord) -> RunRecord:
     )
 
 
-class InMemoryRunStore:
+class InMemoryRunStore(RunStoreBase):
     """A dict-backed :class:`~agentloop.orchestration.store.RunStore` (thread-safe, one process)."""
 
     def __init__(self) -> None:
@@ -77,40 +72,15 @@ class InMemoryRunStore:
         #: The entries of recorded runs.
         self.recordings = InMemoryRecordingStore()
 
-    def create_run(
-        self,
-        *,
-        run_id: str,
-        runnable: str,
-        input: JsonValue,
-        root_run_id: str | None = None,
-        parent_run_id: str | None = None,
-        path: str = "",
-        token_budget: int | None = None,
-        celery_task_id: str | None = None,
-        owner: RunOwner | None = None,
-        principal: str | None = None,
-    ) -> RunRecord:
-        """Record a pending run; :class:`~agentloop.orchestration.errors.RunExistsError` if the id exists."""
-        values = new_run_values(
-            run_id=run_id,
-            runnable=runnable,
-            input=input,
-            root_run_id=root_run_id,
-            parent_run_id=parent_run_id,
-            path=path,
-            token_budget=token_budget,
-            celery_task_id=celery_task_id,
-            principal=principal,
-        )
+    def _insert_run(self, values: dict[str, Any], owner: RunOwner | None) -> RunRecord:
         record = RunRecord(**values)
         with self._lock:
-            stored = self._runs.get(run_id)
+            stored = self._runs.get(record.id)
             if stored is not None:
                 raise RunExistsError(_copied(stored))
-            self._runs[run_id] = record
+            self._runs[record.id] = record
             if owner is not None:
-                self._owners[run_id] = owner
+                self._owners[record.id] = owner
             return _copied(record)
 
     def create_run_unless_open(
@@ -137,17 +107,14 @@ class InMemoryRunStore:
             raise RunNotFoundError(run_id)
         return record
 
-    def mark_running(self, run_id: str) -> bool:
-        """Mark the run running, keeping its first start time; ``False`` when it had already ended."""
+    def _mark_running(self, run_id: str) -> tuple[bool, str | None]:
         with self._lock:
             record = self._get(run_id)
             if record.status in TERMINAL_STATUSES:
-                return False
+                return False, None
             started_at = record.started_at or utcnow()
             self._runs[run_id] = replace(record, status=RunStatus.RUNNING.value, started_at=started_at)
-        if record.started_at is None:  # its first start (as the SQL store counts it)
-            metrics.run_started(record.runnable)
-        return True
+        return True, record.runnable if record.started_at is None else None  # counted at its first start
 
     def mark_waiting(self, run_id: str) -> bool:
         """Mark a running run ``waiting`` for a person's answer; ``False`` when it was not running."""
@@ -158,42 +125,22 @@ class InMemoryRunStore:
             self._runs[run_id] = replace(record, status=RunStatus.WAITING.value)
             return True
 
-    def finish_run(
-        self,
-        run_id: str,
-        *,
-        status: str,
-        output: JsonValue = None,
-        error: JsonValue | BaseException = None,
-        owner_token: str | None = None,
-        stopped_by: str | None = None,
-    ) -> None:
-        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``;
-        ``stopped_by`` says how a run that returned ended (``"complete"`` or ``"bound"``).
-
-        Only a run that has not ended, and only with its owner's token when it has one.
-        """
-        outcome = (
-            check_terminal_status(status),
-            to_json_value(output, what=f"output of run {run_key(run_id)}"),
-            to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
-        )
+    def _finish_run(self, asked: Finish) -> Ended | Refused:
+        run_id, owner_token, ended = asked.run_id, asked.owner_token, asked.ended
         with self._lock:
             record, owner = self._runs.get(run_id), self._owners.get(run_id)
             if record is None or record.is_finished or (owner is not None and not owner.holds(owner_token)):
-                check_finish(record, owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
-                return
-            final, stored_output, stored_error = outcome
-            ended = utcnow()
+                return Refused(record, owner)
+            final, stored_output, stored_error = asked.outcome
             self._runs[run_id] = replace(
                 record,
                 status=final,
                 output=stored_output,
                 error=stored_error,
                 finished_at=ended,
-                stopped_by=stopped_by,
+                stopped_by=asked.stopped_by,
             )
-        metrics.run_ended(record.runnable, final, record.started_at or record.created_at, ended)
+        return Ended(record.runnable, record.started_at or record.created_at)
 
     def count_open_runs(self) -> dict[tuple[str, str], int]:
         """Runs not ended (pending, running, waiting), by ``(runnable, status)``."""

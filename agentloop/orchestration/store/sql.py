@@ -29,17 +29,12 @@ from sqlalchemy import (
 )
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
-from agentloop.orchestration.metrics import record as metrics
+from agentloop.orchestration.store.base import Ended, Finish, Refused, RunStoreBase
 from agentloop.orchestration.store.checks import (
     check_count,
-    check_finish,
-    check_terminal_status,
-    error_value,
     event_rows,
     is_storable_id,
     loop_row,
-    new_run_values,
-    run_key,
 )
 from agentloop.orchestration.store.dialects import (
     PG_APPEND_EVENTS,
@@ -52,7 +47,7 @@ from agentloop.orchestration.store.dialects import (
     pg_event_batch,
     upserts,
 )
-from agentloop.orchestration.store.json_values import JsonValue, to_json_value
+from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
     OPEN_STATUSES,
@@ -117,7 +112,7 @@ def _record_and_owner(columns: RowMapping) -> tuple[RunRecord, RunOwner | None]:
     return RunRecord(**values), owner
 
 
-class SqlRunStore:
+class SqlRunStore(RunStoreBase):
     """The :class:`~agentloop.orchestration.store.RunStore` on SQLite or PostgreSQL.
 
     Build it on an engine of a migrated database
@@ -136,36 +131,11 @@ class SqlRunStore:
         """The entries of recorded runs (``run_recordings``), in the same database."""
 
     @retried
-    def create_run(
-        self,
-        *,
-        run_id: str,
-        runnable: str,
-        input: JsonValue,
-        root_run_id: str | None = None,
-        parent_run_id: str | None = None,
-        path: str = "",
-        token_budget: int | None = None,
-        celery_task_id: str | None = None,
-        owner: RunOwner | None = None,
-        principal: str | None = None,
-    ) -> RunRecord:
-        """Record a pending run; :class:`~agentloop.orchestration.errors.RunExistsError` if the id exists."""
-        values = new_run_values(
-            run_id=run_id,
-            runnable=runnable,
-            input=input,
-            root_run_id=root_run_id,
-            parent_run_id=parent_run_id,
-            path=path,
-            token_budget=token_budget,
-            celery_task_id=celery_task_id,
-            principal=principal,
-        )
+    def _insert_run(self, values: dict[str, Any], owner: RunOwner | None) -> RunRecord:
         owned = {"launch_digest": owner.launch_digest, "owner_token": owner.token} if owner else {}
         with self.engine.begin() as connection:
             created = connection.execute(self._upserts.create_run, {**values, **owned}).first() is not None
-            record = _record(connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == run_id)).one())
+            record = _record(connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == values["id"])).one())
         if not created:
             raise RunExistsError(record)
         return record
@@ -191,10 +161,7 @@ class SqlRunStore:
         return None if token is None else RunOwner(launch_digest=digest or "", token=token)
 
     @retried
-    def mark_running(self, run_id: str) -> bool:
-        """Mark the run running, keeping its first start time; ``False`` when it had already ended.
-
-        Its first start is counted (``orchestration/metrics/``); a redelivery or a resumed wait is not."""
+    def _mark_running(self, run_id: str) -> tuple[bool, str | None]:
         open_run = (runs.c.id == run_id, runs.c.status.not_in(sorted(TERMINAL_STATUSES)))
         first = (
             update(runs)
@@ -211,33 +178,12 @@ class SqlRunStore:
                 and connection.execute(select(runs.c.id).where(runs.c.id == run_id)).first() is None
             ):
                 raise RunNotFoundError(run_id)
-        if started is not None:
-            metrics.run_started(started.runnable)
-        return marked
+        return marked, None if started is None else str(started.runnable)
 
     @retried
-    def finish_run(
-        self,
-        run_id: str,
-        *,
-        status: str,
-        output: JsonValue = None,
-        error: JsonValue | BaseException = None,
-        owner_token: str | None = None,
-        stopped_by: str | None = None,
-    ) -> None:
-        """End the run with a terminal ``status``; ``error`` may be an exception or ``{"type", ...}``;
-        ``stopped_by`` says how a run that returned ended (``"complete"`` or ``"bound"``).
-
-        Only a run that has not ended, and only with its owner's token when it has one.
-        """
-        outcome = (
-            check_terminal_status(status),
-            to_json_value(output, what=f"output of run {run_key(run_id)}"),
-            to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
-        )
-        final, stored_output, stored_error = outcome
-        ended = utcnow()
+    def _finish_run(self, asked: Finish) -> Ended | Refused:
+        run_id, owner_token, ended = asked.run_id, asked.owner_token, asked.ended
+        final, stored_output, stored_error = asked.outcome
         statement = (
             update(runs)
             .where(
@@ -250,7 +196,7 @@ class SqlRunStore:
                 output=stored_output,
                 error=stored_error,
                 finished_at=ended,
-                stopped_by=stopped_by,
+                stopped_by=asked.stopped_by,
             )
             .returning(runs.c.runnable, runs.c.started_at, runs.c.created_at)
         )
@@ -259,11 +205,9 @@ class SqlRunStore:
             finished = connection.execute(statement).first()
             if finished is None:
                 row = connection.execute(read).first()
-        if finished is not None:  # ended here, now: counted once, whoever else tries
-            metrics.run_ended(finished.runnable, final, finished.started_at or finished.created_at, ended)
-            return
-        record, owner = (None, None) if row is None else _record_and_owner(row._mapping)
-        check_finish(record, owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
+        if finished is not None:
+            return Ended(finished.runnable, finished.started_at or finished.created_at)
+        return Refused(None, None) if row is None else Refused(*_record_and_owner(row._mapping))
 
     @retried
     def get_run(self, run_id: str) -> RunRecord | None:

@@ -47,20 +47,13 @@ JSON, or an ``error`` event (``overloaded_error``).
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler
-from types import MappingProxyType
 from typing import Any
 
 from agentloop.orchestration.testing.servers.anthropic_events import message_events, sse_event
 from agentloop.orchestration.testing.servers.openai_replies import (
-    BrokenStreamReply,
     CompletionReply,
-    DelayedReply,
-    DisconnectReply,
     JsonReply,
-    RecordedRequest,
     Reply,
     estimate_tokens,
     reply_broken_stream,
@@ -71,13 +64,7 @@ from agentloop.orchestration.testing.servers.openai_replies import (
     reply_text,
     reply_tool_call,
 )
-from agentloop.orchestration.testing.servers.scripted_server import (
-    OwnedHTTPServer,
-    ScriptedReplyServer,
-    send_event_stream,
-)
-
-logger = logging.getLogger(__name__)
+from agentloop.orchestration.testing.servers.scripted_server import ScriptedReplyServer
 
 __all__ = [
     "MESSAGES_PATH",
@@ -139,7 +126,7 @@ def default_reply(body: Mapping[str, Any]) -> Reply:
 
 
 #: What a broken stream sends after its good events (nothing: the connection drops or the body ends).
-_FAULT_EVENTS: dict[str, list[str]] = {
+_FAULT_EVENTS: Mapping[str, list[str]] = {
     "disconnect": [],
     "truncated": [],
     "malformed": ['event: content_block_delta\ndata: {"type": "content_block_delta", "index": \n\n'],
@@ -147,105 +134,17 @@ _FAULT_EVENTS: dict[str, list[str]] = {
 }
 
 
+def _key(headers: Mapping[str, str]) -> str | None:
+    """The key sent as ``x-api-key`` or, as newer SDKs send it, as ``Authorization: Bearer``."""
+    scheme, _, token = (headers.get("authorization") or "").partition(" ")
+    return headers.get("x-api-key") or (token if scheme.lower() == "bearer" else None)
+
+
 def _input(arguments: str) -> Any:
     try:
         return json.loads(arguments)
     except ValueError:
         return arguments  # sent verbatim: a malformed input
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: OwnedHTTPServer
-    protocol_version = "HTTP/1.1"
-    timeout = 10.0
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("anthropic test server: " + format, *args)
-
-    def do_GET(self) -> None:
-        self._record(None)
-        self._send(reply_error(404, f"Not found: GET {self.path}"))
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length > 0 else b""
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        self._record(body)
-        owner = self.server.owner
-        if self.path.split("?", 1)[0] != MESSAGES_PATH:
-            self._send(reply_error(404, f"Not found: POST {self.path}"))
-        elif (problem := owner._auth_error(self._key())) is not None:
-            self._send(reply_error(401, problem))
-        elif not self.headers.get("anthropic-version"):
-            self._send(reply_error(400, "anthropic-version: header is required"))
-        elif not isinstance(body, dict) or not all(
-            key in body for key in ("model", "max_tokens", "messages")
-        ):
-            self._send(reply_error(400, "the body must be a JSON object with model, max_tokens and messages"))
-        else:
-            self._answer(owner._next_reply(body), body)
-
-    def _key(self) -> str | None:
-        """The key sent as ``x-api-key`` or, as newer SDKs send it, as ``Authorization: Bearer``."""
-        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
-        return self.headers.get("x-api-key") or (token if scheme.lower() == "bearer" else None)
-
-    def _record(self, body: Any) -> None:
-        headers = MappingProxyType({key.lower(): value for key, value in self.headers.items()})
-        self.server.owner._record(
-            RecordedRequest(method=self.command, path=self.path, headers=headers, body=body)
-        )
-
-    def _answer(self, reply: Reply, request: dict[str, Any]) -> None:
-        owner = self.server.owner
-        while isinstance(reply, DelayedReply):
-            if owner._closing.wait(reply.seconds):
-                self.close_connection = True
-                return  # the server is stopping: abandon the reply
-            reply = reply.then
-        streamed = request.get("stream") is True
-        if isinstance(reply, DisconnectReply) or (isinstance(reply, BrokenStreamReply) and not streamed):
-            self.close_connection = True
-            return
-        if isinstance(reply, JsonReply):
-            self._send(reply)
-        elif streamed:
-            self._send_stream(reply, request)
-        else:
-            self._send(JsonReply(status=200, body=owner._render_message(reply, request)))
-
-    def _send_stream(self, reply: CompletionReply | BrokenStreamReply, request: dict[str, Any]) -> None:
-        """The reply as SSE events in a chunked body; a broken reply ends as its fault says."""
-        owner = self.server.owner
-        broken = reply if isinstance(reply, BrokenStreamReply) else None
-        message = owner._render_message(broken.reply if broken is not None else reply, request)
-        events = message_events(message, chunk_size=owner.stream_chunk_size)
-        if broken is not None:
-            events = events[: broken.after_chunks] + _FAULT_EVENTS[broken.fault]
-        complete = broken is None or broken.fault != "disconnect"
-        headers = [("request-id", f"req_{owner._next_id()}")]
-        send_event_stream(self, owner, events, complete=complete, headers=headers)
-
-    def _send(self, reply: JsonReply) -> None:
-        data = json.dumps(reply.body).encode()
-        keep_alive = self.server.owner.keep_alive
-        try:
-            self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if not keep_alive:
-                self.send_header("Connection", "close")
-            self.send_header("request-id", f"req_{self.server.owner._next_id()}")
-            for name, value in reply.headers:
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except OSError:  # the client gave up (e.g. it timed out)
-            logger.debug("anthropic test server: client went away before the reply")
-        self.close_connection = not keep_alive
 
 
 class AnthropicCompatibleServer(ScriptedReplyServer):
@@ -258,8 +157,8 @@ class AnthropicCompatibleServer(ScriptedReplyServer):
     it as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
-    handler = _Handler
     thread_name = "anthropic-test-server"
+    fault_events = _FAULT_EVENTS
 
     def default_reply(self, body: dict[str, Any]) -> Reply:
         return default_reply(body)
@@ -274,7 +173,27 @@ class AnthropicCompatibleServer(ScriptedReplyServer):
         """The JSON bodies of the ``POST /v1/messages`` requests received so far."""
         return self.posted(MESSAGES_PATH)
 
-    # used by the handler
+    # the dialect the shared handler speaks
+
+    def refusal(self, method: str, path: str, headers: Mapping[str, str], body: Any) -> JsonReply | None:
+        """A 404 for an unknown path, 401 without a (the right) key, 400 without the version or a field."""
+        if method != "POST" or path.split("?", 1)[0] != MESSAGES_PATH:
+            return reply_error(404, f"Not found: {method} {path}")
+        if (problem := self._auth_error(_key(headers))) is not None:
+            return reply_error(401, problem)
+        if not headers.get("anthropic-version"):
+            return reply_error(400, "anthropic-version: header is required")
+        if not isinstance(body, dict) or not all(key in body for key in ("model", "max_tokens", "messages")):
+            return reply_error(400, "the body must be a JSON object with model, max_tokens and messages")
+        return None
+
+    def stream_events(self, rendered: dict[str, Any], request: Mapping[str, Any]) -> list[str]:
+        """``message_start``, each block's start, deltas and stop, ``message_delta``, ``message_stop``."""
+        return message_events(rendered, chunk_size=self.stream_chunk_size)
+
+    def reply_headers(self) -> list[tuple[str, str]]:
+        """Every reply carries a ``request-id``, as Anthropic's do."""
+        return [("request-id", f"req_{self._next_id()}")]
 
     def _auth_error(self, key: str | None) -> str | None:
         if not key or not key.strip():
@@ -283,7 +202,8 @@ class AnthropicCompatibleServer(ScriptedReplyServer):
             return "invalid x-api-key"
         return None
 
-    def _render_message(self, reply: CompletionReply, request: Mapping[str, Any]) -> dict[str, Any]:
+    def render(self, reply: CompletionReply, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``message`` with ``text`` and ``tool_use`` blocks."""
         content: list[dict[str, Any]] = [{"type": "text", "text": reply.content}] if reply.content else []
         content += [
             {

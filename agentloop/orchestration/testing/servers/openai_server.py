@@ -53,11 +53,8 @@ outlives its request and :meth:`OpenAICompatibleServer.stop` returns promptly
 from __future__ import annotations
 
 import json
-import logging
 import time
-from collections.abc import Iterable, Mapping
-from http.server import BaseHTTPRequestHandler
-from types import MappingProxyType
+from collections.abc import Mapping
 from typing import Any
 
 from agentloop.orchestration.testing.servers.openai_chunks import completion_chunks
@@ -82,14 +79,7 @@ from agentloop.orchestration.testing.servers.openai_replies import (
     reply_text,
     reply_tool_call,
 )
-from agentloop.orchestration.testing.servers.scripted_server import (
-    OwnedHTTPServer,
-    ScriptedReplyServer,
-    send_event_stream,
-)
-
-logger = logging.getLogger(__name__)
-
+from agentloop.orchestration.testing.servers.scripted_server import ScriptedReplyServer
 
 __all__ = [
     "BrokenStreamReply",
@@ -116,106 +106,8 @@ __all__ = [
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: OwnedHTTPServer
-    protocol_version = "HTTP/1.1"
-    timeout = 10.0  # a client that stalls mid-request cannot hold a thread for long
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("openai test server: " + format, *args)
-
-    def do_GET(self) -> None:
-        self._record(None)
-        self._send_json(404, _error_body("Unknown request URL: GET " + self.path, "invalid_request_error"))
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length > 0 else b""
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        self._record(body)
-        owner = self.server.owner
-        if self.path.split("?", 1)[0] != CHAT_COMPLETIONS_PATH:
-            self._send_json(
-                404, _error_body(f"Unknown request URL: POST {self.path}", "invalid_request_error")
-            )
-            return
-        auth_error = owner._auth_error(self.headers.get("Authorization"))
-        if auth_error is not None:
-            self._send_json(401, _error_body(auth_error, "invalid_request_error", "invalid_api_key"))
-            return
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            self._send_json(
-                400,
-                _error_body(
-                    "The request body must be a JSON object with 'messages'.", "invalid_request_error"
-                ),
-            )
-            return
-        self._answer(owner._next_reply(body), body)
-
-    def _record(self, body: Any) -> None:
-        headers = MappingProxyType({key.lower(): value for key, value in self.headers.items()})
-        self.server.owner._record(
-            RecordedRequest(method=self.command, path=self.path, headers=headers, body=body)
-        )
-
-    def _answer(self, reply: Reply, request: dict[str, Any]) -> None:
-        owner = self.server.owner
-        while isinstance(reply, DelayedReply):
-            if owner._closing.wait(reply.seconds):
-                self.close_connection = True
-                return  # the server is stopping: abandon the reply
-            reply = reply.then
-        streamed = request.get("stream") is True
-        if isinstance(reply, DisconnectReply) or (isinstance(reply, BrokenStreamReply) and not streamed):
-            self.close_connection = True
-            return
-        if isinstance(reply, JsonReply):
-            self._send_json(reply.status, reply.body, reply.headers)
-            return
-        if streamed:
-            self._send_stream(reply, request)
-            return
-        self._send_json(200, owner._render_completion(reply, request))
-
-    def _send_stream(self, reply: CompletionReply | BrokenStreamReply, request: dict[str, Any]) -> None:
-        """The reply as SSE chunks in a chunked body; a broken reply ends as its fault says."""
-        owner = self.server.owner
-        broken = reply if isinstance(reply, BrokenStreamReply) else None
-        options = request.get("stream_options")
-        chunks = completion_chunks(
-            owner._render_completion(broken.reply if broken is not None else reply, request),
-            chunk_size=owner.stream_chunk_size,
-            include_usage=isinstance(options, dict) and options.get("include_usage") is True,
-        )
-        events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
-        if broken is not None:
-            events = events[: broken.after_chunks] + _FAULT_EVENTS[broken.fault]
-        send_event_stream(self, owner, events, complete=broken is None or broken.fault != "disconnect")
-
-    def _send_json(self, status: int, body: Any, headers: Iterable[tuple[str, str]] = ()) -> None:
-        data = json.dumps(body).encode()
-        keep_alive = self.server.owner.keep_alive
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if not keep_alive:
-                self.send_header("Connection", "close")
-            for name, value in headers:
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except OSError:  # the client gave up (e.g. it timed out): nothing to answer
-            logger.debug("openai test server: client went away before the reply")
-        self.close_connection = not keep_alive
-
-
 #: What a broken stream sends after its good chunks (nothing: the connection drops).
-_FAULT_EVENTS: dict[str, list[str]] = {
+_FAULT_EVENTS: Mapping[str, list[str]] = {
     "disconnect": [],
     "truncated": [],
     "malformed": ['data: {"choices": [{"index": 0, "delta": {"content": \n\n'],
@@ -242,8 +134,8 @@ class OpenAICompatibleServer(ScriptedReplyServer):
     manager, or call :meth:`start` and :meth:`stop`.
     """
 
-    handler = _Handler
     thread_name = "openai-test-server"
+    fault_events = _FAULT_EVENTS
 
     def default_reply(self, body: dict[str, Any]) -> Reply:
         return default_reply(body)
@@ -258,7 +150,33 @@ class OpenAICompatibleServer(ScriptedReplyServer):
         """The JSON bodies of the ``POST /v1/chat/completions`` requests received so far."""
         return self.posted(CHAT_COMPLETIONS_PATH)
 
-    # used by the handler
+    # the dialect the shared handler speaks
+
+    def refusal(self, method: str, path: str, headers: Mapping[str, str], body: Any) -> JsonReply | None:
+        """OpenAI's 404 for an unknown path, 401 without a (the right) key, 400 without ``messages``."""
+        if method != "POST" or path.split("?", 1)[0] != CHAT_COMPLETIONS_PATH:
+            return JsonReply(
+                status=404, body=_error_body(f"Unknown request URL: {method} {path}", "invalid_request_error")
+            )
+        auth_error = self._auth_error(headers.get("authorization"))
+        if auth_error is not None:
+            return JsonReply(
+                status=401, body=_error_body(auth_error, "invalid_request_error", "invalid_api_key")
+            )
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            message = "The request body must be a JSON object with 'messages'."
+            return JsonReply(status=400, body=_error_body(message, "invalid_request_error"))
+        return None
+
+    def stream_events(self, rendered: dict[str, Any], request: Mapping[str, Any]) -> list[str]:
+        """One ``data:`` line a ``chat.completion.chunk``, then ``data: [DONE]``."""
+        options = request.get("stream_options")
+        chunks = completion_chunks(
+            rendered,
+            chunk_size=self.stream_chunk_size,
+            include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        )
+        return [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
 
     def _auth_error(self, authorization: str | None) -> str | None:
         scheme, _, key = (authorization or "").partition(" ")
@@ -268,7 +186,8 @@ class OpenAICompatibleServer(ScriptedReplyServer):
             return "Incorrect API key provided."
         return None
 
-    def _render_completion(self, reply: CompletionReply, request: Mapping[str, Any]) -> dict[str, Any]:
+    def render(self, reply: CompletionReply, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``chat.completion`` with one choice."""
         tool_calls = [
             {
                 "id": call.id or f"call_{self._next_id('call')}",

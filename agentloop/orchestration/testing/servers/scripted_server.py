@@ -1,24 +1,39 @@
 """What the local wire-protocol test servers share: a threaded HTTP server on 127.0.0.1 that
 answers from a FIFO script of replies (then a responder, then a default) and records every
 request, and streams a reply as Server-Sent Events when asked to (:func:`send_event_stream`).
-``openai_server.py`` and ``anthropic_server.py`` add their protocol's handler, paths,
-authentication and rendering."""
+One handler (:class:`DialectHandler`) serves every protocol: it reads the request, records it,
+asks the server's dialect whether to refuse it, waits out delays and sends the reply whole or
+streamed. ``openai_server.py`` and ``anthropic_server.py`` give their dialect: the path, the
+refusals (authentication, a malformed body), the rendering of a reply and its stream events."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import logging
 import socket
 import threading
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, ClassVar, Self
 
-from agentloop.orchestration.testing.servers.openai_replies import RecordedRequest, Reply, Responder
+from agentloop.orchestration.testing.servers.openai_replies import (
+    BrokenStreamReply,
+    CompletionReply,
+    DelayedReply,
+    DisconnectReply,
+    JsonReply,
+    RecordedRequest,
+    Reply,
+    Responder,
+)
 
-__all__ = ["OwnedHTTPServer", "ScriptedReplyServer", "send_event_stream"]
+__all__ = ["DialectHandler", "OwnedHTTPServer", "ScriptedReplyServer", "send_event_stream"]
+
+logger = logging.getLogger(__name__)
 
 
 class OwnedHTTPServer(ThreadingHTTPServer):
@@ -57,15 +72,17 @@ class OwnedHTTPServer(ThreadingHTTPServer):
 class ScriptedReplyServer:
     """Serve in a background thread; replies come from the script, the responder or the default.
 
-    Subclasses set :attr:`handler` and :attr:`thread_name`, and give :meth:`default_reply` and
+    Subclasses set :attr:`thread_name` and :attr:`fault_events`, and give :meth:`default_reply`,
+    the dialect (:meth:`refusal`, :meth:`render`, :meth:`stream_events`, :meth:`reply_headers`) and
     ``base_url``. A streamed reply comes in pieces of ``stream_chunk_size`` characters,
     ``stream_chunk_delay`` seconds apart (attributes a test may change between requests). Use
     it as a context manager, or call :meth:`start` and :meth:`stop`. With ``keep_alive`` a whole
     reply leaves its connection open, as a real server does; :meth:`stop` ends such connections.
     """
 
-    handler: ClassVar[type[BaseHTTPRequestHandler]]
     thread_name: ClassVar[str]
+    #: What a broken stream sends after its good events, by fault (nothing: the connection drops).
+    fault_events: ClassVar[Mapping[str, Sequence[str]]] = MappingProxyType({})
 
     def __init__(
         self,
@@ -103,6 +120,29 @@ class ScriptedReplyServer:
         """The answer when neither the script nor the responder gives one."""
         raise NotImplementedError
 
+    @property
+    def base_url(self) -> str:
+        """What to pass as the SDK's ``base_url``."""
+        raise NotImplementedError
+
+    # the dialect: what the protocol's server gives the shared handler
+
+    def refusal(self, method: str, path: str, headers: Mapping[str, str], body: Any) -> JsonReply | None:
+        """The error a request gets before any reply (unknown path, no key, a malformed body), or ``None``."""
+        raise NotImplementedError
+
+    def render(self, reply: CompletionReply, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The JSON body of ``reply`` (a whole answer) to ``request``."""
+        raise NotImplementedError
+
+    def stream_events(self, rendered: dict[str, Any], request: Mapping[str, Any]) -> list[str]:
+        """The Server-Sent Events that stream ``rendered`` (from :meth:`render`)."""
+        raise NotImplementedError
+
+    def reply_headers(self) -> list[tuple[str, str]]:
+        """Headers every reply carries besides the protocol's own (e.g. a request id)."""
+        return []
+
     # lifecycle
 
     def start(self) -> Self:
@@ -110,7 +150,7 @@ class ScriptedReplyServer:
         if self._httpd is not None:
             raise RuntimeError("server already started")
         self._closing.clear()
-        httpd = OwnedHTTPServer((self._host, self._port), self.handler)
+        httpd = OwnedHTTPServer((self._host, self._port), DialectHandler)
         httpd.owner = self
         self._httpd = httpd
         self._thread = threading.Thread(
@@ -196,6 +236,95 @@ class ScriptedReplyServer:
         """The next number of the id sequence ``kind`` (each counts from 1)."""
         with self._lock:
             return next(self._counters[kind])
+
+
+class DialectHandler(BaseHTTPRequestHandler):
+    """The request handler of every :class:`ScriptedReplyServer`: the protocol is the server's dialect."""
+
+    server: OwnedHTTPServer
+    protocol_version = "HTTP/1.1"
+    timeout = 10.0  # a client that stalls mid-request cannot hold a thread for long
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s: " + format, self.server.owner.thread_name, *args)
+
+    def do_GET(self) -> None:
+        self._record(None)
+        self._refuse_or_answer(None)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        self._record(body)
+        self._refuse_or_answer(body)
+
+    def _refuse_or_answer(self, body: Any) -> None:
+        owner: ScriptedReplyServer = self.server.owner
+        refusal = owner.refusal(self.command, self.path, self._lowered_headers(), body)
+        if refusal is not None:
+            self._send_json(refusal)
+        else:
+            self._answer(owner._next_reply(body), body)
+
+    def _lowered_headers(self) -> Mapping[str, str]:
+        return MappingProxyType({key.lower(): value for key, value in self.headers.items()})
+
+    def _record(self, body: Any) -> None:
+        self.server.owner._record(
+            RecordedRequest(method=self.command, path=self.path, headers=self._lowered_headers(), body=body)
+        )
+
+    def _answer(self, reply: Reply, request: dict[str, Any]) -> None:
+        owner: ScriptedReplyServer = self.server.owner
+        while isinstance(reply, DelayedReply):
+            if owner._closing.wait(reply.seconds):
+                self.close_connection = True
+                return  # the server is stopping: abandon the reply
+            reply = reply.then
+        streamed = request.get("stream") is True
+        if isinstance(reply, JsonReply):
+            self._send_json(reply)
+        elif isinstance(reply, DisconnectReply):
+            self.close_connection = True
+        elif streamed:
+            self._send_stream(reply, request)
+        elif isinstance(reply, BrokenStreamReply):  # only a stream can break: unstreamed, it drops
+            self.close_connection = True
+        else:
+            self._send_json(JsonReply(status=200, body=owner.render(reply, request)))
+
+    def _send_stream(self, reply: CompletionReply | BrokenStreamReply, request: dict[str, Any]) -> None:
+        """The reply as SSE events in a chunked body; a broken reply ends as its fault says."""
+        owner: ScriptedReplyServer = self.server.owner
+        broken = reply if isinstance(reply, BrokenStreamReply) else None
+        whole = reply.reply if isinstance(reply, BrokenStreamReply) else reply
+        events = owner.stream_events(owner.render(whole, request), request)
+        if broken is not None:
+            events = events[: broken.after_chunks] + list(owner.fault_events[broken.fault])
+        complete = broken is None or broken.fault != "disconnect"
+        send_event_stream(self, owner, events, complete=complete, headers=owner.reply_headers())
+
+    def _send_json(self, reply: JsonReply) -> None:
+        data = json.dumps(reply.body).encode()
+        owner: ScriptedReplyServer = self.server.owner
+        keep_alive = owner.keep_alive
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if not keep_alive:
+                self.send_header("Connection", "close")
+            for name, value in [*owner.reply_headers(), *reply.headers]:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client gave up (e.g. it timed out): nothing to answer
+            logger.debug("%s: client went away before the reply", owner.thread_name)
+        self.close_connection = not keep_alive
 
 
 def send_event_stream(

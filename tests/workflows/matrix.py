@@ -16,8 +16,6 @@ from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-from limits_workflows import TOOL_ID, Answer, StaticToolStore
-
 from agentloop.actions import AgentActionRegistry, ModelProcessor, ModelRequest
 from agentloop.loops import BaseAgentLoop
 from agentloop.loops.ai_driven import AiDrivenAgentLoop
@@ -25,6 +23,7 @@ from agentloop.orchestration.llm.provider import processor_from_env
 from agentloop.orchestration.registry import register
 from agentloop.orchestration.runtime.context import standard_context
 from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
+from workflows.limits import TOOL_ID, Answer, StaticToolStore
 
 #: The kinds of model step a cell's loop makes.
 STEPS = ("send", "stream", "forced", "ai")

@@ -1,5 +1,6 @@
-"""Runnables and scorers the evaluation tests name: registered for ``AGENTLOOP_IMPORTS=eval_workflows``
-(in the test process and in the embedded worker), and the ``--scorer`` functions and types."""
+"""Runnables and scorers the evaluation tests name: registered for
+``AGENTLOOP_IMPORTS=workflows.eval`` (in the test process and in the embedded worker), and
+the ``--scorer`` functions and types."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ register("evals.profile", profile)
 
 
 class Profile(BaseModel):
-    """What ``evals.profile`` must return (``--scorer type:eval_workflows:Profile``)."""
+    """What ``evals.profile`` must return (``--scorer type:workflows.eval:Profile``)."""
 
     name: str
     age: int = Field(ge=0)

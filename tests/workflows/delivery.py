@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from celery import signals
-from durable_workflows import SlowCount, TalliedCount
 
 from agentloop.orchestration.registry import register
 from agentloop.orchestration.wire import PACK, RUN
 from agentloop.pipelines import BaseCompositeAgent, Branch
+from workflows.durable import SlowCount, TalliedCount
 
 #: The file the worker appends each published run or pack message to (one JSON object a line).
 CAPTURE = "AGENTLOOP_TEST_CAPTURE"
