@@ -43,6 +43,7 @@ ROOMS = {
     "context": 5,
     "client": 5,
     "replay": 5,
+    "forks": 5,
     "celery_adapter": 6,
     "evals": 6,
     "testing": 7,

@@ -90,6 +90,7 @@ class InMemoryRunStore:
         celery_task_id: str | None = None,
         owner: RunOwner | None = None,
         principal: str | None = None,
+        forked_from: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         """Record a pending run; :class:`~agentloop.orchestration.errors.RunExistsError` if the id exists."""
         values = new_run_values(
@@ -102,6 +103,7 @@ class InMemoryRunStore:
             token_budget=token_budget,
             celery_task_id=celery_task_id,
             principal=principal,
+            forked_from=forked_from,
         )
         record = RunRecord(**values)
         with self._lock:

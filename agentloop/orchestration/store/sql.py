@@ -149,6 +149,7 @@ class SqlRunStore:
         celery_task_id: str | None = None,
         owner: RunOwner | None = None,
         principal: str | None = None,
+        forked_from: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         """Record a pending run; :class:`~agentloop.orchestration.errors.RunExistsError` if the id exists."""
         values = new_run_values(
@@ -161,6 +162,7 @@ class SqlRunStore:
             token_budget=token_budget,
             celery_task_id=celery_task_id,
             principal=principal,
+            forked_from=forked_from,
         )
         owned = {"launch_digest": owner.launch_digest, "owner_token": owner.token} if owner else {}
         with self.engine.begin() as connection:
