@@ -16,7 +16,7 @@ from agentloop.actions.usage import Usage
 from agentloop.loops.progress import ProgressEvent
 from agentloop.orchestration.interruptions import INTERRUPTIONS, reraise_interruption
 from agentloop.orchestration.metrics import record as metrics
-from agentloop.orchestration.redaction import scrub
+from agentloop.orchestration.redaction import scrub, scrub_values
 from agentloop.orchestration.store.pack_writes import PackWrites
 from agentloop.orchestration.store.protocol import RunStore
 
@@ -274,8 +274,10 @@ class ProgressPublisher:
             raise interrupted
         now = time.monotonic()
         payload = event.to_dict()
-        if self.secrets:
+        if self.secrets:  # any event: a step's message or data may echo what its context holds
             payload["message"] = scrub(payload["message"], self.secrets)
+            if payload.get("data"):
+                payload["data"] = scrub_values(payload["data"], self.secrets)
         if self.failure_secrets is not None and payload.get("status") == "failed":
             payload["message"] = scrub(payload["message"], self.failure_secrets())
         if not self._pending:
