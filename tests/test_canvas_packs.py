@@ -155,3 +155,25 @@ def test_a_branch_node_carries_every_field_of_its_parent_but_where_it_sits() -> 
     for field in dataclasses.fields(WorkflowNode):
         expected = placed.get(field.name, getattr(parent, field.name))
         assert getattr(child, field.name) == expected, field.name
+
+
+def _packs_of(step: Any) -> list[tuple[Any, ...]]:
+    """The pack steps of one lane, in order (a lane is a chain of packs, or one pack)."""
+    return list(step[1:]) if step[0] == "chain" else [step]
+
+
+def test_a_bound_the_pack_size_does_not_divide_never_runs_more_than_the_bound_at_once(
+    task: FakeTask,
+) -> None:
+    # bound 5, packs of 2, 9 branches: each lane runs one pack at a time, so at most
+    # (lanes x the largest pack of a lane) branches run at once: never more than 5
+    outcome = FanOut(node=NODE, input="in", branches=branches(9), pack_size=2, max_concurrency=5)
+
+    kind, lanes, merge = shape(fan_out(task, outcome))
+
+    assert kind == "chord" and merge[2] == {"lanes": len(lanes)}
+    packs = [_packs_of(lane) for lane in lanes]
+    at_once = sum(max(len(step[1][-3]) for step in lane) for lane in packs)
+    assert at_once <= 5
+    ran = sorted(int(entry[1]) for lane in packs for step in lane for entry in step[1][-3])
+    assert ran == list(range(9))  # every branch once
