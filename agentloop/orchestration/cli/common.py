@@ -15,6 +15,7 @@ move it or read it (:func:`legacy_store`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -189,6 +190,12 @@ def run_store(settings: Settings) -> RunStore:
     return store
 
 
+def _run_failures_said_once(record: logging.LogRecord) -> bool:
+    """Celery's ``Task ... raised unexpected`` line and traceback, left out on the embedded worker:
+    the run's failure is recorded, and the command says it in its one ``error:`` line."""
+    return "raised unexpected" not in record.getMessage()
+
+
 @contextmanager
 def celery_app(settings: Settings, *, start_worker: bool | None = None) -> Iterator[Any]:
     """The app for ``settings``; on the in-memory broker, with a worker thread in this process."""
@@ -200,8 +207,13 @@ def celery_app(settings: Settings, *, start_worker: bool | None = None) -> Itera
         if start_worker or (start_worker is None and in_memory):
             from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 
-            with embedded_worker(app, pool="threads", concurrency=4, loglevel="ERROR"):
-                yield app
+            trace = logging.getLogger("celery.app.trace")
+            trace.addFilter(_run_failures_said_once)
+            try:
+                with embedded_worker(app, pool="threads", concurrency=4, loglevel="ERROR"):
+                    yield app
+            finally:
+                trace.removeFilter(_run_failures_said_once)
         else:
             yield app
     finally:
