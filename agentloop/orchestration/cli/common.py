@@ -28,6 +28,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -36,6 +37,8 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
@@ -218,6 +221,31 @@ def celery_app(settings: Settings, *, start_worker: bool | None = None) -> Itera
             yield app
     finally:
         app.close()
+
+
+def print_table(table: Table, *, title: str | None = None) -> None:
+    """``table`` on stdout when it fits the terminal whole (no cell wrapped); else each row as a
+    block of ``column  value`` lines, so no id, name or hash is ever cut or broken mid-word."""
+    table.title = table.title or title
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width:
+        for column in table.columns:
+            column.no_wrap = True
+        console.print(table)
+        return
+    if table.title:
+        console.print(Text(str(table.title), style="bold"))
+    names = [str(column.header) for column in table.columns]
+    cells = [list(column.cells) for column in table.columns]
+    rows = len(cells[0]) if cells else 0
+    width = max((len(name) for name in names[1:]), default=0)
+    for row in range(rows):
+        first = cells[0][row]
+        console.print(first if isinstance(first, Text) else Text(str(first)), soft_wrap=False)
+        for name, values in zip(names[1:], cells[1:], strict=True):
+            value = values[row]
+            line = Text(f"  {name:<{width}}  ")
+            line.append_text(value if isinstance(value, Text) else Text(str(value)))
+            console.print(line)
 
 
 def describe_event(event: ProgressEvent) -> str:
