@@ -19,14 +19,14 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.progress import (
@@ -248,6 +248,10 @@ def print_table(table: Table, *, title: str | None = None) -> None:
             console.print(line)
 
 
+#: How much of the last event the progress bar shows (a reason is a line or two, never a page).
+MAX_EVENT_CHARS = 400
+
+
 def describe_event(event: ProgressEvent) -> str:
     """One line for an event, safe to print as rich markup (its text is escaped)."""
     where = event.path or "root"
@@ -264,9 +268,20 @@ def progress_bar(*, quiet: bool, last_event: bool = False) -> Progress:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     ]
-    if last_event:
-        columns.append(TextColumn("{task.fields[last]}", style="dim"))
-    return Progress(*columns, console=errors if quiet else console, transient=quiet)
+    kind = _EventProgress if last_event else Progress
+    return kind(*columns, console=errors if quiet else console, transient=quiet)
+
+
+class _EventProgress(Progress):
+    """The bar on its line and each task's ``last`` event on the lines below it, wrapped at
+    words: at any width the runnable, the step and the reason are shown whole."""
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        for task in self.tasks:
+            last = task.fields.get("last")
+            if last:
+                yield Text.from_markup(f"  {last}", style="dim")
 
 
 def follow(handle: Any, *, timeout: float | None, title: str = "running", quiet: bool = False) -> Any:
@@ -287,8 +302,9 @@ def follow(handle: Any, *, timeout: float | None, title: str = "running", quiet:
                     started.add(event.path)
                 elif event.status in (ProgressStatus.COMPLETED, ProgressStatus.FAILED):
                     finished.add(event.path)
+                last = describe_event(event)
                 bar.update(
-                    task, total=max(len(started), 1), completed=len(finished), last=describe_event(event)[:80]
+                    task, total=max(len(started), 1), completed=len(finished), last=last[:MAX_EVENT_CHARS]
                 )
             if done:
                 break
