@@ -50,7 +50,9 @@ def replay_command(
 ) -> None:
     """Run a recorded run again in this process, with no model calls and no network; report the
     first divergence of its model requests and the difference of its output (exit 1 on either).
-    With --fork-at, fork it: a new run, live from that step on."""
+
+    With --fork-at PATH:ITERATION, fork it instead: replayed up to that step, then live from it
+    on with the current code, as a new run whose record names its origin."""
     settings = cli_settings()
     point = None
     if fork_at is not None:
