@@ -185,6 +185,7 @@ from agentloop.orchestration.errors import (
     WorkflowFailedError,
 )
 from agentloop.orchestration.evals.verdicts import EvalScore
+from agentloop.orchestration.forks import ForkPoint, ForkReport, fork
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.providers.table import PROVIDERS
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
@@ -242,6 +243,8 @@ __all__ = [
     "EvaluationInputError",
     "FailurePolicy",
     "ForcedToolAction",
+    "ForkPoint",
+    "ForkReport",
     "FunctionCall",
     "HumanChannel",
     "InMemoryRecording",
@@ -321,6 +324,7 @@ __all__ = [
     "current_scope",
     "embed_user_fields",
     "embed_user_text",
+    "fork",
     "input_provider",
     "load_settings",
     "maybe_await",

@@ -10,6 +10,7 @@ at most that many run in ``max(1, bound // size)`` lanes.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ from test_canvas_shapes import FakeTask, shape
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.canvas import continue_pack, fan_out
-from agentloop.orchestration.errors import InvalidNodeError
+from agentloop.orchestration.celery_adapter.edge import MAX_BODY_BYTES
+from agentloop.orchestration.celery_adapter.outgoing import MAX_OUTPUT_DEPTH
+from agentloop.orchestration.errors import InvalidNodeError, UnsendableMessageError
 from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.next_step import Done, FanOut
 from agentloop.orchestration.settings import load_settings
@@ -155,3 +158,55 @@ def test_a_branch_node_carries_every_field_of_its_parent_but_where_it_sits() -> 
     for field in dataclasses.fields(WorkflowNode):
         expected = placed.get(field.name, getattr(parent, field.name))
         assert getattr(child, field.name) == expected, field.name
+
+
+def _packs_of(step: Any) -> list[tuple[Any, ...]]:
+    """The pack steps of one lane, in order (a lane is a chain of packs, or one pack)."""
+    return list(step[1:]) if step[0] == "chain" else [step]
+
+
+def test_a_bound_the_pack_size_does_not_divide_never_runs_more_than_the_bound_at_once(
+    task: FakeTask,
+) -> None:
+    # bound 5, packs of 2, 9 branches: each lane runs one pack at a time, so at most
+    # (lanes x the largest pack of a lane) branches run at once: never more than 5
+    outcome = FanOut(node=NODE, input="in", branches=branches(9), pack_size=2, max_concurrency=5)
+
+    kind, lanes, merge = shape(fan_out(task, outcome))
+
+    assert kind == "chord" and merge[2] == {"lanes": len(lanes)}
+    packs = [_packs_of(lane) for lane in lanes]
+    at_once = sum(max(len(step[1][-3]) for step in lane) for lane in packs)
+    assert at_once <= 5
+    ran = sorted(int(entry[1]) for lane in packs for step in lane for entry in step[1][-3])
+    assert ran == list(range(9))  # every branch once
+
+
+class SendingTask(FakeTask):
+    """A pack task as ``sendable`` reads it (a request whose run it cannot name: nothing to end)."""
+
+    name = "agentloop.pack"
+    request = SimpleNamespace(id="t-1", args=None, kwargs=None)
+
+    def run(self, node: Any) -> None:  # a signature no empty call binds to: no run is ended
+        """The task's body (never called)."""
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_packed_output_over_the_depth_or_size_limit_is_refused_before_it_is_sent(task: FakeTask) -> None:
+    sending = SendingTask(task.app)
+    half = "x" * (MAX_BODY_BYTES // 2 + 16)
+
+    with pytest.raises(UnsendableMessageError, match=f"nested deeper than {MAX_OUTPUT_DEPTH}"):
+        continue_pack(sending, [Done(value=1), Done(value=_nested(MAX_OUTPUT_DEPTH + 1))], [])  # type: ignore[arg-type]
+    with pytest.raises(UnsendableMessageError, match="together they are"):  # each fits, not both
+        continue_pack(sending, [Done(value=half), Done(value=half)], [])  # type: ignore[arg-type]
+    with pytest.raises(UnsendableMessageError, match="together they are"):  # with what came before
+        continue_pack(sending, [Done(value=half)], [half])  # type: ignore[arg-type]
+    assert continue_pack(sending, [Done(value=_nested(MAX_OUTPUT_DEPTH))], []) == [_nested(MAX_OUTPUT_DEPTH)]  # type: ignore[arg-type]

@@ -36,6 +36,7 @@ ROOMS = {
     "runtime": 5,
     "client": 5,
     "replay": 5,
+    "forks": 5,
     "celery_adapter": 6,
     "evals": 6,
     "testing": 7,

@@ -9,7 +9,8 @@ runners say so the same way:
   :class:`DegradationRecorder`, the sink both runners give the run scope);
 - the run's last event is at the root path, phase ``degraded``, status
   ``completed``, ``data`` = ``{"status": "degraded", "failures": [...]}``
-  (:func:`degraded_event`).
+  (:func:`degraded_event`), the run's one terminal event: the root's own ``done`` before it
+  is then a ``progress`` event (``loops/runner.py``, ``orchestration/store/seams.py``).
 
 In-process, :meth:`~loops.InlineAgentRunner.request_outcome` returns a
 :class:`RunOutcome` (``request`` returns just the result); on Celery the run

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Self
 
@@ -28,7 +29,14 @@ from agentloop.actions.human import CallbackChannel, QuestionCallback
 from agentloop.actions.recording import RecordingTap
 from agentloop.actions.usage import CacheUsage, InMemoryUsageMeter, UsageMeter, use_meter
 from agentloop.loops.contract import ProgressCallback, Runnable
-from agentloop.loops.run_outcome import BoundRecorder, DegradationRecorder, RunOutcome, degraded_event
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.loops.run_outcome import (
+    DEGRADED,
+    BoundRecorder,
+    DegradationRecorder,
+    RunOutcome,
+    degraded_event,
+)
 from agentloop.loops.scope import CancelSignal, Checkpointer, RunScope, new_run_id, use_scope, within_deadline
 
 
@@ -142,9 +150,10 @@ class InlineAgentRunner:
         instance = self.runnable.create(context=self.context)
         limit = "" if seconds is None else f" of {seconds:g}s"
         bounds = BoundRecorder()
+        listener = None if on_progress is None else _one_end(on_progress, scope.path, recorder)
         with use_scope(scope), use_meter(meter), bounds.installed():
             result = await within_deadline(
-                scope, instance.run(input=input, on_progress=on_progress), limit=limit
+                scope, instance.run(input=input, on_progress=listener), limit=limit
             )
         cache_use = getattr(meter, "cache", None)
         outcome = RunOutcome(
@@ -169,3 +178,21 @@ class InlineAgentRunner:
     ) -> RunOutcome:
         """The same as :meth:`request_outcome`, for code that has no event loop running."""
         return asyncio.run(self.request_outcome(input=input, on_progress=on_progress, **options))
+
+
+def _one_end(on_progress: ProgressCallback, root: str, recorder: DegradationRecorder) -> ProgressCallback:
+    """``on_progress``, with one terminal event per run: once a model call failed (the run will
+    end ``degraded``), the root's own ``completed`` event is a ``progress`` one, and the
+    ``degraded`` event after it the run's end."""
+
+    def listener(event: ProgressEvent) -> Any:
+        if (
+            event.path == root
+            and event.status is ProgressStatus.COMPLETED
+            and event.phase != DEGRADED
+            and recorder.failures
+        ):
+            event = replace(event, status=ProgressStatus.PROGRESS)
+        return on_progress(event)
+
+    return listener

@@ -56,6 +56,7 @@ __all__ = [
     "ReplayTap",
     "RunRecording",
     "field_changes",
+    "model_receives",
     "no_network",
     "replay",
 ]
@@ -240,7 +241,7 @@ def field_changes(recorded: Any, replayed: Any, *, prefix: str = "") -> list[Fie
     return changes
 
 
-def _model_receives(request: Any) -> Any:
+def model_receives(request: Any) -> Any:
     """What the model receives of a request as a recording keeps it (``ModelRequest.to_dict``):
     the request with its tools' content only, without the marker ``agentloop tools sync`` puts on a
     stored schema (:func:`~agentloop.actions.typed.tool_content`), which no processor sends. A
@@ -373,18 +374,18 @@ class ReplayTap:
         self, request: ModelRequest, *, place: RecordedEntry, send: Callable[[], Awaitable[AiResponse]]
     ) -> AiResponse:
         """The reply recorded at ``place``; ``request`` compared with the recorded one on what the
-        model receives (:func:`_model_receives`)."""
+        model receives (:func:`model_receives`)."""
         key = (place.path, place.iteration, place.seq)
         recorded = self._turns.get(key)
         with self._lock:
             self._asked.add(key)
             if recorded is None:
                 reason = "a model request the recording does not have"
-                replayed = _model_receives(request.to_dict())
+                replayed = model_receives(request.to_dict())
                 self._note(place, reason, [FieldChange(field="request", recorded=None, replayed=replayed)])
                 return AiResponse.failure(f"replay: no recorded reply for {place.where()}")
             changes = field_changes(
-                _model_receives(recorded.data.get("request")), _model_receives(request.to_dict())
+                model_receives(recorded.data.get("request")), model_receives(request.to_dict())
             )
             if changes:
                 self._note(place, "the request differs from the recorded one", changes)
@@ -417,7 +418,7 @@ class ReplayTap:
                 changes=(
                     FieldChange(
                         field="request",
-                        recorded=_model_receives(self._turns[(path, iteration, seq)].data.get("request")),
+                        recorded=model_receives(self._turns[(path, iteration, seq)].data.get("request")),
                         replayed=None,
                     ),
                 ),

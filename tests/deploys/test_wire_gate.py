@@ -5,6 +5,7 @@ failed publish puts it back unacked; a version absurdly far ahead is refused at 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -232,3 +233,39 @@ def test_on_rabbitmq_a_holding_queue_left_classic_by_an_older_release_still_take
             rabbit.close()
     finally:
         context.__exit__(None, None, None)
+
+
+class Decoded(Delivered):
+    """A delivered message whose body kombu decodes (as JSON)."""
+
+    @property
+    def payload(self) -> Any:
+        return json.loads(self.body)
+
+
+def test_a_malformed_message_of_a_newer_wire_version_is_refused_not_deferred(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edge's checks come first: a newer release never sends a malformed message, so a newer
+    version on one is no reason to park it for a newer worker (it would bounce between queues)."""
+    from celery.worker.consumer.consumer import Consumer
+
+    handled: list[Any] = []
+    monkeypatch.setattr(Consumer, "create_task_handler", lambda self, *a, **k: handled.append)
+    consumer = EdgeConsumer.__new__(EdgeConsumer)
+    consumer.app, consumer.wire_gate = app, WireGate(app)
+    deferred: list[Any] = []
+    refused: list[tuple[Any, str]] = []
+    monkeypatch.setattr(consumer, "defer", lambda message, version: deferred.append(message), raising=False)
+    monkeypatch.setattr(consumer, "refuse", lambda message, why: refused.append((message, why.reason)))
+    on_task_received = consumer.create_task_handler()
+
+    malformed = Decoded(app, {WIRE_HEADER: 2})
+    malformed.body = b'{"not": "the task protocol"}'
+    on_task_received(malformed)
+    sound = Decoded(app, {WIRE_HEADER: 2})
+    on_task_received(sound)
+
+    assert [message for message, _ in refused] == [malformed]
+    assert "protocol" in refused[0][1] or "args" in refused[0][1], refused[0][1]
+    assert deferred == [sound] and handled == []

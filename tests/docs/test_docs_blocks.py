@@ -57,6 +57,11 @@ RUN_BY = {
     (
         "docs/tutorial.md",
         "## A typed step, end to end",
+        "# pytest.ini",
+    ): "tests/typed_steps/test_readme_typed_step.py",
+    (
+        "docs/tutorial.md",
+        "## A typed step, end to end",
         "export AGENTLOOP_IMPORTS=trips",
     ): "tests/typed_steps/test_readme_typed_step.py",
     ("docs/tutorial.md", "## A composite: fan out, merge", "# counting.py"): THIS,

@@ -121,6 +121,21 @@ def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
     assert "contains a link 'guide.md', but the target is not found" in built.stderr
 
 
+#: How many code blocks of the page are wider than their box (would scroll sideways).
+OVERFLOWING = (
+    "[...document.querySelectorAll('.md-typeset pre > code')]"
+    ".filter(code => code.scrollWidth > code.clientWidth + 1).length"
+)
+#: Whether the sidebar's "Home" link is covered by something else where it is drawn.
+HOME_COVERED = """(() => {
+  const home = [...document.querySelectorAll('.md-nav--primary .md-nav__link')]
+    .find(a => a.textContent.trim() === 'Home');
+  const box = home.getBoundingClientRect();
+  const top = document.elementFromPoint(box.left + 5, box.top + 2);
+  return !(top && (home.contains(top) || top.contains(home)));
+})()"""
+
+
 async def test_the_index_and_a_reference_page_open_in_a_browser(site: Path) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "web"))
     try:
@@ -140,6 +155,7 @@ async def test_the_index_and_a_reference_page_open_in_a_browser(site: Path) -> N
         nav = await page.evaluate(
             "[...document.querySelectorAll('.md-nav__link')].map(a => a.textContent.trim())"
         )
+        index_wide = await page.evaluate(OVERFLOWING)
         index_shot = await page.screenshot(ARTIFACTS / "docs-index.png")
 
         await page.navigate((site / "reference" / "api.html").as_uri())
@@ -151,6 +167,8 @@ async def test_the_index_and_a_reference_page_open_in_a_browser(site: Path) -> N
         styled = await page.evaluate(
             "getComputedStyle(document.querySelector('.md-header')).position !== 'static'"
         )
+        api_wide = await page.evaluate(OVERFLOWING)
+        home_hidden = await page.evaluate(HOME_COVERED)
         api_shot = await page.screenshot(ARTIFACTS / "docs-reference-api.png")
 
     print(f"\nsite screenshots: {index_shot} and {api_shot}")
@@ -158,3 +176,8 @@ async def test_the_index_and_a_reference_page_open_in_a_browser(site: Path) -> N
     assert {"Tutorial", "Public API", "Settings", "GraphQL schema", "Wire contract"} <= set(nav)
     assert "BaseAgentLoop" in entry
     assert styled  # the theme's stylesheet loaded from the site itself, offline
+    assert (index_wide, api_wide) == (
+        0,
+        0,
+    )  # no code block scrolls sideways (the make demo block, the error tree)
+    assert home_hidden is False  # the sidebar's "Home" is not under its title

@@ -412,8 +412,8 @@ def test_compare_lists_regressions_first_and_exits_1_on_one(home: Path) -> None:
     assert comparison["changes"][0] == {
         "id": "hi",
         "kind": "regressed",
-        "before": {"passed": True, "status": "succeeded"},
-        "after": {"passed": False, "status": "succeeded"},
+        "before": {"passed": True, "status": "succeeded", "output": "HI"},
+        "after": {"passed": False, "status": "succeeded", "output": "hi"},
         "scores": {"exact": {"before": 1.0, "after": 0.0, "delta": -1.0}},
         "delta": -1.0,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,7 +19,14 @@ from agentloop.actions import (
     report_model_failure,
     use_degradation_sink,
 )
-from agentloop.loops import BaseAgentLoop, InlineAgentRunner, ProgressEvent, RunScope, use_scope
+from agentloop.loops import (
+    BaseAgentLoop,
+    InlineAgentRunner,
+    ProgressEvent,
+    ProgressStatus,
+    RunScope,
+    use_scope,
+)
 from agentloop.loops.run_outcome import (
     DegradationRecorder,
     RunOutcome,
@@ -126,7 +134,7 @@ async def test_a_failed_model_call_returns_the_fallback_and_the_run_ends_degrade
         ("start", "started"),
         ("model_unavailable", "progress"),
         ("iteration", "progress"),
-        ("done", "completed"),
+        ("done", "progress"),  # one terminal event per run: the degraded one
         ("degraded", "completed"),
     ]
     last = recorder.events[-1]
@@ -236,7 +244,7 @@ async def test_each_failure_is_reported_at_its_branch_path() -> None:
     (failure,) = outcome.failures
     assert failure.path in ("branch/0", "branch/1")
     assert ("model_unavailable", "progress") in phases(recorder, failure.path)
-    assert phases(recorder)[-2:] == [("done", "completed"), ("degraded", "completed")]
+    assert phases(recorder)[-2:] == [("done", "progress"), ("degraded", "completed")]
 
 
 async def test_the_runner_path_is_the_root_of_the_failures_and_of_the_degraded_event() -> None:
@@ -415,3 +423,22 @@ async def test_no_retry_is_asked_when_output_retries_is_0() -> None:
 
     assert outcome.status == "degraded" and len(model.requests) == 1
     assert [f.reason for f in outcome.failures] == ["model did not call 'answer'"]
+
+
+async def test_a_degraded_run_has_one_terminal_event_and_the_kit_holds_every_runnable_to_it() -> None:
+    from agentloop.testing import assert_event_contract, check_runnable
+
+    report = await check_runnable(Ask, input="why?", context=context(error_reply("overloaded")))
+
+    ends = [(e.phase, str(e.status)) for e in report.events if e.path == "" and str(e.status) != "progress"]
+    assert ends == [("start", "started"), ("degraded", "completed")]
+    healthy = await check_runnable(Ask, input="why?", context=context(tool_call("answer", {"text": "yes"})))
+    assert [e.phase for e in healthy.events if str(e.status) == "completed"] == ["done"]  # unchanged
+    # what a degraded root emitted before: two terminal events on one path, which the kit refuses
+    two_ends = [
+        *report.events[:-2],
+        replace(report.events[-2], status=ProgressStatus.COMPLETED),
+        report.events[-1],
+    ]
+    with pytest.raises(AssertionError, match="out of order"):
+        assert_event_contract(two_ends)

@@ -111,6 +111,11 @@ def test_every_kind_of_model_outage_ends_the_run_degraded_with_the_error_recorde
             assert DegradedResult.from_wire(raw) == DegradedResult(output=result, error=record.error)
             events = [event for _, event in rig.store.events(handle.run_id)]
             assert (events[-1]["phase"], events[-1]["status"]) == ("degraded", "completed")
+            # one terminal event per run: the root's own done before it is a progress event
+            ends = [
+                (e["phase"], e["status"]) for e in events if e["path"] == "" and e["status"] != "progress"
+            ]
+            assert ends == [("start", "started"), ("degraded", "completed")], ends
 
     log = rig.worker.log_text()
     assert log.count("; run degraded>") >= 2 * len(OUTAGES)  # the success lines keep the mark

@@ -253,3 +253,34 @@ def test_a_pruned_run_s_id_launched_again_is_a_new_run_whose_owner_the_gate_read
     gate.check_owner("again", second.token)  # the new run's tasks are admitted
     with pytest.raises(RunOwnershipError):
         gate.check_owner("again", first.token)  # the pruned run's are not
+
+
+def test_a_run_created_before_the_cut_off_and_ended_after_it_is_kept(run_store: RunStore) -> None:
+    store = run_store
+    store.create_run(run_id="long", runnable="retained", input=None)  # created before the cut-off...
+    store.mark_running("long")
+    cut_off = datetime.now(UTC)
+    store.finish_run("long", status="succeeded")  # ...ended after it: its age counts from its end
+
+    assert prune(store, cut_off).workflows == 0
+    assert store.get_run("long") is not None
+    assert prune(store, datetime.now(UTC) + timedelta(seconds=1)).first_ids == ("long",)
+
+
+def test_an_ended_root_with_a_child_still_running_is_kept(run_store: RunStore) -> None:
+    store = run_store
+    store.create_run(run_id="root", runnable="retained", input=None)
+    store.create_run(
+        run_id="root/child", runnable="retained", input=None, root_run_id="root", parent_run_id="root"
+    )
+    store.mark_running("root/child")  # a branch still going (a pack that has not seen the end)
+    store.finish_run("root", status="failed", error={"type": "BranchFailedError"})
+    cut_off = datetime.now(UTC) + timedelta(seconds=1)
+
+    assert prune(store, cut_off, dry_run=True).workflows == 0
+    assert prune(store, cut_off).workflows == 0
+    assert store.get_run("root") is not None and store.get_run("root/child") is not None
+
+    store.finish_run("root/child", status="cancelled")
+    gone = prune(store, datetime.now(UTC) + timedelta(seconds=1))
+    assert (gone.workflows, gone.runs) == (1, 2)

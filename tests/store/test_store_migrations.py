@@ -27,7 +27,7 @@ from agentloop.orchestration.store.tables import metadata
 from tests.servers.postgres import private_database
 
 TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits", "run_recordings"}
-HEAD = "0011"
+HEAD = "0012"
 
 
 def _tables(url: str) -> set[str]:

@@ -30,11 +30,11 @@ def section_blocks() -> list[tuple[str, str]]:
 
 
 def files_of_the_section() -> dict[str, str]:
-    """The section's python blocks by the file name their first line gives (``# trips.py``)."""
+    """The section's python and ini blocks by the file name their first line gives (``# trips.py``)."""
     files = {}
     for language, code in section_blocks():
         first = code.splitlines()[0]
-        if language == "python" and first.startswith("# ") and first.endswith(".py"):
+        if (language, Path(first).suffix) in (("python", ".py"), ("ini", ".ini")) and first.startswith("# "):
             files[first[2:]] = code
     return files
 
@@ -53,15 +53,16 @@ def user_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 
 def test_the_section_has_a_module_its_tests_and_its_commands() -> None:
-    assert sorted(files_of_the_section()) == ["conftest.py", "test_trips.py", "trips.py"]
+    assert sorted(files_of_the_section()) == ["conftest.py", "pytest.ini", "test_trips.py", "trips.py"]
     assert any("agentloop tools sync" in command for command in commands_of_the_section())
 
 
 def test_the_sections_tests_pass_with_the_kits_plugin(user_folder: tuple[Path, dict[str, str]]) -> None:
     folder, env = user_folder
 
-    # the kit's plugin comes from the page's conftest.py, as a user's would
-    result = typed(folder, "pytest -q -p no:cacheprovider -o asyncio_mode=auto test_trips.py", env)
+    # the kit's plugin comes from the page's conftest.py and the mode from its pytest.ini, as a
+    # user's would: the command as the page gives it
+    result = typed(folder, "pytest -q -p no:cacheprovider test_trips.py", env)
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout

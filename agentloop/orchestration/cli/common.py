@@ -15,18 +15,20 @@ move it or read it (:func:`legacy_store`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -35,6 +37,8 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
@@ -190,6 +194,12 @@ def run_store(settings: Settings) -> RunStore:
     return store
 
 
+def _run_failures_said_once(record: logging.LogRecord) -> bool:
+    """Celery's ``Task ... raised unexpected`` line and traceback, left out on the embedded worker:
+    the run's failure is recorded, and the command says it in its one ``error:`` line."""
+    return "raised unexpected" not in record.getMessage()
+
+
 @contextmanager
 def celery_app(settings: Settings, *, start_worker: bool | None = None) -> Iterator[Any]:
     """The app for ``settings``; on the in-memory broker, with a worker thread in this process."""
@@ -201,12 +211,46 @@ def celery_app(settings: Settings, *, start_worker: bool | None = None) -> Itera
         if start_worker or (start_worker is None and in_memory):
             from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 
-            with embedded_worker(app, pool="threads", concurrency=4, loglevel="ERROR"):
-                yield app
+            trace = logging.getLogger("celery.app.trace")
+            trace.addFilter(_run_failures_said_once)
+            try:
+                with embedded_worker(app, pool="threads", concurrency=4, loglevel="ERROR"):
+                    yield app
+            finally:
+                trace.removeFilter(_run_failures_said_once)
         else:
             yield app
     finally:
         app.close()
+
+
+def print_table(table: Table, *, title: str | None = None) -> None:
+    """``table`` on stdout when it fits the terminal whole (no cell wrapped); else each row as a
+    block of ``column  value`` lines, so no id, name or hash is ever cut or broken mid-word."""
+    table.title = table.title or title
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width:
+        for column in table.columns:
+            column.no_wrap = True
+        console.print(table)
+        return
+    if table.title:
+        console.print(Text(str(table.title), style="bold"))
+    names = [str(column.header) for column in table.columns]
+    cells = [list(column.cells) for column in table.columns]
+    rows = len(cells[0]) if cells else 0
+    width = max((len(name) for name in names[1:]), default=0)
+    for row in range(rows):
+        first = cells[0][row]
+        console.print(first if isinstance(first, Text) else Text(str(first)), soft_wrap=False)
+        for name, values in zip(names[1:], cells[1:], strict=True):
+            value = values[row]
+            line = Text(f"  {name:<{width}}  ")
+            line.append_text(value if isinstance(value, Text) else Text(str(value)))
+            console.print(line)
+
+
+#: How much of the last event the progress bar shows (a reason is a line or two, never a page).
+MAX_EVENT_CHARS = 400
 
 
 def describe_event(event: ProgressEvent) -> str:
@@ -225,9 +269,20 @@ def progress_bar(*, quiet: bool, last_event: bool = False) -> Progress:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     ]
-    if last_event:
-        columns.append(TextColumn("{task.fields[last]}", style="dim"))
-    return Progress(*columns, console=errors if quiet else console, transient=quiet)
+    kind = _EventProgress if last_event else Progress
+    return kind(*columns, console=errors if quiet else console, transient=quiet)
+
+
+class _EventProgress(Progress):
+    """The bar on its line and each task's ``last`` event on the lines below it, wrapped at
+    words: at any width the runnable, the step and the reason are shown whole."""
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        for task in self.tasks:
+            last = task.fields.get("last")
+            if last:
+                yield Text.from_markup(f"  {last}", style="dim")
 
 
 def follow(handle: Any, *, timeout: float | None, title: str = "running", quiet: bool = False) -> Any:
@@ -248,8 +303,9 @@ def follow(handle: Any, *, timeout: float | None, title: str = "running", quiet:
                     started.add(event.path)
                 elif event.status in (ProgressStatus.COMPLETED, ProgressStatus.FAILED):
                     finished.add(event.path)
+                last = describe_event(event)
                 bar.update(
-                    task, total=max(len(started), 1), completed=len(finished), last=describe_event(event)[:80]
+                    task, total=max(len(started), 1), completed=len(finished), last=last[:MAX_EVENT_CHARS]
                 )
             if done:
                 break

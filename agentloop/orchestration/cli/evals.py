@@ -42,6 +42,7 @@ from agentloop.orchestration.cli.common import (
     json_option,
     parse_json,
     print_json,
+    print_table,
     progress_bar,
 )
 from agentloop.orchestration.errors import (
@@ -291,7 +292,7 @@ def print_comparison(comparison: Comparison, *, show_all: bool = False) -> None:
             Text(str(report.model.get("description"))),
             f"{aggregate['passed']}/{aggregate['cases']}",
         )
-    console.print(sides)
+    print_table(sides)
     if comparison.before.dataset.get("sha256") != comparison.after.dataset.get("sha256"):
         console.print(Text("the two evaluations ran on different datasets", style="yellow"))
     changes = Table(title="changed cases" if not show_all else "cases", title_justify="left")
@@ -313,9 +314,27 @@ def print_comparison(comparison: Comparison, *, show_all: bool = False) -> None:
             Text(f"{_verdict(change.after_passed)} {change.after_status or ''}".strip()),
             Text(deltas),
         )
-    console.print(changes)
+    print_table(changes)
+    _print_outputs(comparison)
     counts = ", ".join(f"{count} {kind}" for kind, count in comparison.counts().items() if count)
     console.print(Text(counts))
+
+
+def _print_outputs(comparison: Comparison) -> None:
+    """The outputs before and after of each regressed or worse case: what changed, not only its score."""
+    for change in comparison.changes:
+        if change.kind not in ("regressed", "worse"):
+            continue
+        console.print(
+            Text(f"{change.kind} {change.id}:", style="bold red" if change.kind == "regressed" else "yellow")
+        )
+        for side, output in (("before", change.before_output), ("after", change.after_output)):
+            console.print(Text(f"  {side:<6}  {_output_text(output)}"))
+
+
+def _output_text(value: Any, limit: int = 300) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
 
 
 @evals.command("compare")
@@ -380,7 +399,7 @@ def list_evals(
             f"{aggregate['passed']}/{aggregate['cases']}",
             Text(str(report.code.get("git") or "none")),
         )
-    console.print(table)
+    print_table(table)
 
 
 @evals.command("show")

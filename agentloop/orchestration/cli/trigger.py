@@ -91,7 +91,7 @@ def trigger(
             if not as_json:
                 recorded = handle.error if isinstance(handle.error, dict) else {}
                 message = recorded.get("message", "model calls failed")
-                console.print(f"[yellow]degraded[/]: {escape(str(message))}", soft_wrap=True)
+                console.print(f"[yellow]degraded[/]: {escape(str(message))}")  # wrapped at words
             raise typer.Exit(EXIT_DEGRADED)
 
 

@@ -28,8 +28,8 @@ KINDS = ("regressed", "worse", "fixed", "better", "added", "removed", "same")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CaseChange:
-    """One case in two evaluations: its ``kind`` of change, the verdicts and statuses before and
-    after, and each shared scorer's ``(before, after)`` values."""
+    """One case in two evaluations: its ``kind`` of change, the verdicts, statuses and outputs
+    before and after, and each shared scorer's ``(before, after)`` values."""
 
     id: str
     kind: str
@@ -38,6 +38,9 @@ class CaseChange:
     before_status: str | None
     after_status: str | None
     scores: dict[str, tuple[float, float]]
+    #: The case's outputs in each evaluation (``None`` where it is not in one).
+    before_output: Any = None
+    after_output: Any = None
 
     @property
     def delta(self) -> float:
@@ -48,8 +51,12 @@ class CaseChange:
         return {
             "id": self.id,
             "kind": self.kind,
-            "before": {"passed": self.before_passed, "status": self.before_status},
-            "after": {"passed": self.after_passed, "status": self.after_status},
+            "before": {
+                "passed": self.before_passed,
+                "status": self.before_status,
+                "output": self.before_output,
+            },
+            "after": {"passed": self.after_passed, "status": self.after_status, "output": self.after_output},
             "scores": {
                 name: {"before": before, "after": after, "delta": round(after - before, 6)}
                 for name, (before, after) in self.scores.items()
@@ -124,6 +131,8 @@ def _change(case_id: str, before: CaseResult | None, after: CaseResult | None) -
         before_status=None if before is None else before.status,
         after_status=None if after is None else after.status,
         scores=shared,
+        before_output=None if before is None else before.output,
+        after_output=None if after is None else after.output,
     )
 
 

@@ -17,6 +17,7 @@ forget to. The store gives three primitives, each one atomic step on its storage
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -56,6 +57,8 @@ class NewRun:
     """Who may end it (``None``: anyone)."""
     principal: str | None = None
     """The HTTP caller that started it, if one did."""
+    forked_from: Mapping[str, Any] | None = None
+    """The recorded run and step it was forked from (``agentloop replay --fork-at``), if it was."""
 
     def values(self) -> dict[str, Any]:
         """The columns of the new run, every value checked (``ValueError`` naming the field)."""
@@ -69,6 +72,7 @@ class NewRun:
             token_budget=self.token_budget,
             celery_task_id=self.celery_task_id,
             principal=self.principal,
+            forked_from=self.forked_from,
         )
 
 
@@ -115,6 +119,7 @@ class RunStoreBase:
         celery_task_id: str | None = None,
         owner: RunOwner | None = None,
         principal: str | None = None,
+        forked_from: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         """Record a pending run; :class:`~agentloop.orchestration.errors.RunExistsError` if the id exists."""
         new = NewRun(
@@ -128,6 +133,7 @@ class RunStoreBase:
             celery_task_id=celery_task_id,
             owner=owner,
             principal=principal,
+            forked_from=forked_from,
         )
         return self.insert_run(new)
 

@@ -165,6 +165,7 @@ def new_run_values(
     token_budget: int | None,
     celery_task_id: str | None,
     principal: str | None = None,
+    forked_from: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The columns of a new pending run, every value checked (``ValueError`` naming the field)."""
     check_text(run_id, "run id")
@@ -185,6 +186,7 @@ def new_run_values(
         "path": check_text(path, "run path", max_chars=MAX_PATH_CHARS),
         "status": "pending",
         "input": to_json_value(input, what=f"input of run {run_key(run_id)}"),
+        "forked_from": _fork_origin(forked_from),
         "output": None,
         "error": None,
         "token_budget": None if token_budget is None else check_count(token_budget, "token_budget"),
@@ -223,3 +225,16 @@ def loop_row(
         row["iteration"] = check_count(checkpoint[0], "iteration", maximum=MAX_ITERATION)
         row["state"] = to_json_value(checkpoint[1], what=f"checkpoint state of {where}")
     return row
+
+
+def _fork_origin(forked_from: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A forked run's origin, checked: ``{"run_id", "path", "iteration"}`` (``None``: not a fork)."""
+    if forked_from is None:
+        return None
+    if not isinstance(forked_from, Mapping) or set(forked_from) != {"run_id", "path", "iteration"}:
+        raise ValueError('forked_from must be {"run_id", "path", "iteration"}')
+    return {
+        "run_id": check_text(forked_from["run_id"], "forked_from run id"),
+        "path": check_text(forked_from["path"], "forked_from path", max_chars=MAX_PATH_CHARS),
+        "iteration": check_count(forked_from["iteration"], "forked_from iteration"),
+    }

@@ -103,6 +103,9 @@ class RunRecord:
     #: ``"bound"`` when a loop of it hit its ``max_iterations`` before it was complete; ``None``
     #: for a run that did not return (or ended before the store kept it).
     stopped_by: str | None = None
+    #: The run this one was forked from (``agentloop replay RUN --fork-at PATH:ITERATION``,
+    #: ``orchestration/forks/``): ``{"run_id", "path", "iteration"}``; ``None`` for any other run.
+    forked_from: JsonValue = None
 
     @property
     def is_root(self) -> bool:
@@ -211,9 +214,11 @@ class RunStore(Protocol):
         celery_task_id: str | None = None,
         owner: RunOwner | None = None,
         principal: str | None = None,
+        forked_from: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         """Record a pending run (root when ``root_run_id`` is None), owned by ``owner`` when given,
-        started by ``principal`` (an HTTP caller) when given.
+        started by ``principal`` (an HTTP caller) when given, forked from the recorded run and
+        place ``forked_from`` names (``{"run_id", "path", "iteration"}``) when given.
 
         Raises :class:`RunExistsError` (with the stored run) when the id exists,
         ``ValueError`` for a value its column cannot hold.

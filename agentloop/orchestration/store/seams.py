@@ -13,10 +13,11 @@ from weakref import WeakKeyDictionary
 
 from agentloop.actions.errors import TokenBudgetExceededError
 from agentloop.actions.usage import Usage
-from agentloop.loops.progress import ProgressEvent
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.loops.run_outcome import DEGRADED, MODEL_UNAVAILABLE
 from agentloop.orchestration.interruptions import INTERRUPTIONS, reraise_interruption
 from agentloop.orchestration.metrics import record as metrics
-from agentloop.orchestration.redaction import scrub
+from agentloop.orchestration.redaction import scrub, scrub_values
 from agentloop.orchestration.store.pack_writes import PackWrites
 from agentloop.orchestration.store.protocol import RunStore
 
@@ -228,6 +229,16 @@ class StoreCheckpointer:
         self._saved_at[path] = now
 
 
+def _ends_the_root(payload: dict[str, Any]) -> bool:
+    """Whether an event is the run root's own end (``completed`` at path ``""``; not the run's
+    ``degraded`` event, which :meth:`WorkflowEngine.finish` emits after it)."""
+    return (
+        payload.get("path") == ""
+        and payload.get("status") == ProgressStatus.COMPLETED.value
+        and payload.get("phase") != DEGRADED
+    )
+
+
 class ProgressPublisher:
     """The ``on_progress`` of a task: every event goes to the run store under the root run
     id; the latest becomes the task's ``PROGRESS`` state and a ``task-progress`` event.
@@ -274,10 +285,15 @@ class ProgressPublisher:
             raise interrupted
         now = time.monotonic()
         payload = event.to_dict()
-        if self.secrets:
+        if self.secrets:  # any event: a step's message or data may echo what its context holds
             payload["message"] = scrub(payload["message"], self.secrets)
+            if payload.get("data"):
+                payload["data"] = scrub_values(payload["data"], self.secrets)
         if self.failure_secrets is not None and payload.get("status") == "failed":
             payload["message"] = scrub(payload["message"], self.failure_secrets())
+        if _ends_the_root(payload) and self._run_degraded():
+            # one terminal event per run: a degraded run's is the ``degraded`` event after this
+            payload["status"] = ProgressStatus.PROGRESS.value
         if not self._pending:
             self._first_pending_at = now
             self._arm("events", self.interval, self._write)
@@ -291,6 +307,17 @@ class ProgressPublisher:
             self._write()
         if self._unshown is not None and now - self._first_unshown_at >= self.state_interval:
             self._show()
+
+    def _run_degraded(self) -> bool:
+        """Whether a model call of the run failed (a ``model_unavailable`` event, this task's or
+        stored); a store that cannot say is taken as no."""
+        if any(event.get("phase") == MODEL_UNAVAILABLE for event in self._pending):
+            return True
+        try:
+            return bool(self.store.events(self.run_id, phase=MODEL_UNAVAILABLE))
+        except Exception:
+            logger.warning("could not read run %s's model failures", self.run_id, exc_info=True)
+            return False
 
     def _arm(self, name: str, delay: float, then: Callable[[], None]) -> None:
         try:

@@ -132,6 +132,9 @@ runs = Table(
     # How a run that returned ended: "complete", or "bound" when a loop of it hit its
     # max_iterations first (migration 0010); NULL for a run that did not return.
     Column("stopped_by", String(32)),
+    # The recorded run and place a forked run went on from: {"run_id", "path", "iteration"}
+    # (migration 0012); NULL for any other run.
+    Column("forked_from", json_type()),
     Index("ix_runs_status_created_at", "status", "created_at"),
     Index("ix_runs_parent_run_id_status", "parent_run_id", "status"),
     Index("ix_runs_runnable_status", "runnable", "status"),

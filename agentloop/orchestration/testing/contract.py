@@ -6,8 +6,9 @@ an ``AssertionError`` that says which rule broke:
 - factory and run shape (``create(*, context)``, ``async run(*, input, on_progress)``);
 - an action's ``parameters`` is a valid JSON Schema for an object;
 - JSON-serialisable results and progress events (each event round-trips);
-- per path, events go ``started`` -> ``progress``* -> ``completed`` | ``failed`` (a degraded
-  run then reports ``degraded`` at its root);
+- per path, events go ``started`` -> ``progress``* -> ``completed`` | ``failed``: one terminal
+  event per path (a degraded run's root ends with its ``degraded`` event, its own ``done``
+  before it a ``progress`` one);
 - iterations never exceed the bound; loop state is never mutated in place.
 """
 
@@ -28,7 +29,6 @@ from agentloop.actions.base import BaseAgentAction
 from agentloop.loops.base import BaseAgentLoop
 from agentloop.loops.contract import Runnable
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
-from agentloop.loops.run_outcome import DEGRADED
 from agentloop.loops.runner import InlineAgentRunner
 from agentloop.orchestration.testing.progress_recorder import ProgressRecorder
 
@@ -103,8 +103,6 @@ def assert_event_contract(events: list[ProgressEvent]) -> None:
         )
         by_path.setdefault(event.path, []).append(event)
     for path, sequence in by_path.items():
-        if len(sequence) > 1 and sequence[-1].phase == DEGRADED:
-            sequence = sequence[:-1]  # a degraded run's last event, after its root's own end
         statuses = [event.status for event in sequence]
         assert statuses[0] is ProgressStatus.STARTED, f"{path!r} does not start with 'started': {statuses}"
         assert statuses[-1] in (ProgressStatus.COMPLETED, ProgressStatus.FAILED), (
