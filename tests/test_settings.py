@@ -46,6 +46,8 @@ EVERY_VARIABLE = {
     "AGENTLOOP_DELIVERY_LIMIT": "5",
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
     "AGENTLOOP_PACK_SIZE": "50",
+    "AGENTLOOP_FAIR_SLOTS": "64",
+    "AGENTLOOP_CONCURRENCY_LEASE_SECONDS": "600",
     "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
     "AGENTLOOP_RUN_RETENTION": "30d",
     "AGENTLOOP_WIRE_VERSION_OVERRIDE": "2",
@@ -120,6 +122,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.delivery_limit == 5
     assert settings.checkpoint_seconds == 0.0
     assert settings.pack_size == 50
+    assert (settings.fair_slots, settings.concurrency_lease_seconds) == (64, 600.0)
     assert settings.store.retry_seconds == 7.5
     assert settings.store.retention_seconds == 30 * 86400
     assert (settings.wire_version_override, settings.wire_version) == (2, 2)

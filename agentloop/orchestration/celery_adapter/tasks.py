@@ -23,6 +23,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 
 from agentloop.actions.human import RunPaused
+from agentloop.orchestration.celery_adapter.admission import admit_launch
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
 from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
@@ -41,7 +42,12 @@ from agentloop.orchestration.celery_adapter.pause import (
 from agentloop.orchestration.celery_adapter.progress_events import progress_events_of
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
 from agentloop.orchestration.engine import WorkflowEngine
-from agentloop.orchestration.errors import LaunchRequestError, RunAlreadyEndedError, RunIdTakenError
+from agentloop.orchestration.errors import (
+    ConcurrencyLimitError,
+    LaunchRequestError,
+    RunAlreadyEndedError,
+    RunIdTakenError,
+)
 from agentloop.orchestration.launches import attached_result, claim_launch
 from agentloop.orchestration.redaction import hidden_texts, parameter_names
 from agentloop.orchestration.run_end import end_with_failure
@@ -166,6 +172,8 @@ def launch(
     deadline_seconds: Any = None,
     principal: Any = None,
     record: Any = None,
+    concurrency_key: Any = None,
+    priority: Any = None,
     **unknown: Any,
 ) -> Any:
     """Start the registered workflow ``runnable``; its final result becomes this task's.
@@ -174,7 +182,9 @@ def launch(
     ``deadline_seconds`` (optional) ends the whole run that long after this task starts it;
     ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it);
     ``record`` (optional) records the run for ``agentloop replay`` (``AGENTLOOP_RECORD_RUNS``
-    records every run).
+    records every run); ``concurrency_key`` (optional) is the key the run counts against for
+    fair shares and limits (else its runnable's rule's), ``priority`` (optional, 0 first to 9)
+    the priority its tasks are sent with (``docs/how-to/fairness.md``).
     The run id (``run_id``, else this task's id) is an idempotency key: see
     :mod:`agentloop.orchestration.launches` for a message whose id names a run that exists, and for
     one that is malformed (``unknown`` arguments, no ``runnable``): it is refused and recorded.
@@ -183,6 +193,7 @@ def launch(
     arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
     arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds, principal=principal)
     arguments.update(record=record)
+    arguments.update(concurrency_key=concurrency_key, priority=priority)
     arguments.update(unknown)
     try:
         claim = claim_launch(deps.store, arguments, task_id=str(self.request.id), registered=deps.registry)
@@ -198,6 +209,11 @@ def launch(
         end_with_failure(deps.store, claim.run_id, problem, owner_token=claim.owner_token)
         raise problem
     request = claim.request
+    try:  # a run past its concurrency key's limit waits, unstarted, without a worker slot (or is refused)
+        key = admit_launch(self, deps, claim.run_id, request)
+    except (ConcurrencyLimitError, LaunchRequestError) as problem:
+        end_with_failure(deps.store, claim.run_id, problem, owner_token=claim.owner_token)
+        raise
     if not deps.store.mark_running(claim.run_id):  # a twin of this launch ended it meanwhile
         return attached_result(deps.store.get_run(claim.run_id) or claim.record)
     seconds = request.deadline_seconds
@@ -210,6 +226,8 @@ def launch(
         owner_token=claim.owner_token,
         fresh=claim.created and first_delivery(self),  # no task of this run can have run yet
         record=request.record or deps.settings.record_runs,
+        concurrency_key=key,
+        priority=request.priority,
     )
     engine = engine_for(self)
     engine.record_start(node)

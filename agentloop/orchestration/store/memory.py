@@ -30,6 +30,7 @@ from agentloop.orchestration.store.checks import (
     new_run_values,
     run_key,
 )
+from agentloop.orchestration.store.concurrency import InMemoryConcurrencySlots
 from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
@@ -76,6 +77,8 @@ class InMemoryRunStore:
         self._checkpoints: dict[tuple[str, str], _Checkpoint] = {}
         #: The entries of recorded runs.
         self.recordings = InMemoryRecordingStore()
+        #: The slots of concurrency keys.
+        self.concurrency = InMemoryConcurrencySlots(self)
 
     def create_run(
         self,

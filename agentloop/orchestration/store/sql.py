@@ -41,6 +41,7 @@ from agentloop.orchestration.store.checks import (
     new_run_values,
     run_key,
 )
+from agentloop.orchestration.store.concurrency import SqlConcurrencySlots
 from agentloop.orchestration.store.dialects import (
     PG_APPEND_EVENTS,
     PG_FINISH_LOOP,
@@ -134,6 +135,8 @@ class SqlRunStore:
         self._upserts = upserts(self.dialect)
         self.recordings = SqlRecordingStore(engine, dialect=self.dialect, retry=self.retry)
         """The entries of recorded runs (``run_recordings``), in the same database."""
+        self.concurrency = SqlConcurrencySlots(engine, dialect=self.dialect, retry=self.retry)
+        """The slots of concurrency keys (``concurrency_slots``), in the same database."""
 
     @retried
     def create_run(
