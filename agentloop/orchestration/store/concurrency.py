@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from sqlalchemy import Connection, Engine, and_, func, or_, select, update
+from sqlalchemy import Connection, Engine, and_, case, func, or_, select, update
 
 from agentloop.orchestration.fairness.rules import OnLimit
 from agentloop.orchestration.fairness.shares import admits, effective_limit
@@ -96,7 +96,8 @@ class ConcurrencySlots(Protocol):
         ...
 
     def counts(self) -> dict[str, KeyCounts]:
-        """Every key's runs by place (held and waiting: only those whose lease runs)."""
+        """Every key's runs by place (held and waiting: only those whose run and lease go on) and
+        the waits all its runs made."""
         ...
 
 
@@ -231,17 +232,20 @@ class SqlConcurrencySlots:
     def counts(self) -> dict[str, KeyCounts]:
         slots = concurrency_slots.c
         now = utcnow()
-        place = (
-            select(slots.key, slots.state, func.count().label("runs"), func.sum(slots.waits).label("waits"))
-            .where(or_(slots.state.not_in(_LIVE_STATES), slots.lease_until > now))
-            .where(or_(slots.state != "held", self._held(now)))  # type: ignore[arg-type]
-            .group_by(slots.key, slots.state)
+        live = or_(
+            slots.state.not_in(_LIVE_STATES),
+            and_(slots.state == "waiting", slots.lease_until > now),
+            self._held(now),  # type: ignore[arg-type]
         )
+        counted = case((live, 1), else_=0)
+        place = select(
+            slots.key, slots.state, func.sum(counted).label("runs"), func.sum(slots.waits).label("waits")
+        ).group_by(slots.key, slots.state)
         found: dict[str, dict[str, int]] = {}
         with one_statement(self.engine) as connection:
             for row in connection.execute(place):
                 entry = found.setdefault(str(row.key), {"waits": 0})
-                entry[str(row.state)] = int(row.runs)
+                entry[str(row.state)] = int(row.runs or 0)
                 entry["waits"] += int(row.waits or 0)
         return {key: KeyCounts(**values) for key, values in found.items()}
 
@@ -340,9 +344,8 @@ class InMemoryConcurrencySlots:
             now = self._now()
             found: dict[str, dict[str, int]] = {}
             for rid, place in self._places.items():
-                if place.state in _LIVE_STATES and not self._live(place, rid, now):
-                    continue
                 entry = found.setdefault(place.key, {"waits": 0})
-                entry[place.state] = entry.get(place.state, 0) + 1
                 entry["waits"] += place.waits
+                live = place.state not in _LIVE_STATES or self._live(place, rid, now)
+                entry[place.state] = entry.get(place.state, 0) + (1 if live else 0)
             return {key: KeyCounts(**values) for key, values in found.items()}
