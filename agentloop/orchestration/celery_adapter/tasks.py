@@ -48,6 +48,7 @@ from agentloop.orchestration.errors import (
     RunAlreadyEndedError,
     RunIdTakenError,
 )
+from agentloop.orchestration.fairness.current import running_key
 from agentloop.orchestration.launches import attached_result, claim_launch
 from agentloop.orchestration.redaction import hidden_texts, parameter_names
 from agentloop.orchestration.run_end import end_with_failure
@@ -152,11 +153,13 @@ def hidden_of(task: Task) -> tuple[str, ...]:
     return hidden_texts(args, kwargs, names)
 
 
-def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, T]) -> T:
-    """The engine's outcome for a node; a node paused for a person's answer ends its task here
-    without a result, and runs again when answered (``orchestration/celery_adapter/pause.py``)."""
+def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, T], key: str | None = None) -> T:
+    """The engine's outcome for a node (of a run of concurrency key ``key``: its model calls count
+    against the key's limits); a node paused for a person's answer ends its task here without a
+    result, and runs again when answered (``orchestration/celery_adapter/pause.py``)."""
     try:
-        return run_coroutine(coroutine)
+        with running_key(key):
+            return run_coroutine(coroutine)
     except RunPaused as paused:
         pause_task(task, paused, run_id)
         raise
@@ -231,7 +234,7 @@ def launch(
     )
     engine = engine_for(self)
     engine.record_start(node)
-    outcome = run_node(self, claim.run_id, engine.start(node, request.input))
+    outcome = run_node(self, claim.run_id, engine.start(node, request.input), key)
     if isinstance(outcome, Done):
         return finalize(self, outcome.value, claim.run_id, claim.owner_token)
     then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token))
@@ -257,13 +260,15 @@ def admitted(task: Task, data: Any) -> WorkflowNode:
 def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
     """Run one loop or action stage, or expand one pipeline or composite."""
     work = admitted(self, node)
-    return continue_with(self, run_node(self, work.run_id, engine_for(self).start(work, input)))
+    outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
+    return continue_with(self, outcome)
 
 
 def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
     """Stage ``index`` of a pipeline, fed the previous stage's output."""
     work = admitted(self, node)
-    outcome = run_node(self, work.run_id, engine_for(self).stage(previous, work, int(index), input))
+    stage_run = engine_for(self).stage(previous, work, int(index), input)
+    outcome = run_node(self, work.run_id, stage_run, work.concurrency_key)
     return continue_with(self, outcome)
 
 
@@ -295,7 +300,7 @@ def merge(
 def lane(self: Task, collected: list[Any], node: dict[str, Any], input: Any = None) -> Any:
     """One branch of a composite run in a lane, after the lane's branches before it."""
     work = admitted(self, node)
-    outcome = run_node(self, work.run_id, engine_for(self).start(work, input))
+    outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
     return continue_lane(self, outcome, list(collected))
 
 
@@ -316,7 +321,7 @@ def pack(
         nodes.append(WorkflowEngine.branch_node(work, runnable, key, int(width), bool(fail_fast)))
         inputs.append(value)
     engine = engine_for(self, pack=[child.path for child in nodes])
-    outcomes = run_node(self, work.run_id, engine.start_pack(nodes, inputs))
+    outcomes = run_node(self, work.run_id, engine.start_pack(nodes, inputs), work.concurrency_key)
     return continue_pack(self, outcomes, list(collected))
 
 
