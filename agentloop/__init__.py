@@ -57,6 +57,7 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
     ├── UnsendableMessageError     [ValueError] a message a run needs would be refused at the workers' edge
     ├── DeliveryLimitError         [RuntimeError] a message came back unacknowledged past its delivery limit
+    ├── ConcurrencyLimitError      [RuntimeError] a run refused or cancelled: its concurrency key was full
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
     ├── NetworkBlockedError        [ConnectionRefusedError] a connection off this machine during a replay
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
@@ -165,6 +166,7 @@ from agentloop.orchestration.cache import RedisStepCache
 from agentloop.orchestration.context import StandardContext, StandardContextFactory, standard_context
 from agentloop.orchestration.degraded import DegradedBody
 from agentloop.orchestration.errors import (
+    ConcurrencyLimitError,
     ContextSpecError,
     DeliveryLimitError,
     EvaluationInputError,
@@ -188,6 +190,7 @@ from agentloop.orchestration.errors import (
     WorkflowFailedError,
 )
 from agentloop.orchestration.evals.scores import EvalScore
+from agentloop.orchestration.fairness.rules import Concurrency
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
 from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
@@ -232,6 +235,8 @@ __all__ = [
     "CancellationToken",
     "CeleryAgentRunner",
     "Checkpointer",
+    "Concurrency",
+    "ConcurrencyLimitError",
     "ContextSpecError",
     "DegradationRecorder",
     "DegradationSink",
