@@ -38,14 +38,18 @@ __all__ = ["admit_launch", "wait_countdown"]
 logger = logging.getLogger(__name__)
 
 #: The shortest and longest wait before a waiting launch asks again.
-SHORTEST_WAIT, LONGEST_WAIT = 0.2, 10.0
+SHORTEST_WAIT, LONGEST_WAIT = 0.5, 60.0
+#: Seconds more a waiting launch waits per key-limit's worth of runs waiting before it.
+WAIT_PER_ROUND = 2.0
 
 
 def wait_countdown(admission: Admission) -> float:
-    """How long a waiting launch waits before it asks again: briefly at the head of its key's line,
-    longer the more runs wait before it (so thousands of waiters cost the store little)."""
+    """How long a waiting launch waits before it asks again: half a second at the head of its
+    key's line, two more seconds for every limit's worth of runs before it, at most a minute: the
+    store answers the few at the head often and the thousands behind them rarely (a batch of
+    5,000 behind a limit of 50 asks some 200 times a second, not 10,000)."""
     bound = max(1, admission.limit or 1)
-    return min(LONGEST_WAIT, SHORTEST_WAIT * (1 + admission.ahead / bound))
+    return min(LONGEST_WAIT, SHORTEST_WAIT + WAIT_PER_ROUND * admission.ahead / bound)
 
 
 def slots_of(deps: AppDependencies) -> ConcurrencySlots | None:
