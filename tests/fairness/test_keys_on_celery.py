@@ -216,3 +216,20 @@ def test_a_bad_key_or_priority_is_a_clear_refusal(rig: dict[str, Any]) -> None:
     )
     with pytest.raises(Exception, match="concurrency_key must be a non-empty string"):
         sent.get(timeout=CEILING)
+
+
+def test_a_batch_under_a_key_launches_every_run_under_it(rig: dict[str, Any]) -> None:
+    from agentloop.orchestration.celery_adapter.batches import summarize
+    from agentloop.orchestration.wire import BATCH
+
+    GAUGE.release.set()
+    kwargs = {
+        "runnable": "keys.held",
+        "inputs": [{"key": "K"}] * 3,
+        "concurrency_key": "tenant-b",
+        "poll_seconds": 0.2,
+    }
+    batch_id = rig["app"].send_task(BATCH, kwargs=kwargs).get(timeout=CEILING)["batch_id"]
+    polled(lambda: summarize(rig["store"], batch_id), lambda state: state["succeeded"] == 3)
+    children = [f"{batch_id}-{index}" for index in range(3)]
+    assert rig["store"].concurrency.keys_of(children) == dict.fromkeys(children, "tenant-b")

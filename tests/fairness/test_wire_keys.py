@@ -94,3 +94,9 @@ def test_the_producer_stamps_what_the_message_needs_and_an_older_worker_parks_on
         assert message.headers[WIRE_HEADER] == 3
     finally:
         rehearsal.close()
+
+
+def test_a_batch_chunk_under_a_key_is_version_2() -> None:
+    chunk_args = ("b1", "r", [1, 2], 0, {}, None)
+    assert needed_version(chunk_args, {"concurrency_key": "t"}) == KEYS_VERSION
+    assert needed_version(chunk_args, {}) == 1

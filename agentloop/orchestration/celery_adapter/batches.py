@@ -153,8 +153,9 @@ def batch(
     )
     for offset in range(0, len(items), size):
         self.app.tasks[BATCH_CHUNK].apply_async(
-            args=(batch_id, runnable, items[offset : offset + size], offset, context or {}, token_budget)
-            + ((concurrency_key,) if concurrency_key is not None else ()),
+            args=(batch_id, runnable, items[offset : offset + size], offset, context or {}, token_budget),
+            # a keyword, so the chunk is wire version 2 (wire.needed_version): an older worker parks it
+            kwargs={"concurrency_key": concurrency_key} if concurrency_key is not None else {},
             priority=BATCH_PRIORITY,
         )  # what Flower and the logs show of it: privacy.PrivateAMQP's redacted reprs
     self.app.tasks[BATCH_SUMMARY].apply_async(
