@@ -57,6 +57,7 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── WorkerStartError           [RuntimeError] an embedded worker did not come up
     ├── UnsendableMessageError     [ValueError] a message a run needs would be refused at the workers' edge
     ├── DeliveryLimitError         [RuntimeError] a message came back unacknowledged past its delivery limit
+    ├── ConcurrencyLimitError      [RuntimeError] a run refused or cancelled: its concurrency key was full
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
     ├── NetworkBlockedError        [ConnectionRefusedError] a connection off this machine during a replay
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
@@ -162,6 +163,7 @@ from agentloop.loops import (
     use_scope,
 )
 from agentloop.orchestration.errors import (
+    ConcurrencyLimitError,
     ContextSpecError,
     DeliveryLimitError,
     EvaluationInputError,
@@ -185,6 +187,7 @@ from agentloop.orchestration.errors import (
     WorkflowFailedError,
 )
 from agentloop.orchestration.evals.verdicts import EvalScore
+from agentloop.orchestration.fairness.rules import Concurrency
 from agentloop.orchestration.forks import ForkPoint, ForkReport, fork
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.providers.table import PROVIDERS
@@ -233,6 +236,8 @@ __all__ = [
     "CancellationToken",
     "CeleryAgentRunner",
     "Checkpointer",
+    "Concurrency",
+    "ConcurrencyLimitError",
     "ContextSpecError",
     "DegradationRecorder",
     "DegradationSink",

@@ -1,66 +1,111 @@
-"""``python -m bench.fairness``: does one interactive run start within 1 s while a batch runs?
+"""``python -m bench.fairness``: concurrency keys on a real worker: fair shares between tenants.
 
-On a private Redis (``--broker rabbitmq``: a private vhost of the local RabbitMQ as the broker,
-results still in the private Redis; there the batch's messages go to their own quorum queue), a
-private PostgreSQL database (``--store sqlite`` for a file) and one ``--pool threads`` worker:
-``agentloop.batch`` of ``--inputs`` (2,000) ``bench.trivial`` loops is sent, and once its first
-runs have ended a single ``agentloop.launch`` of ``bench.trivial`` follows. Printed: the seconds
-from sending that launch to its run being recorded running in the run store,
-and to its result, against the 1 s target. Only 127.0.0.1 is used; every wait
-is bounded (``--timeout``).
+On a private Redis (broker and results), a private PostgreSQL database (``--store sqlite`` for a
+file), a local OpenAI-protocol model server (each call answered after ``--latency`` s; it counts
+each key's calls in flight) and one ``--pool threads`` worker, every run is ``bench.fair.call``:
+one model call, keyed by its input, at most ``--limit`` (50) runs of a key in flight.
+
+1. **Baseline**: ``--alone`` runs of key B one after the other: their median time, send to result.
+2. **Interactive beside a batch**: key A's ``agentloop.batch`` of ``--inputs`` (5,000) runs; once
+   its first runs have ended, key B's ``--interactive`` (50) runs, one every ``--spacing`` s.
+   Printed: B's start (send to recorded start, from the run store's clock) at p50/p95 against the
+   1 s target, B's end at p50/p95 as a ratio to the baseline (target at most 2x), and the most of
+   A's calls the model server saw in flight at once (target: at most ``--limit``).
+3. **Two equal keys**: keys C and D send a batch of ``--equal`` (2,000) each, C's first; the model
+   server's calls of each key while both still had runs to do: their ratio (target within 10%).
+
+Ratios are against the baseline of the same run. Only 127.0.0.1 is used; every wait is bounded
+(``--timeout``). ``--quick``: 500 inputs, 20 interactive runs, 300 of each equal key.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import statistics
 import sys
+import threading
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from bench.batch_scale import RUNNABLE
 from bench.celery_overhead.rig import ROOT, NotRunnable, _detach_result_consumer, run_store_url
+from bench.fairness_workflows import RUNNABLE
 
-TARGET_SECONDS = 1.0
+START_TARGET, END_RATIO_TARGET, SHARE_TARGET = 1.0, 2.0, 0.10
+_KEY = re.compile(r"key=([A-Za-z0-9_-]+)")
 
 
-def _until(check: Any, timeout: float, what: str) -> float:
+class CountingModel:
+    """The model server's responder: each call waits ``latency`` s; calls counted per key."""
+
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+        self.lock = threading.Lock()
+        self.inside: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+        self.calls: list[tuple[float, str]] = []
+
+    def __call__(self, body: Any) -> Any:
+        from agentloop.orchestration.testing.servers.openai_replies import reply_text
+
+        found = _KEY.search(json.dumps(body))
+        key = found.group(1) if found else "?"
+        with self.lock:
+            self.inside[key] = self.inside.get(key, 0) + 1
+            self.most[key] = max(self.most.get(key, 0), self.inside[key])
+            self.calls.append((time.time(), key))
+        try:
+            time.sleep(self.latency)
+        finally:
+            with self.lock:
+                self.inside[key] -= 1
+        return reply_text("ok")
+
+
+def _until(check: Any, timeout: float, what: str, every: float = 0.05) -> None:
     began = time.monotonic()
     while not check():
         if time.monotonic() - began > timeout:
             raise TimeoutError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.01)
-    return time.monotonic() - began
+        time.sleep(every)
 
 
-def run(args: argparse.Namespace) -> bool:
-    """One batch and one interactive run beside it; prints the figures, returns the verdict."""
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+@contextmanager
+def _rig(args: argparse.Namespace, model: CountingModel) -> Iterator[tuple[Any, Any]]:
     from agentloop import create_app, load_settings
-    from agentloop.orchestration.celery_adapter.batches import summarize
     from agentloop.orchestration.store import open_store
-    from agentloop.orchestration.wire import BATCH, LAUNCH
-    from tests.servers.rabbitmq import private_rabbitmq
+    from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
     from tests.servers.redis_server import ServiceUnavailable, private_redis_server
     from tests.servers.worker import run_worker_process
 
     with ExitStack() as stack:
         try:
             server = stack.enter_context(private_redis_server())
-            broker = server.url
-            if args.broker == "rabbitmq":
-                target = stack.enter_context(private_rabbitmq())
-                if not target.private:
-                    raise NotRunnable("no private RabbitMQ vhost (rabbitmqctl) for the batch queue")
-                broker = target.url
         except ServiceUnavailable as unavailable:
             raise NotRunnable(unavailable.reason) from unavailable
         database_url = stack.enter_context(run_store_url(args.store))
-        env = {"DATABASE_URL": database_url, "AGENTLOOP_BENCH_WORKER": "1", "PYTHONPATH": str(ROOT)}
+        model_url = stack.enter_context(OpenAICompatibleServer(responder=model)).base_url
+        env = {
+            "DATABASE_URL": database_url,
+            "PYTHONPATH": str(ROOT),
+            "OPENAI_BASE_URL": model_url,
+            "OPENAI_API_KEY": "sk-bench",
+            "OPENAI_MAX_RETRIES": "0",
+            "AGENTLOOP_BENCH_KEY_LIMIT": str(args.limit),
+        }
         stack.enter_context(
             run_worker_process(
-                broker_url=broker,
+                broker_url=server.url,
                 result_backend=server.url,
-                imports=["bench.workflows_celery"],
+                imports=["bench.fairness_workflows"],
                 env=env,
                 pool="threads",
                 concurrency=args.concurrency,
@@ -68,48 +113,142 @@ def run(args: argparse.Namespace) -> bool:
                 start_timeout=60.0,
             )
         )
-        client_env = {"BROKER_URL": broker, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
+        client_env = {"BROKER_URL": server.url, "RESULT_BACKEND": server.url, "DATABASE_URL": database_url}
         app = create_app(settings=load_settings(client_env))
         stack.callback(app.close)
         stack.callback(_detach_result_consumer, app)
         store, _ = open_store(database_url, migrate=False)
         stack.callback(store.engine.dispose)
+        yield app, store
 
-        kwargs = {"runnable": RUNNABLE, "inputs": [None] * args.inputs, "poll_seconds": 1.0}
-        batch_id = app.send_task(BATCH, kwargs=kwargs).get(timeout=args.timeout)["batch_id"]
-        _until(lambda: summarize(store, batch_id)["ended"] >= 50, args.timeout, "the batch's first runs")
-        began = time.monotonic()
-        launched = app.send_task(LAUNCH, kwargs={"runnable": RUNNABLE, "input": None})
 
-        def running() -> bool:
-            record = store.get_run(str(launched.id))
-            return record is not None and record.status != "pending"
+def _launch(app: Any, key: str) -> tuple[str, float]:
+    from agentloop.orchestration.wire import LAUNCH
 
-        started = _until(running, args.timeout, "the interactive run's start")
-        launched.get(timeout=args.timeout)
-        finished = time.monotonic() - began
-        open_runs = summarize(store, batch_id)["open"]
+    sent = time.time()
+    result = app.send_task(LAUNCH, kwargs={"runnable": RUNNABLE, "input": {"key": key}})
+    return str(result.id), sent
 
-    ok = started <= TARGET_SECONDS
+
+def _batch(app: Any, key: str, count: int, timeout: float) -> str:
+    from agentloop.orchestration.wire import BATCH
+
+    kwargs = {
+        "runnable": RUNNABLE,
+        "inputs": [{"key": key}] * count,
+        "poll_seconds": 1.0,
+        "key": f"fair-{key}",
+    }
+    return str(app.send_task(BATCH, kwargs=kwargs).get(timeout=timeout)["batch_id"])
+
+
+def _ended(store: Any, run_id: str) -> bool:
+    record = store.get_run(run_id)
+    return record is not None and record.is_finished
+
+
+def run(args: argparse.Namespace) -> bool:
+    """The three measurements; prints the figures, returns the verdict."""
+    from agentloop.orchestration.celery_adapter.batches import summarize
+
+    model = CountingModel(args.latency)
+    with _rig(args, model) as (app, store):
+        # 1. baseline: B's runs alone, one at a time
+        alone = []
+        for _ in range(args.alone):
+            run_id, sent = _launch(app, "B")
+            _until(lambda r=run_id: _ended(store, r), args.timeout, "a baseline run's end", every=0.005)
+            record = store.get_run(run_id)
+            alone.append(record.finished_at.timestamp() - sent)
+        baseline = statistics.median(alone)
+
+        # 2. A's batch, B's interactive runs spaced over it
+        batch_a = _batch(app, "A", args.inputs, args.timeout)
+        _until(lambda: summarize(store, batch_a)["ended"] >= args.limit, args.timeout, "A's first runs")
+        interactive = []
+        for _ in range(args.interactive):
+            interactive.append(_launch(app, "B"))
+            time.sleep(args.spacing)
+        _until(lambda: all(_ended(store, run_id) for run_id, _ in interactive), args.timeout, "B's runs")
+        a_open_when_b_done = summarize(store, batch_a)["open"]
+        starts, ends = [], []
+        for run_id, sent in interactive:
+            record = store.get_run(run_id)
+            starts.append(record.started_at.timestamp() - sent)
+            ends.append(record.finished_at.timestamp() - sent)
+        _until(lambda: summarize(store, batch_a)["open"] == 0, args.timeout, "A's batch", every=0.5)
+        most_a = model.most.get("A", 0)
+
+        # 3. two equal keys
+        began = time.time()
+        batch_c = _batch(app, "C", args.equal, args.timeout)
+        batch_d = _batch(app, "D", args.equal, args.timeout)
+
+        def first_done() -> bool:
+            return bool(summarize(store, batch_c)["open"] == 0 or summarize(store, batch_d)["open"] == 0)
+
+        _until(first_done, args.timeout, "one equal key's batch", every=0.2)
+        window_end = time.time()
+        with model.lock:
+            both = [key for at, key in model.calls if began <= at <= window_end]
+        c_calls, d_calls = both.count("C"), both.count("D")
+        _until(
+            lambda: summarize(store, batch_c)["open"] == 0 and summarize(store, batch_d)["open"] == 0,
+            args.timeout,
+            "both equal keys' batches",
+            every=0.5,
+        )
+
+    start_p50, start_p95 = _p(starts, 0.5), _p(starts, 0.95)
+    end_ratio_p50, end_ratio_p95 = _p(ends, 0.5) / baseline, _p(ends, 0.95) / baseline
+    share = min(c_calls, d_calls) / max(1, max(c_calls, d_calls))
+    checks = {
+        "B starts within 1 s at p95": start_p95 <= START_TARGET,
+        "B ends within 2x alone at p95": end_ratio_p95 <= END_RATIO_TARGET,
+        f"A never above {args.limit} in flight": most_a <= args.limit,
+        "equal keys within 10%": share >= 1 - SHARE_TARGET,
+    }
     print(
-        f"fairness on {args.broker}: one interactive run beside a batch of {args.inputs},"
-        f" --pool threads -c {args.concurrency}"
+        f"fairness: --pool threads -c {args.concurrency}, per-key limit {args.limit}, model latency"
+        f" {args.latency} s, store {args.store}"
     )
-    print(f"  started after {started:.2f} s (target {TARGET_SECONDS} s), result after {finished:.2f} s;")
-    print(f"  batch runs still open when it ended: {open_runs}")
-    print("verdict:", "PASS" if ok else "FAIL")
-    return ok
+    print(f"  baseline: B alone, median {baseline:.3f} s (of {args.alone} runs)")
+    print(
+        f"  A's batch of {args.inputs} with B's {args.interactive} runs every {args.spacing} s:"
+        f" B started after p50 {start_p50:.3f} s, p95 {start_p95:.3f} s (target {START_TARGET} s);"
+        f" ended after p50 {end_ratio_p50:.2f}x, p95 {end_ratio_p95:.2f}x alone (target {END_RATIO_TARGET}x);"
+        f" A's runs still open when B's ended: {a_open_when_b_done}"
+    )
+    most_b = model.most.get("B", 0)
+    print(f"  most calls in flight at the model server: A {most_a} (limit {args.limit}), B {most_b}")
+    print(
+        f"  two keys of {args.equal}: while both had work, C made {c_calls} calls and D {d_calls}"
+        f" (share ratio {share:.3f}, target >= {1 - SHARE_TARGET:.2f})"
+    )
+    for what, ok in checks.items():
+        print(f"  {'PASS' if ok else 'FAIL'}: {what}")
+    verdict = all(checks.values())
+    print("verdict:", "PASS" if verdict else "FAIL")
+    return verdict
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__)
-    parser.add_argument("--inputs", type=int, default=2000)
-    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--inputs", type=int, default=5000)
+    parser.add_argument("--interactive", type=int, default=50)
+    parser.add_argument("--spacing", type=float, default=0.5)
+    parser.add_argument("--equal", type=int, default=2000)
+    parser.add_argument("--alone", type=int, default=5)
+    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--concurrency", type=int, default=120)
     parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
-    parser.add_argument("--broker", default="redis", choices=("redis", "rabbitmq"))
-    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--quick", action="store_true", help="500 inputs, 20 interactive, 300 each")
     parser.add_argument("--check", action="store_true", help="exit 1 when the verdict is FAIL")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.inputs, args.interactive, args.equal = 500, 20, 300
     try:
         ok = run(args)
     except NotRunnable as missing:

@@ -26,6 +26,7 @@ ROOMS = {
     "errors": 0,
     "interruptions": 0,
     "providers": 0,
+    "fairness": 1,
     "settings": 2,
     "registry": 2,
     "metrics": 2,

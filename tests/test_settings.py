@@ -46,6 +46,12 @@ EVERY_VARIABLE = {
     "AGENTLOOP_DELIVERY_LIMIT": "5",
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
     "AGENTLOOP_PACK_SIZE": "50",
+    "AGENTLOOP_FAIR_SLOTS": "64",
+    "AGENTLOOP_MODEL_KEY_RPM": "20",
+    "AGENTLOOP_MODEL_KEY_TPM": "4000",
+    "AGENTLOOP_MODEL_KEY_TOKEN_BUDGET": "1000000",
+    "AGENTLOOP_MODEL_KEY_BUDGET_SECONDS": "3600",
+    "AGENTLOOP_CONCURRENCY_LEASE_SECONDS": "600",
     "AGENTLOOP_STORE_RETRY_SECONDS": "7.5",
     "AGENTLOOP_RUN_RETENTION": "30d",
     "AGENTLOOP_WIRE_VERSION_OVERRIDE": "2",
@@ -120,6 +126,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.delivery_limit == 5
     assert settings.checkpoint_seconds == 0.0
     assert settings.pack_size == 50
+    assert (settings.fair_slots, settings.concurrency_lease_seconds) == (64, 600.0)
     assert settings.store.retry_seconds == 7.5
     assert settings.store.retention_seconds == 30 * 86400
     assert (settings.wire_version_override, settings.wire_version) == (2, 2)
@@ -131,6 +138,9 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert (model.openai_model, model.openai_timeout_seconds, model.openai_max_retries) == ("gpt-4.1", 2.5, 0)
     assert (model.rpm, model.tpm, model.limit_name) == (500, 200000, "shared-gpt")
     assert (model.limit_window_seconds, model.limit_max_wait_seconds) == (0.5, 30.0)
+    assert (model.key_rpm, model.key_tpm, model.key_token_budget, model.key_budget_seconds) == (
+        20, 4000, 1_000_000, 3600.0,
+    )  # fmt: skip
     assert model.redis_url == "redis://:redispw@redis:6379/0"
     chosen = model.provider
     assert (chosen.name, chosen.model_name) == ("anthropic", "claude-test-1")

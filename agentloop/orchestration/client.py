@@ -283,6 +283,8 @@ class CeleryAgentRunner:
         deadline: timedelta | float | None = None,
         principal: str | None = None,
         record: bool = False,
+        concurrency_key: str | None = None,
+        priority: int | None = None,
     ) -> RunHandle:
         """Launch a run and return its handle at once; ``on_progress`` then receives the
         run's events while :meth:`RunHandle.wait` waits for the result.
@@ -293,6 +295,9 @@ class CeleryAgentRunner:
         ``principal`` records who started it, for ``agentloop serve``'s ownership rule.
         ``record`` records the run (its model turns, tool results, answers and cache hits, in
         the run store) for ``agentloop replay`` and ``agentloop runs export``.
+        ``concurrency_key`` is the key (a tenant) the run counts against for limits and fair
+        shares, else its runnable's rule decides; ``priority`` (0 first, to 9) is the priority
+        the launch and every task of the run are sent with (``docs/how-to/fairness.md``).
         """
         return await asyncio.to_thread(
             self.request_sync,
@@ -303,6 +308,8 @@ class CeleryAgentRunner:
             deadline=deadline,
             principal=principal,
             record=record,
+            concurrency_key=concurrency_key,
+            priority=priority,
         )
 
     def request_sync(
@@ -315,6 +322,8 @@ class CeleryAgentRunner:
         deadline: timedelta | float | None = None,
         principal: str | None = None,
         record: bool = False,
+        concurrency_key: str | None = None,
+        priority: int | None = None,
     ) -> RunHandle:
         """The same as :meth:`request`, for code that has no event loop running."""
         request = LaunchRequest.parse(
@@ -326,8 +335,10 @@ class CeleryAgentRunner:
             deadline_seconds=deadline.total_seconds() if isinstance(deadline, timedelta) else deadline,
             principal=principal,
             record=record,
+            concurrency_key=concurrency_key,
+            priority=priority,
         )
         assert request.run_id is not None
         mark_launch_sent(self.app, request.run_id)
-        self.app.send_task(LAUNCH, kwargs=request.to_kwargs(), task_id=request.run_id)
+        self.app.send_task(LAUNCH, kwargs=request.to_kwargs(), task_id=request.run_id, priority=priority)
         return RunHandle(app=self.app, run_id=request.run_id, store=self.store, on_progress=on_progress)

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 from agentloop.actions.errors import AgentLoopError
 
 __all__ = [
+    "ConcurrencyLimitError",
     "ContextSpecError",
     "DeliveryLimitError",
     "DenialReason",
@@ -213,6 +214,11 @@ class DeliveryLimitError(AgentLoopError, RuntimeError):
     """A loop was started ``AGENTLOOP_DELIVERY_LIMIT`` times without progress (counted by the run
     store, on every broker), or a message came back unacknowledged as often as RabbitMQ allows:
     every worker that took it died or lost its connection; its run ends with this."""
+
+
+class ConcurrencyLimitError(AgentLoopError, RuntimeError):
+    """A run refused, or cancelled to make room, because its concurrency key had as many runs in
+    flight as its limit allows (``docs/how-to/fairness.md``)."""
 
 
 class UnsendableMessageError(AgentLoopError, ValueError):

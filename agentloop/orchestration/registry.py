@@ -25,6 +25,7 @@ from typing import Any, TypeVar, overload
 from agentloop.actions.errors import AgentLoopError
 from agentloop.loops.contract import Runnable
 from agentloop.orchestration.errors import ContextSpecError, UnknownInputProviderError, UnknownRunnableError
+from agentloop.orchestration.fairness.rules import Concurrency
 from agentloop.pipelines.composite import BaseCompositeAgent
 from agentloop.pipelines.pipeline import BaseAgentPipeline
 
@@ -50,6 +51,8 @@ class Registration:
     name: str
     runnable: type[Runnable]
     context_factory: ContextFactory
+    #: How its runs share the fleet under their concurrency key (``orchestration/fairness/``).
+    concurrency: Concurrency | None = None
 
     def build_context(self, spec: Mapping[str, Any] | None) -> Any:
         if spec is None:
@@ -147,6 +150,7 @@ class RunnableRegistry:
                     value,
                     context_factory=declaration.context_factory,
                     includes=declaration.includes,
+                    concurrency=declaration.concurrency,
                 )
             provided = getattr(value, _PROVIDES, None) if callable(value) else None
             if isinstance(provided, str):
@@ -173,8 +177,12 @@ class RunnableRegistry:
         *,
         context_factory: ContextFactory | None = None,
         includes: Iterable[type[Runnable]] = (),
+        concurrency: Concurrency | None = None,
     ) -> Registration:
-        """Make ``runnable`` reachable as ``name``; its stages and ``includes`` come along."""
+        """Make ``runnable`` reachable as ``name``; its stages and ``includes`` come along
+        (``concurrency``: how its runs share the fleet, ``docs/how-to/fairness.md``)."""
+        if concurrency is not None and not isinstance(concurrency, Concurrency):
+            raise TypeError(f"concurrency must be a Concurrency, got {type(concurrency).__name__}")
         if not isinstance(name, str) or not name:
             raise ValueError("a runnable name must be a non-empty string")
         if not _is_runnable_class(runnable):
@@ -183,7 +191,7 @@ class RunnableRegistry:
         _check_parts(runnable, includes)
         factory = context_factory or default_context_factory
         with self._lock:
-            registration = self._add(name, runnable, factory, explicit=True)
+            registration = self._add(name, runnable, factory, explicit=True, concurrency=concurrency)
             pending = [*_parts_of(runnable), *includes]
             while pending:
                 child = pending.pop()
@@ -193,13 +201,23 @@ class RunnableRegistry:
                 pending.extend(_parts_of(child))
         return registration
 
-    def _add(self, name: str, runnable: type, factory: ContextFactory, *, explicit: bool) -> Registration:
+    def _add(
+        self,
+        name: str,
+        runnable: type,
+        factory: ContextFactory,
+        *,
+        explicit: bool,
+        concurrency: Concurrency | None = None,
+    ) -> Registration:
         existing = self._by_name.get(name)
         if existing is not None and existing.runnable is not runnable:
             raise ValueError(
                 f"runnable name {name!r} is already registered for {existing.runnable.__qualname__}"
             )
-        registration = Registration(name=name, runnable=runnable, context_factory=factory)
+        registration = Registration(
+            name=name, runnable=runnable, context_factory=factory, concurrency=concurrency
+        )
         self._by_name[name] = registration
         if explicit or runnable not in self._by_class:
             self._by_class[runnable] = registration
@@ -241,6 +259,7 @@ class Declaration:
     name: str
     context_factory: ContextFactory | None = None
     includes: tuple[type[Runnable], ...] = ()
+    concurrency: Concurrency | None = None
 
 
 def _declarations(value: object) -> tuple[Declaration, ...]:
@@ -258,6 +277,7 @@ def register(
     *,
     context_factory: ContextFactory | None = None,
     includes: Iterable[type[Runnable]] = (),
+    concurrency: Concurrency | None = None,
 ) -> Callable[[R], R]: ...
 
 
@@ -268,6 +288,7 @@ def register(
     *,
     context_factory: ContextFactory | None = None,
     includes: Iterable[type[Runnable]] = (),
+    concurrency: Concurrency | None = None,
 ) -> R: ...
 
 
@@ -277,6 +298,7 @@ def register(
     *,
     context_factory: ContextFactory | None = None,
     includes: Iterable[type[Runnable]] = (),
+    concurrency: Concurrency | None = None,
 ) -> R | Callable[[R], R]:
     """Declare ``runnable`` reachable on Celery as ``name``; returns the class unchanged.
 
@@ -284,11 +306,14 @@ def register(
     ``@register("name", context_factory=...)`` on the class. This only marks the
     class: a worker's registry takes it when the module is listed in
     ``AGENTLOOP_IMPORTS`` (:meth:`RunnableRegistry.from_modules`). A class may
-    be declared under several names.
+    be declared under several names. ``concurrency`` (a
+    :class:`~agentloop.orchestration.fairness.rules.Concurrency`) keys and limits its runs.
     """
     if not isinstance(name, str) or not name:
         raise ValueError("a runnable name must be a non-empty string")
-    declaration = Declaration(name=name, context_factory=context_factory, includes=tuple(includes))
+    declaration = Declaration(
+        name=name, context_factory=context_factory, includes=tuple(includes), concurrency=concurrency
+    )
 
     def mark(cls: R) -> R:
         if not _is_runnable_class(cls):

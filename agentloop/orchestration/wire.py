@@ -6,7 +6,8 @@ Task names are public and stable. Other services, importing only Celery::
                        "context": JSON (optional), "run_id": str (optional),
                        "token_budget": int (optional),
                        "deadline_seconds": number (optional),
-                       "record": bool (optional)})
+                       "record": bool (optional),
+                       "concurrency_key": str (optional), "priority": 0-9 (optional)})
     send_task("agentloop.progress", kwargs={"run_id": result.id, "after_id": 0}).get()
     send_task("agentloop.cancel", kwargs={"run_id": result.id})
     result.get()   # its result; a degraded run's {"__agentloop_degraded__": DegradedBody}
@@ -94,7 +95,13 @@ TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, 
 #: kwargs, the :class:`WorkflowNode` and its results). Raised when a message changes in a way an
 #: older worker would misread; a worker runs every message of its version or below, and hands a
 #: newer one on to a newer worker (``celery_adapter/wire_versions.py``, ``docs/deployment.md``).
-WIRE_VERSION = 1
+WIRE_VERSION = 2
+#: The wire version a message needs (:func:`needed_version`): 1 for every message version 1 knew,
+#: :data:`KEYS_VERSION` for one that carries a concurrency key or a priority (issue 39): a worker
+#: of version 1 would refuse such a launch, or run such a node unlimited, so it parks them instead.
+KEYS_VERSION = 2
+#: The launch keywords and node fields a worker of version 1 does not know.
+KEYS_FIELDS = ("concurrency_key", "priority")
 #: The message header that carries the wire version of an ``agentloop.*`` message. A message
 #: without it is version 1 (what every producer sent before the header existed, and what a
 #: client sending with Celery alone sends): it is always accepted.
@@ -117,6 +124,17 @@ def wire_version_of(headers: Mapping[str, Any]) -> int | None:
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         return None
     return version
+
+
+def needed_version(args: Any, kwargs: Any) -> int:
+    """The lowest wire version that reads a message of ``args`` and ``kwargs``: :data:`KEYS_VERSION`
+    when its keywords, or a node among its arguments or keywords, carry a field of :data:`KEYS_FIELDS`."""
+    keywords = kwargs if isinstance(kwargs, Mapping) else {}
+    arguments = args if isinstance(args, list | tuple) else ()
+    for value in (keywords, *keywords.values(), *arguments):
+        if isinstance(value, Mapping) and any(value.get(name) is not None for name in KEYS_FIELDS):
+            return KEYS_VERSION
+    return 1
 
 
 FAILURE_KEY = "__agentloop_failure__"
@@ -148,6 +166,8 @@ def progress_status(recorded: str | None, launch_state: str | None) -> str:
 
 #: Longest run id and runnable name the contract accepts (what the run store keeps of them).
 MAX_NAME_CHARS = 255
+#: The priorities a launch may ask for: Celery's 0 (first) to 9 (last); a batch's runs get 9.
+MAX_PRIORITY = 9
 #: Largest ``token_budget`` (a signed 64-bit count).
 MAX_TOKEN_BUDGET = 2**63 - 1
 #: A NUL character as JSON writes it: ``\u0000`` after an even number of backslashes.
@@ -193,6 +213,11 @@ class LaunchRequest:
     principal: str | None = None
     #: Record the run (its model turns, tool results, answers, cache hits) for ``agentloop replay``.
     record: bool = False
+    #: The key the run counts against for fair shares and limits (a tenant), inherited by every
+    #: branch and stage (``orchestration/fairness/``); else the runnable's rule decides.
+    concurrency_key: str | None = None
+    #: The run's priority, 0 (first) to :data:`MAX_PRIORITY`; every task of the run is sent with it.
+    priority: int | None = None
 
     @classmethod
     def parse(
@@ -206,6 +231,8 @@ class LaunchRequest:
         deadline_seconds: Any = None,
         principal: Any = None,
         record: Any = None,
+        concurrency_key: Any = None,
+        priority: Any = None,
     ) -> LaunchRequest:
         """The request, or :class:`LaunchRequestError` saying which field is wrong.
 
@@ -236,6 +263,14 @@ class LaunchRequest:
             check_name(principal, "principal")
         if record is not None and not isinstance(record, bool):
             raise LaunchRequestError(f"record must be true or false, got {record!r}")
+        if concurrency_key is not None:
+            check_name(concurrency_key, "concurrency_key")
+        if priority is not None and (
+            isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= MAX_PRIORITY
+        ):
+            raise LaunchRequestError(
+                f"priority must be an integer from 0 to {MAX_PRIORITY}, got {priority!r}"
+            )
         return cls(
             runnable=str(runnable),
             input=input,
@@ -245,13 +280,15 @@ class LaunchRequest:
             deadline_seconds=None if deadline_seconds is None else float(deadline_seconds),
             principal=principal,
             record=bool(record),
+            concurrency_key=concurrency_key,
+            priority=priority,
         )
 
     def to_kwargs(self) -> dict[str, Any]:
         """The message's keyword arguments (optional fields only when set)."""
         kwargs: dict[str, Any] = {"runnable": self.runnable, "input": self.input}
         kwargs["context"] = dict(self.context)
-        optional = ("run_id", "token_budget", "deadline_seconds", "principal")
+        optional = ("run_id", "token_budget", "deadline_seconds", "principal", "concurrency_key", "priority")
         kwargs |= {name: getattr(self, name) for name in optional if getattr(self, name) is not None}
         return kwargs | ({"record": True} if self.record else {})
 
@@ -312,6 +349,11 @@ class WorkflowNode:
     fresh: bool = False
     #: The run is recorded: the task records what its steps get (``actions/recording.py``).
     record: bool = False
+    #: The run's concurrency key (its launch's, or its runnable's rule's): every task of the run
+    #: counts its model calls against the key's limits (``orchestration/fairness/``).
+    concurrency_key: str | None = None
+    #: The priority every task of the run is sent with (``None``: the broker's default).
+    priority: int | None = None
 
     def child(self, *, runnable: str, segment: str, parent: Ancestor) -> WorkflowNode:
         path = f"{self.path}/{segment}" if self.path else segment
@@ -329,6 +371,8 @@ class WorkflowNode:
             owner_token=self.owner_token,
             fresh=self.fresh,
             record=self.record,
+            concurrency_key=self.concurrency_key,
+            priority=self.priority,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -347,6 +391,10 @@ class WorkflowNode:
             data["fresh"] = True
         if self.record:
             data["record"] = True
+        if self.concurrency_key is not None:  # only when set: a message of wire version 2
+            data["concurrency_key"] = self.concurrency_key
+        if self.priority is not None:
+            data["priority"] = self.priority
         return data
 
     @classmethod
@@ -369,6 +417,10 @@ class WorkflowNode:
                 ),
                 fresh=_typed(data.get("fresh", False), bool, "'fresh' must be true or false"),
                 record=_typed(data.get("record", False), bool, "'record' must be true or false"),
+                concurrency_key=_typed(
+                    data.get("concurrency_key"), (str, type(None)), "concurrency key must be a string"
+                ),
+                priority=_priority_or_none(data.get("priority")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InvalidNodeError(f"a malformed workflow node: {type(error).__name__}: {error}") from None
@@ -396,6 +448,14 @@ def _typed(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
     if isinstance(value, kind):
         return value
     raise ValueError(f"its {what}, not a {type(value).__name__}")
+
+
+def _priority_or_none(value: Any) -> int | None:
+    if value is None or (
+        isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_PRIORITY
+    ):
+        return value
+    raise ValueError(f"its priority must be an integer from 0 to {MAX_PRIORITY}")
 
 
 def _epoch_or_none(value: Any) -> float | None:

@@ -12,7 +12,7 @@ import redis
 from celery.exceptions import InvalidTaskError
 
 from agentloop.orchestration.celery_adapter.app import create_app
-from agentloop.orchestration.wire import PING
+from agentloop.orchestration.wire import PING, WIRE_VERSION
 from tests.servers import rabbitmq as rabbitmq_module
 from tests.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
 from tests.servers.redis_server import RedisServer, ServiceUnavailable
@@ -69,7 +69,9 @@ def test_the_worker_takes_its_configuration_from_the_environment(redis_server: R
     assert conf["accept_content"] == ["json"]
     assert conf["task_acks_late"] is True
     assert conf["worker_prefetch_multiplier"] == 1
-    assert [queue["name"] for queue in active_queues] == ["agents-test"]
+    # and the holding queues of the wire versions it reads (2 up to its own: wire_versions.py)
+    holding = [f"agents-test.wire.{version}" for version in range(2, WIRE_VERSION + 1)]
+    assert sorted(queue["name"] for queue in active_queues) == ["agents-test", *holding]
 
 
 def test_a_worker_process_refuses_pickle_messages(redis_server: RedisServer) -> None:

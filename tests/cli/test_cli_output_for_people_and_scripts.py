@@ -141,3 +141,22 @@ def test_tools_in_json(home: Path) -> None:
     assert loaded == {"loaded": ["t.one"]}
     assert [(tool["id"], tool["name"], tool["payload"]) for tool in listed] == [("t.one", "one", payload)]
     assert shown == payload
+
+
+def test_runs_list_shows_each_runs_concurrency_key_and_the_keys_counts(
+    two_runs: list[str], home: Path
+) -> None:
+    store = home_store(home)
+    store.concurrency.acquire(run_id=SHORT, key="tenant-a", limit=1)  # SHORT is pending: it holds A's slot
+    add_run(store, "waiting-run")
+    store.concurrency.acquire(run_id="waiting-run", key="tenant-a", limit=1)
+
+    listed = {run["id"]: run for run in json.loads(invoke("runs", "list", "--json").stdout)}
+    assert (listed[SHORT]["concurrency_key"], listed[LONG]["concurrency_key"]) == ("tenant-a", None)
+    row = next(line for line in invoke("runs", "list", "--wide").stdout.splitlines() if SHORT in line)
+    assert "tenant-a" in row
+    assert json.loads(invoke("runs", "list", "--keys", "--json").stdout) == [
+        {"key": "tenant-a", "in_flight": 1, "waiting": 1, "waits": 1, "refused": 0, "evicted": 0}
+    ]
+    table = invoke("runs", "list", "--keys").stdout
+    assert "tenant-a" in table and "in flight" in table

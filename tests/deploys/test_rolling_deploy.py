@@ -78,7 +78,7 @@ def _rig(stack: ExitStack, tmp_path: Path, broker: str) -> dict[str, Any]:
     registry = RunnableRegistry.from_modules(MODULES)
     apps = {}
     for version in (1, 2):
-        environ = {**base, "AGENTLOOP_WIRE_VERSION_OVERRIDE": str(version)} if version > 1 else base
+        environ = {**base, "AGENTLOOP_WIRE_VERSION_OVERRIDE": str(version)}  # 1: a release before 39
         app = create_app(settings=load_settings(environ), registry=registry, store=store)
         stack.callback(app.close)
         apps[version] = app
@@ -87,8 +87,7 @@ def _rig(stack: ExitStack, tmp_path: Path, broker: str) -> dict[str, Any]:
 
     def worker(version: int, **options: Any) -> WorkerProcess:
         env = {"DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join(map(str, (ROOT, TESTS, HERE)))}
-        if version > 1:
-            env["AGENTLOOP_WIRE_VERSION_OVERRIDE"] = str(version)
+        env["AGENTLOOP_WIRE_VERSION_OVERRIDE"] = str(version)  # 1: a worker of a release before 39
         return stack.enter_context(
             run_worker_process(
                 broker_url=broker_url, result_backend=server.url, imports=MODULES, env=env, **options

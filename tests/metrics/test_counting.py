@@ -19,7 +19,7 @@ from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor
 from agentloop.orchestration.llm.limits.window import Permit
 from agentloop.orchestration.llm.offline import OfflineModel
 from agentloop.orchestration.metrics.exporter import PrometheusMetrics
-from agentloop.orchestration.metrics.fleet import FleetGauges
+from agentloop.orchestration.metrics.fleet import MAX_KEYS, OTHER_KEYS, FleetGauges, bounded_keys
 from agentloop.orchestration.metrics.instruments import MAX_RUNNABLES, OTHER, REFUSED, RunInstruments
 from agentloop.orchestration.metrics.record import use_instruments
 from agentloop.orchestration.settings import Settings, load_settings
@@ -199,3 +199,19 @@ def test_a_refused_launch_or_a_flood_of_names_makes_no_new_series(counted: Prome
     assert finished[REFUSED] == 2 and finished[OTHER] == 10
     made_up = {name: count for name, count in finished.items() if name.startswith("made.up.")}
     assert len(made_up) == MAX_RUNNABLES and set(made_up.values()) == {1}
+
+
+def test_the_keys_gauges_name_the_busiest_keys_and_sum_the_others() -> None:
+    metrics = PrometheusMetrics()
+    keys = {f"tenant-{n:03d}": {"in_flight": n % 7, "waiting": 1} for n in range(MAX_KEYS + 10)}
+    FleetGauges(metrics.meter, queue_depths=dict, run_counts=dict, key_counts=lambda: keys)
+    try:
+        found = samples(metrics.scrape().decode())
+    finally:
+        metrics.close()
+    named = {dict(labels)["key"] for name, labels in found if name == "agentloop_key_runs"}
+    assert len(named) == MAX_KEYS + 1 and OTHER_KEYS in named  # bounded, whatever the keys
+    kept = bounded_keys(keys)
+    total = sum(states["waiting"] for states in kept.values())
+    assert total == MAX_KEYS + 10  # nothing dropped: the others are summed
+    assert value(found, "agentloop_key_runs", key=OTHER_KEYS, state="waiting") == 10

@@ -26,8 +26,16 @@ from agentloop.orchestration.store.migrate import alembic_config
 from agentloop.orchestration.store.tables import metadata
 from tests.servers.postgres import private_database
 
-TABLES = {"ai_tools", "runs", "run_events", "checkpoints", "human_waits", "run_recordings"}
-HEAD = "0012"
+TABLES = {
+    "ai_tools",
+    "runs",
+    "run_events",
+    "checkpoints",
+    "human_waits",
+    "run_recordings",
+    "concurrency_slots",
+}
+HEAD = "0013"
 
 
 def _tables(url: str) -> set[str]:

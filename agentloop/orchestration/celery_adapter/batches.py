@@ -115,8 +115,12 @@ def batch(
     key: str | None = None,
     poll_seconds: float = 5.0,
     max_seconds: float = 86400.0,
+    concurrency_key: str | None = None,
 ) -> dict[str, Any]:
-    """Start a batch of ``runnable`` over ``inputs`` (or ``provider``'s); returns its id and size."""
+    """Start a batch of ``runnable`` over ``inputs`` (or ``provider``'s); returns its id and size.
+
+    ``concurrency_key`` (optional) is the key every run of the batch counts against (its limit and
+    fair share: ``docs/how-to/fairness.md``), else each run's runnable's rule decides."""
     key = key or runnable
     deps = dependencies_of(self.app)
     deps.registry.get(runnable)
@@ -149,6 +153,8 @@ def batch(
     for offset in range(0, len(items), size):
         self.app.tasks[BATCH_CHUNK].apply_async(
             args=(batch_id, runnable, items[offset : offset + size], offset, context or {}, token_budget),
+            # a keyword, so the chunk is wire version 2 (wire.needed_version): an older worker parks it
+            kwargs={"concurrency_key": concurrency_key} if concurrency_key is not None else {},
             priority=BATCH_PRIORITY,
         )  # what Flower and the logs show of it: privacy.PrivateAMQP's redacted reprs
     self.app.tasks[BATCH_SUMMARY].apply_async(
@@ -166,12 +172,15 @@ def batch_chunk(
     offset: int,
     context: dict[str, Any],
     token_budget: int | None = None,
+    concurrency_key: str | None = None,
 ) -> int:
-    """Record and launch one run per input of this chunk."""
+    """Record and launch one run per input of this chunk (each under ``concurrency_key``, if any)."""
     store = dependencies_of(self.app).store
     for index, item in enumerate(inputs, start=int(offset)):
         run_id = f"{batch_id}-{index}"
         kwargs = {"runnable": runnable, "input": item, "context": context, "run_id": run_id}
+        if concurrency_key is not None:
+            kwargs["concurrency_key"] = concurrency_key
         # owned by the launch sent next, which claims it as its own (orchestration/runtime/launches.py); when
         # this chunk is redelivered, its first delivery recorded the run
         with suppress(RunExistsError):

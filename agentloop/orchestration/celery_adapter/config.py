@@ -13,7 +13,6 @@ from typing import Any
 
 from kombu.entity import Exchange, Queue
 
-from agentloop.orchestration.celery_adapter.batches import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.schedule import framework_entries, schedule_from_json
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.settings.broker import Broker
@@ -55,6 +54,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_transport_options": _transport_options(settings),
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
+        # Every task of a run is sent with its launch's priority (a batch's runs' with the batch's,
+        # ``priority=`` a launch's): interactive work stays ahead of batches through whole runs.
+        "task_inherit_parent_priority": True,
         "worker_prefetch_multiplier": settings.worker_prefetch_multiplier,
         "result_expires": settings.result_expires,
         # Off: the backend would keep every task's arguments (runs' inputs) next to its result,
@@ -110,8 +112,10 @@ def dead_letter_queue_name(default_queue: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BatchRouter:
-    """Celery's ``task_routes`` on RabbitMQ: a message sent with :data:`BATCH_PRIORITY` (a batch's
-    chunks and the launches of its runs) goes to the batch queue; every other to the default one.
+    """Celery's ``task_routes`` on RabbitMQ: a message sent with a priority of 5 to 9 (a batch's
+    chunks and the launches of its runs: ``batches.BATCH_PRIORITY``, every task of those runs, which
+    inherit it, and any launch sent with ``priority`` 5 or more) goes to the batch queue; every
+    other to the default one.
 
     RabbitMQ 3's quorum queues have no priorities: two queues do what the priority does on Redis.
     A worker consumes both, and RabbitMQ hands it the next message of either as soon as a process
@@ -122,9 +126,18 @@ class BatchRouter:
 
     def __call__(self, name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> Any:
         """``{"queue": ...}`` for a batch message, ``None`` (Celery's default route) for the others."""
-        if isinstance(options, dict) and options.get("priority") == BATCH_PRIORITY:
+        if isinstance(options, dict) and is_batch_class(options.get("priority")):
             return {"queue": self.queue}
         return None
+
+
+#: The priorities RabbitMQ's two queues put in the batch queue: 5 to 9 (a batch's are 9).
+BATCH_CLASS = range(5, 10)
+
+
+def is_batch_class(priority: Any) -> bool:
+    """Whether a message of ``priority`` goes to the batch queue on RabbitMQ (5 to 9)."""
+    return type(priority) is int and priority in BATCH_CLASS
 
 
 def queue_config(broker_url: str, default_queue: str, delivery_limit: int) -> dict[str, Any]:

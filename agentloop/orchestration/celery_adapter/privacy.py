@@ -91,7 +91,7 @@ class PrivateAMQP(AMQP):  # type: ignore[misc]
             positional = (*positional[:_ARGSREPR_AT], *reprs[:given], *positional[_ARGSREPR_AT + 2 :])
             options.update(zip(_REPRS[given:], reprs[given:], strict=True))
         message = super().as_task_v2(task_id, name, args, kwargs, *positional, **options)
-        stamp(self.app, name, message.headers)
+        stamp(self.app, name, message.headers, args, kwargs)
         return message
 
 

@@ -23,6 +23,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 
 from agentloop.actions.human import RunPaused
+from agentloop.orchestration.celery_adapter.admission import admit_launch
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
 from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
@@ -40,7 +41,13 @@ from agentloop.orchestration.celery_adapter.pause import (
 )
 from agentloop.orchestration.celery_adapter.progress_events import progress_events_of
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASK_OPTIONS, RUN_TASKS
-from agentloop.orchestration.errors import LaunchRequestError, RunAlreadyEndedError, RunIdTakenError
+from agentloop.orchestration.errors import (
+    ConcurrencyLimitError,
+    LaunchRequestError,
+    RunAlreadyEndedError,
+    RunIdTakenError,
+)
+from agentloop.orchestration.fairness.current import running_key
 from agentloop.orchestration.redaction import hidden_texts, parameter_names
 from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.launches import attached_result, claim_launch
@@ -146,11 +153,13 @@ def hidden_of(task: Task) -> tuple[str, ...]:
     return hidden_texts(args, kwargs, names)
 
 
-def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, T]) -> T:
-    """The engine's outcome for a node; a node paused for a person's answer ends its task here
-    without a result, and runs again when answered (``orchestration/celery_adapter/pause.py``)."""
+def run_node(task: Task, run_id: str, coroutine: Coroutine[Any, Any, T], key: str | None = None) -> T:
+    """The engine's outcome for a node (of a run of concurrency key ``key``: its model calls count
+    against the key's limits); a node paused for a person's answer ends its task here without a
+    result, and runs again when answered (``orchestration/celery_adapter/pause.py``)."""
     try:
-        return run_coroutine(coroutine)
+        with running_key(key):
+            return run_coroutine(coroutine)
     except RunPaused as paused:
         pause_task(task, paused, run_id)
         raise
@@ -166,6 +175,8 @@ def launch(
     deadline_seconds: Any = None,
     principal: Any = None,
     record: Any = None,
+    concurrency_key: Any = None,
+    priority: Any = None,
     **unknown: Any,
 ) -> Any:
     """Start the registered workflow ``runnable``; its final result becomes this task's.
@@ -174,7 +185,9 @@ def launch(
     ``deadline_seconds`` (optional) ends the whole run that long after this task starts it;
     ``principal`` (optional) is recorded as who started it (``agentloop serve`` sets it);
     ``record`` (optional) records the run for ``agentloop replay`` (``AGENTLOOP_RECORD_RUNS``
-    records every run).
+    records every run); ``concurrency_key`` (optional) is the key the run counts against for
+    fair shares and limits (else its runnable's rule's), ``priority`` (optional, 0 first to 9)
+    the priority its tasks are sent with (``docs/how-to/fairness.md``).
     The run id (``run_id``, else this task's id) is an idempotency key: see
     :mod:`agentloop.orchestration.runtime.launches` for a message whose id names a run that exists, and for
     one that is malformed (``unknown`` arguments, no ``runnable``): it is refused and recorded.
@@ -183,6 +196,7 @@ def launch(
     arguments = {"runnable": runnable, "input": input, "context": context, "run_id": run_id}
     arguments.update(token_budget=token_budget, deadline_seconds=deadline_seconds, principal=principal)
     arguments.update(record=record)
+    arguments.update(concurrency_key=concurrency_key, priority=priority)
     arguments.update(unknown)
     try:
         claim = claim_launch(deps.store, arguments, task_id=str(self.request.id), registered=deps.registry)
@@ -198,6 +212,11 @@ def launch(
         end_with_failure(deps.store, claim.run_id, problem, owner_token=claim.owner_token)
         raise problem
     request = claim.request
+    try:  # a run past its concurrency key's limit waits, unstarted, without a worker slot (or is refused)
+        key = admit_launch(self, deps, claim.run_id, request)
+    except (ConcurrencyLimitError, LaunchRequestError) as problem:
+        end_with_failure(deps.store, claim.run_id, problem, owner_token=claim.owner_token)
+        raise
     if not deps.store.mark_running(claim.run_id):  # a twin of this launch ended it meanwhile
         return attached_result(deps.store.get_run(claim.run_id) or claim.record)
     seconds = request.deadline_seconds
@@ -210,10 +229,12 @@ def launch(
         owner_token=claim.owner_token,
         fresh=claim.created and first_delivery(self),  # no task of this run can have run yet
         record=request.record or deps.settings.record_runs,
+        concurrency_key=key,
+        priority=request.priority,
     )
     engine = engine_for(self)
     engine.record_start(node)
-    outcome = run_node(self, claim.run_id, engine.start(node, request.input))
+    outcome = run_node(self, claim.run_id, engine.start(node, request.input), key)
     if isinstance(outcome, Done):
         return finalize(self, outcome.value, claim.run_id, claim.owner_token)
     then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token))
@@ -239,13 +260,15 @@ def admitted(task: Task, data: Any) -> WorkflowNode:
 def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
     """Run one loop or action stage, or expand one pipeline or composite."""
     work = admitted(self, node)
-    return continue_with(self, run_node(self, work.run_id, engine_for(self).start(work, input)))
+    outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
+    return continue_with(self, outcome)
 
 
 def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
     """Stage ``index`` of a pipeline, fed the previous stage's output."""
     work = admitted(self, node)
-    outcome = run_node(self, work.run_id, engine_for(self).stage(previous, work, int(index), input))
+    stage_run = engine_for(self).stage(previous, work, int(index), input)
+    outcome = run_node(self, work.run_id, stage_run, work.concurrency_key)
     return continue_with(self, outcome)
 
 
@@ -277,7 +300,7 @@ def merge(
 def lane(self: Task, collected: list[Any], node: dict[str, Any], input: Any = None) -> Any:
     """One branch of a composite run in a lane, after the lane's branches before it."""
     work = admitted(self, node)
-    outcome = run_node(self, work.run_id, engine_for(self).start(work, input))
+    outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
     return continue_lane(self, outcome, list(collected))
 
 
@@ -298,7 +321,7 @@ def pack(
         nodes.append(WorkflowEngine.branch_node(work, runnable, key, int(width), bool(fail_fast)))
         inputs.append(value)
     engine = engine_for(self, pack=[child.path for child in nodes])
-    outcomes = run_node(self, work.run_id, engine.start_pack(nodes, inputs))
+    outcomes = run_node(self, work.run_id, engine.start_pack(nodes, inputs), work.concurrency_key)
     return continue_pack(self, outcomes, list(collected))
 
 

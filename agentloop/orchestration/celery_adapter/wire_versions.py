@@ -5,7 +5,8 @@ A message is safe with any worker whose wire version
 (:data:`~agentloop.orchestration.wire.WIRE_VERSION`, or
 ``AGENTLOOP_WIRE_VERSION_OVERRIDE`` when rehearsing) is at least the message's:
 
-* **Producer.** :func:`stamp` writes the app's version into the
+* **Producer.** :func:`stamp` writes the version the message needs (1, or 2 for one carrying a
+  concurrency key or a priority) into the
   :data:`~agentloop.orchestration.wire.WIRE_HEADER` header of every
   ``agentloop.*`` message the app builds (the app's AMQP class,
   :class:`~agentloop.orchestration.celery_adapter.privacy.PrivateAMQP`, calls it:
@@ -64,6 +65,7 @@ from agentloop.orchestration.wire import (
     MAX_VERSIONS_AHEAD,
     WIRE_HEADER,
     WIRE_VERSION,
+    needed_version,
     wire_version_of,
 )
 
@@ -73,6 +75,7 @@ __all__ = [
     "holding_queue",
     "holding_queue_entity",
     "reported_queues",
+    "sent_version",
     "stamp",
     "too_new",
 ]
@@ -93,10 +96,25 @@ def app_wire_version(app: Celery) -> int:
     return version if isinstance(version, int) else WIRE_VERSION
 
 
-def stamp(app: Celery, name: Any, headers: MutableMapping[str, Any]) -> None:
-    """Write ``app``'s wire version into the headers of an ``agentloop.*`` message ``name``."""
+def stamp(
+    app: Celery, name: Any, headers: MutableMapping[str, Any], args: Any = None, kwargs: Any = None
+) -> None:
+    """Write the wire version of an ``agentloop.*`` message ``name`` into its headers: the lowest
+    version that reads it (:func:`~agentloop.orchestration.wire.needed_version` of its ``args`` and
+    ``kwargs``: 1 unless it carries a concurrency key or a priority), so a worker of an older
+    release runs every message it can read and parks only the others. With
+    ``AGENTLOOP_WIRE_VERSION_OVERRIDE`` (a rehearsal) every message says the override."""
     if isinstance(name, str) and name.startswith("agentloop."):
-        headers[WIRE_HEADER] = app_wire_version(app)
+        headers[WIRE_HEADER] = sent_version(app, args, kwargs)
+
+
+def sent_version(app: Celery, args: Any = None, kwargs: Any = None) -> int:
+    """The wire version ``app`` stamps on a message of ``args`` and ``kwargs`` (see :func:`stamp`)."""
+    dependencies = getattr(app, "agentloop_dependencies", None)
+    override = getattr(getattr(dependencies, "settings", None), "wire_version_override", None)
+    if isinstance(override, int):
+        return override
+    return min(app_wire_version(app), needed_version(args, kwargs))
 
 
 def too_new(headers: Mapping[str, Any], version: int) -> int | None:

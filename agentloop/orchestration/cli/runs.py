@@ -41,15 +41,18 @@ runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_arg
 
 
 #: The columns of ``runs list``, and the order in which they give way on a narrow terminal.
-COLUMNS = ("run id", "runnable", "status", "tokens in/out", "cache hit/miss", "created", "finished")
-_GIVE_WAY = ("cache hit/miss", "finished", "tokens in/out", "created")
+COLUMNS = ("run id", "runnable", "status", "key", "tokens in/out", "cache hit/miss", "created", "finished")
+_GIVE_WAY = ("cache hit/miss", "finished", "key", "tokens in/out", "created")
+#: The columns of ``runs list --keys``: each concurrency key's runs by place.
+KEY_COLUMNS = ("key", "in flight", "waiting", "waits", "refused", "cancelled for room")
 
 
-def _cells(record: RunRecord) -> dict[str, str]:
+def _cells(record: RunRecord, key: str | None = None) -> dict[str, str]:
     return {
         "run id": record.id,
         "runnable": record.runnable,
         "status": record.status,
+        "key": key or "",
         "tokens in/out": f"{record.input_tokens}/{record.output_tokens}",
         "cache hit/miss": f"{record.cache_hits}/{record.cache_misses}"
         + (f" ({record.tokens_saved} saved)" if record.tokens_saved else ""),
@@ -58,29 +61,51 @@ def _cells(record: RunRecord) -> dict[str, str]:
     }
 
 
-def runs_table(records: list[RunRecord], columns: tuple[str, ...] = COLUMNS) -> Table:
-    """The runs as a table of ``columns``; ids are never wrapped or cut."""
+def runs_table(
+    records: list[RunRecord], columns: tuple[str, ...] = COLUMNS, keys: dict[str, str] | None = None
+) -> Table:
+    """The runs as a table of ``columns`` (``keys``: each run's concurrency key); ids are never
+    wrapped or cut."""
     table = Table()
     for column in columns:
         table.add_column(column, no_wrap=column == "run id", overflow="fold")
     for record in records:
-        cells = _cells(record)
+        cells = _cells(record, (keys or {}).get(record.id))
         table.add_row(*(cells[column] for column in columns))
     return table
+
+
+def _keys_of(store: Any, records: list[RunRecord]) -> dict[str, str]:
+    """Each listed run's concurrency key (``store/concurrency.py``), when the store keeps them."""
+    slots = getattr(store, "concurrency", None)
+    return slots.keys_of([record.id for record in records]) if slots is not None else {}
+
+
+def key_rows(store: Any) -> list[dict[str, Any]]:
+    """Every concurrency key's runs in flight, waiting, the waits they made, refused and cancelled
+    to make room, the busiest key first."""
+    slots = getattr(store, "concurrency", None)
+    counts = slots.counts() if slots is not None else {}
+    rows = [
+        {"key": key, "in_flight": c.held, "waiting": c.waiting, "waits": c.waits, "refused": c.refused,
+         "evicted": c.evicted}
+        for key, c in counts.items()
+    ]  # fmt: skip
+    return sorted(rows, key=lambda row: (-row["in_flight"], -row["waiting"], row["key"]))
 
 
 def _width(table: Table, *, within: int = 100_000) -> int:
     return Measurement.get(console, console.options.update(width=within), table).maximum
 
 
-def fitted_table(records: list[RunRecord]) -> Table:
+def fitted_table(records: list[RunRecord], keys: dict[str, str] | None = None) -> Table:
     """The table at the terminal's width: the least needed columns give way before an id is cut."""
     columns: tuple[str, ...] = COLUMNS
     for column in _GIVE_WAY:
-        if _width(runs_table(records, columns)) <= console.width:
+        if _width(runs_table(records, columns, keys)) <= console.width:
             break
         columns = tuple(name for name in columns if name != column)
-    return runs_table(records, columns)
+    return runs_table(records, columns, keys)
 
 
 @runs.command("list")
@@ -88,21 +113,39 @@ def list_runs(
     limit: int = typer.Option(20, min=1, max=1000, help="How many of the latest runs."),
     status: str | None = typer.Option(None, help="Only runs in this status (running, degraded, ...)."),
     wide: bool = typer.Option(False, "--wide", "-w", help="Every column whole, however wide the table."),
+    keys: bool = typer.Option(
+        False, "--keys", help="Each concurrency key's runs in flight, waiting, refused, instead."
+    ),
     as_json: bool = json_option(),
 ) -> None:
-    """The latest runs, newest first."""
+    """The latest runs, newest first, with each run's concurrency key (``--keys``: the keys)."""
     statuses = [value.value for value in RunStatus]
     if status is not None and status not in statuses:
         raise fail(f"--status {status!r} is no run status; one of: {', '.join(statuses)}")
-    records = run_store(cli_settings()).list_runs(limit=limit, status=status)
+    store = run_store(cli_settings())
+    if keys:
+        rows = key_rows(store)
+        if as_json:
+            print_json(rows)
+            return
+        table = Table()
+        for column in KEY_COLUMNS:
+            table.add_column(column, no_wrap=column == "key", overflow="fold")
+        for row in rows:
+            values = (row["in_flight"], row["waiting"], row["waits"], row["refused"], row["evicted"])
+            table.add_row(row["key"], *map(str, values))
+        console.print(table)
+        return
+    records = store.list_runs(limit=limit, status=status)
+    run_keys = _keys_of(store, records)
     if as_json:
-        print_json([record.to_dict() for record in records])
+        print_json([{**record.to_dict(), "concurrency_key": run_keys.get(record.id)} for record in records])
         return
     if wide:  # as wide as the table needs, not the terminal
-        table = runs_table(records)
+        table = runs_table(records, keys=run_keys)
         Console(width=max(_width(table), console.width), no_color=console.no_color).print(table)
     else:
-        console.print(fitted_table(records))
+        console.print(fitted_table(records, run_keys))
 
 
 def _record(run_id: str) -> tuple[Any, RunRecord]:

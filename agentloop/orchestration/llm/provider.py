@@ -51,6 +51,7 @@ from typing import Any
 from agentloop.actions.model import ModelProcessor
 from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
 from agentloop.orchestration.llm.limits.backends.redis import RedisBackend
+from agentloop.orchestration.llm.limits.keyed import KeyedRateLimiter
 from agentloop.orchestration.llm.limits.processor import RateLimitedProcessor
 from agentloop.orchestration.llm.limits.window import WindowBackend, WindowRateLimiter, limit_key
 from agentloop.orchestration.llm.offline import OfflineModel
@@ -79,6 +80,7 @@ class ModelProvider:
         self._offline = offline
         self._lock = threading.Lock()
         self._limiter: WindowRateLimiter | None = None
+        self._keyed: KeyedRateLimiter | None = None
         # the processor whose SDK clients (one per event loop) every processor built here shares
         self._sdk_processor: Any = None
 
@@ -136,7 +138,34 @@ class ModelProvider:
         """
         model = self._model()
         limiter = self.limiter
-        return model if limiter is None else RateLimitedProcessor(model, limiter)
+        shared = model if limiter is None else RateLimitedProcessor(model, limiter)
+        keyed = self.keyed_limiter
+        return shared if keyed is None else RateLimitedProcessor(shared, keyed)
+
+    @property
+    def keyed_limiter(self) -> KeyedRateLimiter | None:
+        """Each concurrency key's limits (``llm/limits/keyed.py``), asked before the shared limit;
+        ``None`` without per-key limits."""
+        settings = self.settings
+        if settings.key_rpm is None and settings.key_tpm is None and settings.key_token_budget is None:
+            return None
+        with self._lock:
+            if self._keyed is None:
+                shared = self._limiter.backend if self._limiter is not None else None
+                backend: WindowBackend = shared or (
+                    RedisBackend(settings.redis_url) if settings.redis_url else MemoryBackend()
+                )
+                self._keyed = KeyedRateLimiter(
+                    backend,
+                    name=settings.limit_name or self.model_name,
+                    requests_per_minute=settings.key_rpm,
+                    tokens_per_minute=settings.key_tpm,
+                    window=settings.limit_window_seconds,
+                    max_wait=settings.limit_max_wait_seconds,
+                    token_budget=settings.key_token_budget,
+                    budget_period=settings.key_budget_seconds,
+                )
+            return self._keyed
 
     def _model(self) -> ModelProcessor:
         kind = self.kind

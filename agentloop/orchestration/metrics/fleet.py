@@ -7,6 +7,10 @@ store, so any one process can answer for every worker (``agentloop serve`` does)
   queue (``<queue>.dead``) and its holding queues (``<queue>.wire.<version>``, a bounded set);
 - ``agentloop_runs_in_flight{runnable,status}``: runs ``pending``, ``running`` or ``waiting`` (on a
   person's answer: the runs waiting on a person);
+- ``agentloop_key_runs{key,state}``: each concurrency key's runs ``in_flight`` (holding a slot),
+  ``waiting``, ``refused`` and ``evicted`` (cancelled to make room), and ``waits`` (how often its
+  launches were sent again to wait); the :data:`MAX_KEYS` busiest keys by name, the others summed
+  as ``(other)``: the label set stays bounded whatever keys launches name;
 - ``agentloop_metrics_source_up{source}``: ``1`` when the ``broker`` or the ``store`` answered this
   scrape, ``0`` when it did not. A source that does not answer gives no series at all, never
   zeros: an outage does not read as an empty queue.
@@ -20,24 +24,52 @@ from typing import TypeVar
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-__all__ = ["FleetGauges", "QueueDepths", "RunCounts"]
+__all__ = ["MAX_KEYS", "OTHER_KEYS", "FleetGauges", "KeyCounts", "QueueDepths", "RunCounts", "bounded_keys"]
 
 logger = logging.getLogger(__name__)
 
 K = TypeVar("K")
+V = TypeVar("V")
 
 QueueDepths = Callable[[], Mapping[str, int]]
 """Messages waiting in each queue, by queue name (raises when the broker cannot say)."""
 RunCounts = Callable[[], Mapping[tuple[str, str], int]]
 """Runs not ended, by ``(runnable, status)`` (raises when the store cannot say)."""
+KeyCounts = Callable[[], Mapping[str, Mapping[str, int]]]
+"""Each concurrency key's runs by state (``in_flight``, ``waiting``, ...; raises when the store
+cannot say)."""
+#: The most concurrency keys the gauges name; the others are summed as ``(other)``.
+MAX_KEYS = 50
+OTHER_KEYS = "(other)"
+
+
+def bounded_keys(counts: Mapping[str, Mapping[str, int]], most: int = MAX_KEYS) -> dict[str, dict[str, int]]:
+    """``counts`` with at most ``most`` keys by name (the busiest: in flight, then waiting) and
+    every other key's counts summed under :data:`OTHER_KEYS`."""
+    ranked = sorted(
+        counts, key=lambda key: (-counts[key].get("in_flight", 0), -counts[key].get("waiting", 0), key)
+    )
+    kept = {key: dict(counts[key]) for key in ranked[:most]}
+    for key in ranked[most:]:
+        other = kept.setdefault(OTHER_KEYS, {})
+        for state, count in counts[key].items():
+            other[state] = other.get(state, 0) + count
+    return kept
 
 
 class FleetGauges:
     """The observable gauges of one deployment on ``meter``, read through ``queue_depths`` and
     ``run_counts`` at each scrape."""
 
-    def __init__(self, meter: Meter, *, queue_depths: QueueDepths, run_counts: RunCounts) -> None:
-        self._queue_depths, self._run_counts = queue_depths, run_counts
+    def __init__(
+        self,
+        meter: Meter,
+        *,
+        queue_depths: QueueDepths,
+        run_counts: RunCounts,
+        key_counts: KeyCounts | None = None,
+    ) -> None:
+        self._queue_depths, self._run_counts, self._key_counts = queue_depths, run_counts, key_counts
         self._up: dict[str, int] = {}
         # Read in the order they were made: the gauges first, then whether their sources answered.
         meter.create_observable_gauge(
@@ -52,6 +84,13 @@ class FleetGauges:
             unit="1",
             description="Runs not ended (pending, running, waiting on a person), by runnable and status.",
         )
+        if key_counts is not None:
+            meter.create_observable_gauge(
+                "agentloop_key_runs",
+                callbacks=[self._observe_keys],
+                unit="1",
+                description="Each concurrency key's runs in flight, waiting, refused, evicted; its waits.",
+            )
         meter.create_observable_gauge(
             "agentloop_metrics_source_up",
             callbacks=[self._observe_up],
@@ -59,7 +98,7 @@ class FleetGauges:
             description="Whether the broker and the run store answered the last scrape (1) or not (0).",
         )
 
-    def _read(self, source: str, read: Callable[[], Mapping[K, int]]) -> Mapping[K, int]:
+    def _read(self, source: str, read: Callable[[], Mapping[K, V]]) -> Mapping[K, V]:
         try:
             values = read()
         except Exception:  # the broker's, the database's: the scrape goes on without this source
@@ -78,6 +117,16 @@ class FleetGauges:
         return [
             Observation(int(count), {"runnable": runnable, "status": status})
             for (runnable, status), count in counts.items()
+        ]
+
+    def _observe_keys(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._key_counts is None:
+            return []
+        counts = bounded_keys(self._read("store", self._key_counts))
+        return [
+            Observation(int(count), {"key": key, "state": state})
+            for key, states in counts.items()
+            for state, count in states.items()
         ]
 
     def _observe_up(self, options: CallbackOptions) -> Iterable[Observation]:

@@ -12,6 +12,9 @@ What a Prometheus scrape shows (the exporter adds ``_total`` to counters and the
   calls, ``error_type="model_failure"`` marks the failed ones) and ``gen_ai_client_token_usage``
   (tokens per call, ``gen_ai_token_type`` ``input`` or ``output``; its ``_sum`` is the tokens),
   both by ``gen_ai_provider_name`` and ``gen_ai_request_model``;
+- ``agentloop_key_admissions_total{key,result}``: launches of a concurrency key asking for a slot
+  (``admitted``, ``waited``: sent again to wait, ``refused``, ``evicted``: a run cancelled to make
+  room), at most :data:`MAX_KEYS` keys per process (later ones as ``(other)``);
 - ``agentloop_cache_lookups_total{result}`` (``hit`` or ``miss``) and
   ``agentloop_cache_tokens_saved_total``.
 
@@ -29,6 +32,7 @@ from opentelemetry.metrics import Meter
 
 __all__ = [
     "DURATION_BUCKETS",
+    "MAX_KEYS",
     "MAX_RUNNABLES",
     "MODEL_DURATION_BUCKETS",
     "OTHER",
@@ -62,6 +66,8 @@ TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
 
 #: The most runnable names one process puts on its series.
 MAX_RUNNABLES = 500
+#: The most concurrency keys one process puts on its series.
+MAX_KEYS = 100
 #: The ``runnable`` label of a run whose launch was refused, and of names past :data:`MAX_RUNNABLES`.
 REFUSED, OTHER = "(refused)", "(other)"
 #: What a refused launch's run record holds in place of a name (``orchestration/runtime/launches.py``,
@@ -107,7 +113,13 @@ class RunInstruments:
             "agentloop_cache_lookups", unit="1", description="Cached steps looked up, by result (hit, miss)."
         )
         self._runnables: set[str] = set()
+        self._keys: set[str] = set()
         self._lock = threading.Lock()
+        self._key_admissions = meter.create_counter(
+            "agentloop_key_admissions",
+            unit="1",
+            description="Launches of a concurrency key asking for a slot, by key and result.",
+        )
         self._tokens_saved = meter.create_counter(
             "agentloop_cache_tokens_saved", unit="1", description="Model tokens the step cache's hits saved."
         )
@@ -122,6 +134,18 @@ class RunInstruments:
                     return OTHER
                 self._runnables.add(runnable)
         return runnable
+
+    def key_label(self, key: str) -> str:
+        """The ``key`` label of a concurrency key (at most :data:`MAX_KEYS`, then ``(other)``)."""
+        with self._lock:
+            if key not in self._keys:
+                if len(self._keys) >= MAX_KEYS:
+                    return OTHER
+                self._keys.add(key)
+        return key
+
+    def key_admitted(self, key: str, result: str) -> None:
+        self._key_admissions.add(1, {"key": self.key_label(key), "result": result})
 
     def run_started(self, runnable: str) -> None:
         self._started.add(1, {"runnable": self.label(runnable)})

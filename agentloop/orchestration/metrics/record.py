@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Recorder",
     "cache_looked_up",
+    "key_admitted",
     "current_instruments",
     "model_called",
     "process_recorder",
@@ -101,3 +102,12 @@ def cache_looked_up(*, hit: bool, tokens_saved: int = 0) -> None:
     """A cached step was looked up: a hit (saving ``tokens_saved``) or a miss."""
     if (instruments := current_instruments()) is not None:
         instruments.cache_looked_up(hit=hit, tokens_saved=tokens_saved)
+
+
+def key_admitted(key: str, result: str, *, evicted: bool = False) -> None:
+    """A launch of concurrency key ``key`` asked for a slot: ``result`` is ``admitted``, ``waited``
+    or ``refused``; ``evicted`` when it cancelled the key's oldest run to make room."""
+    if (instruments := current_instruments()) is not None:
+        instruments.key_admitted(key, result)
+        if evicted:
+            instruments.key_admitted(key, "evicted")

@@ -67,6 +67,7 @@ __all__ = [
 #: The keyword arguments ``agentloop.launch`` takes (``LaunchRequest.parse``'s).
 LAUNCH_ARGUMENTS = (
     "runnable", "input", "context", "run_id", "token_budget", "deadline_seconds", "principal", "record",
+    "concurrency_key", "priority",
 )  # fmt: skip
 
 

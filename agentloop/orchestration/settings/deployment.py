@@ -203,6 +203,25 @@ class Settings(_Group):
     event loop, for composites that set no ``pack_size`` of their own (``docs/how-to/packing.md``).
     Default: ``1`` (one task per branch)."""
 
+    fair_slots: int | None = _env("AGENTLOOP_FAIR_SLOTS", None)
+    """``AGENTLOOP_FAIR_SLOTS``: the runs of concurrency keys the fleet runs at once, shared fairly:
+    while ``n`` keys have work, each holds at most ``slots // n`` (and never more than its own
+    limit); ``docs/how-to/fairness.md``. Default: unset (each key bounded by its limit alone)."""
+    concurrency_lease_seconds: float = _env("AGENTLOOP_CONCURRENCY_LEASE_SECONDS", 3600.0)
+    """``AGENTLOOP_CONCURRENCY_LEASE_SECONDS``: the longest a run holds its concurrency key's slot
+    (a run ending frees it at once; the lease frees the slot of a run whose every message was lost;
+    a run's ``deadline_seconds``, when longer, is its lease). Default: ``3600``."""
+
+    @field_validator("fair_slots", mode="before")
+    @classmethod
+    def _fair_slots(cls, value: Any) -> int | None:
+        return None if value is None or value == "" else count(value, "AGENTLOOP_FAIR_SLOTS", least=1)
+
+    @field_validator("concurrency_lease_seconds", mode="before")
+    @classmethod
+    def _lease(cls, value: Any) -> float:
+        return seconds(value, "AGENTLOOP_CONCURRENCY_LEASE_SECONDS")
+
     @field_validator("pack_size", mode="before")
     @classmethod
     def _pack_size(cls, value: Any) -> int:

@@ -41,6 +41,17 @@ class ModelSettings(SettingsGroup):
     """``AGENTLOOP_MODEL_LIMIT_WINDOW_SECONDS``: the window the limits count in. Default: ``60``."""
     limit_max_wait_seconds: float = env_field("AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS", 120.0)
     """``AGENTLOOP_MODEL_LIMIT_MAX_WAIT_SECONDS``: the longest a call waits for a slot. Default: ``120``."""
+    key_rpm: int | None = env_field("AGENTLOOP_MODEL_KEY_RPM")
+    """``AGENTLOOP_MODEL_KEY_RPM``: requests per window each concurrency key may make, on top of the
+    shared limit (``docs/how-to/fairness.md``). Default: no per-key limit."""
+    key_tpm: int | None = env_field("AGENTLOOP_MODEL_KEY_TPM")
+    """``AGENTLOOP_MODEL_KEY_TPM``: tokens per window each concurrency key may use. Default: no limit."""
+    key_token_budget: int | None = env_field("AGENTLOOP_MODEL_KEY_TOKEN_BUDGET")
+    """``AGENTLOOP_MODEL_KEY_TOKEN_BUDGET``: tokens each concurrency key may use per budget period
+    (a tenant's daily budget); past it its calls fail at once. Default: no budget."""
+    key_budget_seconds: float = env_field("AGENTLOOP_MODEL_KEY_BUDGET_SECONDS", 86400.0)
+    """``AGENTLOOP_MODEL_KEY_BUDGET_SECONDS``: the period of the per-key token budget (fixed
+    windows, like the rate limits'). Default: ``86400`` (a day)."""
     redis_url: str | None = env_field("REDIS_URL")
     """``REDIS_URL``: when set, every worker shares the rate limits through this Redis."""
     provider: ProviderSettings = Field(default_factory=ProviderSettings)
@@ -62,12 +73,12 @@ class ModelSettings(SettingsGroup):
     def _retries(cls, value: Any) -> int:
         return count(value, "OPENAI_MAX_RETRIES")
 
-    @field_validator("rpm", "tpm", mode="before")
+    @field_validator("rpm", "tpm", "key_rpm", "key_tpm", "key_token_budget", mode="before")
     @classmethod
     def _positive(cls, value: Any, info: ValidationInfo) -> int:
         return count(value, cls.env_name(info.field_name), least=1)
 
-    @field_validator("limit_window_seconds", "limit_max_wait_seconds", mode="before")
+    @field_validator("limit_window_seconds", "limit_max_wait_seconds", "key_budget_seconds", mode="before")
     @classmethod
     def _seconds(cls, value: Any, info: ValidationInfo) -> float:
         return seconds(value, cls.env_name(info.field_name), positive=True)

@@ -25,6 +25,7 @@ from agentloop.orchestration.store.checks import (
     event_payloads,
     loop_row,
 )
+from agentloop.orchestration.store.concurrency import InMemoryConcurrencySlots
 from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
@@ -71,6 +72,8 @@ class InMemoryRunStore(RunStoreBase):
         self._checkpoints: dict[tuple[str, str], _Checkpoint] = {}
         #: The entries of recorded runs.
         self.recordings = InMemoryRecordingStore()
+        #: The slots of concurrency keys.
+        self.concurrency = InMemoryConcurrencySlots(self)
 
     def _insert_run(self, values: dict[str, Any], owner: RunOwner | None) -> RunRecord:
         record = RunRecord(**values)

@@ -36,6 +36,7 @@ from agentloop.orchestration.store.checks import (
     is_storable_id,
     loop_row,
 )
+from agentloop.orchestration.store.concurrency import SqlConcurrencySlots
 from agentloop.orchestration.store.dialects import (
     PG_APPEND_EVENTS,
     PG_FINISH_LOOP,
@@ -129,6 +130,8 @@ class SqlRunStore(RunStoreBase):
         self._upserts = upserts(self.dialect)
         self.recordings = SqlRecordingStore(engine, dialect=self.dialect, retry=self.retry)
         """The entries of recorded runs (``run_recordings``), in the same database."""
+        self.concurrency = SqlConcurrencySlots(engine, dialect=self.dialect, retry=self.retry)
+        """The slots of concurrency keys (``concurrency_slots``), in the same database."""
 
     @retried
     def _insert_run(self, values: dict[str, Any], owner: RunOwner | None) -> RunRecord:

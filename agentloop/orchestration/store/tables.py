@@ -1,6 +1,6 @@
 """The tables of the store, as SQLAlchemy Core tables on one :data:`metadata`.
 
-Six tables, the same on SQLite and PostgreSQL (JSON columns become ``JSONB``
+Seven tables, the same on SQLite and PostgreSQL (JSON columns become ``JSONB``
 on PostgreSQL; nothing is ever pickled):
 
 ``ai_tools``     tool schema payloads by id
@@ -8,6 +8,8 @@ on PostgreSQL; nothing is ever pickled):
 ``run_events``   progress events, keyed by the ROOT run id; ``id`` is the order
 ``checkpoints``  the latest checkpoint of each loop, one row per (run, path)
 ``human_waits``  the questions a run asked a person, one row per (run, path, key)
+``concurrency_slots`` each keyed run's place under its concurrency key: waiting, holding a slot,
+                 refused or cancelled to make room (``concurrency.py``), one row per root run
 ``run_recordings`` what a recorded run's steps got (model turns, tool results, answers, cache
                  hits), one row per place (root run, path, iteration, kind, seq)
 
@@ -210,3 +212,19 @@ run_recordings = Table(
 )
 """One entry of a recorded run (``actions/recording.py``, ``orchestration/store/recordings.py``),
 under the root run id (migration 0008)."""
+
+concurrency_slots = Table(
+    "concurrency_slots",
+    metadata,
+    Column("run_id", String(255), primary_key=True),
+    Column("key", String(255), nullable=False),
+    # "waiting", "held", "refused" or "evicted" (cancelled to make room)
+    Column("state", String(16), nullable=False),
+    Column("queued_at", UtcDateTime(), nullable=False, default=utcnow),
+    # A slot or a place in line counts only until then: a run whose worker and message are gone
+    # gives it up without anyone releasing it (migration 0013).
+    Column("lease_until", UtcDateTime(), nullable=False),
+    Column("waits", Integer, nullable=False, default=0, server_default="0"),
+    Index("ix_concurrency_slots_key_state_queued_at", "key", "state", "queued_at"),
+)
+"""A keyed run's place under its key (``concurrency.py``): what the limits and fair shares count."""

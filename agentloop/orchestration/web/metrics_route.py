@@ -31,7 +31,20 @@ from agentloop.orchestration.web.state import caller
 if TYPE_CHECKING:
     from agentloop.orchestration.metrics.exporter import PrometheusMetrics
 
-__all__ = ["WebMetrics", "metrics_routes"]
+__all__ = ["WebMetrics", "key_states", "metrics_routes"]
+
+
+def key_states(store: RunStore) -> dict[str, dict[str, int]]:
+    """Each concurrency key's runs by state, from the run store's slots (none without them)."""
+    slots = getattr(store, "concurrency", None)
+    if slots is None:
+        return {}
+    return {
+        key: {"in_flight": c.held, "waiting": c.waiting, "refused": c.refused, "evicted": c.evicted,
+              "waits": c.waits}
+        for key, c in slots.counts().items()
+    }  # fmt: skip
+
 
 _INSTALL_HINT = "metrics need the metrics extra: pip install 'agentloop[metrics]'"
 
@@ -52,7 +65,10 @@ class WebMetrics:
         self._process = install_metrics()
         self._fleet = PrometheusMetrics()
         FleetGauges(
-            self._fleet.meter, queue_depths=lambda: queue_depths(celery_app), run_counts=store.count_open_runs
+            self._fleet.meter,
+            queue_depths=lambda: queue_depths(celery_app),
+            run_counts=store.count_open_runs,
+            key_counts=lambda: key_states(store),
         )
 
     @property

@@ -1,0 +1,1 @@
+"""Fair shares between tenants: concurrency keys, their limits and what happens past them."""

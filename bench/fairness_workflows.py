@@ -1,0 +1,40 @@
+"""What ``bench.fairness``'s worker runs: ``bench.fair.call``, one model call per run, keyed by its
+input's ``key`` with a per-key limit of ``AGENTLOOP_BENCH_KEY_LIMIT`` (default 50) runs in flight."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from agentloop import BaseAgentLoop, Concurrency, register
+from agentloop.actions.model import ModelRequest
+from agentloop.orchestration.runtime.context import standard_context
+
+RUNNABLE = "bench.fair.call"
+LIMIT = int(os.environ.get("AGENTLOOP_BENCH_KEY_LIMIT", "50"))
+
+
+def key_of(input: Any, context: Any) -> str | None:
+    return input.get("key") if isinstance(input, dict) else None
+
+
+@register(RUNNABLE, context_factory=standard_context, concurrency=Concurrency(limit=LIMIT, key=key_of))
+class FairCall(BaseAgentLoop):
+    """One model call saying its key (the model server counts each key's calls in flight)."""
+
+    max_iterations = 2
+
+    def create_initial_state(self, *, input: Any) -> dict[str, Any]:
+        return {"key": input["key"], "done": False}
+
+    async def advance_state(self, *, state: dict[str, Any], iteration: int) -> dict[str, Any]:
+        response = await ModelRequest(instruction=f"key={state['key']}").send(self.context.processor)
+        if response.error is not None:
+            raise RuntimeError(f"model call failed: {response.error}")
+        return {**state, "done": True}
+
+    def is_complete(self, *, state: dict[str, Any], iteration: int) -> bool:
+        return bool(state["done"])
+
+    def build_result(self, *, state: dict[str, Any]) -> str:
+        return str(state["key"])

@@ -1,0 +1,103 @@
+"""Concurrency keys' slots (``store/concurrency.py``) on SQLite, PostgreSQL and in memory: limits
+in arrival order, refusals, the oldest run cancelled to make room, fair shares between keys, and
+slots that free without anyone releasing them (the run ended, the lease ran out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentloop.orchestration.store import RunStore
+from agentloop.orchestration.store.concurrency import ConcurrencySlots
+
+
+def slots_of(store: RunStore) -> ConcurrencySlots:
+    slots = getattr(store, "concurrency")  # noqa: B009 - both stores have one
+    assert isinstance(slots, ConcurrencySlots)
+    return slots
+
+
+def runs(store: RunStore, *ids: str) -> None:
+    for run_id in ids:
+        store.create_run(run_id=run_id, runnable="r", input=None)
+
+
+def acquire(slots: ConcurrencySlots, run_id: str, key: str, **options: Any) -> Any:
+    return slots.acquire(run_id=run_id, key=key, **{"limit": 2, **options})
+
+
+def test_a_key_admits_up_to_its_limit_and_then_in_the_order_runs_arrived(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    runs(run_store, "a1", "a2", "a3", "a4")
+    assert [acquire(slots, run, "A").admitted for run in ("a1", "a2", "a3", "a4")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert (acquire(slots, "a4", "A").ahead, acquire(slots, "a3", "A").ahead) == (1, 0)
+
+    run_store.finish_run("a1", status="succeeded", output=None)  # ending frees the slot: no release call
+    assert acquire(slots, "a4", "A").admitted is False  # a3 arrived first: the slot is its
+    assert acquire(slots, "a3", "A").admitted is True
+    again = acquire(slots, "a3", "A")  # a redelivered launch keeps its slot
+    assert (again.admitted, again.in_flight) == (True, 2)
+    counts = slots.counts()["A"]
+    assert (counts.held, counts.waiting) == (2, 1)
+    assert counts.waits >= 3
+    assert slots.keys_of(["a1", "a4", "nobody"]) == {"a1": "A", "a4": "A"}
+
+
+def test_keys_are_counted_apart(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    runs(run_store, "a1", "a2", "b1")
+    assert acquire(slots, "a1", "A", limit=1).admitted
+    assert not acquire(slots, "a2", "A", limit=1).admitted
+    assert acquire(slots, "b1", "B", limit=1).admitted
+
+
+def test_a_refusing_runnable_is_refused_past_the_limit_and_stays_refused(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    runs(run_store, "a1", "a2")
+    assert acquire(slots, "a1", "A", limit=1, on_limit="refuse").admitted
+    refused = acquire(slots, "a2", "A", limit=1, on_limit="refuse")
+    assert (refused.admitted, refused.refused, refused.in_flight, refused.limit) == (False, True, 1, 1)
+    run_store.finish_run("a1", status="succeeded", output=None)
+    assert acquire(slots, "a2", "A", limit=1, on_limit="refuse").refused  # a redelivery: still refused
+    assert slots.counts()["A"].refused == 1
+
+
+def test_cancel_oldest_gives_the_oldest_runs_slot_to_the_newcomer(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    runs(run_store, "a1", "a2", "a3")
+    assert acquire(slots, "a1", "A", on_limit="cancel_oldest").admitted
+    assert acquire(slots, "a2", "A", on_limit="cancel_oldest").admitted
+    third = acquire(slots, "a3", "A", on_limit="cancel_oldest")
+    assert (third.admitted, third.evicted, third.in_flight) == (True, "a1", 2)
+    assert acquire(slots, "a1", "A", on_limit="cancel_oldest").refused  # the evicted run never comes back
+    assert slots.counts()["A"].evicted == 1
+
+
+def test_fair_slots_split_between_the_keys_that_have_work(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    a_runs = [f"a{i}" for i in range(6)]
+    runs(run_store, *a_runs, "b0", "b1", "b2", "b3")
+    fair = {"limit": None, "fair_slots": 4}
+    # alone, key A takes every fair slot
+    assert [acquire(slots, run, "A", **fair).admitted for run in a_runs] == [True] * 4 + [False] * 2
+    # B arrives: the share is 4 // 2 = 2; A holds 4, so B's first waits... no: B holds 0 < 2
+    assert acquire(slots, "b0", "B", **fair).admitted
+    assert acquire(slots, "b1", "B", **fair).admitted
+    assert not acquire(slots, "b2", "B", **fair).admitted  # B has its share
+    for run in a_runs[:4]:  # A's runs end: A's waiters get at most the share back
+        run_store.finish_run(run, status="succeeded", output=None)
+    assert [acquire(slots, run, "A", **fair).admitted for run in a_runs[4:]] == [True, True]
+    assert not acquire(slots, "b2", "B", **fair).admitted  # 2 of A, 2 of B: the fleet's 4
+    counts = slots.counts()
+    assert (counts["A"].held, counts["B"].held, counts["B"].waiting) == (2, 2, 1)
+
+
+def test_a_slot_whose_lease_ran_out_is_free_without_a_release(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    runs(run_store, "a1", "a2")
+    assert acquire(slots, "a1", "A", limit=1, lease_seconds=0).admitted  # its lease is over at once
+    assert acquire(slots, "a2", "A", limit=1).admitted
