@@ -537,6 +537,12 @@ class _NetworkBlock:
 _network_block = _NetworkBlock()
 
 
+def network_blocked() -> bool:
+    """Whether a replay blocks the network now: a transport that the socket check cannot see
+    (an MCP server started over stdio, one on this machine) refuses to open while it does."""
+    return _network_block.depth > 0
+
+
 @contextmanager
 def no_network() -> Iterator[None]:
     """No connection off this machine inside the block (a replay's): ``socket.connect`` to any
