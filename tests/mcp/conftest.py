@@ -21,19 +21,26 @@ SERVER = str(Path(__file__).resolve().parent / "counting_server.py")
 class Calls:
     """The tool calls a server received, read from its count file."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, skip: int = 0) -> None:
+        self.path, self.skip = path, skip
 
-    def names(self) -> list[str]:
+    def _lines(self) -> list[str]:
         if not self.path.exists():
             return []
-        return [line.split()[0] for line in self.path.read_text().splitlines() if line.strip()]
+        return [line for line in self.path.read_text().splitlines() if line.strip()][self.skip :]
+
+    def since_now(self) -> Calls:
+        """The calls made from now on (a server shared by a module's tests)."""
+        return Calls(self.path, self.skip + len(self._lines()))
+
+    def names(self) -> list[str]:
+        return [line.split()[0] for line in self._lines()]
 
     def count(self, tool: str | None = None) -> int:
         return len([name for name in self.names() if tool is None or name == tool])
 
     def pids(self) -> set[str]:
-        return {line.split()[1] for line in self.path.read_text().splitlines() if line.strip()}
+        return {line.split()[1] for line in self._lines()}
 
 
 @pytest.fixture
@@ -86,3 +93,10 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture
+def http(http_server: tuple[str, Calls]) -> tuple[McpServer, Calls]:
+    """The module's HTTP server as an :class:`McpServer`, and the calls made during this test."""
+    url, calls = http_server
+    return McpServer.http("counting", url), calls.since_now()
