@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
@@ -50,18 +52,40 @@ class ListedTool:
     parameters: dict[str, Any]
 
 
+def _errlog() -> TextIO:
+    """Where a stdio server's stderr goes: this process's, when it is a real file (a Celery
+    worker's ``sys.stderr`` is a logging proxy, which a subprocess cannot be given), else
+    the original stderr, else ``os.devnull``."""
+    global _devnull
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    if _devnull is None:
+        _devnull = open(os.devnull, "w")  # noqa: SIM115 - kept open for the process's servers
+    return _devnull
+
+
+_devnull: TextIO | None = None
+
+
 def _client(server: McpServer) -> Any:
     from mcp import Client, StdioServerParameters  # the `mcp` extra, loaded on first use
+    from mcp.client.stdio import stdio_client
 
     if network_blocked():
         raise NetworkBlockedError(f"replay: no network; {server.where()} was not reached")
     if server.command:
-        target: Any = StdioServerParameters(
+        parameters = StdioServerParameters(
             command=server.command[0],
             args=list(server.command[1:]),
             env=dict(server.env) or None,
             cwd=server.cwd,
         )
+        target: Any = stdio_client(parameters, errlog=_errlog())
     else:
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
