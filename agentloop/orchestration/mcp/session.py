@@ -21,6 +21,7 @@ the network no session opens, stdio included (:func:`~agentloop.orchestration.re
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -56,7 +57,6 @@ def _errlog() -> TextIO:
     """Where a stdio server's stderr goes: this process's, when it is a real file (a Celery
     worker's ``sys.stderr`` is a logging proxy, which a subprocess cannot be given), else
     the original stderr, else ``os.devnull``."""
-    global _devnull
     for stream in (sys.stderr, sys.__stderr__):
         try:
             if stream is not None:
@@ -64,12 +64,12 @@ def _errlog() -> TextIO:
                 return stream
         except (AttributeError, OSError, ValueError):
             continue
-    if _devnull is None:
-        _devnull = open(os.devnull, "w")  # noqa: SIM115 - kept open for the process's servers
-    return _devnull
+    return _devnull()
 
 
-_devnull: TextIO | None = None
+@functools.cache
+def _devnull() -> TextIO:
+    return open(os.devnull, "w")
 
 
 def _client(server: McpServer) -> Any:
