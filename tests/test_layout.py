@@ -45,7 +45,7 @@ ROOMS = {
     "replay": 5,
     "celery_adapter": 6,
     "evals": 6,
-    "mcp": 6,
+    "mcp": 7,
     "testing": 7,
     "web": 7,
     "cli": 8,
