@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import types
 
-from conftest import Calls
+from mcp_support import Calls
 
 from agentloop.orchestration.mcp.servers import McpServer
 from agentloop.orchestration.mcp.sync import FROM_SERVER, generated_payload, mcp_toolsets, sync_mcp_tools

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import Calls, stdio_server
+from mcp_support import Calls, stdio_server
 
 from agentloop import AgentActionRegistry, AiDrivenAgentLoop, InlineAgentRunner, ProceduralAgentLoop
 from agentloop.actions.recording import MCP_CALL, InMemoryRecording
