@@ -11,9 +11,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from mcp_support import Calls, stdio_server
+from mcp_support import Calls
 
 from agentloop import AgentActionRegistry, AiDrivenAgentLoop, InlineAgentRunner, ProceduralAgentLoop
+from agentloop.actions.errors import RunCancelledError, RunDeadlineExceededError
 from agentloop.actions.recording import MCP_CALL, InMemoryRecording
 from agentloop.loops.scope import CancellationToken
 from agentloop.orchestration.errors import McpConfigError, McpUnavailableError, NetworkBlockedError
@@ -55,8 +56,9 @@ async def test_an_ai_driven_loop_offers_the_servers_tools_and_the_model_gets_the
     assert calls.names() == ["add"]
 
 
-async def test_the_filter_and_prefix_choose_and_name_the_actions(calls: Calls) -> None:
-    server = stdio_server(calls, include=("add", "look*"), exclude=("lookup",), prefix="calc_")
+async def test_the_filter_and_prefix_choose_and_name_the_actions(http: tuple[McpServer, Calls]) -> None:
+    url, calls = http[0].url or "", http[1]
+    server = McpServer.http("counting", url, include=("add", "look*"), exclude=("lookup",), prefix="calc_")
 
     actions = await McpToolset(server).load_actions()
 
@@ -191,9 +193,12 @@ async def test_the_runs_deadline_cuts_a_slow_call_short(http: tuple[McpServer, C
     model = ScriptedModel([tool_call("slow", {"seconds": 30}), text_reply("never")])
     runner = InlineAgentRunner.create(runnable=loop_over(actions), context={"processor": model})
 
-    with pytest.raises(Exception, match="deadline"):
-        await runner.request_outcome(input="go", deadline=timedelta(seconds=3))
+    events: list[Any] = []
+
+    with pytest.raises(RunDeadlineExceededError, match="deadline"):
+        await runner.request_outcome(input="go", deadline=timedelta(seconds=3), on_progress=events.append)
     assert calls.names() == ["slow"]
+    assert [e for e in events if e.phase == "mcp_call"] == []  # cut short: the call never answered
 
 
 async def test_cancelling_the_run_cuts_a_call_short(http: tuple[McpServer, Calls]) -> None:
@@ -230,8 +235,13 @@ async def test_cancelling_the_run_cuts_a_call_short(http: tuple[McpServer, Calls
         def build_result(self, *, state: Any) -> Any:
             return None
 
-    with pytest.raises(Exception, match="cancelled"):
-        await InlineAgentRunner.create(runnable=Cancels).request(input=None, cancel=token)
+    events: list[Any] = []
+
+    with pytest.raises(RunCancelledError, match="cancelled"):
+        await InlineAgentRunner.create(runnable=Cancels).request(
+            input=None, cancel=token, on_progress=events.append
+        )
+    assert [e for e in events if e.phase == "mcp_call"] == []  # cut short: the call never answered
 
 
 async def test_a_recorded_run_replays_its_mcp_results_with_no_call(http: tuple[McpServer, Calls]) -> None:
