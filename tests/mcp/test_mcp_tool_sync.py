@@ -4,8 +4,12 @@ changed schema silently."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 from mcp_support import Calls
 
@@ -82,3 +86,34 @@ def test_a_generated_row_carries_the_marker_over_its_content() -> None:
     payload = generated_payload(server, ListedTool(name="t", description="d", parameters={"type": "object"}))
 
     assert payload["name"] == "s_t" and payload[MARKER]["sha256"] == payload_hash(payload)
+
+
+def test_agentloop_tools_sync_writes_and_checks_the_servers_of_agentloop_imports(
+    http: tuple[McpServer, Calls], tmp_path: Path
+) -> None:
+    server, calls = http
+    (tmp_path / "mcp_deploy.py").write_text(
+        "from agentloop import McpServer\n"
+        f"COUNTING = McpServer.http('counting', {server.url!r}, include=('add',))\n"
+    )
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "AGENTLOOP_HOME": str(tmp_path),
+        "AGENTLOOP_IMPORTS": "mcp_deploy",
+        "PYTHONPATH": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'tools.sqlite3'}",
+    }
+
+    def tools(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [str(Path(sys.executable).parent / "agentloop"), "tools", "sync", "--json", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    checked, synced, again = tools("--check"), tools(), tools("--check")
+
+    assert checked.returncode == 0, checked.stderr
+    assert [(r["tool_id"], r["status"]) for r in json.loads(checked.stdout)] == [("add", FROM_SERVER)]
+    assert [(r["tool_id"], r["status"], r["action"]) for r in json.loads(synced.stdout)] == [
+        ("add", "created", "mcp:counting")
+    ]
+    assert again.returncode == 0 and json.loads(again.stdout)[0]["status"] == "unchanged"
+    assert calls.names() == []
