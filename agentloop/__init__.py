@@ -36,6 +36,11 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── TokenBudgetExceededError   the run's token budget is spent
     ├── ModelUnavailableError      a step's model call failed and its action's policy is ``fail``
     ├── InvalidModelOutputError    a step's answer stayed invalid after its tries; its policy is ``fail``
+    ├── ToolUnavailableError       an MCP server was down, slow or died in a call (``fails_run``: ``fail``)
+    │   └── McpUnavailableError    [ConnectionError] the same, raised by an MCP tool's action
+    ├── McpToolError               [RuntimeError] an MCP tool answered ``isError``: a tool error for the model
+    ├── McpResultRefusedError      [ValueError] an MCP result past ``max_result_bytes``, or malformed
+    ├── McpConfigError             [ValueError] an MCP server configured wrongly, or a tool it does not offer
     ├── InvalidAnswerError         an answer to a person's question that does not meet its schema
     ├── QuestionExpiredError       a question's wait ended unanswered and it has no default
     ├── NoOneToAskError            a step asked a question where no one can answer (give ``on_question``)
@@ -117,6 +122,7 @@ from agentloop.actions import (
     StepEvent,
     StepEventSink,
     TokenBudgetExceededError,
+    ToolUnavailableError,
     TypedAction,
     TypedToolAction,
     UnknownActionError,
@@ -169,6 +175,10 @@ from agentloop.orchestration.errors import (
     EvaluationInputError,
     InvalidNodeError,
     LaunchRequestError,
+    McpConfigError,
+    McpResultRefusedError,
+    McpToolError,
+    McpUnavailableError,
     ModelRequestsBlockedError,
     NetworkBlockedError,
     RateLimitTimeoutError,
@@ -190,6 +200,7 @@ from agentloop.orchestration.evals.verdicts import EvalScore
 from agentloop.orchestration.fairness.rules import Concurrency
 from agentloop.orchestration.forks import ForkPoint, ForkReport, fork
 from agentloop.orchestration.llm.offline import OfflineModel
+from agentloop.orchestration.mcp.servers import McpServer
 from agentloop.orchestration.providers.table import PROVIDERS
 from agentloop.orchestration.registry import RunnableRegistry, input_provider, register
 from agentloop.orchestration.replay import ReplayReport, RunRecording, replay
@@ -211,6 +222,7 @@ if TYPE_CHECKING:  # the names of _LAZY, each from its module there (tests/test_
     from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
     from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
     from agentloop.orchestration.llm.provider import processor_from_env
+    from agentloop.orchestration.mcp.tools import McpToolAction, McpToolset
     from agentloop.orchestration.runtime.step_cache import RedisStepCache
     from agentloop.orchestration.settings import Settings, load_settings
     from agentloop.orchestration.store.tool_store import InMemoryToolStore
@@ -261,6 +273,13 @@ __all__ = [
     "InvalidModelOutputError",
     "InvalidNodeError",
     "LaunchRequestError",
+    "McpConfigError",
+    "McpResultRefusedError",
+    "McpServer",
+    "McpToolAction",
+    "McpToolError",
+    "McpToolset",
+    "McpUnavailableError",
     "ModelFailure",
     "ModelFailurePolicy",
     "ModelProcessor",
@@ -310,6 +329,7 @@ __all__ = [
     "StepEventSink",
     "StoreUnavailableError",
     "TokenBudgetExceededError",
+    "ToolUnavailableError",
     "TypedAction",
     "TypedToolAction",
     "UnknownActionError",
@@ -363,6 +383,8 @@ _LAZY = {
     "CeleryAgentRunner": "agentloop.orchestration.client",
     "InMemoryToolStore": "agentloop.orchestration.store.tool_store",
     "RedisStepCache": "agentloop.orchestration.runtime.step_cache",
+    "McpToolAction": "agentloop.orchestration.mcp.tools",
+    "McpToolset": "agentloop.orchestration.mcp.tools",
     "RunHandle": "agentloop.orchestration.client",
     "Settings": "agentloop.orchestration.settings",
     "create_app": "agentloop.orchestration.celery_adapter.app",

@@ -40,6 +40,7 @@ ROOMS = {
     "forks": 5,
     "celery_adapter": 6,
     "evals": 6,
+    "mcp": 7,
     "testing": 7,
     "web": 7,
     "cli": 8,

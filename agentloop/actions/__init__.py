@@ -24,6 +24,7 @@ from agentloop.actions.errors import (
     RunStoppedError,
     StateNotSerializableError,
     TokenBudgetExceededError,
+    ToolUnavailableError,
     UnknownActionError,
 )
 from agentloop.actions.forced_tool import ForcedToolAction, OutputRejection
@@ -97,6 +98,7 @@ __all__ = [
     "StepEvent",
     "StepEventSink",
     "TokenBudgetExceededError",
+    "ToolUnavailableError",
     "TypedAction",
     "TypedToolAction",
     "UnknownActionError",

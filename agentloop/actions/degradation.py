@@ -53,6 +53,9 @@ class ModelFailurePolicy(StrEnum):
 #: that are not a JSON object, no call to the forced tool, arguments the output type or
 #: ``normalize`` refused).
 UNAVAILABLE, INVALID_OUTPUT = "unavailable", "invalid_output"
+#: A :class:`ModelFailure`'s ``kind`` for a tool server outside the process (an MCP server) that
+#: was down, too slow, or died in a call: reported like a model outage, the run ends ``degraded``.
+TOOL_UNAVAILABLE = "tool_unavailable"
 
 
 def describe_path(path: str) -> str:
@@ -73,6 +76,9 @@ class ModelFailure:
     def describe(self) -> str:
         """The failure in one line, for people: ``the model was unavailable for ACTION at PATH:
         REASON``, or ``the model gave an invalid answer for ...``."""
+        if self.kind == TOOL_UNAVAILABLE:
+            where = describe_path(self.path)
+            return f"the tool server was unavailable for {self.action} at {where}: {self.reason}"
         what = "gave an invalid answer" if self.kind == INVALID_OUTPUT else "was unavailable"
         return f"the model {what} for {self.action} at {describe_path(self.path)}: {self.reason}"
 

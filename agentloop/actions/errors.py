@@ -115,6 +115,17 @@ class ModelUnavailableError(AgentLoopError):
         super().__init__(f"the model is unavailable for {failure.action}: {failure.reason}")
 
 
+class ToolUnavailableError(AgentLoopError):
+    """A tool outside the process (an MCP server's) could not be called: down, slow, or it died
+    in the call. ``fails_run``: its action's policy is ``fail``, so an AI-driven loop ends the run
+    with it instead of showing the model a tool error (the policy ``degrade`` shows it, and the
+    run ends ``degraded``)."""
+
+    def __init__(self, message: str, *, fails_run: bool = False) -> None:
+        self.fails_run = fails_run
+        super().__init__(message)
+
+
 class InvalidModelOutputError(AgentLoopError):
     """A step's answer was still rejected after its tries and its action's ``on_invalid_output``
     is ``fail``."""

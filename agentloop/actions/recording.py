@@ -7,7 +7,9 @@ A recorded run keeps, in order and by where in the workflow each happened:
   (:meth:`~agentloop.actions.model.AiResponse.to_dict`);
 - every tool an AI-driven loop performed (``"tool"``: name, arguments, result);
 - every answer a person gave (``"human"``: the question and the answer);
-- every step-cache hit (``"cache_hit"``: the key and the cached entry).
+- every step-cache hit (``"cache_hit"``: the key and the cached entry);
+- every call to a tool server outside the process (``"mcp_call"``: the request and its
+  outcome, :func:`outside_call`), which a replay answers without calling the server.
 
 Each :class:`RecordedEntry` is placed by ``(path, iteration, kind, seq)``: the
 workflow path of the runnable, the loop iteration (``0`` outside a loop), and
@@ -44,10 +46,12 @@ from agentloop.actions.schema import json_output
 logger = logging.getLogger(__name__)
 
 MODEL, TOOL, HUMAN, CACHE_HIT = "model", "tool", "human", "cache_hit"
+#: A call to an MCP server (``orchestration/mcp``): the request and the outcome the step got.
+MCP_CALL = "mcp_call"
 #: The run's own entry (its context spec), written once where the run starts.
 RUN = "run"
 #: The kinds of entry a recording holds.
-KINDS = (MODEL, TOOL, HUMAN, CACHE_HIT, RUN)
+KINDS = (MODEL, TOOL, HUMAN, CACHE_HIT, RUN, MCP_CALL)
 
 
 def json_data(value: Any) -> Any:
@@ -77,7 +81,13 @@ class RecordedEntry:
 
     def where(self) -> str:
         """The place for people: ``pipeline/1 iteration 0, model call 2``."""
-        kind = {MODEL: "model call", TOOL: "tool call", HUMAN: "answer", CACHE_HIT: "cache hit"}
+        kind = {
+            MODEL: "model call",
+            TOOL: "tool call",
+            HUMAN: "answer",
+            CACHE_HIT: "cache hit",
+            MCP_CALL: "MCP call",
+        }
         return (
             f"{self.path or '(root)'} iteration {self.iteration}, {kind.get(self.kind, self.kind)} {self.seq}"
         )
@@ -196,7 +206,24 @@ class _Places:
         return RecordedEntry(path=self.path, iteration=self.iteration, kind=kind, seq=seq)
 
 
+class _Calls:
+    """The next ``seq`` of each kind of outside call in one loop iteration, recorded or not
+    (:func:`call_place`)."""
+
+    def __init__(self, iteration: int) -> None:
+        self.iteration = iteration
+        self._next: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def next(self, kind: str) -> int:
+        with self._lock:
+            seq = self._next.get(kind, 0)
+            self._next[kind] = seq + 1
+        return seq
+
+
 _places: ContextVar[_Places | None] = ContextVar("agentloop_recording", default=None)
+_calls: ContextVar[_Calls | None] = ContextVar("agentloop_outside_calls", default=None)
 #: Set while a turn is inside the tap: a processor that wraps another records the turn once.
 _inside_turn: ContextVar[bool] = ContextVar("agentloop_recording_turn", default=False)
 
@@ -214,13 +241,29 @@ def use_recording(tap: RecordingTap | None, *, path: str = "", iteration: int = 
 
 @contextmanager
 def recording_iteration(iteration: int) -> Iterator[None]:
-    """The loop engine's mark: what the block records belongs to ``iteration`` of the current path."""
-    places = _places.get()
-    if places is None:
-        yield
-        return
-    with use_recording(places.tap, path=places.path, iteration=iteration):
-        yield
+    """The loop engine's mark: what the block records belongs to ``iteration`` of the current path
+    (and the outside calls made inside it are counted from 0, :func:`call_place`)."""
+    calls = _calls.set(_Calls(iteration))
+    try:
+        places = _places.get()
+        if places is None:
+            yield
+            return
+        with use_recording(places.tap, path=places.path, iteration=iteration):
+            yield
+    finally:
+        _calls.reset(calls)
+
+
+def call_place(kind: str) -> tuple[int, int]:
+    """``(iteration, seq)`` of the next outside call of ``kind`` here: the loop iteration it is
+    made in (``0`` outside a loop) and its order among that iteration's calls of that kind. A
+    loop iteration run again (a resumed loop) counts from 0 again, so the same call gets the
+    same place; outside a loop every call is ``(0, 0)``."""
+    calls = _calls.get()
+    if calls is None:
+        return 0, 0
+    return calls.iteration, calls.next(kind)
 
 
 def recording_wanted() -> bool:
@@ -255,3 +298,37 @@ async def record_entry(kind: str, data: Mapping[str, Any]) -> None:
         await maybe_await(places.tap.record(entry))
     except Exception:  # observation: never a failed step
         logger.warning("could not record %s", entry.where(), exc_info=True)
+
+
+@runtime_checkable
+class CallAnswerer(Protocol):
+    """A tap that answers outside calls itself (a replay's): ``answer_call`` returns the outcome
+    recorded at ``place`` for ``request``, and nothing is called."""
+
+    def answer_call(self, place: RecordedEntry, request: Mapping[str, Any]) -> Any: ...
+
+
+async def outside_call(kind: str, request: Mapping[str, Any], send: Callable[[], Awaitable[Any]]) -> Any:
+    """``send()``, a call outside the process (an MCP tool call), through the run's tap when there
+    is one: recorded as the next entry of ``kind`` here (``{"request", "outcome"}``; the outcome
+    is what ``send`` returned, JSON data), or answered by a replay's tap (:class:`CallAnswerer`)
+    without calling anything. As it is outside a recorded run."""
+    places = _places.get()
+    if places is None:
+        return await send()
+    place = places.next(kind)
+    if isinstance(places.tap, CallAnswerer):
+        return await maybe_await(places.tap.answer_call(place, json_data(dict(request))))
+    outcome = await send()
+    entry = RecordedEntry(
+        path=place.path,
+        iteration=place.iteration,
+        kind=kind,
+        seq=place.seq,
+        data=json_data({"request": dict(request), "outcome": outcome}),
+    )
+    try:
+        await maybe_await(places.tap.record(entry))
+    except Exception:  # observation: never a failed step
+        logger.warning("could not record %s", entry.where(), exc_info=True)
+    return outcome

@@ -29,7 +29,7 @@ from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.base import BaseAgentAction
 from agentloop.actions.context_values import context_value
 from agentloop.actions.degradation import report_model_failure
-from agentloop.actions.errors import TokenBudgetExceededError, UnknownActionError
+from agentloop.actions.errors import TokenBudgetExceededError, ToolUnavailableError, UnknownActionError
 from agentloop.actions.model import AiResponse, FunctionCall, ModelRequest
 from agentloop.actions.prompt import embed_user_text
 from agentloop.actions.recording import TOOL, record_entry
@@ -184,6 +184,10 @@ class AiDrivenAgentLoop(BaseAgentLoop):
         """Run a chosen action; its value (or its error) becomes the tool message."""
         try:
             value = await self.perform_action(name=action.name, arguments=arguments)
+        except ToolUnavailableError as error:  # a tool server away: its action's policy says
+            if error.fails_run:
+                raise
+            return self.tool_error(f"action {action.name!r} failed: {type(error).__name__}: {error}")
         except Exception as error:
             return self.tool_error(f"action {action.name!r} failed: {type(error).__name__}: {error}")
         return json.dumps({"ok": True, "result": value}, default=str)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal, Protocol
 
-from agentloop.actions.errors import AgentLoopError
+from agentloop.actions.errors import AgentLoopError, ToolUnavailableError
 
 __all__ = [
     "ConcurrencyLimitError",
@@ -24,6 +24,10 @@ __all__ = [
     "EvaluationInputError",
     "InvalidNodeError",
     "LaunchRequestError",
+    "McpConfigError",
+    "McpResultRefusedError",
+    "McpToolError",
+    "McpUnavailableError",
     "ModelRequestsBlockedError",
     "NetworkBlockedError",
     "RateLimitTimeoutError",
@@ -185,6 +189,29 @@ class ModelRequestsBlockedError(AgentLoopError, RuntimeError):
 
 class NetworkBlockedError(AgentLoopError, ConnectionRefusedError):
     """A connection off this machine, tried while a replay blocks the network (``replay.py``)."""
+
+
+# --------------------------------------------------------------------------- MCP servers
+
+
+class McpConfigError(AgentLoopError, ValueError):
+    """An MCP server configured wrongly (no command or URL, both, a bad filter), or a tool name it
+    does not offer (``orchestration/mcp``)."""
+
+
+class McpToolError(AgentLoopError, RuntimeError):
+    """An MCP tool answered with an error (``isError``): an answer, shown to the model as a tool
+    error; the run goes on."""
+
+
+class McpUnavailableError(ToolUnavailableError, ConnectionError):
+    """An MCP server could not be reached, did not answer in time, or died in the call; its
+    action's policy says whether the run degrades (the default) or fails."""
+
+
+class McpResultRefusedError(AgentLoopError, ValueError):
+    """An MCP tool's result past the size limit (``max_result_bytes``) or not a result the
+    protocol allows: refused, never handed to the step."""
 
 
 # --------------------------------------------------------------------------- settings

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentloop.actions.human import Question
 from agentloop.actions.model import AiResponse, ModelRequest
-from agentloop.actions.recording import CACHE_HIT, HUMAN, MODEL, RUN, RecordedEntry, json_data
+from agentloop.actions.recording import CACHE_HIT, HUMAN, MCP_CALL, MODEL, RUN, RecordedEntry, json_data
 from agentloop.actions.typed import tool_content
 from agentloop.loops.contract import Runnable
 from agentloop.loops.runner import InlineAgentRunner
@@ -359,6 +359,7 @@ class ReplayTap:
 
     def __init__(self, entries: Sequence[RecordedEntry]) -> None:
         self._turns = {(e.path, e.iteration, e.seq): e for e in entries if e.kind == MODEL}
+        self._calls = {(e.path, e.iteration, e.seq): e for e in entries if e.kind == MCP_CALL}
         self._asked: set[tuple[str, int, int]] = set()
         self._lock = threading.Lock()
         self.divergences: list[Divergence] = []
@@ -390,6 +391,25 @@ class ReplayTap:
             if changes:
                 self._note(place, "the request differs from the recorded one", changes)
         return AiResponse.from_dict(recorded.data.get("response") or {})
+
+    def answer_call(self, place: RecordedEntry, request: Mapping[str, Any]) -> Any:
+        """The outcome of the outside call (an MCP tool call) recorded at ``place``; nothing is
+        called. A call the recording does not have is answered as a server away, and noted."""
+        recorded = self._calls.get((place.path, place.iteration, place.seq))
+        with self._lock:
+            if recorded is None:
+                reason = "an MCP call the recording does not have"
+                self._note(
+                    place, reason, [FieldChange(field="request", recorded=None, replayed=dict(request))]
+                )
+                return {
+                    "status": "unavailable",
+                    "reason": f"replay: no recorded MCP result for {place.where()}",
+                }
+            changes = field_changes(recorded.data.get("request"), dict(request))
+            if changes:
+                self._note(place, "the MCP call differs from the recorded one", changes)
+        return recorded.data.get("outcome")
 
     def record(self, entry: RecordedEntry) -> None:
         """A replay records nothing."""
@@ -536,6 +556,12 @@ class _NetworkBlock:
 
 
 _network_block = _NetworkBlock()
+
+
+def network_blocked() -> bool:
+    """Whether a replay blocks the network now: a transport that the socket check cannot see
+    (an MCP server started over stdio, one on this machine) refuses to open while it does."""
+    return _network_block.depth > 0
 
 
 @contextmanager

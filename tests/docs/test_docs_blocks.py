@@ -26,6 +26,7 @@ from tests.newcomer import typed, typed_one_by_one
 THIS = "tests/docs/test_docs_blocks.py"
 ON_CELERY = "tests/integration/test_readme_on_celery.py"
 EVALS = "tests/evals/test_readme_evals.py"
+MCP_PAGE = "tests/mcp/test_readme_mcp.py"
 #: ``(page, heading, first line of the block)`` -> the test that runs the block as it is written.
 RUN_BY = {
     (
@@ -80,6 +81,8 @@ RUN_BY = {
     ): ON_CELERY,
     ("docs/concepts/wire.md", "# The wire contract", "import uuid"): "tests/edge/test_readme_wire_example.py",
     ("docs/how-to/human.md", "# People in the loop", "import agentloop"): "tests/human/test_readme_human.py",
+    ("docs/how-to/mcp.md", "## A server's tools as actions", "# weather_server.py"): MCP_PAGE,
+    ("docs/how-to/mcp.md", "## A server's tools as actions", "# agent.py"): MCP_PAGE,
     (
         "docs/how-to/caching.md",
         "# Cache steps",

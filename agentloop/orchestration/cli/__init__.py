@@ -15,6 +15,7 @@
     agentloop eval RUNNABLE DATASET [--scorer SPEC] [--celery]  a runnable scored over a dataset
     agentloop eval compare A B | list | show ID  what changed between two evaluations; the kept ones
     agentloop serve [--host H --port P]  runs over HTTP/GraphQL/SSE and the viewer at /ui
+    agentloop mcp serve [--http] [--tool NAME]  the runnables as an MCP server's tools
 
 Every command that prints takes ``--json`` (JSON on stdout, for scripts).
 Workers, beat and Flower start with Celery's own commands:
@@ -33,6 +34,7 @@ from agentloop.orchestration.cli.common import JsonErrorsGroup
 from agentloop.orchestration.cli.demo import demo
 from agentloop.orchestration.cli.evals import evals
 from agentloop.orchestration.cli.graph import graph
+from agentloop.orchestration.cli.mcp import mcp
 from agentloop.orchestration.cli.replay import replay_command
 from agentloop.orchestration.cli.resume import resume
 from agentloop.orchestration.cli.runnables import runnables
@@ -70,6 +72,7 @@ for _name, _command in (
 app.add_typer(runs, name="runs")
 app.add_typer(tools, name="tools")
 app.add_typer(evals, name="eval")
+app.add_typer(mcp, name="mcp")
 
 
 def main() -> None:

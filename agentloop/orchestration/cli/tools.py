@@ -1,7 +1,8 @@
 """``agentloop tools list|show|load|sync``: the ``AiTool`` table.
 
 ``sync`` writes the schemas the typed actions of ``AGENTLOOP_IMPORTS`` generate
-(:mod:`agentloop.orchestration.store.tool_sync`); a row edited by hand wins, with a warning
+(:mod:`agentloop.orchestration.store.tool_sync`), and those its MCP servers list
+(:mod:`agentloop.orchestration.mcp.sync`); a row edited by hand wins, with a warning
 when it has drifted from the generated one. ``sync --check`` writes nothing and
 exits 1 when a row has drifted, listing it (a typed step needs no row).
 """
@@ -26,6 +27,7 @@ from agentloop.orchestration.cli.common import (
     json_option,
     print_json,
 )
+from agentloop.orchestration.errors import McpUnavailableError
 from agentloop.orchestration.store import open_store, validate_tool_payload
 from agentloop.orchestration.store.tool_sync import DRIFTED, check_tools, sync_tools, typed_actions
 
@@ -105,6 +107,15 @@ def load(
         console.print(f"loaded {len(entries)} tool(s): {', '.join(tool_id for tool_id, _ in entries)}")
 
 
+def _mcp_toolsets(registry: Any, modules: Any) -> list[Any]:
+    """The deployment's MCP servers, when the ``mcp`` extra is installed (none otherwise)."""
+    try:
+        from agentloop.orchestration.mcp.sync import mcp_toolsets
+    except ImportError:  # pragma: no cover - the mcp extra is not installed
+        return []
+    return list(mcp_toolsets(registry, modules))
+
+
 @tools.command("sync")
 def sync(
     force: bool = typer.Option(False, "--force", help="Overwrite rows edited by hand too."),
@@ -116,11 +127,17 @@ def sync(
     if check and force:
         raise fail("--check writes nothing: it cannot --force")
     settings = cli_settings()
-    actions = typed_actions(deployment_registry(settings), settings.imports)
+    registry = deployment_registry(settings)
+    actions = typed_actions(registry, settings.imports)
+    servers = _mcp_toolsets(registry, settings.imports)
     _, store = open_store(settings.database_url)
     try:
         results = check_tools(store, actions) if check else sync_tools(store, actions, force=force)
-    except ValueError as error:
+        if servers:
+            from agentloop.orchestration.mcp.sync import sync_mcp_tools
+
+            results += sync_mcp_tools(store, servers, force=force, check=check)
+    except (ValueError, McpUnavailableError) as error:
         raise fail(str(error)) from None
     finally:
         store.engine.dispose()
@@ -139,7 +156,7 @@ def sync(
             table.add_row(
                 result.tool_id, result.action, f"[{style}]{result.status}[/]" if style else result.status
             )
-        console.print(table if results else "no typed actions in AGENTLOOP_IMPORTS")
+        console.print(table if results else "no typed actions or MCP servers in AGENTLOOP_IMPORTS")
     for result in results:
         if result.status == DRIFTED:
             errors.print(
