@@ -205,6 +205,10 @@ from agentloop.pipelines import (
 if TYPE_CHECKING:  # the names of _LAZY, each from its module there (tests/test_exports.py checks)
     from agentloop.orchestration.celery_adapter.app import create_app
     from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+    from agentloop.orchestration.integrations.pydantic_ai.runnable import (
+        PydanticAIAgent,
+        pydantic_ai_runnable,
+    )
     from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
     from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
     from agentloop.orchestration.llm.provider import processor_from_env
@@ -268,6 +272,7 @@ __all__ = [
     "ProgressCallback",
     "ProgressEvent",
     "ProgressStatus",
+    "PydanticAIAgent",
     "Question",
     "QuestionExpiredError",
     "QuestionKind",
@@ -326,6 +331,7 @@ __all__ = [
     "maybe_await",
     "new_run_id",
     "processor_from_env",
+    "pydantic_ai_runnable",
     "register",
     "replay",
     "report_model_failure",
@@ -353,11 +359,13 @@ _LAZY = {
     "CeleryAgentRunner": "agentloop.orchestration.client",
     "InMemoryToolStore": "agentloop.orchestration.store.tool_store",
     "OpenAIProcessor": "agentloop.orchestration.llm.openai.processor",
+    "PydanticAIAgent": "agentloop.orchestration.integrations.pydantic_ai.runnable",
     "RunHandle": "agentloop.orchestration.client",
     "Settings": "agentloop.orchestration.settings",
     "create_app": "agentloop.orchestration.celery_adapter.app",
     "load_settings": "agentloop.orchestration.settings",
     "processor_from_env": "agentloop.orchestration.llm.provider",
+    "pydantic_ai_runnable": "agentloop.orchestration.integrations.pydantic_ai.runnable",
     "sync_tools": "agentloop.orchestration.tool_sync",
 }
 

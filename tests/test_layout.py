@@ -40,6 +40,7 @@ ROOMS = {
     "tool_sync": 4,
     "run_gate": 4,
     "engine": 5,
+    "integrations": 5,
     "context": 5,
     "client": 5,
     "replay": 5,

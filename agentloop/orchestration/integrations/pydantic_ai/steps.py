@@ -1,0 +1,169 @@
+"""``DurableSteps``: the run-time pydantic-ai capability that makes each model request and each
+tool call of an agent run one durable step.
+
+pydantic-ai runs the agent's graph; this capability wraps the two kinds of step in it
+(``wrap_model_request``, ``wrap_tool_execute``, the public capability hooks) and, for each:
+
+- answers it from the :class:`~agentloop.orchestration.integrations.pydantic_ai.journal.StepJournal`
+  when the step finished in an earlier take of the run (a redelivered task, a run sent again after
+  a person answered): deterministic re-execution, the agent's code runs again and every finished
+  step returns its recorded result, so no model request and no tool call is done twice;
+- else checks the run's cancellation and deadline, takes a slot of the provider's rate limit shared
+  by the workers, sends the request through :func:`~agentloop.actions.usage.metered_turn` (every
+  request counted against the run's usage and ``token_budget``; a spent budget sends nothing),
+  counts it in the metrics and traces it, records its result in the journal, and reports a progress
+  event (``model_request`` / ``tool_call``) before and after.
+
+The model's response is journalled whole (pydantic-ai's own ``ModelResponse`` as JSON, through
+``pydantic_ai.durable_exec.JSON_CODEC``), so a replayed step gives pydantic-ai exactly what the model
+said and pydantic-ai validates the structured output as usual; a tool's result is journalled as its
+JSON (what the model was sent).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.durable_exec import JSON_CODEC
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_core import to_jsonable_python
+
+from agentloop.actions.tracing import trace_span
+from agentloop.actions.usage import Usage, metered_turn
+from agentloop.loops.scope import RunScope, within_deadline
+from agentloop.orchestration.integrations.pydantic_ai.journal import StepJournal
+from agentloop.orchestration.llm.limits.processor import RateLimiter
+from agentloop.orchestration.metrics import record as metrics
+
+__all__ = ["DurableSteps", "StepReporter"]
+
+StepReporter = Callable[[str, str, str, dict[str, Any]], Awaitable[None]]
+"""Told of each step: ``(phase, status, message, data)``; ``phase`` is ``model_request`` or ``tool_call``,
+``status`` ``started``, ``completed`` or ``replayed``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A model response with its usage as the meter reads it."""
+
+    response: ModelResponse
+    usage: Usage
+
+
+def response_usage(response: ModelResponse) -> Usage:
+    """A pydantic-ai response's tokens as the run's usage."""
+    return Usage(input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens)
+
+
+def describe_response(response: ModelResponse) -> dict[str, Any]:
+    """What a progress event says of a response: its tool calls and text (never the prompt)."""
+    calls = [part.tool_name for part in response.parts if isinstance(part, ToolCallPart)]
+    text = "".join(part.content for part in response.parts if isinstance(part, TextPart))
+    return {"tool_calls": calls, "text": text, **response_usage(response).to_dict()}
+
+
+class DurableSteps(AbstractCapability[Any]):
+    """The capability given to every run of a wrapped agent (module doc)."""
+
+    def __init__(
+        self,
+        *,
+        journal: StepJournal,
+        scope: RunScope | None,
+        report: StepReporter,
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        super().__init__()
+        self.journal = journal
+        self.scope = scope
+        self.report = report
+        self.limiter = limiter
+
+    async def for_run(self, ctx: Any) -> AbstractCapability[Any]:
+        return self  # one journal for every run of the agent within this runnable's run
+
+    def _check(self) -> None:
+        if self.scope is not None:
+            self.scope.check()
+
+    async def _within_deadline(self, work: Awaitable[Any]) -> Any:
+        if self.scope is None:
+            return await work
+        return await within_deadline(self.scope, work, limit=" (in a pydantic-ai step)")
+
+    async def wrap_model_request(self, ctx: Any, *, request_context: Any, handler: Any) -> ModelResponse:
+        number = self.journal.next_number("model")
+        key = f"model/{number}"
+        if self.journal.has(key):
+            response: ModelResponse = JSON_CODEC.load(ModelResponse, self.journal.get(key))
+            await self.report(
+                "model_request", "replayed", f"model request {number} (recorded)", {"step": key}
+            )
+            return response
+        self._check()
+        model = str(getattr(request_context.model, "model_name", "") or "")
+        provider = str(getattr(request_context.model, "system", "") or "pydantic_ai")
+        await self.report(
+            "model_request", "started", f"model request {number}", {"step": key, "model": model}
+        )
+
+        async def send() -> _Sent:
+            await self._acquire_slot()
+            began, failed = time.perf_counter(), True
+            usage = Usage()
+            try:
+                attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model or None}
+                with trace_span(f"chat {model}".strip(), **attributes) as span:
+                    response = await self._within_deadline(handler(request_context))
+                    usage = response_usage(response)
+                    span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+                    span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+                failed = False
+            finally:
+                metrics.model_called(
+                    provider=provider,
+                    model=model,
+                    seconds=time.perf_counter() - began,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    failed=failed,
+                )
+            await self._record_tokens(usage)
+            return _Sent(response, usage)
+
+        sent = await metered_turn(send)
+        await self.journal.put(key, JSON_CODEC.dump(ModelResponse, sent.response))
+        data = {"step": key, "model": model, **describe_response(sent.response)}
+        await self.report("model_request", "completed", f"model request {number}", data)
+        return sent.response
+
+    async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any) -> Any:
+        # the tool calls a model response asked for, by the response's number and the call's id:
+        # both come from the (recorded) response, so a replay finds the same keys
+        key = f"tool/{self.journal.current_number('model')}/{call.tool_call_id}"
+        name = str(call.tool_name)
+        if self.journal.has(key):
+            result = self.journal.get(key)
+            await self.report("tool_call", "replayed", f"tool {name} (recorded)", {"step": key, "tool": name})
+            return result
+        self._check()
+        await self.report("tool_call", "started", f"tool {name}", {"step": key, "tool": name})
+        with trace_span(f"execute_tool {name}", **{"gen_ai.tool.name": name}):
+            result = await self._within_deadline(handler(args))
+        await self.journal.put(key, to_jsonable_python(result, fallback=repr))
+        await self.report("tool_call", "completed", f"tool {name}", {"step": key, "tool": name})
+        return result
+
+    async def _acquire_slot(self) -> None:
+        # a slot of the limit every worker shares; waiting too long raises RateLimitTimeoutError,
+        # which fails the run with the limit named (never a silent success)
+        if self.limiter is not None:
+            await self.limiter.acquire()
+
+    async def _record_tokens(self, usage: Usage) -> None:
+        if self.limiter is not None:
+            await self.limiter.record(usage.total_tokens)
