@@ -58,7 +58,8 @@ def sum_lines(lines: list[int]) -> int:
     """The sum of the invoice lines."""
     marker = os.environ.get("PAI_HANG_FIRST_SUM")
     if marker and not Path(marker).exists():
-        Path(marker).write_text(str(os.getpid()))
+        Path(f"{marker}.tmp").write_text(str(os.getpid()))
+        os.replace(f"{marker}.tmp", marker)  # whole, or not there: the test reads it at once
         time.sleep(120)  # the test kills this worker now
     tally("sum_lines")
     return sum(lines)

@@ -33,7 +33,7 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_core import to_jsonable_python
 
 from agentloop.actions.tracing import trace_span
-from agentloop.actions.usage import Usage, metered_turn
+from agentloop.actions.usage import Usage, current_meter, metered_turn
 from agentloop.loops.scope import RunScope, within_deadline
 from agentloop.orchestration.integrations.pydantic_ai.journal import StepJournal
 from agentloop.orchestration.llm.limits.processor import RateLimiter
@@ -136,9 +136,15 @@ class DurableSteps(AbstractCapability[Any]):
             return _Sent(response, usage)
 
         sent = await metered_turn(send)
-        await self.journal.put(key, JSON_CODEC.dump(ModelResponse, sent.response))
         data = {"step": key, "model": model, **describe_response(sent.response)}
+        # reported first: the events so far are stored with the journal's checkpoint
         await self.report("model_request", "completed", f"model request {number}", data)
+        # the request's usage stored before its step is: a run resumed after its worker died keeps
+        # the tokens of every request it does not send again (the meter may hold them a while)
+        flush = getattr(current_meter(), "flush", None)
+        if callable(flush):
+            flush()
+        await self.journal.put(key, JSON_CODEC.dump(ModelResponse, sent.response))
         return sent.response
 
     async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any) -> Any:
@@ -154,8 +160,8 @@ class DurableSteps(AbstractCapability[Any]):
         await self.report("tool_call", "started", f"tool {name}", {"step": key, "tool": name})
         with trace_span(f"execute_tool {name}", **{"gen_ai.tool.name": name}):
             result = await self._within_deadline(handler(args))
-        await self.journal.put(key, to_jsonable_python(result, fallback=repr))
         await self.report("tool_call", "completed", f"tool {name}", {"step": key, "tool": name})
+        await self.journal.put(key, to_jsonable_python(result, fallback=repr))
         return result
 
     async def _acquire_slot(self) -> None:
