@@ -76,6 +76,11 @@ RUN_BY = {
     ("docs/concepts/wire.md", "# The wire contract", "import uuid"): "tests/edge/test_readme_wire_example.py",
     ("docs/how-to/human.md", "# People in the loop", "import agentloop"): "tests/human/test_readme_human.py",
     (
+        "docs/how-to/pydantic-ai.md",
+        "# Run pydantic-ai agents durably",
+        "from pydantic import BaseModel",
+    ): "tests/pydantic_ai/test_readme_pydantic_ai.py",
+    (
         "docs/how-to/caching.md",
         "# Cache steps",
         "import agentloop",
