@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +271,82 @@ def test_anthropics_sdk_under_pydantic_ais_anthropic_model(tmp_path: Path) -> No
         assert calls == ["hi"] and len(server.posted("/v1/messages")) == 2
         models = {e.data.get("model") for e in events if e.phase == "model_request"}
         assert models == {"claude-test"}
+
+
+def test_a_streaming_agents_text_arrives_as_delta_events_and_a_replay_streams_none() -> None:
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from agentloop.orchestration.testing.servers.openai_replies import reply_text
+
+    text = "The invoice of ACME GmbH comes to 200 euros."
+    with OpenAICompatibleServer(api_key=API_KEY, script=[reply_text(text)], stream_chunk_size=6) as server:
+        model = OpenAIChatModel(
+            "test-model", provider=OpenAIProvider(base_url=server.base_url, api_key=API_KEY)
+        )
+        Streaming = pydantic_ai_runnable(Agent(model, name="teller"), stream=True)
+        Streaming.stream_interval = timedelta(0)  # every piece its own event
+        runner, checkpointer = InlineAgentRunner.create(runnable=Streaming), MemoryCheckpointer()
+        events: list[ProgressEvent] = []
+        result = runner.request_sync(input="total?", on_progress=events.append, checkpointer=checkpointer)
+        again: list[ProgressEvent] = []
+        replayed = runner.request_sync(input="total?", on_progress=again.append, checkpointer=checkpointer)
+
+    deltas = [e.data for e in events if e.phase == "delta"]
+    assert result == replayed == text and server.completion_requests[0]["stream"] is True
+    assert len(deltas) > 3 and "".join(d["text"] for d in deltas) == text
+    assert {e.runnable for e in events if e.phase == "delta"} == {"teller"}
+    assert len(server.completion_requests) == 1  # the second run streamed from its journal
+    assert [e.phase for e in again if e.phase == "delta"] == []
+    assert [e.data["step_status"] for e in again if e.phase == "model_request"] == ["replayed"]
+
+
+class CountedCalls:
+    """Stands in for the metrics' instruments: each model call they were told of."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def model_called(self, **call: Any) -> None:
+        self.calls.append(call)
+
+
+def test_each_request_sent_is_in_the_metrics_and_a_replayed_one_is_not(
+    server: OpenAICompatibleServer,
+) -> None:
+    from typing import cast
+
+    from agentloop.orchestration.metrics.record import use_instruments
+
+    instruments, checkpointer = CountedCalls(), MemoryCheckpointer()
+    previous = use_instruments(cast(Any, instruments))
+    try:
+        runner = InlineAgentRunner.create(runnable=InvoiceAgent)
+        runner.request_sync(input="invoice c-7", checkpointer=checkpointer)
+        runner.request_sync(input="invoice c-7", checkpointer=checkpointer)  # all from the journal
+    finally:
+        use_instruments(previous)
+
+    assert [(c["provider"], c["model"], c["failed"]) for c in instruments.calls] == [
+        ("openai", "test-model", False)
+    ] * 3
+    assert all(c["input_tokens"] > 0 for c in instruments.calls)
+
+
+def test_the_shared_rate_limit_holds_back_requests_not_replayed_steps(server: OpenAICompatibleServer) -> None:
+    from agentloop import RateLimitTimeoutError
+    from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
+    from agentloop.orchestration.llm.limits.window import WindowRateLimiter
+
+    limiter = WindowRateLimiter(MemoryBackend(), requests_per_minute=3, window=60, max_wait=0.05)
+    runner = InlineAgentRunner.create(runnable=InvoiceAgent, context={"rate_limiter": limiter})
+    checkpointer = MemoryCheckpointer()
+
+    assert runner.request_sync(input="invoice c-7", checkpointer=checkpointer)["total"] == 200
+    assert (
+        runner.request_sync(input="invoice c-7", checkpointer=checkpointer)["total"] == 200
+    )  # no slot taken
+    with pytest.raises(RateLimitTimeoutError):
+        runner.request_sync(input="invoice c-7")  # a fourth request in the window waits past max_wait
+
+    assert len(server.completion_requests) == 3

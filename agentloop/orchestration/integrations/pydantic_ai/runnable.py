@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -31,9 +32,11 @@ from agentloop.actions.human import Question, QuestionKind, ask_human
 from agentloop.loops.contract import ProgressCallback, RunnableBase
 from agentloop.loops.progress import ProgressStatus
 from agentloop.loops.scope import ensure_scope
+from agentloop.orchestration.integrations.pydantic_ai.deltas import delta_handler
 from agentloop.orchestration.integrations.pydantic_ai.journal import StepJournal
 from agentloop.orchestration.integrations.pydantic_ai.steps import DurableSteps
 from agentloop.orchestration.llm.limits.processor import RateLimiter
+from agentloop.orchestration.llm.stream_deltas import DEFAULT_STREAM_INTERVAL
 
 __all__ = ["ExternalToolCallsError", "PydanticAIAgent", "pydantic_ai_runnable"]
 
@@ -55,6 +58,10 @@ class PydanticAIAgent(RunnableBase):
 
     #: The wrapped agent.
     agent: ClassVar[AbstractAgent[Any, Any]]
+    #: Whether the agent's model requests are streamed, their text and tool arguments reported as
+    #: ``delta`` progress events (throttled to one per ``stream_interval``).
+    stream: ClassVar[bool] = False
+    stream_interval: ClassVar[timedelta] = DEFAULT_STREAM_INTERVAL
 
     def build_prompt(self, *, input: Any) -> str | None:
         """The user prompt: the input when it is a string, else its ``"prompt"``."""
@@ -125,6 +132,11 @@ class PydanticAIAgent(RunnableBase):
 
             journal = StepJournal.open(scope)
             steps = DurableSteps(journal=journal, scope=scope, report=report, limiter=self.rate_limiter())
+            if self.stream:
+                handler = delta_handler(
+                    action=self.name, replaying=lambda: steps.replaying, interval=self.stream_interval
+                )
+                options = {"event_stream_handler": handler, **options}
             history: Any = None
             deferred: DeferredToolResults | None = None
             while True:
@@ -152,12 +164,11 @@ class PydanticAIAgent(RunnableBase):
                 history, deferred = result.all_messages(), DeferredToolResults(approvals=approvals)
 
 
-def pydantic_ai_runnable(agent: AbstractAgent[Any, Any], *, name: str | None = None) -> type[PydanticAIAgent]:
+def pydantic_ai_runnable(
+    agent: AbstractAgent[Any, Any], *, name: str | None = None, stream: bool = False
+) -> type[PydanticAIAgent]:
     """A :class:`PydanticAIAgent` class for ``agent``, named ``name`` (default: the agent's name) in
-    progress events; register it like any runnable."""
+    progress events, its requests streamed when ``stream``; register it like any runnable."""
     runnable_name = name or agent.name or "pydantic_ai_agent"
-    return type(
-        f"PydanticAIAgent_{runnable_name}",
-        (PydanticAIAgent,),
-        {"agent": agent, "runnable_name": runnable_name, "__module__": __name__},
-    )
+    attributes = {"agent": agent, "runnable_name": runnable_name, "stream": stream, "__module__": __name__}
+    return type(f"PydanticAIAgent_{runnable_name}", (PydanticAIAgent,), attributes)

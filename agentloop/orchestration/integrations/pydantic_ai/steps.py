@@ -82,6 +82,8 @@ class DurableSteps(AbstractCapability[Any]):
         self.scope = scope
         self.report = report
         self.limiter = limiter
+        #: Whether the model request in progress was answered from the journal.
+        self.replaying = False
 
     async def for_run(self, ctx: Any) -> AbstractCapability[Any]:
         return self  # one journal for every run of the agent within this runnable's run
@@ -98,7 +100,8 @@ class DurableSteps(AbstractCapability[Any]):
     async def wrap_model_request(self, ctx: Any, *, request_context: Any, handler: Any) -> ModelResponse:
         number = self.journal.next_number("model")
         key = f"model/{number}"
-        if self.journal.has(key):
+        self.replaying = self.journal.has(key)
+        if self.replaying:
             response: ModelResponse = JSON_CODEC.load(ModelResponse, self.journal.get(key))
             await self.report(
                 "model_request", "replayed", f"model request {number} (recorded)", {"step": key}
