@@ -350,3 +350,54 @@ def test_the_shared_rate_limit_holds_back_requests_not_replayed_steps(server: Op
         runner.request_sync(input="invoice c-7")  # a fourth request in the window waits past max_wait
 
     assert len(server.completion_requests) == 3
+
+
+def test_a_recorded_run_replays_with_zero_model_calls(server: OpenAICompatibleServer, tmp_path: Path) -> None:
+    import asyncio
+
+    from agentloop import InMemoryRecording
+    from agentloop.orchestration.replay import RunRecording, replay
+
+    recording = InMemoryRecording()
+    result = InlineAgentRunner.create(runnable=InvoiceAgent).request_sync(
+        input="invoice c-7", recording=recording
+    )
+    kinds = [(entry.kind, entry.seq) for entry in recording.entries]
+    assert kinds == [("model", 0), ("model", 1), ("model", 2), ("tool", 0), ("tool", 1)]
+    recorded = RunRecording(
+        run_id="run-pai-recorded",
+        runnable="pai.invoicer",
+        input="invoice c-7",
+        output=result,
+        entries=tuple(recording.entries),
+    )
+    sent = len(server.completion_requests)
+
+    report = asyncio.run(replay(recorded, runnable=InvoiceAgent))
+
+    assert report.ok, report.describe()
+    assert report.output == result and len(server.completion_requests) == sent  # no model call
+
+
+def test_a_replay_that_asks_what_the_recording_does_not_have_is_a_divergence(
+    server: OpenAICompatibleServer,
+) -> None:
+    import asyncio
+
+    from agentloop import InMemoryRecording
+    from agentloop.orchestration.replay import RunRecording, replay
+
+    recording = InMemoryRecording()
+    result = InlineAgentRunner.create(runnable=InvoiceAgent).request_sync(
+        input="invoice c-7", recording=recording
+    )
+    cut = tuple(entry for entry in recording.entries if not (entry.kind == "model" and entry.seq == 2))
+    recorded = RunRecording(
+        run_id="run-pai-cut", runnable="pai.invoicer", input="invoice c-7", output=result, entries=cut
+    )
+
+    report = asyncio.run(replay(recorded, runnable=InvoiceAgent))
+
+    assert not report.ok
+    assert report.error is not None and "ReplayedTurnError" in report.error
+    assert [d.reason for d in report.divergences] == ["a model request the recording does not have"]

@@ -22,6 +22,7 @@ JSON (what the model was sent).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from pydantic_ai.durable_exec import JSON_CODEC
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_core import to_jsonable_python
 
+from agentloop.actions.model import AiResponse, ModelRequest
+from agentloop.actions.recording import TOOL, model_turn, record_entry, recording_wanted
 from agentloop.actions.tracing import trace_span
 from agentloop.actions.usage import Usage, current_meter, metered_turn
 from agentloop.loops.scope import RunScope, within_deadline
@@ -39,7 +42,7 @@ from agentloop.orchestration.integrations.pydantic_ai.journal import StepJournal
 from agentloop.orchestration.llm.limits.processor import RateLimiter
 from agentloop.orchestration.metrics import record as metrics
 
-__all__ = ["DurableSteps", "StepReporter"]
+__all__ = ["DurableSteps", "ReplayedTurnError", "StepReporter", "request_summary"]
 
 StepReporter = Callable[[str, str, str, dict[str, Any]], Awaitable[None]]
 """Told of each step: ``(phase, status, message, data)``; ``phase`` is ``model_request`` or ``tool_call``,
@@ -64,6 +67,25 @@ def describe_response(response: ModelResponse) -> dict[str, Any]:
     calls = [part.tool_name for part in response.parts if isinstance(part, ToolCallPart)]
     text = "".join(part.content for part in response.parts if isinstance(part, TextPart))
     return {"tool_calls": calls, "text": text, **response_usage(response).to_dict()}
+
+
+class ReplayedTurnError(RuntimeError):
+    """A recorded run's replay reached a model request its recording does not answer."""
+
+
+def request_summary(messages: Any) -> list[dict[str, Any]]:
+    """What a model request sends, as a recording compares it: each message's parts, their kind
+    and content (tool calls with their arguments), without the timestamps and ids a run makes anew."""
+    summary: list[dict[str, Any]] = []
+    for message in messages:
+        for part in getattr(message, "parts", ()):
+            kind = str(getattr(part, "part_kind", type(part).__name__))
+            if isinstance(part, ToolCallPart):
+                summary.append({"part": kind, "tool": part.tool_name, "args": part.args_as_dict()})
+            else:
+                content = getattr(part, "content", None)
+                summary.append({"part": kind, "content": to_jsonable_python(content, fallback=repr)})
+    return summary
 
 
 class DurableSteps(AbstractCapability[Any]):
@@ -121,7 +143,7 @@ class DurableSteps(AbstractCapability[Any]):
             try:
                 attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model or None}
                 with trace_span(f"chat {model}".strip(), **attributes) as span:
-                    response = await self._within_deadline(handler(request_context))
+                    response = await self._recorded_turn(request_context, handler, model)
                     usage = response_usage(response)
                     span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
                     span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
@@ -150,6 +172,26 @@ class DurableSteps(AbstractCapability[Any]):
         await self.journal.put(key, JSON_CODEC.dump(ModelResponse, sent.response))
         return sent.response
 
+    async def _recorded_turn(self, request_context: Any, handler: Any, model: str) -> ModelResponse:
+        """The model's response, through the run's recording tap when the run records (the turn is
+        kept) or replays (the recorded response answers, nothing is sent): the response travels as
+        an ``AiResponse`` whose ``text`` is pydantic-ai's ``ModelResponse`` as JSON."""
+        if not recording_wanted():
+            response: ModelResponse = await self._within_deadline(handler(request_context))
+            return response
+
+        async def send() -> AiResponse:
+            sent = await self._within_deadline(handler(request_context))
+            text = json.dumps(JSON_CODEC.dump(ModelResponse, sent))
+            return AiResponse(text=text, usage=response_usage(sent), model=model)
+
+        request = ModelRequest(instruction=json.dumps(request_summary(request_context.messages)))
+        reply = await model_turn(request, send)
+        if reply.has_error:
+            raise ReplayedTurnError(f"model request not answered: {reply.error}")
+        recorded: ModelResponse = JSON_CODEC.load(ModelResponse, json.loads(reply.text))
+        return recorded
+
     async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any) -> Any:
         # the tool calls a model response asked for, by the response's number and the call's id:
         # both come from the (recorded) response, so a replay finds the same keys
@@ -164,7 +206,11 @@ class DurableSteps(AbstractCapability[Any]):
         with trace_span(f"execute_tool {name}", **{"gen_ai.tool.name": name}):
             result = await self._within_deadline(handler(args))
         await self.report("tool_call", "completed", f"tool {name}", {"step": key, "tool": name})
-        await self.journal.put(key, to_jsonable_python(result, fallback=repr))
+        value = to_jsonable_python(result, fallback=repr)
+        await record_entry(
+            TOOL, {"name": name, "arguments": to_jsonable_python(args, fallback=repr), "result": value}
+        )
+        await self.journal.put(key, value)
         return result
 
     async def _acquire_slot(self) -> None:
