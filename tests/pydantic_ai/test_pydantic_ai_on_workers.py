@@ -7,7 +7,8 @@ OpenAI-protocol server, which counts every request.
   finished tool call runs again (counted at the server and in the tools' log); the result is the one
   the run gives inline; the run's usage in the store is every request's.
 - A tool needing approval pauses the run (the worker is freed), ``agentloop resume`` answers it and
-  the run goes on: the approved tool runs once, the model is asked once more.
+  the run goes on: the approved tool runs once, the model is asked once more. The agent as the
+  first stage of a pipeline gives on the worker what it gives inline.
 
 The workers keep the default ``AGENTLOOP_CHECKPOINT_SECONDS`` (0.5): a step is journalled whatever it.
 """
@@ -169,6 +170,12 @@ def test_an_approval_pauses_the_run_and_an_answer_through_the_cli_resumes_it(
         assert said.exit_code == 0, said.output
         result = handle.wait_sync(timeout=60)
 
+        # the same worker: the agent as the first stage of a pipeline (a chain of two tasks)
+        rig.folder.joinpath("hung").write_text("0")  # its sum_lines does not hang
+        line = CeleryAgentRunner.create(runnable="pai.invoice_line", app=rig.app, store=rig.store)
+        assert line.request_sync(input="invoice c-7").wait_sync(timeout=60) == "ACME GmbH: 200"
+
     assert result == "done: refunded 40"
-    assert [name for name, _ in rig.tools_run()] == ["refund"]
-    assert len(rig.server.completion_requests) == 2  # the first request is not sent again
+    assert [name for name, _ in rig.tools_run()][:1] == ["refund"]
+    # the refunder's first request is not sent again; then the pipeline's agent's three
+    assert len(rig.server.completion_requests) == 2 + 3
