@@ -59,6 +59,8 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── DeliveryLimitError         [RuntimeError] a message came back unacknowledged past its delivery limit
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
     ├── NetworkBlockedError        [ConnectionRefusedError] a connection off this machine during a replay
+    ├── ExternalToolCallsError     [RuntimeError] a pydantic-ai agent deferred a tool call to run outside it
+    ├── ReplayedTurnError          [RuntimeError] a replay reached a pydantic-ai request its recording lacks
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
@@ -168,11 +170,13 @@ from agentloop.orchestration.errors import (
     ContextSpecError,
     DeliveryLimitError,
     EvaluationInputError,
+    ExternalToolCallsError,
     InvalidNodeError,
     LaunchRequestError,
     ModelRequestsBlockedError,
     NetworkBlockedError,
     RateLimitTimeoutError,
+    ReplayedTurnError,
     RunAlreadyEndedError,
     RunExistsError,
     RunIdTakenError,
@@ -244,6 +248,7 @@ __all__ = [
     "DeliveryLimitError",
     "EvalScore",
     "EvaluationInputError",
+    "ExternalToolCallsError",
     "FailurePolicy",
     "ForcedToolAction",
     "FunctionCall",
@@ -281,6 +286,7 @@ __all__ = [
     "RecordingTap",
     "RedisStepCache",
     "ReplayReport",
+    "ReplayedTurnError",
     "RunAlreadyEndedError",
     "RunCancelledError",
     "RunDeadlineExceededError",

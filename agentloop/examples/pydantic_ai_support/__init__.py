@@ -24,7 +24,7 @@ from pydantic_ai import Agent
 
 from agentloop import pydantic_ai_runnable, register
 
-__all__ = ["ORDERS", "Resolution", "SupportAgent", "support"]
+__all__ = ["ORDERS", "Resolution", "SupportAgent", "order_status", "refund", "support"]
 
 #: The shop's orders (a real deployment reads its database here).
 ORDERS: dict[str, dict[str, str | int]] = {

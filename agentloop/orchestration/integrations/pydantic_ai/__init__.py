@@ -8,11 +8,7 @@
 """
 
 from agentloop.orchestration.integrations.pydantic_ai.journal import StepJournal
-from agentloop.orchestration.integrations.pydantic_ai.runnable import (
-    ExternalToolCallsError,
-    PydanticAIAgent,
-    pydantic_ai_runnable,
-)
+from agentloop.orchestration.integrations.pydantic_ai.runnable import PydanticAIAgent, pydantic_ai_runnable
 from agentloop.orchestration.integrations.pydantic_ai.steps import DurableSteps
 
-__all__ = ["DurableSteps", "ExternalToolCallsError", "PydanticAIAgent", "StepJournal", "pydantic_ai_runnable"]
+__all__ = ["DurableSteps", "PydanticAIAgent", "StepJournal", "pydantic_ai_runnable"]

@@ -32,24 +32,14 @@ from agentloop.actions.human import Question, QuestionKind, ask_human
 from agentloop.loops.contract import ProgressCallback, RunnableBase
 from agentloop.loops.progress import ProgressStatus
 from agentloop.loops.scope import ensure_scope
+from agentloop.orchestration.errors import ExternalToolCallsError
 from agentloop.orchestration.integrations.pydantic_ai.deltas import delta_handler
 from agentloop.orchestration.integrations.pydantic_ai.journal import StepJournal
 from agentloop.orchestration.integrations.pydantic_ai.steps import DurableSteps
 from agentloop.orchestration.llm.limits.processor import RateLimiter
 from agentloop.orchestration.llm.stream_deltas import DEFAULT_STREAM_INTERVAL
 
-__all__ = ["ExternalToolCallsError", "PydanticAIAgent", "pydantic_ai_runnable"]
-
-_STATUS = {
-    "started": ProgressStatus.PROGRESS,
-    "completed": ProgressStatus.PROGRESS,
-    "replayed": ProgressStatus.PROGRESS,
-}
-
-
-class ExternalToolCallsError(RuntimeError):
-    """The agent deferred a tool call to be run outside it (``CallDeferred``), which a runnable has
-    no one to hand to; only approvals map to a question."""
+__all__ = ["PydanticAIAgent", "pydantic_ai_runnable"]
 
 
 class PydanticAIAgent(RunnableBase):
@@ -124,7 +114,7 @@ class PydanticAIAgent(RunnableBase):
                     iteration=journal.current_number("model"),
                     max_iterations=0,
                     phase=phase,
-                    status=_STATUS[status],
+                    status=ProgressStatus.PROGRESS,
                     message=message,
                     data={"step_status": status, **data},
                 )

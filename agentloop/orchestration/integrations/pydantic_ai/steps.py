@@ -38,11 +38,12 @@ from agentloop.actions.recording import TOOL, model_turn, record_entry, recordin
 from agentloop.actions.tracing import trace_span
 from agentloop.actions.usage import Usage, current_meter, metered_turn
 from agentloop.loops.scope import RunScope, within_deadline
+from agentloop.orchestration.errors import ReplayedTurnError
 from agentloop.orchestration.integrations.pydantic_ai.journal import StepJournal
 from agentloop.orchestration.llm.limits.processor import RateLimiter
 from agentloop.orchestration.metrics import record as metrics
 
-__all__ = ["DurableSteps", "ReplayedTurnError", "StepReporter", "request_summary"]
+__all__ = ["DurableSteps", "StepReporter", "request_summary"]
 
 StepReporter = Callable[[str, str, str, dict[str, Any]], Awaitable[None]]
 """Told of each step: ``(phase, status, message, data)``; ``phase`` is ``model_request`` or ``tool_call``,
@@ -67,10 +68,6 @@ def describe_response(response: ModelResponse) -> dict[str, Any]:
     calls = [part.tool_name for part in response.parts if isinstance(part, ToolCallPart)]
     text = "".join(part.content for part in response.parts if isinstance(part, TextPart))
     return {"tool_calls": calls, "text": text, **response_usage(response).to_dict()}
-
-
-class ReplayedTurnError(RuntimeError):
-    """A recorded run's replay reached a model request its recording does not answer."""
 
 
 def request_summary(messages: Any) -> list[dict[str, Any]]:
