@@ -65,6 +65,8 @@ defined in ``actions/errors.py``, the infrastructure's in ``orchestration/errors
     ├── ConcurrencyLimitError      [RuntimeError] a run refused or cancelled: its concurrency key was full
     ├── ModelRequestsBlockedError  [RuntimeError] a test tried to reach a real model (see the pytest plugin)
     ├── NetworkBlockedError        [ConnectionRefusedError] a connection off this machine during a replay
+    ├── ExternalToolCallsError     [RuntimeError] a pydantic-ai agent deferred a tool call to run outside it
+    ├── ReplayedTurnError          [RuntimeError] a replay reached a pydantic-ai request its recording lacks
     └── WorkflowFailedError        a run on Celery failed; ``error_type`` and ``message`` say how
 
 Model faults inside an action are values (``None`` or a declared fallback),
@@ -173,6 +175,7 @@ from agentloop.orchestration.errors import (
     ContextSpecError,
     DeliveryLimitError,
     EvaluationInputError,
+    ExternalToolCallsError,
     InvalidNodeError,
     LaunchRequestError,
     McpConfigError,
@@ -182,6 +185,7 @@ from agentloop.orchestration.errors import (
     ModelRequestsBlockedError,
     NetworkBlockedError,
     RateLimitTimeoutError,
+    ReplayedTurnError,
     RunAlreadyEndedError,
     RunExistsError,
     RunIdTakenError,
@@ -219,6 +223,10 @@ from agentloop.pipelines import (
 if TYPE_CHECKING:  # the names of _LAZY, each from its module there (tests/test_exports.py checks)
     from agentloop.orchestration.celery_adapter.app import create_app
     from agentloop.orchestration.client import CeleryAgentRunner, RunHandle
+    from agentloop.orchestration.integrations.pydantic_ai.runnable import (
+        PydanticAIAgent,
+        pydantic_ai_runnable,
+    )
     from agentloop.orchestration.llm.anthropic.processor import AnthropicProcessor
     from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
     from agentloop.orchestration.llm.provider import processor_from_env
@@ -258,6 +266,7 @@ __all__ = [
     "DeliveryLimitError",
     "EvalScore",
     "EvaluationInputError",
+    "ExternalToolCallsError",
     "FailurePolicy",
     "ForcedToolAction",
     "ForkPoint",
@@ -295,6 +304,7 @@ __all__ = [
     "ProgressCallback",
     "ProgressEvent",
     "ProgressStatus",
+    "PydanticAIAgent",
     "Question",
     "QuestionExpiredError",
     "QuestionKind",
@@ -303,6 +313,7 @@ __all__ = [
     "RecordingTap",
     "RedisStepCache",
     "ReplayReport",
+    "ReplayedTurnError",
     "RunAlreadyEndedError",
     "RunCancelledError",
     "RunDeadlineExceededError",
@@ -355,6 +366,7 @@ __all__ = [
     "maybe_await",
     "new_run_id",
     "processor_from_env",
+    "pydantic_ai_runnable",
     "register",
     "replay",
     "report_model_failure",
@@ -385,12 +397,14 @@ _LAZY = {
     "RedisStepCache": "agentloop.orchestration.runtime.step_cache",
     "McpToolAction": "agentloop.orchestration.mcp.tools",
     "McpToolset": "agentloop.orchestration.mcp.tools",
+    "PydanticAIAgent": "agentloop.orchestration.integrations.pydantic_ai.runnable",
     "RunHandle": "agentloop.orchestration.client",
     "Settings": "agentloop.orchestration.settings",
     "create_app": "agentloop.orchestration.celery_adapter.app",
     "load_settings": "agentloop.orchestration.settings",
     "processor_from_env": "agentloop.orchestration.llm.provider",
     "sync_tools": "agentloop.orchestration.store.tool_sync",
+    "pydantic_ai_runnable": "agentloop.orchestration.integrations.pydantic_ai.runnable",
 }
 
 

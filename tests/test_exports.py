@@ -35,7 +35,17 @@ INSTALLED_TOP_LEVEL = {"agentloop"}
 #: Packages whose front a user imports: each must declare ``__all__``.
 FRONTS = {"agentloop", "agentloop.actions", "agentloop.loops", "agentloop.pipelines"}
 #: What ``import agentloop`` must not pull in: the infrastructure behind the lazily loaded names.
-HEAVY = ("celery", "kombu", "sqlalchemy", "alembic", "pydantic_settings", "openai", "anthropic", "redis")
+HEAVY = (
+    "celery",
+    "kombu",
+    "sqlalchemy",
+    "alembic",
+    "pydantic_settings",
+    "openai",
+    "anthropic",
+    "redis",
+    "pydantic_ai",
+)
 #: The one home of the core's errors and the one home of the infrastructure's.
 ERROR_MODULES = ("agentloop.actions.errors", "agentloop.orchestration.errors")
 

@@ -35,6 +35,7 @@ ROOMS = {
     "llm": 4,
     "graph": 4,
     "runtime": 5,
+    "integrations": 5,
     "client": 5,
     "replay": 5,
     "forks": 5,

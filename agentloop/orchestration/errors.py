@@ -22,6 +22,7 @@ __all__ = [
     "DeliveryLimitError",
     "DenialReason",
     "EvaluationInputError",
+    "ExternalToolCallsError",
     "InvalidNodeError",
     "LaunchRequestError",
     "McpConfigError",
@@ -31,6 +32,7 @@ __all__ = [
     "ModelRequestsBlockedError",
     "NetworkBlockedError",
     "RateLimitTimeoutError",
+    "ReplayedTurnError",
     "RunAlreadyEndedError",
     "RunExistsError",
     "RunIdTakenError",
@@ -250,6 +252,15 @@ class ConcurrencyLimitError(AgentLoopError, RuntimeError):
 
 class UnsendableMessageError(AgentLoopError, ValueError):
     """A message the run needs would be refused at every worker's edge; the run fails with this."""
+
+
+class ExternalToolCallsError(AgentLoopError, RuntimeError):
+    """A pydantic-ai agent deferred tool calls to be run outside it (``CallDeferred``), which a
+    runnable has no one to hand to (only approvals become questions)."""
+
+
+class ReplayedTurnError(AgentLoopError, RuntimeError):
+    """A replay reached a pydantic-ai agent's model request its recording does not answer."""
 
 
 class WorkflowFailedError(AgentLoopError):

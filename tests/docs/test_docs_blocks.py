@@ -84,6 +84,11 @@ RUN_BY = {
     ("docs/how-to/mcp.md", "## A server's tools as actions", "# weather_server.py"): MCP_PAGE,
     ("docs/how-to/mcp.md", "## A server's tools as actions", "# agent.py"): MCP_PAGE,
     (
+        "docs/how-to/pydantic-ai.md",
+        "# Run pydantic-ai agents durably",
+        "from pydantic import BaseModel",
+    ): "tests/pydantic_ai/test_readme_pydantic_ai.py",
+    (
         "docs/how-to/caching.md",
         "# Cache steps",
         "import agentloop",

@@ -223,6 +223,16 @@ class StoreCheckpointer:
         self._saved_at[path] = now
         return None
 
+    def save_now(self, *, path: str, iteration: int, state: Any) -> Awaitable[None] | None:
+        """:meth:`save`, whatever ``interval``: for a step whose result must never be done again
+        (a pydantic-ai agent's model request or tool call, ``integrations/pydantic_ai``)."""
+        self._saved_at.pop(path, None)
+        interval, self.interval = self.interval, 0.0
+        try:
+            return self.save(path=path, iteration=iteration, state=state)
+        finally:
+            self.interval = interval
+
     async def _save_with_the_pack(self, path: str, iteration: int, state: Any, now: float) -> None:
         assert self.writes is not None
         await self.writes.checkpoint(path, iteration, state)
