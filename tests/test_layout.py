@@ -34,6 +34,7 @@ ROOMS = {
     "cache": 3,
     "store": 3,
     "llm": 4,
+    "packing": 4,
     "launches": 4,
     "run_end": 4,
     "graph": 4,

@@ -19,6 +19,7 @@ become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -31,7 +32,7 @@ from agentloop.actions.human import RunPaused
 from agentloop.actions.recording import RUN, RecordedEntry, Recorder
 from agentloop.actions.tracing import Tracer
 from agentloop.actions.usage import use_meter
-from agentloop.loops.progress import ProgressStatus
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.loops.run_outcome import (
     MODEL_UNAVAILABLE,
     STOPPED_BY_BOUND,
@@ -45,6 +46,8 @@ from agentloop.loops.run_outcome import (
 from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
 from agentloop.orchestration.errors import DeliveryLimitError, InvalidNodeError, StoreUnavailableError
 from agentloop.orchestration.metrics import record as metrics
+from agentloop.orchestration.packing.lag import Blocked, LagWatch
+from agentloop.orchestration.packing.rule import why_not_packed
 from agentloop.orchestration.redaction import context_secrets, scrub_error, scrub_values
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.run_end import end_with_failure, failed_paths, report_ancestor_failure
@@ -65,6 +68,17 @@ from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, Fail
 from agentloop.pipelines.pipeline import BaseAgentPipeline
 
 R = TypeVar("R")
+
+logger = logging.getLogger(__name__)
+
+#: The phase of the event a packed branch gets when it blocked its pack's event loop.
+LOOP_BLOCKED = "loop_blocked"
+
+#: What a branch that blocked its pack's event loop should do instead (the lag report's fix).
+LAG_FIX = (
+    "make the blocking code a coroutine that awaits its waits (or run it off the loop with "
+    "asyncio.to_thread), or give the composite pack_size = 1 to run each branch in a task of its own"
+)
 
 
 class WorkflowEngine:
@@ -217,6 +231,8 @@ class WorkflowEngine:
             asyncio.ensure_future(self.start(node, value, publisher, writes, records.get(node.path)))
             for node, value in zip(nodes, inputs, strict=True)
         ]
+        watch = LagWatch(self._lag_reporter(nodes, publisher))
+        heartbeat = asyncio.ensure_future(watch.heartbeat())
         try:
             pending: set[asyncio.Future[Outcome]] = set(tasks)
             while pending:
@@ -230,12 +246,48 @@ class WorkflowEngine:
                 raise waiting[0]  # type: ignore[misc]
             return [task.result() for task in tasks]
         finally:
+            heartbeat.cancel()
             unfinished = [task for task in tasks if not task.done()]
             for task in unfinished:
                 task.cancel()
-            if unfinished:
-                await asyncio.gather(*unfinished, return_exceptions=True)
+            await asyncio.gather(heartbeat, *unfinished, return_exceptions=True)
             publisher.flush(final=True)
+
+    def _lag_reporter(
+        self, nodes: Sequence[WorkflowNode], publisher: ProgressPublisher
+    ) -> Callable[[Blocked, float], None]:
+        """What a pack does when one of its branches blocked its event loop (``packing/lag.py``):
+        a warning in the log, a ``loop_blocked`` event of that branch, and the metric, each
+        naming the branch, where its code was, and the fix."""
+        by_path = {node.path: node for node in nodes}
+
+        def report(blocked: Blocked, seconds: float) -> None:
+            node = by_path.get(blocked.path)
+            if node is None:  # a scope that is not one of the pack's branches: its nearest
+                node = next((n for p, n in by_path.items() if blocked.path.startswith(f"{p}/")), None)
+            if node is None:
+                return
+            others = len(nodes) - 1
+            message = (
+                f"branch {node.path} ({node.runnable}) blocked its pack's event loop for "
+                f"{seconds:.2f} s in {blocked.where}; its {others} other branches waited: {LAG_FIX}"
+            )
+            logger.warning("Run %s: %s", node.run_id, message)
+            event = ProgressEvent(
+                run_id=node.run_id,
+                path=node.path,
+                runnable=node.runnable,
+                iteration=0,
+                max_iterations=0,
+                phase=LOOP_BLOCKED,
+                status=ProgressStatus.PROGRESS,
+                message=message,
+                data={"seconds": round(seconds, 3), "where": blocked.where, "fix": LAG_FIX, "waited": others},
+            )
+            publisher(event)
+            metrics.pack_loop_blocked(node.runnable, seconds)
+
+        return report
 
     async def _start(
         self,
@@ -353,6 +405,15 @@ class WorkflowEngine:
                 for index, branch in enumerate(branches)
                 if isinstance(branch.runnable, type)
                 and issubclass(branch.runnable, BaseAgentPipeline | BaseCompositeAgent)
+            ),
+            solo=frozenset(
+                index
+                for index, branch in enumerate(branches)
+                if not (
+                    isinstance(branch.runnable, type)
+                    and issubclass(branch.runnable, BaseAgentPipeline | BaseCompositeAgent)
+                )
+                and why_not_packed(branch.runnable) is not None
             ),
         )
 

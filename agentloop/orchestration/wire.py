@@ -58,7 +58,8 @@ MERGE = "agentloop.merge"
 LANE = "agentloop.lane"
 LANE_COLLECT = "agentloop.lane_collect"
 #: Several loop branches of one composite run together in one task, on one event loop
-#: (the composite's ``pack_size``, or ``AGENTLOOP_PACK_SIZE``; ``docs/how-to/packing.md``).
+#: (the packing rule, the composite's ``pack_size``, or ``AGENTLOOP_PACK_SIZE``;
+#: ``docs/how-to/packing.md``).
 PACK = "agentloop.pack"
 FINALIZE = "agentloop.finalize"
 PROGRESS = "agentloop.progress"
@@ -94,7 +95,11 @@ TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, 
 #: kwargs, the :class:`WorkflowNode` and its results). Raised when a message changes in a way an
 #: older worker would misread; a worker runs every message of its version or below, and hands a
 #: newer one on to a newer worker (``celery_adapter/wire_versions.py``, ``docs/deployment.md``).
-WIRE_VERSION = 1
+WIRE_VERSION = 2
+#: The wire version from which workers run ``agentloop.pack`` (packing is the default from it).
+#: A pack is sent to the holding queue of this version (``celery_adapter/canvas.py``), which
+#: only workers of this version or newer consume: a worker of a release before it never sees one.
+PACK_WIRE_VERSION = 2
 #: The message header that carries the wire version of an ``agentloop.*`` message. A message
 #: without it is version 1 (what every producer sent before the header existed, and what a
 #: client sending with Celery alone sends): it is always accepted.

@@ -17,11 +17,13 @@ the results keep their order by construction. The price: a lane's next branch
 waits for the one before it even when another lane is idle, and each lane task
 carries the outputs of its lane so far.
 
-A composite whose pack size (its ``pack_size``, else ``AGENTLOOP_PACK_SIZE``) is above 1
-*packs* its loop branches: up to that many consecutive ones go to one ``agentloop.pack``
-task, which runs them together on its event loop (``docs/how-to/packing.md``). A branch that
-expands into a canvas of its own (a pipeline or a composite) is never packed: it is an
-``agentloop.lane`` step between the packs. Every step, pack or lane, takes the outputs
+A composite whose pack size (its ``pack_size``, else ``AGENTLOOP_PACK_SIZE``, else the packing
+rule's: ``orchestration/packing/rule.py``, ``pack_policy.py``) is above 1 *packs* its loop
+branches: up to that many consecutive ones go to one ``agentloop.pack`` task, which runs them
+together on its event loop (``docs/how-to/packing.md``), routed to the holding queue of the wire
+version that reads packs (``pack_policy.PackRouter``). A branch that expands into a canvas of its
+own (a pipeline or a composite), or that the rule keeps apart (when no size was set), is never
+packed: it is an ``agentloop.lane`` step between the packs. Every step, pack or lane, takes the outputs
 collected before it and appends its own, so the same shapes serve: unbounded, a chord of
 steps (each starting from ``[]``) whose merge concatenates their lists in order; bounded by
 ``max_concurrency`` (``M``), packs of at most ``M`` branches in ``max(1, M // size)`` lanes.
@@ -30,12 +32,13 @@ steps (each starting from ``[]``) whose merge concatenates their lists in order;
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from celery import Signature, Task, chain, chord
 
-from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output, check_outputs
+from agentloop.orchestration.celery_adapter.pack_policy import pack_plan
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
 from agentloop.orchestration.celery_adapter.run_failures import end_run_on_failure
 from agentloop.orchestration.errors import InvalidNodeError, UnsendableMessageError
@@ -100,9 +103,9 @@ def pipeline_stages(task: Task, outcome: ChainStages) -> list[Signature]:
 def fan_out(task: Task, outcome: FanOut) -> Signature:
     """The branches of a composite and the merge that fans them in."""
     app, node = task.app, outcome.node.to_dict()
-    size = outcome.pack_size or dependencies_of(app).settings.pack_size
-    if size > 1 and len(outcome.branches) > 1:
-        return fan_out_packed(task, outcome, size)
+    size, solo = pack_plan(app, outcome)
+    if size > 1 and len(outcome.branches) - len(outcome.expanding) - len(solo) > 1:
+        return fan_out_packed(task, replace(outcome, expanding=outcome.expanding | solo), size)
     if outcome.max_concurrency is not None and outcome.max_concurrency < len(outcome.branches):
         return fan_out_in_lanes(task, outcome, outcome.max_concurrency)
     header = [
