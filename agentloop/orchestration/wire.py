@@ -72,6 +72,9 @@ RESUME_SETTLED = "agentloop.resume_settled"
 BATCH = "agentloop.batch"
 BATCH_CHUNK = "agentloop.batch_chunk"
 BATCH_SUMMARY = "agentloop.batch_summary"
+#: Runs of one batch chunk launched together on one event loop, each its own run (wire version 2;
+#: ``celery_adapter/batch_packs.py``).
+BATCH_PACK = "agentloop.batch_pack"
 #: The health check: it answers ``"pong"`` as soon as a worker takes it.
 PING = "agentloop.ping"
 #: Delete the ended runs older than the retention (``AGENTLOOP_RUN_RETENTION``; beat runs it hourly).
@@ -89,7 +92,7 @@ TASK_NAMES: tuple[str, ...] = (
     PROGRESS,
     CANCEL,
 )
-TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS, PACK)
+TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS, PACK, BATCH_PACK)
 
 #: The version of the wire contract this code speaks: what its messages mean (the task names, their
 #: kwargs, the :class:`WorkflowNode` and its results). Raised when a message changes in a way an

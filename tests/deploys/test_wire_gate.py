@@ -31,7 +31,8 @@ MEMORY = {"broker_url": "memory://", "result_backend": "cache+memory://"}
 @pytest.fixture
 def app() -> Iterator[Any]:
     queue = f"gate-{uuid.uuid4().hex[:8]}"  # the memory broker is one per process: a queue per test
-    app = create_app(
+    app = create_app(  # a worker of wire version 1 (this release's is 2): the one that parks
+        settings=load_settings({"AGENTLOOP_WIRE_VERSION_OVERRIDE": "1"}),
         store=InMemoryRunStore(),
         overrides={**MEMORY, "task_default_queue": queue},
     )

@@ -23,6 +23,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 
 from agentloop.actions.human import RunPaused
+from agentloop.orchestration.celery_adapter.batch_packs import run_batch_pack
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
 from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
@@ -30,6 +31,7 @@ from agentloop.orchestration.celery_adapter.canvas import (
     continue_with,
     from_lanes,
 )
+from agentloop.orchestration.celery_adapter.config import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.deliveries import first_delivery, node_of, unmark_chain
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.pause import (
@@ -51,6 +53,7 @@ from agentloop.orchestration.store import RunRecord, RunStatus
 from agentloop.orchestration.store.retention import prune_runs as prune_workflows
 from agentloop.orchestration.task_outcome import Done
 from agentloop.orchestration.wire import (
+    BATCH_PACK,
     CANCEL,
     FINALIZE,
     LANE,
@@ -302,6 +305,16 @@ def pack(
     return continue_pack(self, outcomes, list(collected))
 
 
+def batch_pack(self: Task, launches: list[Any]) -> dict[str, int]:
+    """Runs of one batch chunk (``launches``: each a launch's keyword arguments) run together on
+    this task's event loop, each its own run (``celery_adapter/batch_packs.py``)."""
+    if not isinstance(launches, list) or not all(isinstance(kwargs, dict) for kwargs in launches):
+        raise LaunchRequestError("agentloop.batch_pack takes a list of launches' keyword arguments")
+    engine = engine_for(self)
+    fresh = first_delivery(self)
+    return run_batch_pack(self, engine, launches, fresh=fresh, priority=BATCH_PRIORITY, run=run_coroutine)
+
+
 def lane_collect(self: Task, output: Any, collected: list[Any]) -> list[Any]:
     """Add the output of a lane's branch that expanded into a canvas to the lane's outputs."""
     if not first_delivery(self):
@@ -391,7 +404,7 @@ def ping() -> str:
 #: ``STARTED`` state to the result backend, which nothing reads (Flower shows a task started from
 #: its ``task-started`` event, and a run's state is in the run store), saving two Redis round trips
 #: a task. The tasks a client sends (launch, progress, cancel, resume) keep ``STARTED``.
-INTERNAL_TASKS = frozenset({RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, PACK, FINALIZE})
+INTERNAL_TASKS = frozenset({RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, PACK, BATCH_PACK, FINALIZE})
 
 #: Each task of the contract and the function that runs it.
 TASKS = {
@@ -403,6 +416,7 @@ TASKS = {
     LANE: lane,
     LANE_COLLECT: lane_collect,
     PACK: pack,
+    BATCH_PACK: batch_pack,
     FINALIZE: finalize,
     PROGRESS: progress,
     CANCEL: cancel,
@@ -419,6 +433,8 @@ def install_tasks(app: Celery) -> None:
     install_privacy(app)  # agentloop.* arguments and results hidden from Flower and worker logs
     for name, function in TASKS.items():
         options = RUN_TASK_OPTIONS if name in RUN_TASKS else {}  # retried, and the run ended on failure
+        if name == BATCH_PACK:  # retried while the store is away; each run records its own end
+            options = {key: value for key, value in RUN_TASK_OPTIONS.items() if key != "on_failure"}
         if name in (RESUME, RESUME_SETTLED):
             options = RESUME_TASK_OPTIONS  # retried until the settled answer has sent the run on
         if name in INTERNAL_TASKS:
