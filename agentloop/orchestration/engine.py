@@ -62,7 +62,7 @@ from agentloop.orchestration.store.seams import (
     StoreUsageMeter,
 )
 from agentloop.orchestration.store.waits import WaitStore
-from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
+from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, LeavesPack, Outcome
 from agentloop.orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
 from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
 from agentloop.pipelines.pipeline import BaseAgentPipeline
@@ -210,15 +210,19 @@ class WorkflowEngine:
         finally:
             publisher.flush(final=True)
 
-    async def start_pack(self, nodes: Sequence[WorkflowNode], inputs: Sequence[Any]) -> list[Outcome]:
+    async def start_pack(
+        self, nodes: Sequence[WorkflowNode], inputs: Sequence[Any]
+    ) -> list[Outcome | LeavesPack]:
         """Run the loops ``nodes`` (branches of one composite, of one run) together on this event
         loop, each as :meth:`start` runs one: its own checkpoints, result, events and failure.
 
         Their events go out through one publisher (written together; the first branch to end
         writes those buffered with its result). A branch whose failure ends the run (fail fast,
-        a stop) stops the others at once and is raised. A run store that stays away, or a branch
-        paused for a person's answer, is raised once every other branch has ended: their
-        results are recorded, so the pack's next try, or its resumption, runs only the rest.
+        a stop) stops the others at once and is raised. A run store that stays away is raised
+        once every other branch has ended: their results are recorded, so the pack's next try
+        runs only the rest. A branch paused for a person's answer is :class:`LeavesPack`: it
+        leaves the pack, which ends with the others, and goes on in a task of its own (any
+        number of a pack's branches may wait at once).
         """
         if not nodes:
             return []
@@ -240,11 +244,13 @@ class WorkflowEngine:
                 ending = [task for task in done if _ends_pack(task)]
                 if ending:
                     raise ending[0].exception()  # type: ignore[misc]  # the finally stops the rest
-            waiting = [task.exception() for task in tasks if task.exception() is not None]
-            waiting.sort(key=lambda error: isinstance(error, RunPaused))  # the store's trouble first
-            if waiting:
-                raise waiting[0]  # type: ignore[misc]
-            return [task.result() for task in tasks]
+            away = [task.exception() for task in tasks if _store_away(task)]
+            if away:
+                raise away[0]  # type: ignore[misc]
+            return [
+                LeavesPack(node=node, input=value) if task.exception() is not None else task.result()
+                for task, node, value in zip(tasks, nodes, inputs, strict=True)
+            ]  # what is left raised RunPaused: _ends_pack let nothing else through
         finally:
             heartbeat.cancel()
             unfinished = [task for task in tasks if not task.done()]
@@ -632,6 +638,11 @@ def _past_limit(node: WorkflowNode, deliveries: int, limit: int) -> DeliveryLimi
         f"saving a checkpoint (delivery limit {limit}): each task that ran it died or lost its "
         "connection before it ended, so it is not run again"
     )
+
+
+def _store_away(task: asyncio.Future[Outcome]) -> bool:
+    """Whether a packed branch ended because the run store stayed away."""
+    return not task.cancelled() and isinstance(task.exception(), StoreUnavailableError)
 
 
 def _ends_pack(task: asyncio.Future[Outcome]) -> bool:

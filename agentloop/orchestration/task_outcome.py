@@ -58,3 +58,13 @@ class FanOut:
 
 #: What a task does next.
 Outcome = Done | ChainStages | FanOut | BranchFailure
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeavesPack:
+    """A packed branch that waits for a person's answer: it leaves its pack, which ends with its
+    other branches, and goes on alone in a task of its own (``node`` run on ``input``), which
+    records its question and resumes from its checkpoint once answered."""
+
+    node: WorkflowNode
+    input: Any

@@ -61,6 +61,9 @@ LANE_COLLECT = "agentloop.lane_collect"
 #: (the packing rule, the composite's ``pack_size``, or ``AGENTLOOP_PACK_SIZE``;
 #: ``docs/how-to/packing.md``).
 PACK = "agentloop.pack"
+#: A pack's outputs with those of its branches that left it to wait for a person put in their
+#: places (wire version 2; ``celery_adapter/canvas.py``).
+PACK_COLLECT = "agentloop.pack_collect"
 FINALIZE = "agentloop.finalize"
 PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
@@ -93,6 +96,7 @@ TASK_NAMES: tuple[str, ...] = (
     CANCEL,
 )
 TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS, PACK, BATCH_PACK)
+TASK_NAMES += (PACK_COLLECT,)
 
 #: The version of the wire contract this code speaks: what its messages mean (the task names, their
 #: kwargs, the :class:`WorkflowNode` and its results). Raised when a message changes in a way an

@@ -42,12 +42,13 @@ from agentloop.orchestration.celery_adapter.pack_policy import pack_plan
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
 from agentloop.orchestration.celery_adapter.run_failures import end_run_on_failure
 from agentloop.orchestration.errors import InvalidNodeError, UnsendableMessageError
-from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, Outcome
+from agentloop.orchestration.task_outcome import ChainStages, Done, FanOut, LeavesPack, Outcome
 from agentloop.orchestration.wire import (
     LANE,
     LANE_COLLECT,
     MERGE,
     PACK,
+    PACK_COLLECT,
     PIPELINE_DONE,
     RUN,
     STAGE,
@@ -186,20 +187,51 @@ def _step(task: Task, outcome: FanOut, group: list[int], *, first: bool) -> Sign
     return task.app.signature(PACK, args=args, immutable=first)
 
 
-def continue_pack(task: Task, outcomes: list[Outcome], collected: list[Any]) -> list[Any]:
+def continue_pack(task: Task, outcomes: list[Outcome | LeavesPack], collected: list[Any]) -> list[Any]:
     """The outputs collected before a pack with its branches' appended, in order (a branch's
-    :class:`BranchFailure` as its value, for the composite that collects it)."""
+    :class:`BranchFailure` as its value, for the composite that collects it).
+
+    Branches that wait for a person (:class:`LeavesPack`) leave it: the pack replaces itself
+    with an ``agentloop.lane`` task for each of them (each records its question and resumes
+    alone from its checkpoint once answered) and ``agentloop.pack_collect``, which puts their
+    outputs in their places among the others'."""
     outputs: list[Any] = []
+    leaving: list[tuple[int, LeavesPack]] = []
     for outcome in outcomes:
         if isinstance(outcome, Done):
             outputs.append(outcome.value)
         elif isinstance(outcome, BranchFailure):
             outputs.append(outcome.to_wire())
+        elif isinstance(outcome, LeavesPack):
+            leaving.append((len(collected) + len(outputs), outcome))
+            outputs.append(None)  # its place, filled by pack_collect
         else:  # fan_out never packs a pipeline or a composite
             raise InvalidNodeError("a packed branch expanded into a canvas: only loops and stages are packed")
     result = [*collected, *outputs]  # the pack's result: one message, to the lane's next step or the merge
     sendable(task, check_outputs, result, task.name)
-    return result
+    if not leaving:
+        return result
+    app, places = task.app, [place for place, _ in leaving]
+    alone = [
+        app.signature(LANE, args=([], branch.node.to_dict(), branch.input), immutable=True)
+        for _, branch in leaving
+    ]
+    if len(alone) == 1:
+        canvas = chain(alone[0], app.signature(PACK_COLLECT, args=(result, places, True)))
+    else:
+        canvas = chord(alone, app.signature(PACK_COLLECT, args=(result, places)))
+    sendable(task, check_canvas, canvas)
+    with unwatched_results(app):
+        raise task.replace(canvas)
+
+
+def fill_places(lanes: list[list[Any]], result: list[Any], places: list[int]) -> list[Any]:
+    """``result`` with each branch that left its pack's output (the single output of its lane,
+    in ``lanes``) in its place."""
+    filled = list(result)
+    for place, lane in zip(places, lanes, strict=True):
+        (filled[place],) = lane
+    return filled
 
 
 def continue_lane(task: Task, outcome: Outcome, collected: list[Any]) -> Any:

@@ -7,7 +7,7 @@ settings, and the queue packs travel in.
 * :func:`pack_plan` is the pack size a composite's branches get, and which of them the rule
   keeps in a task of their own.
 * :class:`PackRouter` (first of the app's ``task_routes``) sends every ``agentloop.pack`` (and
-  ``agentloop.batch_pack``) to the
+  ``agentloop.batch_pack``, ``agentloop.pack_collect``) to the
   holding queue of :data:`~agentloop.orchestration.wire.PACK_WIRE_VERSION`, declared as the wire
   gate declares it: a worker of a release before packs (which consumes only its own queue, or
   the holding queues of lower versions) never takes one; every worker that runs packs consumes
@@ -25,7 +25,7 @@ from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.wire_versions import app_wire_version, holding_queue_entity
 from agentloop.orchestration.packing.rule import DeploymentPacking, auto_pack_size, deployment_packing
 from agentloop.orchestration.task_outcome import FanOut
-from agentloop.orchestration.wire import BATCH_PACK, PACK, PACK_WIRE_VERSION
+from agentloop.orchestration.wire import BATCH_PACK, PACK, PACK_COLLECT, PACK_WIRE_VERSION
 
 __all__ = ["PackRouter", "install_packing", "pack_plan", "pool_name", "this_deployment"]
 
@@ -60,7 +60,7 @@ class PackRouter:
 
     def __call__(self, name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> Any:
         app = getattr(task, "app", None)
-        if name not in (PACK, BATCH_PACK) or app is None:
+        if name not in (PACK, BATCH_PACK, PACK_COLLECT) or app is None:
             return None
         entity = getattr(app, "agentloop_pack_queue", None)
         if entity is None:

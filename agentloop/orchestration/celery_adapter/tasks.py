@@ -29,6 +29,7 @@ from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
     continue_pack,
     continue_with,
+    fill_places,
     from_lanes,
 )
 from agentloop.orchestration.celery_adapter.config import BATCH_PRIORITY
@@ -61,6 +62,7 @@ from agentloop.orchestration.wire import (
     LAUNCH,
     MERGE,
     PACK,
+    PACK_COLLECT,
     PING,
     PIPELINE_DONE,
     PROGRESS,
@@ -305,6 +307,14 @@ def pack(
     return continue_pack(self, outcomes, list(collected))
 
 
+def pack_collect(
+    self: Task, lanes: Any, result: list[Any], places: list[int], single: bool = False
+) -> list[Any]:
+    """A pack's outputs (``result``) with those of the branches that left it to wait for a person
+    (one lane each, in ``lanes``) in their ``places``."""
+    return fill_places([lanes] if single else list(lanes), list(result), [int(place) for place in places])
+
+
 def batch_pack(self: Task, launches: list[Any]) -> dict[str, int]:
     """Runs of one batch chunk (``launches``: each a launch's keyword arguments) run together on
     this task's event loop, each its own run (``celery_adapter/batch_packs.py``)."""
@@ -404,7 +414,9 @@ def ping() -> str:
 #: ``STARTED`` state to the result backend, which nothing reads (Flower shows a task started from
 #: its ``task-started`` event, and a run's state is in the run store), saving two Redis round trips
 #: a task. The tasks a client sends (launch, progress, cancel, resume) keep ``STARTED``.
-INTERNAL_TASKS = frozenset({RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, PACK, BATCH_PACK, FINALIZE})
+INTERNAL_TASKS = frozenset(
+    {RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, PACK, BATCH_PACK, PACK_COLLECT, FINALIZE}
+)
 
 #: Each task of the contract and the function that runs it.
 TASKS = {
@@ -417,6 +429,7 @@ TASKS = {
     LANE_COLLECT: lane_collect,
     PACK: pack,
     BATCH_PACK: batch_pack,
+    PACK_COLLECT: pack_collect,
     FINALIZE: finalize,
     PROGRESS: progress,
     CANCEL: cancel,
