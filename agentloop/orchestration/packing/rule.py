@@ -99,8 +99,10 @@ def deployment_packing(*, pool: str | None, wire_version: int, time_limits_set: 
 def auto_pack_size(width: int, bound: int | None) -> int:
     """The rule's pack size for ``width`` packable branches run at most ``bound`` at once
     (``None``: no bound): packs of at most :data:`AUTO_PACK_SIZE`, as even as the width allows
-    (1,001 branches make six packs of 167, not five of 200 and one of 1), and never more
-    branches to a pack than may run at once."""
-    limit = AUTO_PACK_SIZE if bound is None else min(AUTO_PACK_SIZE, bound)
-    packs = max(1, -(-width // max(1, limit)))
+    (1,001 branches make six packs of 167, not five of 200 and one of 1). Under a bound below
+    the width, packs of the bound (up to :data:`AUTO_PACK_SIZE`): one lane of them keeps
+    ``bound`` branches running at once, as many as one task per branch would."""
+    if bound is not None and bound < width:
+        return max(1, min(AUTO_PACK_SIZE, bound))
+    packs = max(1, -(-width // AUTO_PACK_SIZE))
     return max(1, -(-width // packs))
