@@ -63,6 +63,18 @@ def _keys_back(redis: Any, start: int, timeout: float) -> tuple[int, float]:
     return count, time.monotonic() - began
 
 
+def _commits(store: Any) -> int:
+    """The transactions committed in the store's database so far (PostgreSQL; 0 elsewhere)."""
+    from sqlalchemy import text
+
+    with store.engine.connect() as connection:
+        if connection.dialect.name != "postgresql":
+            return 0
+        connection.execute(text("SELECT pg_stat_clear_snapshot()"))
+        query = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        return int(connection.execute(text(query)).scalar_one())
+
+
 def _durable_writes(store: Any, batch_id: str) -> dict[str, Any]:
     """What the batch's runs wrote to the run store: their events and checkpoint rows, and the
     database's size."""
@@ -129,6 +141,7 @@ def run(args: argparse.Namespace) -> bool:
         stack.callback(store.engine.dispose)
 
         keys_before, rss_before = client.dbsize(), _rss_mib(worker.pid)
+        commits_before = _commits(store)
         began = time.perf_counter()
         started = app.send_task(
             BATCH,
@@ -138,6 +151,7 @@ def run(args: argparse.Namespace) -> bool:
         state, samples = _wait_for_batch(store, started_id, worker.pid, args.timeout)
         seconds = time.perf_counter() - began
         writes = _durable_writes(store, started_id)
+        commits = _commits(store) - commits_before
         keys_peak = client.dbsize()
         keys_after, waited = _keys_back(client, keys_before, args.expires * 3 + 30)
 
@@ -157,7 +171,8 @@ def run(args: argparse.Namespace) -> bool:
         f"  durable runs/s: {ended / seconds:.0f} ({ended} runs recorded and ended in {seconds:.1f} s, "
         f"the batch's start and its last summary poll included); events written: {writes['events']} "
         f"({writes['events'] / seconds:.0f}/s); checkpoint rows left: {writes['checkpoints']}; "
-        f"store: {writes['store']}"
+        f"store: {writes['store']}; database commits: {commits} ({commits / seconds:.0f}/s, "
+        f"{commits / max(1, ended):.1f} a run)"
     )
     if args.ideal:
         capacity = args.inputs * args.ideal / args.concurrency  # every thread busy waiting, no gap

@@ -69,7 +69,8 @@ def test_the_worker_takes_its_configuration_from_the_environment(redis_server: R
     assert conf["accept_content"] == ["json"]
     assert conf["task_acks_late"] is True
     assert conf["worker_prefetch_multiplier"] == 1
-    assert [queue["name"] for queue in active_queues] == ["agents-test"]
+    # its queue, and the holding queue of wire version 2, where packs travel (pack_policy.py)
+    assert sorted(queue["name"] for queue in active_queues) == ["agents-test", "agents-test.wire.2"]
 
 
 def test_a_worker_process_refuses_pickle_messages(redis_server: RedisServer) -> None:
