@@ -63,6 +63,39 @@ def _keys_back(redis: Any, start: int, timeout: float) -> tuple[int, float]:
     return count, time.monotonic() - began
 
 
+def _commits(store: Any) -> int:
+    """The transactions committed in the store's database so far (PostgreSQL; 0 elsewhere)."""
+    from sqlalchemy import text
+
+    with store.engine.connect() as connection:
+        if connection.dialect.name != "postgresql":
+            return 0
+        connection.execute(text("SELECT pg_stat_clear_snapshot()"))
+        query = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        return int(connection.execute(text(query)).scalar_one())
+
+
+def _durable_writes(store: Any, batch_id: str) -> dict[str, Any]:
+    """What the batch's runs wrote to the run store: their events and checkpoint rows, and the
+    database's size."""
+    from sqlalchemy import text
+
+    with store.engine.connect() as connection:
+        children = "SELECT id FROM runs WHERE parent_run_id = :batch"
+        events = connection.execute(
+            text(f"SELECT count(*) FROM run_events WHERE run_id IN ({children})"), {"batch": batch_id}
+        ).scalar_one()
+        checkpoints = connection.execute(
+            text(f"SELECT count(*) FROM checkpoints WHERE run_id IN ({children})"), {"batch": batch_id}
+        ).scalar_one()
+        size = "?"
+        if connection.dialect.name == "postgresql":
+            size = connection.execute(
+                text("SELECT pg_size_pretty(pg_database_size(current_database()))")
+            ).scalar_one()
+    return {"events": int(events), "checkpoints": int(checkpoints), "store": str(size)}
+
+
 def run(args: argparse.Namespace) -> bool:
     """One batch of ``args.inputs``; prints the figures and returns the verdict."""
     import redis
@@ -108,6 +141,7 @@ def run(args: argparse.Namespace) -> bool:
         stack.callback(store.engine.dispose)
 
         keys_before, rss_before = client.dbsize(), _rss_mib(worker.pid)
+        commits_before = _commits(store)
         began = time.perf_counter()
         started = app.send_task(
             BATCH,
@@ -116,6 +150,8 @@ def run(args: argparse.Namespace) -> bool:
         started_id = started["batch_id"]
         state, samples = _wait_for_batch(store, started_id, worker.pid, args.timeout)
         seconds = time.perf_counter() - began
+        writes = _durable_writes(store, started_id)
+        commits = _commits(store) - commits_before
         keys_peak = client.dbsize()
         keys_after, waited = _keys_back(client, keys_before, args.expires * 3 + 30)
 
@@ -129,6 +165,14 @@ def run(args: argparse.Namespace) -> bool:
     print(
         f"  completed: {completed} ({state['succeeded']} succeeded, {state['failed']} failed)",
         f"in {seconds:.1f} s",
+    )
+    ended = state["succeeded"] + state["failed"] + state.get("degraded", 0)
+    print(
+        f"  durable runs/s: {ended / seconds:.0f} ({ended} runs recorded and ended in {seconds:.1f} s, "
+        f"the batch's start and its last summary poll included); events written: {writes['events']} "
+        f"({writes['events'] / seconds:.0f}/s); checkpoint rows left: {writes['checkpoints']}; "
+        f"store: {writes['store']}; database commits: {commits} ({commits / seconds:.0f}/s, "
+        f"{commits / max(1, ended):.1f} a run)"
     )
     if args.ideal:
         capacity = args.inputs * args.ideal / args.concurrency  # every thread busy waiting, no gap

@@ -41,6 +41,8 @@ from bench.model_bound.workflows import CALLS, FAN, PACK_SIZES, packed_fan
 
 TARGET_IDEAL = 1.5
 TARGET_CPU_MS = 1.0
+#: Issue 36: the worker's CPU per run, nothing set (the inline runner is 0.30 ms with no store).
+TARGET_WORKER_CPU_MS = 0.4
 TARGET_OPENAI = 1.2
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -187,11 +189,14 @@ def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
     """Step 1; returns whether the targets were met and the best pack size."""
     runs = args.runs
     with rig(store=args.store, concurrency=args.concurrency, openai=False, env={}, workers=args.workers) as r:
-        sides = [
-            Side(f"packed {k}", functools.partial(framework_once, r, runs, packed_fan(k))) for k in args.packs
+        sides = [Side("default (nothing set)", lambda: framework_once(r, runs, FAN))]
+        sides += [
+            Side(f"packed {k}", functools.partial(framework_once, r, runs, packed_fan(k)))
+            for k in args.packs
+            if k > 1
         ]
         if not args.skip_unpacked:
-            sides.append(Side("one task per branch", lambda: framework_once(r, runs, FAN)))
+            sides.append(Side("one task per branch", lambda: framework_once(r, runs, packed_fan(1))))
         sides.append(Side("bare chord", lambda: bare_once(r, runs)))
         sides.append(Side("inline runner", lambda: inline_once(runs), host=False))
         _measure(r, sides, args.rounds, runs)
@@ -201,7 +206,7 @@ def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
         f"worker(s) --pool threads, {args.concurrency} threads in all, {args.store} store; "
         f"median of {args.rounds}; {_load()}"
     )
-    print(f"{'side':<22}{'seconds':>9}{'/ ideal':>9}{'/ bare':>8}{'CPU ms/run':>12}  (host: worker+redis+pg)")
+    print(f"{'side':<24}{'seconds':>9}{'/ ideal':>9}{'/ bare':>8}{'CPU ms/run':>12}  (host: worker+redis+pg)")
     bare = statistics.median(next(s for s in sides if s.name == "bare chord").seconds)
     for side in sides:
         seconds, cpu = statistics.median(side.seconds), statistics.median(side.cpu)
@@ -213,17 +218,22 @@ def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
             }
             where = "  (" + ", ".join(f"{kind} {ms:.2f}" for kind, ms in split.items()) + ")"
         print(
-            f"{side.name:<22}{seconds:>9.2f}{seconds / IDEAL:>8.2f}x"
+            f"{side.name:<24}{seconds:>9.2f}{seconds / IDEAL:>8.2f}x"
             f"{seconds / bare:>7.2f}x{cpu:>12.2f}{where}"
         )
-    packed = [s for s in sides if s.name.startswith("packed")]
-    best = min(packed, key=lambda s: statistics.median(s.seconds))
-    seconds, cpu = statistics.median(best.seconds), statistics.median(best.cpu)
-    ok = seconds / IDEAL <= TARGET_IDEAL and cpu <= TARGET_CPU_MS
+    default = sides[0]
+    seconds = statistics.median(default.seconds)
+    worker_cpu = statistics.median(p.get("worker", 0.0) for p in default.parts)
+    ok = seconds / IDEAL <= TARGET_IDEAL and worker_cpu <= TARGET_WORKER_CPU_MS
     print(
-        f"targets: packed <= {TARGET_IDEAL}x ideal, <= {TARGET_CPU_MS} ms CPU/run: best {best.name} "
-        f"{seconds / IDEAL:.2f}x, {cpu:.2f} ms: {'PASS' if ok else 'FAIL'}; worker RSS {rss:.0f} MiB"
+        f"targets (issue 36, nothing set): <= {TARGET_IDEAL}x ideal, <= {TARGET_WORKER_CPU_MS} ms worker "
+        f"CPU/run: {seconds / IDEAL:.2f}x, {worker_cpu:.2f} ms: {'PASS' if ok else 'FAIL'}; "
+        f"worker RSS {rss:.0f} MiB"
     )
+    packed = [s for s in sides if s.name.startswith("packed")]
+    if not packed:
+        return ok, args.pack
+    best = min(packed, key=lambda s: statistics.median(s.seconds))
     return ok, int(best.name.split()[1])
 
 

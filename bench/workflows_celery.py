@@ -38,6 +38,8 @@ from typing import Any
 from agentloop import BaseAgentLoop, BaseAgentPipeline, BaseCompositeAgent, Branch, register
 
 TRIVIAL = "bench.trivial"
+#: The same loop whose step is a coroutine (a model call's shape): the packing rule packs it.
+TRIVIAL_AWAITING = "bench.trivial_awaiting"
 FAN = "bench.fan"
 PIPELINE_PREFIX = "bench.pipeline."
 NOOP = "bench.noop"
@@ -69,6 +71,15 @@ class Trivial(BaseAgentLoop):
 
     def build_result(self, *, state: dict[str, int]) -> int:
         return state["n"]
+
+
+@register(TRIVIAL_AWAITING)
+class TrivialAwaiting(Trivial):
+    """:class:`Trivial` with ``async def advance_state``: what a model-bound loop looks like to the
+    packing rule (``docs/how-to/packing.md``), with nothing to wait on."""
+
+    async def advance_state(self, *, state: dict[str, int], iteration: int) -> dict[str, int]:  # type: ignore[override]
+        return {"n": state["n"] + 1}
 
 
 @register(FAN)

@@ -4,7 +4,8 @@ A composite of width 1 is a chain of its branch and the merge (never a one-membe
 Celery does not run safely inside a chain); from width 2 on it is a chord. A ``max_concurrency``
 below the width runs the branches in that many lanes. A pipeline is a chain of its stages closed
 by ``agentloop.pipeline_done``. The canvas is read back as nested tuples, so one comparison shows
-the whole shape.
+the whole shape. Each composite here pins ``pack_size=1``: these are the shapes of one task per
+branch (``test_canvas_packs.py`` has the packed ones).
 """
 
 from __future__ import annotations
@@ -93,14 +94,14 @@ def run_of(index: int) -> tuple[Any, ...]:
 
 
 def test_a_composite_of_width_one_is_its_branch_chained_to_the_merge_never_a_group(task: FakeTask) -> None:
-    canvas = fan_out(task, FanOut(node=NODE, input="in", branches=[branch(0)]))
+    canvas = fan_out(task, FanOut(node=NODE, input="in", branches=[branch(0)], pack_size=1))
 
     assert shape(canvas) == ("chain", run_of(0), (MERGE, (NODE.to_dict(), "in", True), {}, False))
 
 
 def test_a_composite_of_width_two_or_more_is_a_chord_of_its_branches_into_the_merge(task: FakeTask) -> None:
     for width in (2, 3):
-        outcome = FanOut(node=NODE, input="in", branches=[branch(i) for i in range(width)])
+        outcome = FanOut(node=NODE, input="in", branches=[branch(i) for i in range(width)], pack_size=1)
         canvas = fan_out(task, outcome)
 
         merge = (MERGE, (NODE.to_dict(), "in"), {}, False)
@@ -109,7 +110,9 @@ def test_a_composite_of_width_two_or_more_is_a_chord_of_its_branches_into_the_me
 
 @pytest.mark.parametrize("bound", [None, 3, 4])
 def test_a_concurrency_bound_at_or_above_the_width_changes_nothing(task: FakeTask, bound: int | None) -> None:
-    outcome = FanOut(node=NODE, input="in", branches=[branch(i) for i in range(3)], max_concurrency=bound)
+    outcome = FanOut(
+        node=NODE, input="in", branches=[branch(i) for i in range(3)], max_concurrency=bound, pack_size=1
+    )
     canvas = fan_out(task, outcome)
 
     merge = (MERGE, (NODE.to_dict(), "in"), {}, False)
@@ -124,7 +127,9 @@ def lane_step(index: int, *, first: bool) -> tuple[Any, ...]:
 
 
 def test_a_bound_below_the_width_runs_the_branches_in_that_many_lanes_into_one_merge(task: FakeTask) -> None:
-    outcome = FanOut(node=NODE, input="in", branches=[branch(i) for i in range(5)], max_concurrency=2)
+    outcome = FanOut(
+        node=NODE, input="in", branches=[branch(i) for i in range(5)], max_concurrency=2, pack_size=1
+    )
     canvas = fan_out(task, outcome)
 
     lanes = (
@@ -135,7 +140,7 @@ def test_a_bound_below_the_width_runs_the_branches_in_that_many_lanes_into_one_m
 
 
 def test_one_lane_is_chained_to_the_merge_and_a_lane_of_one_branch_is_that_branch(task: FakeTask) -> None:
-    one_lane = FanOut(node=NODE, input="in", branches=[branch(0), branch(1)], max_concurrency=1)
+    one_lane = FanOut(node=NODE, input="in", branches=[branch(0), branch(1)], max_concurrency=1, pack_size=1)
     single_merge = (MERGE, (NODE.to_dict(), "in", True), {"lanes": 1}, False)
     assert shape(fan_out(task, one_lane)) == (
         "chain",
@@ -144,7 +149,9 @@ def test_one_lane_is_chained_to_the_merge_and_a_lane_of_one_branch_is_that_branc
         single_merge,
     )
 
-    short_lanes = FanOut(node=NODE, input="in", branches=[branch(i) for i in range(3)], max_concurrency=2)
+    short_lanes = FanOut(
+        node=NODE, input="in", branches=[branch(i) for i in range(3)], max_concurrency=2, pack_size=1
+    )
     lanes = shape(fan_out(task, short_lanes))[1]
     assert lanes == (("chain", lane_step(0, first=True), lane_step(2, first=False)), lane_step(1, first=True))
 
@@ -184,7 +191,7 @@ def test_a_value_is_returned_and_a_collected_failure_travels_as_a_value(task: Fa
 
 def test_an_expansion_replaces_the_task_and_what_follows_comes_after_it(task: FakeTask) -> None:
     finalize = task.app.signature(FINALIZE, args=("r",))
-    width_one = FanOut(node=NODE, input="in", branches=[branch(0)])
+    width_one = FanOut(node=NODE, input="in", branches=[branch(0)], pack_size=1)
     stages = ChainStages(node=NODE, input="in", stages=1, carries_input=False)
 
     with pytest.raises(Replaced) as fanned:

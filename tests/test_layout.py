@@ -33,6 +33,7 @@ ROOMS = {
     "tracing": 3,
     "store": 3,
     "llm": 4,
+    "packing": 4,
     "graph": 4,
     "runtime": 5,
     "integrations": 5,

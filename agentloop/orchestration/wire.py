@@ -59,8 +59,12 @@ MERGE = "agentloop.merge"
 LANE = "agentloop.lane"
 LANE_COLLECT = "agentloop.lane_collect"
 #: Several loop branches of one composite run together in one task, on one event loop
-#: (the composite's ``pack_size``, or ``AGENTLOOP_PACK_SIZE``; ``docs/how-to/packing.md``).
+#: (the packing rule, the composite's ``pack_size``, or ``AGENTLOOP_PACK_SIZE``;
+#: ``docs/how-to/packing.md``).
 PACK = "agentloop.pack"
+#: A pack's outputs with those of its branches that left it to wait for a person put in their
+#: places (wire version 2; ``celery_adapter/canvas.py``).
+PACK_COLLECT = "agentloop.pack_collect"
 FINALIZE = "agentloop.finalize"
 PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
@@ -72,6 +76,9 @@ RESUME_SETTLED = "agentloop.resume_settled"
 BATCH = "agentloop.batch"
 BATCH_CHUNK = "agentloop.batch_chunk"
 BATCH_SUMMARY = "agentloop.batch_summary"
+#: Runs of one batch chunk launched together on one event loop, each its own run (wire version 2;
+#: ``celery_adapter/batch_packs.py``).
+BATCH_PACK = "agentloop.batch_pack"
 #: The health check: it answers ``"pong"`` as soon as a worker takes it.
 PING = "agentloop.ping"
 #: Delete the ended runs older than the retention (``AGENTLOOP_RUN_RETENTION``; beat runs it hourly).
@@ -89,7 +96,8 @@ TASK_NAMES: tuple[str, ...] = (
     PROGRESS,
     CANCEL,
 )
-TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS, PACK)
+TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS, PACK, BATCH_PACK)
+TASK_NAMES += (PACK_COLLECT,)
 
 #: The version of the wire contract this code speaks: what its messages mean (the task names, their
 #: kwargs, the :class:`WorkflowNode` and its results). Raised when a message changes in a way an
@@ -102,6 +110,12 @@ WIRE_VERSION = 2
 KEYS_VERSION = 2
 #: The launch keywords and node fields a worker of version 1 does not know.
 KEYS_FIELDS = ("concurrency_key", "priority")
+#: The wire version from which workers run ``agentloop.pack`` (packing is the default from it).
+#: A pack is sent to the holding queue of this version (``celery_adapter/canvas.py``), which
+#: only workers of this version or newer consume: a worker of a release before it never sees one.
+PACK_WIRE_VERSION = 2
+#: The tasks only workers of :data:`PACK_WIRE_VERSION` or newer run.
+PACK_TASKS = frozenset({PACK, BATCH_PACK, PACK_COLLECT})
 #: The message header that carries the wire version of an ``agentloop.*`` message. A message
 #: without it is version 1 (what every producer sent before the header existed, and what a
 #: client sending with Celery alone sends): it is always accepted.
@@ -126,9 +140,13 @@ def wire_version_of(headers: Mapping[str, Any]) -> int | None:
     return version
 
 
-def needed_version(args: Any, kwargs: Any) -> int:
-    """The lowest wire version that reads a message of ``args`` and ``kwargs``: :data:`KEYS_VERSION`
-    when its keywords, or a node among its arguments or keywords, carry a field of :data:`KEYS_FIELDS`."""
+def needed_version(args: Any, kwargs: Any, name: Any = None) -> int:
+    """The lowest wire version that reads a message of task ``name`` with ``args`` and ``kwargs``:
+    :data:`PACK_WIRE_VERSION` for a pack's task (a release before packs by default has none of
+    them), :data:`KEYS_VERSION` when its keywords, or a node among its arguments or keywords,
+    carry a field of :data:`KEYS_FIELDS`, else 1."""
+    if name in PACK_TASKS:
+        return PACK_WIRE_VERSION
     keywords = kwargs if isinstance(kwargs, Mapping) else {}
     arguments = args if isinstance(args, list | tuple) else ()
     for value in (keywords, *keywords.values(), *arguments):

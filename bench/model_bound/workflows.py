@@ -5,8 +5,9 @@
   context's :class:`~agentloop.orchestration.llm.openai.processor.OpenAIProcessor` (the local
   OpenAI-protocol server adds the latency);
 * ``bench.model.fan``: a composite of ``input`` such loops, all at once (``max_concurrency = None``:
-  the default bound of 8 would run them in 8 lanes on Celery); ``bench.model.fan_packed_<K>``
-  the same with its branches packed ``K`` to a task (:data:`PACK_SIZES`);
+  the default bound of 8 would run them in 8 lanes on Celery), packed by the packing rule since
+  it sets no pack size; ``bench.model.fan_packed_<K>`` the same with its branches packed ``K``
+  to a task (:data:`PACK_SIZES`; ``K = 1``: one task per branch);
 * the bare tasks, registered on the deployed app in the worker only: ``bench.model.sleep``
   (the same :data:`CALLS` waits or calls on its thread's event loop, as a framework task
   makes them) and ``bench.model.body`` (counts its header's results).
@@ -77,12 +78,19 @@ class ModelFan(BaseCompositeAgent):
 
 
 #: The pack sizes the packed fans are registered with: ``bench.model.fan_packed_<K>``.
-PACK_SIZES = (10, 50, 100, 200, 500)
+PACK_SIZES = (1, 10, 50, 100, 200, 500)
 
 
 def packed_fan(size: int) -> str:
     """The name of :class:`ModelFan` with its branches packed ``size`` to a task."""
     return f"bench.model.fan_packed_{size}"
+
+
+@register(packed_fan(1))
+class ModelFanPacked1(ModelFan):
+    """One task per branch, whatever the packing rule would do."""
+
+    pack_size = 1
 
 
 @register(packed_fan(10))

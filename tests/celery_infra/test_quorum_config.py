@@ -11,8 +11,9 @@ from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.batches import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.config import celery_config, queue_config
 from agentloop.orchestration.celery_adapter.edge import DELIVERY_COUNT_HEADER, past_delivery_limit
+from agentloop.orchestration.celery_adapter.pack_policy import PackRouter
 from agentloop.orchestration.settings import load_settings
-from agentloop.orchestration.wire import BATCH_CHUNK, LAUNCH
+from agentloop.orchestration.wire import BATCH_CHUNK, LAUNCH, PACK
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672//"
 
@@ -50,6 +51,10 @@ def test_batch_messages_route_to_the_batch_queue_and_others_to_the_default() -> 
         assert route({"priority": BATCH_PRIORITY}, LAUNCH, (), {})["queue"].name == "agents.batch"
         assert route({"priority": BATCH_PRIORITY}, BATCH_CHUNK, (), {})["queue"].name == "agents.batch"
         assert route({}, LAUNCH, (), {})["queue"].name == "agents"
+        # a pack goes to the holding queue of the version that reads packs, declared as the queue
+        packed = route({"priority": BATCH_PRIORITY}, PACK, (), {}, app.tasks[PACK])["queue"]
+        assert packed.name == "agents.wire.2"
+        assert packed.queue_arguments == app.amqp.queues["agents"].queue_arguments
         assert app.conf.broker_transport_options["confirm_publish"] is True
     finally:
         app.close()
@@ -59,7 +64,9 @@ def test_overriding_the_broker_back_to_redis_drops_the_rabbitmq_queues() -> None
     settings = load_settings({"BROKER_URL": AMQP, "RESULT_BACKEND": "cache+memory://"})
     app = create_app(settings=settings, overrides={"broker_url": "redis://127.0.0.1:6379/0"})
     try:
-        assert app.conf.task_queues is None and app.conf.task_routes is None
+        # no RabbitMQ route is left: only the packs' own, which every broker has (pack_policy.py)
+        assert app.conf.task_queues is None
+        assert [type(route) for route in app.conf.task_routes] == [PackRouter]
         assert "confirm_publish" not in app.conf.broker_transport_options
     finally:
         app.close()

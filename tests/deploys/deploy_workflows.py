@@ -6,12 +6,13 @@ whose pid the test knows.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from agentloop import BaseAgentLoop, BaseAgentPipeline, register
+from agentloop import BaseAgentLoop, BaseAgentPipeline, BaseCompositeAgent, Branch, register
 
 #: How long a gated step waits for its gate before it gives up (a ceiling, never a verdict).
 GATE_CEILING_SECONDS = 120.0
@@ -60,3 +61,29 @@ class TwoSteps(BaseAgentPipeline):
     """A gated step, then a step on whichever worker takes the next message."""
 
     stages = (Gated, Whose)
+
+
+@register("deploy.awaits")
+class Awaits(_OneStep):
+    """Awaits (a branch the packing rule packs) and says whose worker ran it."""
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(0.01)
+        return {**state, "worker": os.getppid()}
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["worker"]
+
+
+@register("deploy.fan")
+class Fan(BaseCompositeAgent):
+    """``input["width"]`` awaiting branches, none bound: packed by default; the workers that ran them."""
+
+    branch_runnables = (Awaits,)
+    max_concurrency = None
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=Awaits, input=index, key=str(index)) for index in range(input["width"])]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return sorted({result.output for result in results})

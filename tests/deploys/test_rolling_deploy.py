@@ -1,8 +1,8 @@
 """A rolling deploy with two versions of the worker on one private Redis, real prefork workers.
 
-The old worker speaks wire version 1 (the code's), the new one version 2
-(``AGENTLOOP_WIRE_VERSION_OVERRIDE``, read through the settings). One scenario, in the order a
-deploy goes:
+The old worker speaks wire version 1, the new one version 2 (the code's is 2 since packing is the
+default; both are set with ``AGENTLOOP_WIRE_VERSION_OVERRIDE``, read through the settings). One
+scenario, in the order a deploy goes:
 
 1. a run starts on the old worker and is held inside its first step;
 2. a client already on the new version sends a launch: the old worker, the only one, cannot read
@@ -165,6 +165,30 @@ def test_a_run_started_on_old_workers_completes_on_new_ones_and_newer_messages_w
     record = store.get_run(held.run_id)
     assert record is not None and record.status == "succeeded"
     assert new.is_alive()
+
+
+def test_packs_reach_only_workers_that_run_them(rig: dict[str, Any]) -> None:
+    """Issue 36: packing is the default, so a worker of this release sends ``agentloop.pack``
+    with nobody asking; an older worker (version 1 here) on the same queue must never get one.
+    Both composites end, the one launched by a version-1 client too; every pack went to the
+    holding queue of version 2, which only the new worker reads."""
+    apps, store = rig["apps"], rig["store"]
+    old = rig["worker"](1, concurrency=2)
+    new = rig["worker"](2, concurrency=2)
+    handles = [
+        CeleryAgentRunner.create(runnable="deploy.fan", app=apps[version], store=store).request_sync(
+            input={"width": 6}
+        )
+        for version in (1, 2, 2)
+    ]
+    for handle in handles:
+        workers = handle.wait_sync(timeout=CEILING)
+        assert set(workers) <= {old.pid, new.pid}
+    received = "Task agentloop.pack["
+    assert received in new.log_text()  # packed by default, on the worker that reads packs
+    assert received not in old.log_text(), old.log_text()[-3000:]
+    assert "Parked agentloop.pack" not in old.log_text()  # never even handed one
+    assert new.is_alive() and old.is_alive()
 
 
 def test_each_task_message_says_the_wire_version_of_the_app_that_built_it(rig: dict[str, Any]) -> None:

@@ -118,6 +118,29 @@ class FanWithTwoApprovals(FanWithApproval):
         ]
 
 
+class AwaitingQuick(Quick):
+    """:class:`Quick` whose step is a coroutine: the packing rule packs it."""
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        return {**state, "n": state["n"] + 1}
+
+
+class PackedApprovals(FanWithApproval):
+    """Four branches the packing rule packs into one task (no pack size set): ``a`` and ``d``
+    do not ask, ``b`` and ``c`` each ask for an approval, at once."""
+
+    branch_runnables = (AwaitingQuick, Approve)
+    max_concurrency = None
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [
+            Branch(runnable=AwaitingQuick, input="a", key="a"),
+            Branch(runnable=Approve, input="b", key="b"),
+            Branch(runnable=Approve, input="c", key="c"),
+            Branch(runnable=AwaitingQuick, input="d", key="d"),
+        ]
+
+
 class StageThenApprove(BaseAgentPipeline):
     """A plain stage, then one that asks."""
 
@@ -133,5 +156,6 @@ for _name, _runnable in {
     "human.fan": FanWithApproval,
     "human.fan_of_two_questions": FanWithTwoApprovals,
     "human.pipeline": StageThenApprove,
+    "human.packed_approvals": PackedApprovals,
 }.items():
     register(_name, _runnable)

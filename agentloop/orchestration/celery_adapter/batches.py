@@ -4,7 +4,9 @@
 takes its inputs from the entry or from an input provider of the app's registry, records a
 batch run, and sends ``agentloop.batch_chunk`` tasks of at most ``chunk_size``
 inputs; each chunk records one child run per input and launches it with
-``agentloop.launch``. No chord is built: a chord of 10,000 members would keep
+``agentloop.launch``, or, where the packing rule allows, launches its runs together in
+``agentloop.batch_pack`` tasks (``batch_packs.py``), each still a run of its own. No chord is
+built: a chord of 10,000 members would keep
 10,000 results in the backend and one failing member would fail its body.
 Fan-in goes through the run store instead: ``agentloop.batch_summary`` counts
 the child runs by status (one indexed query) every ``poll_seconds`` until all
@@ -22,19 +24,14 @@ from typing import Any
 from celery import Celery, Task
 
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.orchestration.celery_adapter.batch_packs import batch_pack_size
+from agentloop.orchestration.celery_adapter.config import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.errors import RunExistsError
 from agentloop.orchestration.runtime.launches import launch_digest
 from agentloop.orchestration.settings.broker import Broker
 from agentloop.orchestration.store import CHILD_SUMS, TERMINAL_STATUSES, RunOwner, RunStore
-from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY, LAUNCH
-
-#: The priority of a batch's chunks and launches. On Redis a worker takes messages of priority 0
-#: (every other message's) before those of 9, so a run launched while a batch of thousands is
-#: queued starts at the next free slot instead of behind the batch (bench/fairness.py). RabbitMQ's
-#: quorum queues have no priorities: there the priority routes them to the batch queue instead
-#: (``config.BatchRouter``).
-BATCH_PRIORITY = 9
+from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_PACK, BATCH_SUMMARY, LAUNCH
 
 
 def _countdown(app: Celery, seconds: float) -> float:
@@ -174,8 +171,17 @@ def batch_chunk(
     token_budget: int | None = None,
     concurrency_key: str | None = None,
 ) -> int:
-    """Record and launch one run per input of this chunk (each under ``concurrency_key``, if any)."""
+    """Record and launch one run per input of this chunk: packed, where the packing rule allows,
+    in ``agentloop.batch_pack`` tasks (``batch_packs.py``), else one ``agentloop.launch`` each.
+    Runs under a concurrency key (``concurrency_key``, or the runnable's rule) are launched one
+    by one: each launch is admitted against its key's slots (``celery_adapter/admission.py``)."""
     store = dependencies_of(self.app).store
+    keyed = (
+        concurrency_key is not None
+        or dependencies_of(self.app).registry.get(runnable).concurrency is not None
+    )
+    size = 1 if keyed else batch_pack_size(self, runnable, len(inputs))
+    packed: list[dict[str, Any]] = []
     for index, item in enumerate(inputs, start=int(offset)):
         run_id = f"{batch_id}-{index}"
         kwargs = {"runnable": runnable, "input": item, "context": context, "run_id": run_id}
@@ -193,7 +199,12 @@ def batch_chunk(
                 celery_task_id=run_id,
                 owner=RunOwner.new(launch_digest(kwargs)),
             )
-        self.app.send_task(LAUNCH, kwargs=kwargs, task_id=run_id, priority=BATCH_PRIORITY)
+        if size == 1:
+            self.app.send_task(LAUNCH, kwargs=kwargs, task_id=run_id, priority=BATCH_PRIORITY)
+        else:
+            packed.append(kwargs)
+    for start in range(0, len(packed), size):
+        self.app.send_task(BATCH_PACK, args=(packed[start : start + size],), priority=BATCH_PRIORITY)
     return len(inputs)
 
 

@@ -17,11 +17,13 @@ the results keep their order by construction. The price: a lane's next branch
 waits for the one before it even when another lane is idle, and each lane task
 carries the outputs of its lane so far.
 
-A composite whose pack size (its ``pack_size``, else ``AGENTLOOP_PACK_SIZE``) is above 1
-*packs* its loop branches: up to that many consecutive ones go to one ``agentloop.pack``
-task, which runs them together on its event loop (``docs/how-to/packing.md``). A branch that
-expands into a canvas of its own (a pipeline or a composite) is never packed: it is an
-``agentloop.lane`` step between the packs. Every step, pack or lane, takes the outputs
+A composite whose pack size (its ``pack_size``, else ``AGENTLOOP_PACK_SIZE``, else the packing
+rule's: ``orchestration/packing/rule.py``, ``pack_policy.py``) is above 1 *packs* its loop
+branches: up to that many consecutive ones go to one ``agentloop.pack`` task, which runs them
+together on its event loop (``docs/how-to/packing.md``), routed to the holding queue of the wire
+version that reads packs (``pack_policy.PackRouter``). A branch that expands into a canvas of its
+own (a pipeline or a composite), or that the rule keeps apart (when no size was set), is never
+packed: it is an ``agentloop.lane`` step between the packs. Every step, pack or lane, takes the outputs
 collected before it and appends its own, so the same shapes serve: unbounded, a chord of
 steps (each starting from ``[]``) whose merge concatenates their lists in order; bounded by
 ``max_concurrency`` (``M``), packs of at most ``M`` branches in ``max(1, M // size)`` lanes.
@@ -30,21 +32,23 @@ steps (each starting from ``[]``) whose merge concatenates their lists in order;
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from celery import Signature, Task, chain, chord
 
-from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output, check_outputs
+from agentloop.orchestration.celery_adapter.pack_policy import pack_plan
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
 from agentloop.orchestration.celery_adapter.run_failures import end_run_on_failure
 from agentloop.orchestration.errors import InvalidNodeError, UnsendableMessageError
-from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, Outcome
+from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, LeavesPack, Outcome
 from agentloop.orchestration.wire import (
     LANE,
     LANE_COLLECT,
     MERGE,
     PACK,
+    PACK_COLLECT,
     PIPELINE_DONE,
     RUN,
     STAGE,
@@ -100,9 +104,9 @@ def pipeline_stages(task: Task, outcome: ChainStages) -> list[Signature]:
 def fan_out(task: Task, outcome: FanOut) -> Signature:
     """The branches of a composite and the merge that fans them in."""
     app, node = task.app, outcome.node.to_dict()
-    size = outcome.pack_size or dependencies_of(app).settings.pack_size
-    if size > 1 and len(outcome.branches) > 1:
-        return fan_out_packed(task, outcome, size)
+    size, solo = pack_plan(app, outcome)
+    if size > 1 and len(outcome.branches) - len(outcome.expanding) - len(solo) > 1:
+        return fan_out_packed(task, replace(outcome, expanding=outcome.expanding | solo), size)
     if outcome.max_concurrency is not None and outcome.max_concurrency < len(outcome.branches):
         return fan_out_in_lanes(task, outcome, outcome.max_concurrency)
     header = [
@@ -183,20 +187,51 @@ def _step(task: Task, outcome: FanOut, group: list[int], *, first: bool) -> Sign
     return task.app.signature(PACK, args=args, immutable=first)
 
 
-def continue_pack(task: Task, outcomes: list[Outcome], collected: list[Any]) -> list[Any]:
+def continue_pack(task: Task, outcomes: list[Outcome | LeavesPack], collected: list[Any]) -> list[Any]:
     """The outputs collected before a pack with its branches' appended, in order (a branch's
-    :class:`BranchFailure` as its value, for the composite that collects it)."""
+    :class:`BranchFailure` as its value, for the composite that collects it).
+
+    Branches that wait for a person (:class:`LeavesPack`) leave it: the pack replaces itself
+    with an ``agentloop.lane`` task for each of them (each records its question and resumes
+    alone from its checkpoint once answered) and ``agentloop.pack_collect``, which puts their
+    outputs in their places among the others'."""
     outputs: list[Any] = []
+    leaving: list[tuple[int, LeavesPack]] = []
     for outcome in outcomes:
         if isinstance(outcome, Done):
             outputs.append(outcome.value)
         elif isinstance(outcome, BranchFailure):
             outputs.append(outcome.to_wire())
+        elif isinstance(outcome, LeavesPack):
+            leaving.append((len(collected) + len(outputs), outcome))
+            outputs.append(None)  # its place, filled by pack_collect
         else:  # fan_out never packs a pipeline or a composite
             raise InvalidNodeError("a packed branch expanded into a canvas: only loops and stages are packed")
     result = [*collected, *outputs]  # the pack's result: one message, to the lane's next step or the merge
     sendable(task, check_outputs, result, task.name)
-    return result
+    if not leaving:
+        return result
+    app, places = task.app, [place for place, _ in leaving]
+    alone = [
+        app.signature(LANE, args=([], branch.node.to_dict(), branch.input), immutable=True)
+        for _, branch in leaving
+    ]
+    if len(alone) == 1:
+        canvas = chain(alone[0], app.signature(PACK_COLLECT, args=(result, places, True)))
+    else:
+        canvas = chord(alone, app.signature(PACK_COLLECT, args=(result, places)))
+    sendable(task, check_canvas, canvas)
+    with unwatched_results(app):
+        raise task.replace(canvas)
+
+
+def fill_places(lanes: list[list[Any]], result: list[Any], places: list[int]) -> list[Any]:
+    """``result`` with each branch that left its pack's output (the single output of its lane,
+    in ``lanes``) in its place."""
+    filled = list(result)
+    for place, lane in zip(places, lanes, strict=True):
+        (filled[place],) = lane
+    return filled
 
 
 def continue_lane(task: Task, outcome: Outcome, collected: list[Any]) -> Any:

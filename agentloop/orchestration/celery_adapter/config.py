@@ -18,6 +18,7 @@ from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.settings.broker import Broker
 
 __all__ = [
+    "BATCH_PRIORITY",
     "PUBLISH_RETRY_POLICY",
     "BatchRouter",
     "batch_queue_name",
@@ -108,6 +109,14 @@ def batch_queue_name(default_queue: str) -> str:
 def dead_letter_queue_name(default_queue: str) -> str:
     """Where RabbitMQ puts a message past its delivery limit: ``<default>.dead`` (no worker reads it)."""
     return f"{default_queue}.dead"
+
+
+#: The priority of a batch's chunks and launches. On Redis a worker takes messages of priority 0
+#: (every other message's) before those of 9, so a run launched while a batch of thousands is
+#: queued starts at the next free slot instead of behind the batch (bench/fairness.py). RabbitMQ's
+#: quorum queues have no priorities: there the priority routes them to the batch queue instead
+#: (:class:`BatchRouter`).
+BATCH_PRIORITY = 9
 
 
 @dataclass(frozen=True, slots=True)

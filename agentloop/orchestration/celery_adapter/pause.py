@@ -66,11 +66,18 @@ RESUME_TASK_OPTIONS: dict[str, Any] = {
 
 def pause_task(task: Task, pause: RunPaused, run_id: str) -> None:
     """Record the wait of ``task`` (paused by ``pause``) and end the task with ``Ignore``."""
+    record_pause(task, pause, run_id, dict(task.signature_from_request()))
+    raise Ignore()
+
+
+def record_pause(task: Task, pause: RunPaused, run_id: str, signature: dict[str, Any]) -> None:
+    """Record the wait of a run paused by ``pause`` in ``task``; ``signature`` is the message
+    its answer sends again (the task's own, or for a run of a batch pack its own launch)."""
     deps = dependencies_of(task.app)
     waits, question = deps.waits, pause.question
     if waits is None:
         raise RuntimeError(f"run {run_id} cannot pause: its run store keeps no questions")
-    message = json.loads(json.dumps(dict(task.signature_from_request()), default=str))
+    message = json.loads(json.dumps(signature, default=str))
     unmarked_signature(message)  # it ran: sent again, it reads its checkpoint (deliveries.py)
     expires_at = None
     if question.expires_in is not None:
@@ -97,7 +104,6 @@ def pause_task(task: Task, pause: RunPaused, run_id: str) -> None:
         countdown = expiry_countdown(wait.expires_at, datetime.now(UTC))
         task.app.signature(RESUME, kwargs=expiry).apply_async(countdown=countdown)  # a second one is refused
     waits.mark_run_waiting(run_id)  # not when an answer came first: that sent the task on already
-    raise Ignore()
 
 
 def expiry_countdown(expires_at: datetime, now: datetime) -> int | None:

@@ -24,13 +24,16 @@ from celery.exceptions import Ignore
 
 from agentloop.actions.human import RunPaused
 from agentloop.orchestration.celery_adapter.admission import admit_launch
+from agentloop.orchestration.celery_adapter.batch_packs import run_batch_pack
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
 from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
     continue_pack,
     continue_with,
+    fill_places,
     from_lanes,
 )
+from agentloop.orchestration.celery_adapter.config import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.deliveries import first_delivery, node_of, unmark_chain
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.pause import (
@@ -58,6 +61,7 @@ from agentloop.orchestration.settings.store import age_seconds
 from agentloop.orchestration.store import RunRecord, RunStatus
 from agentloop.orchestration.store.retention import prune_runs as prune_workflows
 from agentloop.orchestration.wire import (
+    BATCH_PACK,
     CANCEL,
     FINALIZE,
     LANE,
@@ -65,6 +69,7 @@ from agentloop.orchestration.wire import (
     LAUNCH,
     MERGE,
     PACK,
+    PACK_COLLECT,
     PING,
     PIPELINE_DONE,
     PROGRESS,
@@ -325,6 +330,24 @@ def pack(
     return continue_pack(self, outcomes, list(collected))
 
 
+def pack_collect(
+    self: Task, lanes: Any, result: list[Any], places: list[int], single: bool = False
+) -> list[Any]:
+    """A pack's outputs (``result``) with those of the branches that left it to wait for a person
+    (one lane each, in ``lanes``) in their ``places``."""
+    return fill_places([lanes] if single else list(lanes), list(result), [int(place) for place in places])
+
+
+def batch_pack(self: Task, launches: list[Any]) -> dict[str, int]:
+    """Runs of one batch chunk (``launches``: each a launch's keyword arguments) run together on
+    this task's event loop, each its own run (``celery_adapter/batch_packs.py``)."""
+    if not isinstance(launches, list) or not all(isinstance(kwargs, dict) for kwargs in launches):
+        raise LaunchRequestError("agentloop.batch_pack takes a list of launches' keyword arguments")
+    engine = engine_for(self)
+    fresh = first_delivery(self)
+    return run_batch_pack(self, engine, launches, fresh=fresh, priority=BATCH_PRIORITY, run=run_coroutine)
+
+
 def lane_collect(self: Task, output: Any, collected: list[Any]) -> list[Any]:
     """Add the output of a lane's branch that expanded into a canvas to the lane's outputs."""
     if not first_delivery(self):
@@ -414,7 +437,9 @@ def ping() -> str:
 #: ``STARTED`` state to the result backend, which nothing reads (Flower shows a task started from
 #: its ``task-started`` event, and a run's state is in the run store), saving two Redis round trips
 #: a task. The tasks a client sends (launch, progress, cancel, resume) keep ``STARTED``.
-INTERNAL_TASKS = frozenset({RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, PACK, FINALIZE})
+INTERNAL_TASKS = frozenset(
+    {RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, PACK, BATCH_PACK, PACK_COLLECT, FINALIZE}
+)
 
 #: Each task of the contract and the function that runs it.
 TASKS = {
@@ -426,6 +451,8 @@ TASKS = {
     LANE: lane,
     LANE_COLLECT: lane_collect,
     PACK: pack,
+    BATCH_PACK: batch_pack,
+    PACK_COLLECT: pack_collect,
     FINALIZE: finalize,
     PROGRESS: progress,
     CANCEL: cancel,
@@ -442,6 +469,8 @@ def install_tasks(app: Celery) -> None:
     install_privacy(app)  # agentloop.* arguments and results hidden from Flower and worker logs
     for name, function in TASKS.items():
         options = RUN_TASK_OPTIONS if name in RUN_TASKS else {}  # retried, and the run ended on failure
+        if name == BATCH_PACK:  # retried while the store is away; each run records its own end
+            options = {key: value for key, value in RUN_TASK_OPTIONS.items() if key != "on_failure"}
         if name in (RESUME, RESUME_SETTLED):
             options = RESUME_TASK_OPTIONS  # retried until the settled answer has sent the run on
         if name in INTERNAL_TASKS:

@@ -100,21 +100,21 @@ def stamp(
     app: Celery, name: Any, headers: MutableMapping[str, Any], args: Any = None, kwargs: Any = None
 ) -> None:
     """Write the wire version of an ``agentloop.*`` message ``name`` into its headers: the lowest
-    version that reads it (:func:`~agentloop.orchestration.wire.needed_version` of its ``args`` and
-    ``kwargs``: 1 unless it carries a concurrency key or a priority), so a worker of an older
-    release runs every message it can read and parks only the others. With
+    version that reads it (:func:`~agentloop.orchestration.wire.needed_version` of its name,
+    ``args`` and ``kwargs``: 1 unless it is a pack's or carries a concurrency key or a priority),
+    so a worker of an older release runs every message it can read and parks only the others. With
     ``AGENTLOOP_WIRE_VERSION_OVERRIDE`` (a rehearsal) every message says the override."""
     if isinstance(name, str) and name.startswith("agentloop."):
-        headers[WIRE_HEADER] = sent_version(app, args, kwargs)
+        headers[WIRE_HEADER] = sent_version(app, args, kwargs, name)
 
 
-def sent_version(app: Celery, args: Any = None, kwargs: Any = None) -> int:
+def sent_version(app: Celery, args: Any = None, kwargs: Any = None, name: Any = None) -> int:
     """The wire version ``app`` stamps on a message of ``args`` and ``kwargs`` (see :func:`stamp`)."""
     dependencies = getattr(app, "agentloop_dependencies", None)
     override = getattr(getattr(dependencies, "settings", None), "wire_version_override", None)
     if isinstance(override, int):
         return override
-    return min(app_wire_version(app), needed_version(args, kwargs))
+    return min(app_wire_version(app), needed_version(args, kwargs, name))
 
 
 def too_new(headers: Mapping[str, Any], version: int) -> int | None:

@@ -16,7 +16,10 @@ What a Prometheus scrape shows (the exporter adds ``_total`` to counters and the
   (``admitted``, ``waited``: sent again to wait, ``refused``, ``evicted``: a run cancelled to make
   room), at most :data:`MAX_KEYS` keys per process (later ones as ``(other)``);
 - ``agentloop_cache_lookups_total{result}`` (``hit`` or ``miss``) and
-  ``agentloop_cache_tokens_saved_total``.
+  ``agentloop_cache_tokens_saved_total``;
+- ``agentloop_pack_loop_blocked_seconds{runnable}``: how long a packed branch held its pack's
+  event loop without awaiting (``orchestration/packing/lag.py``), a histogram whose ``_count``
+  is the times it did.
 
 Labels are bounded: registered runnable names, statuses, providers and configured model names.
 A run the launch contract refused keeps no name it was sent (``<hidden str 12 chars>``, or a name
@@ -97,6 +100,12 @@ class RunInstruments:
             description="One loop or action stage in one task, by runnable and how it ended.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
+        self._loop_blocked = meter.create_histogram(
+            "agentloop_pack_loop_blocked",
+            unit="s",
+            description="A packed branch held its pack's event loop without awaiting, by runnable.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
         self._model_duration = meter.create_histogram(
             "gen_ai.client.operation.duration",
             unit="s",
@@ -158,6 +167,9 @@ class RunInstruments:
 
     def step_ended(self, runnable: str, status: str, seconds: float) -> None:
         self._step_duration.record(max(0.0, seconds), {"runnable": self.label(runnable), "status": status})
+
+    def pack_loop_blocked(self, runnable: str, seconds: float) -> None:
+        self._loop_blocked.record(max(0.0, seconds), {"runnable": self.label(runnable)})
 
     def model_called(
         self,

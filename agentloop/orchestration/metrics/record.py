@@ -23,6 +23,7 @@ __all__ = [
     "key_admitted",
     "current_instruments",
     "model_called",
+    "pack_loop_blocked",
     "process_recorder",
     "run_ended",
     "run_started",
@@ -80,6 +81,12 @@ def step_ended(runnable: str, status: str, seconds: float) -> None:
     (``completed``, ``failed`` or ``paused``: waiting on a person)."""
     if (instruments := current_instruments()) is not None:
         instruments.step_ended(runnable, status, seconds)
+
+
+def pack_loop_blocked(runnable: str, seconds: float) -> None:
+    """A packed branch of ``runnable`` held its pack's event loop for ``seconds`` without awaiting."""
+    if (instruments := current_instruments()) is not None:
+        instruments.pack_loop_blocked(runnable, seconds)
 
 
 def model_called(

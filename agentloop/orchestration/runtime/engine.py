@@ -19,6 +19,7 @@ become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -31,7 +32,7 @@ from agentloop.actions.human import RunPaused
 from agentloop.actions.recording import RUN, RecordedEntry, Recorder
 from agentloop.actions.tracing import Tracer
 from agentloop.actions.usage import use_meter
-from agentloop.loops.progress import ProgressStatus
+from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.loops.run_outcome import (
     MODEL_UNAVAILABLE,
     STOPPED_BY_BOUND,
@@ -45,9 +46,11 @@ from agentloop.loops.run_outcome import (
 from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, within_deadline
 from agentloop.orchestration.errors import DeliveryLimitError, InvalidNodeError, StoreUnavailableError
 from agentloop.orchestration.metrics import record as metrics
+from agentloop.orchestration.packing.lag import Blocked, LagWatch
+from agentloop.orchestration.packing.rule import why_not_packed
 from agentloop.orchestration.redaction import context_secrets, scrub_error, scrub_values
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, Outcome
+from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, LeavesPack, Outcome
 from agentloop.orchestration.runtime.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from agentloop.orchestration.store import RunStore, StartedLoop
 from agentloop.orchestration.store.human_channel import StoreHumanChannel
@@ -65,6 +68,17 @@ from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, Fail
 from agentloop.pipelines.pipeline import BaseAgentPipeline
 
 R = TypeVar("R")
+
+logger = logging.getLogger(__name__)
+
+#: The phase of the event a packed branch gets when it blocked its pack's event loop.
+LOOP_BLOCKED = "loop_blocked"
+
+#: What a branch that blocked its pack's event loop should do instead (the lag report's fix).
+LAG_FIX = (
+    "make the blocking code a coroutine that awaits its waits (or run it off the loop with "
+    "asyncio.to_thread), or give the composite pack_size = 1 to run each branch in a task of its own"
+)
 
 
 class WorkflowEngine:
@@ -196,15 +210,19 @@ class WorkflowEngine:
         finally:
             publisher.flush(final=True)
 
-    async def start_pack(self, nodes: Sequence[WorkflowNode], inputs: Sequence[Any]) -> list[Outcome]:
+    async def start_pack(
+        self, nodes: Sequence[WorkflowNode], inputs: Sequence[Any]
+    ) -> list[Outcome | LeavesPack]:
         """Run the loops ``nodes`` (branches of one composite, of one run) together on this event
         loop, each as :meth:`start` runs one: its own checkpoints, result, events and failure.
 
         Their events go out through one publisher (written together; the first branch to end
         writes those buffered with its result). A branch whose failure ends the run (fail fast,
-        a stop) stops the others at once and is raised. A run store that stays away, or a branch
-        paused for a person's answer, is raised once every other branch has ended: their
-        results are recorded, so the pack's next try, or its resumption, runs only the rest.
+        a stop) stops the others at once and is raised. A run store that stays away is raised
+        once every other branch has ended: their results are recorded, so the pack's next try
+        runs only the rest. A branch paused for a person's answer is :class:`LeavesPack`: it
+        leaves the pack, which ends with the others, and goes on in a task of its own (any
+        number of a pack's branches may wait at once).
         """
         if not nodes:
             return []
@@ -217,6 +235,8 @@ class WorkflowEngine:
             asyncio.ensure_future(self.start(node, value, publisher, writes, records.get(node.path)))
             for node, value in zip(nodes, inputs, strict=True)
         ]
+        watch = LagWatch(self._lag_reporter(nodes, publisher))
+        heartbeat = asyncio.ensure_future(watch.heartbeat())
         try:
             pending: set[asyncio.Future[Outcome]] = set(tasks)
             while pending:
@@ -224,18 +244,56 @@ class WorkflowEngine:
                 ending = [task for task in done if _ends_pack(task)]
                 if ending:
                     raise ending[0].exception()  # type: ignore[misc]  # the finally stops the rest
-            waiting = [task.exception() for task in tasks if task.exception() is not None]
-            waiting.sort(key=lambda error: isinstance(error, RunPaused))  # the store's trouble first
-            if waiting:
-                raise waiting[0]  # type: ignore[misc]
-            return [task.result() for task in tasks]
+            away = [task.exception() for task in tasks if _store_away(task)]
+            if away:
+                raise away[0]  # type: ignore[misc]
+            return [
+                LeavesPack(node=node, input=value) if task.exception() is not None else task.result()
+                for task, node, value in zip(tasks, nodes, inputs, strict=True)
+            ]  # what is left raised RunPaused: _ends_pack let nothing else through
         finally:
+            heartbeat.cancel()
             unfinished = [task for task in tasks if not task.done()]
             for task in unfinished:
                 task.cancel()
-            if unfinished:
-                await asyncio.gather(*unfinished, return_exceptions=True)
+            await asyncio.gather(heartbeat, *unfinished, return_exceptions=True)
             publisher.flush(final=True)
+
+    def _lag_reporter(
+        self, nodes: Sequence[WorkflowNode], publisher: ProgressPublisher
+    ) -> Callable[[Blocked, float], None]:
+        """What a pack does when one of its branches blocked its event loop (``packing/lag.py``):
+        a warning in the log, a ``loop_blocked`` event of that branch, and the metric, each
+        naming the branch, where its code was, and the fix."""
+        by_path = {node.path: node for node in nodes}
+
+        def report(blocked: Blocked, seconds: float) -> None:
+            node = by_path.get(blocked.path)
+            if node is None:  # a scope that is not one of the pack's branches: its nearest
+                node = next((n for p, n in by_path.items() if blocked.path.startswith(f"{p}/")), None)
+            if node is None:
+                return
+            others = len(nodes) - 1
+            message = (
+                f"branch {node.path} ({node.runnable}) blocked its pack's event loop for "
+                f"{seconds:.2f} s in {blocked.where}; its {others} other branches waited: {LAG_FIX}"
+            )
+            logger.warning("Run %s: %s", node.run_id, message)
+            event = ProgressEvent(
+                run_id=node.run_id,
+                path=node.path,
+                runnable=node.runnable,
+                iteration=0,
+                max_iterations=0,
+                phase=LOOP_BLOCKED,
+                status=ProgressStatus.PROGRESS,
+                message=message,
+                data={"seconds": round(seconds, 3), "where": blocked.where, "fix": LAG_FIX, "waited": others},
+            )
+            publisher(event)
+            metrics.pack_loop_blocked(node.runnable, seconds)
+
+        return report
 
     async def _start(
         self,
@@ -353,6 +411,15 @@ class WorkflowEngine:
                 for index, branch in enumerate(branches)
                 if isinstance(branch.runnable, type)
                 and issubclass(branch.runnable, BaseAgentPipeline | BaseCompositeAgent)
+            ),
+            solo=frozenset(
+                index
+                for index, branch in enumerate(branches)
+                if not (
+                    isinstance(branch.runnable, type)
+                    and issubclass(branch.runnable, BaseAgentPipeline | BaseCompositeAgent)
+                )
+                and why_not_packed(branch.runnable) is not None
             ),
         )
 
@@ -571,6 +638,11 @@ def _past_limit(node: WorkflowNode, deliveries: int, limit: int) -> DeliveryLimi
         f"saving a checkpoint (delivery limit {limit}): each task that ran it died or lost its "
         "connection before it ended, so it is not run again"
     )
+
+
+def _store_away(task: asyncio.Future[Outcome]) -> bool:
+    """Whether a packed branch ended because the run store stayed away."""
+    return not task.cancelled() and isinstance(task.exception(), StoreUnavailableError)
 
 
 def _ends_pack(task: asyncio.Future[Outcome]) -> bool:

@@ -50,7 +50,21 @@ class FanOut:
     #: The indexes of the branches that expand into a canvas of their own (a pipeline or a
     #: composite): never packed.
     expanding: frozenset[int] = frozenset()
+    #: The indexes of the loop and stage branches the packing rule keeps in a task of their own
+    #: (their work is a plain function: ``orchestration/packing/rule.py``); packed only when a
+    #: pack size was set.
+    solo: frozenset[int] = frozenset()
 
 
 #: What a task does next.
 Outcome = Done | ChainStages | FanOut | BranchFailure
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeavesPack:
+    """A packed branch that waits for a person's answer: it leaves its pack, which ends with its
+    other branches, and goes on alone in a task of its own (``node`` run on ``input``), which
+    records its question and resumes from its checkpoint once answered."""
+
+    node: WorkflowNode
+    input: Any

@@ -198,10 +198,11 @@ class Settings(_Group):
     tool results, answers and cache hits), as ``record=True`` does for one launch, so
     ``agentloop replay`` can run it again. Default: off."""
 
-    pack_size: int = _env("AGENTLOOP_PACK_SIZE", 1)
+    pack_size: int | None = _env("AGENTLOOP_PACK_SIZE", None)
     """``AGENTLOOP_PACK_SIZE``: how many branches of a composite one task runs together on one
-    event loop, for composites that set no ``pack_size`` of their own (``docs/how-to/packing.md``).
-    Default: ``1`` (one task per branch)."""
+    event loop, for composites that set no ``pack_size`` of their own (``docs/how-to/packing.md``);
+    ``1`` keeps one task per branch. Default: unset, the packing rule decides (packs of up to 200
+    of the branches it finds safe to pack, one task per branch for the others)."""
 
     fair_slots: int | None = _env("AGENTLOOP_FAIR_SLOTS", None)
     """``AGENTLOOP_FAIR_SLOTS``: the runs of concurrency keys the fleet runs at once, shared fairly:
@@ -224,8 +225,16 @@ class Settings(_Group):
 
     @field_validator("pack_size", mode="before")
     @classmethod
-    def _pack_size(cls, value: Any) -> int:
+    def _pack_size(cls, value: Any) -> int | None:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
         return count(value, "AGENTLOOP_PACK_SIZE", least=1)
+
+    @property
+    def time_limits_set(self) -> bool:
+        """Whether a task time limit was given (``AGENTLOOP_TASK_SOFT_TIME_LIMIT`` or
+        ``AGENTLOOP_TASK_TIME_LIMIT``), not left at its default: the packing rule reads it."""
+        return bool({"task_soft_time_limit", "task_time_limit"} & self.model_fields_set)
 
     @field_validator(
         "task_soft_time_limit",

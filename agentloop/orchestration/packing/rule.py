@@ -1,0 +1,108 @@
+"""The packing rule: what the framework packs when nobody set a pack size (``docs/how-to/packing.md``).
+
+A branch of a composite is packed (several to one ``agentloop.pack`` task, on one event loop)
+when everything below holds; otherwise it gets a task of its own, as before packing existed.
+
+1. **The branch** is a loop or an action stage (a pipeline or a composite expands into a canvas
+   of its own) whose *work* is a coroutine: a loop's ``advance_state``, an action stage's
+   action's ``run`` (and a :func:`~agentloop.pipelines.action_stage.step`'s function). The
+   engine awaits a coroutine, so the branch gives the event loop back while it waits; it calls
+   a plain function on the event loop's thread, where a slow one stalls every other branch of
+   the pack. The other hooks (``create_initial_state``, ``is_complete``, ``build_result``...) are
+   bookkeeping between the awaits and may be plain functions; one that blocks is caught by the
+   lag watch (``lag.py``).
+2. **The pool** runs an asyncio loop per task: ``prefork``, ``threads`` or ``solo`` (not
+   ``gevent`` or ``eventlet``, whose tasks are already cheap green threads).
+3. **No time limit the user set** is enforced per task: on ``prefork`` a task's limit would
+   cover its whole pack, so a deployment that set ``AGENTLOOP_TASK_SOFT_TIME_LIMIT`` or
+   ``AGENTLOOP_TASK_TIME_LIMIT`` keeps one task per branch (``threads`` and ``solo`` enforce no
+   limit at all: runs are bounded by ``deadline_seconds`` there).
+4. **Every worker can run a pack**: this process's wire version is at least
+   :data:`~agentloop.orchestration.wire.PACK_WIRE_VERSION` (packs travel in the holding queue of
+   that version, which only workers that read it consume: ``celery_adapter/canvas.py``).
+
+Sizes: :func:`auto_pack_size`. A pack size set by the user (the composite's ``pack_size``,
+``AGENTLOOP_PACK_SIZE``) overrides the rule: ``1`` turns packing off, ``K`` packs every loop
+branch ``K`` to a task. This module reads classes and settings only: no Celery.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentloop.loops.base import BaseAgentLoop
+from agentloop.orchestration.wire import PACK_WIRE_VERSION
+from agentloop.pipelines.action_stage import BaseActionStage, FunctionStage
+
+__all__ = [
+    "AUTO_PACK_SIZE",
+    "PACKING_POOLS",
+    "DeploymentPacking",
+    "auto_pack_size",
+    "deployment_packing",
+    "why_not_packed",
+]
+
+#: The most branches the rule puts in one pack: 1,000 model-bound branches make five packs,
+#: spread over the workers' processes (``bench.packing``: 200 to a task, 1.2-1.5x the ideal).
+AUTO_PACK_SIZE = 200
+#: The pools whose tasks each run an asyncio event loop, where a pack runs.
+PACKING_POOLS = frozenset({"prefork", "threads", "solo"})
+
+
+def _is_coroutine(function: Callable[..., Any] | None) -> bool:
+    return function is not None and inspect.iscoroutinefunction(function)
+
+
+def why_not_packed(runnable: Any) -> str | None:
+    """Why the rule keeps a branch of ``runnable`` (a class) in a task of its own, or ``None``
+    when it may be packed (point 1 of the module doc)."""
+    if not isinstance(runnable, type):
+        return "it is not a runnable class"
+    if issubclass(runnable, BaseAgentLoop):
+        if not _is_coroutine(getattr(runnable, "advance_state", None)):
+            return f"{runnable.__name__}.advance_state is a plain function (the event loop would wait on it)"
+        return None
+    if issubclass(runnable, BaseActionStage):
+        action = getattr(runnable, "action", None)
+        if not _is_coroutine(getattr(action, "run", None)):
+            return f"the action of {runnable.__name__} runs as a plain function"
+        if issubclass(runnable, FunctionStage) and not _is_coroutine(getattr(runnable, "function", None)):
+            return f"the step {runnable.__name__} is a plain function (the event loop would wait on it)"
+        return None
+    return "it expands into tasks of its own (a pipeline or a composite)"
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentPacking:
+    """Whether this process packs by default (points 2 to 4 of the module doc), and why not."""
+
+    allowed: bool
+    reason: str = ""
+
+
+def deployment_packing(*, pool: str | None, wire_version: int, time_limits_set: bool) -> DeploymentPacking:
+    """Points 2 to 4 of the rule for this process: its pool (``None``: not known, as in a
+    process that is no worker), its wire version, and whether the user set a task time limit."""
+    if wire_version < PACK_WIRE_VERSION:
+        return DeploymentPacking(False, f"wire version {wire_version} predates packs ({PACK_WIRE_VERSION})")
+    if pool is not None and pool not in PACKING_POOLS:
+        return DeploymentPacking(False, f"the {pool} pool runs no event loop per task")
+    if time_limits_set and pool in (None, "prefork"):
+        return DeploymentPacking(False, "a task time limit was set: a pack's would cover all its branches")
+    return DeploymentPacking(True)
+
+
+def auto_pack_size(width: int, bound: int | None) -> int:
+    """The rule's pack size for ``width`` packable branches run at most ``bound`` at once
+    (``None``: no bound): packs of at most :data:`AUTO_PACK_SIZE`, as even as the width allows
+    (1,001 branches make six packs of 167, not five of 200 and one of 1). Under a bound below
+    the width, packs of the bound (up to :data:`AUTO_PACK_SIZE`): one lane of them keeps
+    ``bound`` branches running at once, as many as one task per branch would."""
+    if bound is not None and bound < width:
+        return max(1, min(AUTO_PACK_SIZE, bound))
+    packs = max(1, -(-width // AUTO_PACK_SIZE))
+    return max(1, -(-width // packs))

@@ -1,0 +1,212 @@
+"""The packing rule (``orchestration/packing/rule.py``, ``celery_adapter/pack_policy.py``) and
+the lag watch (``orchestration/packing/lag.py``), without a broker: what is packed when nothing
+is set, what a set size overrides, and a branch that blocks its pack's loop named in the log, its
+events and the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+from test_canvas_shapes import FakeTask
+
+from agentloop import BaseAgentLoop, BaseAgentPipeline, step
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.pack_policy import pack_plan, pool_name
+from agentloop.orchestration.metrics import record as metrics
+from agentloop.orchestration.metrics.instruments import RunInstruments
+from agentloop.orchestration.packing.rule import auto_pack_size, deployment_packing, why_not_packed
+from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.orchestration.runtime.engine import LOOP_BLOCKED, WorkflowEngine
+from agentloop.orchestration.runtime.next_step import FanOut
+from agentloop.orchestration.settings import load_settings
+from agentloop.orchestration.store import InMemoryRunStore
+from agentloop.orchestration.wire import WorkflowNode
+
+
+class Awaits(BaseAgentLoop):
+    max_iterations = 3
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"n": 0, "block": input}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(0.01)
+        return {**state, "n": state["n"] + 1}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        if state["block"] and state["n"] == 1:
+            time.sleep(0.8)  # a plain hook that blocks the pack's event loop
+        return bool(state["n"] >= 2)
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["n"]
+
+
+class Plain(Awaits):
+    def advance_state(self, *, state: Any, iteration: int) -> Any:  # type: ignore[override]
+        return {**state, "n": state["n"] + 1}
+
+
+@step
+async def awaited_step(value: Any) -> Any:
+    return value
+
+
+@step
+def plain_step(value: Any) -> Any:
+    return value
+
+
+class Stages(BaseAgentPipeline):
+    stages = (awaited_step,)
+
+
+def test_the_rule_packs_loops_and_stages_whose_work_is_a_coroutine() -> None:
+    assert why_not_packed(Awaits) is None
+    assert why_not_packed(awaited_step) is None
+    assert "advance_state is a plain function" in str(why_not_packed(Plain))
+    assert "plain function" in str(why_not_packed(plain_step))
+    assert "expands" in str(why_not_packed(Stages))
+
+
+@pytest.mark.parametrize(
+    ("pool", "version", "limits", "allowed"),
+    [
+        ("prefork", 2, False, True),
+        ("threads", 2, False, True),
+        ("solo", 2, True, True),  # threads and solo enforce no time limit
+        ("threads", 2, True, True),
+        ("prefork", 2, True, False),  # a limit the user set would cover the whole pack
+        (None, 2, True, False),
+        ("gevent", 2, False, False),
+        ("eventlet", 2, False, False),
+        ("prefork", 1, False, False),  # a worker that says it cannot run packs
+    ],
+)
+def test_the_deployment_side_of_the_rule(pool: str | None, version: int, limits: bool, allowed: bool) -> None:
+    decision = deployment_packing(pool=pool, wire_version=version, time_limits_set=limits)
+    assert decision.allowed is allowed and (decision.reason == "") is allowed
+
+
+def test_packs_are_at_most_200_as_even_as_the_width_allows_and_never_above_the_bound() -> None:
+    assert [auto_pack_size(width, None) for width in (2, 200, 201, 1000, 1001, 10_000)] == [
+        2,
+        200,
+        101,
+        200,
+        167,
+        200,
+    ]
+    assert auto_pack_size(100, 8) == 8 and auto_pack_size(10, 8) == 8 and auto_pack_size(3, 8) == 3
+    assert auto_pack_size(1000, 500) == 200
+
+
+def test_pool_names_are_read_from_celerys_classes() -> None:
+    from celery.concurrency import get_implementation
+
+    assert [pool_name(get_implementation(name)) for name in ("prefork", "threads", "solo")] == [
+        "prefork",
+        "threads",
+        "solo",
+    ]
+    assert pool_name(object) is None
+
+
+NODE = WorkflowNode(run_id="r", runnable="fan")
+
+
+def fan(width: int, **fields: Any) -> FanOut:
+    branches = [(WorkflowEngine.branch_node(NODE, "leaf", str(i), width, True), i) for i in range(width)]
+    return FanOut(node=NODE, input=None, branches=branches, **fields)
+
+
+@pytest.fixture
+def apps() -> Iterator[dict[str, Any]]:
+    made: dict[str, Any] = {}
+    for name, environ in {
+        "default": {},
+        "off": {"AGENTLOOP_PACK_SIZE": "1"},
+        "fifty": {"AGENTLOOP_PACK_SIZE": "50"},
+        "limits": {"AGENTLOOP_TASK_SOFT_TIME_LIMIT": "30", "AGENTLOOP_TASK_TIME_LIMIT": "40"},
+        "version1": {"AGENTLOOP_WIRE_VERSION_OVERRIDE": "1"},
+    }.items():
+        made[name] = create_app(
+            settings=load_settings(environ),
+            overrides={"broker_url": "memory://", "result_backend": "cache+memory://"},
+        )
+    yield made
+    for app in made.values():
+        app.close()
+
+
+def test_nothing_set_packs_what_the_rule_allows_and_a_set_size_overrides_it(apps: dict[str, Any]) -> None:
+    task = lambda name: cast(Any, FakeTask(apps[name])).app  # noqa: E731
+    assert pack_plan(task("default"), fan(1000, max_concurrency=None)) == (200, frozenset())
+    assert pack_plan(task("default"), fan(10, solo=frozenset({3}))) == (9, frozenset({3}))
+    assert pack_plan(task("default"), fan(10, max_concurrency=8))[0] == 8  # the composites' default bound
+    assert pack_plan(task("off"), fan(1000, max_concurrency=None))[0] == 1
+    assert pack_plan(task("default"), fan(10, pack_size=1))[0] == 1  # the composite's pack_size = 1
+    assert pack_plan(task("fifty"), fan(1000, solo=frozenset({3}))) == (50, frozenset())  # yours: all loops
+    assert pack_plan(task("limits"), fan(1000))[0] == 1  # user-set limits, a pool that may enforce them
+    apps["limits"].agentloop_pool = "threads"  # which a threads worker does not
+    assert pack_plan(task("limits"), fan(1000, max_concurrency=None))[0] == 200
+    assert pack_plan(task("version1"), fan(1000, pack_size=50))[0] == 1  # it could not run one
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.blocked: list[tuple[str, float]] = []
+
+    def pack_loop_blocked(self, runnable: str, seconds: float) -> None:
+        self.blocked.append((runnable, seconds))
+
+    def __getattr__(self, name: str) -> Any:  # every other instrument: counted elsewhere
+        return lambda *args, **kwargs: None
+
+
+def test_a_branch_that_blocks_its_packs_loop_is_named_in_the_log_its_events_and_the_metrics(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = RunnableRegistry()
+    registry.register("awaits", Awaits)
+    store = InMemoryRunStore()
+    engine = WorkflowEngine(registry=registry, store=store, progress_interval=60, events_interval=60)
+    store.create_run(run_id="r", runnable="fan", input=None)
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=True)
+    nodes = [WorkflowEngine.branch_node(root, "awaits", str(k), 4, True) for k in range(4)]
+    instruments = Recording()
+    previous = metrics.use_instruments(cast(RunInstruments, instruments))
+    try:
+        with caplog.at_level(logging.WARNING, logger="agentloop.orchestration.runtime.engine"):
+            outcomes = asyncio.run(engine.start_pack(nodes, [False, False, True, False]))
+    finally:
+        metrics.use_instruments(previous)
+
+    assert [outcome.value for outcome in outcomes] == [2, 2, 2, 2]  # type: ignore[union-attr]
+    blocked = [event for _, event in store.events("r") if event["phase"] == LOOP_BLOCKED]
+    assert [event["path"] for event in blocked] == ["branch/2"]
+    (event,) = blocked
+    assert "Awaits.is_complete" in event["data"]["where"] and event["data"]["waited"] == 3
+    assert event["data"]["seconds"] >= 0.2 and "pack_size = 1" in event["data"]["fix"]
+    assert [runnable for runnable, _ in instruments.blocked] == ["awaits"]
+    (line,) = [record.getMessage() for record in caplog.records if "blocked its pack" in record.getMessage()]
+    assert "branch/2 (awaits)" in line and "asyncio.to_thread" in line
+
+
+def test_a_pack_that_never_blocks_reports_nothing() -> None:
+    registry = RunnableRegistry()
+    registry.register("awaits", Awaits)
+    store = InMemoryRunStore()
+    engine = WorkflowEngine(registry=registry, store=store, progress_interval=60, events_interval=60)
+    store.create_run(run_id="r", runnable="fan", input=None)
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=True)
+    nodes = [WorkflowEngine.branch_node(root, "awaits", str(k), 3, True) for k in range(3)]
+
+    asyncio.run(engine.start_pack(nodes, [False] * 3))
+
+    assert [event for _, event in store.events("r") if event["phase"] == LOOP_BLOCKED] == []
