@@ -37,7 +37,7 @@ def traced_run(tmp_path: Any) -> Iterator[tuple[Any, list[ReadableSpan]]]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     store, _ = open_store(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
     app = create_app(
-        settings=load_settings({}),
+        settings=load_settings({"AGENTLOOP_PACK_SIZE": "1"}),  # a task per branch: the spans of each
         registry=RunnableRegistry.from_modules(["workflows.tracing"]),
         store=store,
         overrides={"broker_url": server.url, "result_backend": server.url},
