@@ -18,9 +18,9 @@ demo: $(STAMP)
 	$(BIN)/agentloop demo
 
 # The suite in TEST_JOBS processes (pytest-xdist), a test file to a process: most of a test's time is
-# spent waiting on a worker, a server or a model double, so two processes on two cores take a bit
-# over half the time. TEST_JOBS=0 runs it in this process.
-TEST_JOBS ?= 2
+# spent waiting on a worker, a server or a model double, so three processes on two cores keep both
+# cores busy while one waits. TEST_JOBS=0 runs it in this process.
+TEST_JOBS ?= 3
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
