@@ -182,6 +182,28 @@ def progress_status(recorded: str | None, launch_state: str | None) -> str:
     return RUN_PENDING if launch_state in _LAUNCH_ON_ITS_WAY else RUN_NOT_FOUND
 
 
+#: Most events one ``agentloop.progress`` page holds (a larger ``limit`` is cut to it).
+MAX_PROGRESS_EVENTS = 5000
+
+
+def progress_page(after_id: Any, limit: Any) -> tuple[int, int]:
+    """``agentloop.progress``'s ``after_id`` and ``limit`` as whole numbers (``limit`` cut to 1 to
+    :data:`MAX_PROGRESS_EVENTS`); :class:`LaunchRequestError` saying which is not a count of events.
+
+    A count may come as an integer or as its decimal string (what a client parsing a URL sends)."""
+    return _count(after_id, "after_id", least=0), min(_count(limit, "limit", least=1), MAX_PROGRESS_EVENTS)
+
+
+def _count(value: Any, what: str, *, least: int) -> int:
+    if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        # a refused value is never quoted (it may be anything a client had): a number, or its type
+        shown = str(value) if isinstance(value, int) and not isinstance(value, bool) else type(value).__name__
+        raise LaunchRequestError(f"{what} must be a whole number of at least {least}, got {shown}")
+    return value
+
+
 #: Longest run id and runnable name the contract accepts (what the run store keeps of them).
 MAX_NAME_CHARS = 255
 #: The priorities a launch may ask for: Celery's 0 (first) to 9 (last); a batch's runs get 9.

@@ -81,6 +81,7 @@ from agentloop.orchestration.wire import (
     WorkflowNode,
     check_name,
     packed_branches,
+    progress_page,
     progress_status,
 )
 
@@ -376,13 +377,14 @@ def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> di
     An id no run can have (empty, not a string, too long, with a NUL: what ``check_name``
     refuses at launch) is ``not_found``, like an id nothing is known of."""
     store = dependencies_of(self.app).store
+    first, size = progress_page(after_id, limit)
     try:
         check_name(run_id, "run_id")
     except LaunchRequestError:
         record, rows, launch_state = None, [], None
     else:
         record = store.get_run(run_id)
-        rows = store.events(run_id, after_id=int(after_id), limit=max(1, min(int(limit), 5000)))
+        rows = store.events(run_id, after_id=first, limit=size)
         # without a record, the launch's state in the result backend tells "pending" from "not_found"
         launch_state = None if record is not None else self.app.backend.get_state(run_id)
     return {
@@ -391,7 +393,7 @@ def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> di
         "error": record.error if record is not None else None,
         "usage": usage_of(record) if record is not None else None,
         "events": [event for _, event in rows],
-        "last_id": rows[-1][0] if rows else int(after_id),
+        "last_id": rows[-1][0] if rows else first,
     }
 
 
