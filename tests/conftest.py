@@ -8,7 +8,6 @@ under ``CI=true``, where a missing server is an error.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -17,12 +16,10 @@ from typing import Any
 
 import pytest
 
-from agentloop.orchestration.celery_adapter.app import create_app
-from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunStore, open_store
 from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from tests.servers.worker_environment import WorkerEnvironment
+from tests.servers.worker_environment import WorkerEnvironment, embedded_app
 
 #: pytester for tests of test machinery; ci_policy turns skips into failures under CI=true.
 pytest_plugins = ["pytester", "ci_policy", "agentloop.testing"]
@@ -104,22 +101,8 @@ def memory_celery(
 ) -> Iterator[CeleryRig]:
     """The embedded defaults: ``memory://`` broker, in-memory results, a worker thread."""
     store, _ = open_store(_sqlite_url(tmp_path_factory.mktemp("memory-celery")))
-    app = create_app(
-        registry=parity_registry,
-        store=store,
-        overrides={
-            "broker_url": "memory://",
-            "result_backend": "cache+memory://",
-            "task_default_queue": f"test-{uuid.uuid4().hex[:8]}",
-        },
-    )
-    try:
-        with embedded_worker(app, pool="threads", concurrency=4) as worker:
-            yield CeleryRig(
-                app=app, store=store, broker_url="memory://", registry=parity_registry, worker=worker
-            )
-    finally:
-        app.close()
+    with embedded_app(parity_registry, store, name="test", concurrency=4) as (app, worker):
+        yield CeleryRig(app=app, store=store, broker_url="memory://", registry=parity_registry, worker=worker)
 
 
 @pytest.fixture(scope="session")

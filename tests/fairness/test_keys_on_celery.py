@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,14 +14,13 @@ from typing import Any
 import pytest
 
 from agentloop.loops import ProceduralAgentLoop
-from agentloop.orchestration.celery_adapter.app import create_app
-from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.errors import LaunchRequestError
 from agentloop.orchestration.fairness.rules import Concurrency
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import open_store
 from agentloop.orchestration.wire import LAUNCH
+from tests.servers.worker_environment import embedded_app
 
 CEILING = 60.0
 
@@ -123,23 +121,13 @@ def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
     registry.register("keys.refusing", Refusing, concurrency=Concurrency(limit=1, on_limit="refuse"))
     registry.register("keys.evicting", Evicting, concurrency=Concurrency(limit=1, on_limit="cancel_oldest"))
     store, _ = open_store(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
-    app = create_app(
-        registry=registry,
-        store=store,
-        overrides={
-            "broker_url": "memory://",
-            "result_backend": "cache+memory://",
-            "task_default_queue": f"keys-{uuid.uuid4().hex[:8]}",
-        },
-    )
     try:
-        with embedded_worker(app, pool="threads", concurrency=6):
+        with embedded_app(registry, store, name="keys", concurrency=6) as (app, _):
             try:
                 yield {"app": app, "store": store}
             finally:
                 GAUGE.release.set()  # before the worker stops: it waits for its tasks
     finally:
-        app.close()
         store.engine.dispose()
 
 

@@ -11,7 +11,6 @@ agentloop (another service, or an attacker).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -31,12 +30,11 @@ from tests.servers.postgres import private_postgres_database
 from tests.servers.redis_server import RedisServer, private_redis_server
 from tests.servers.tcp_proxy import TcpProxy
 from tests.servers.worker import WorkerProcess, run_worker_process
+from tests.servers.worker_environment import worker_pythonpath
 
 from .brokers import BrokerKind, BrokerUnderTest, broker_under_test
 from .chaos_model import API_KEY, MODEL_MAX_RETRIES, MODEL_TIMEOUT_SECONDS, chaos_responder
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
 QUEUE = "agentloop"
 #: The modules whose workflows the worker runs: the parity suite's, the durable tests' slow
 #: loop, the record-search demo, the human-in-the-loop tests' (runs paused for an answer), and the
@@ -183,7 +181,7 @@ class FaultRig:
             "OPENAI_BASE_URL": self.model.base_url,
             "OPENAI_TIMEOUT_SECONDS": str(MODEL_TIMEOUT_SECONDS),
             "OPENAI_MAX_RETRIES": str(MODEL_MAX_RETRIES),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
+            "PYTHONPATH": worker_pythonpath(),
             **profile.env,
         }
 

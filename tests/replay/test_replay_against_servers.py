@@ -5,7 +5,6 @@ network (it matches), then a prompt changed (the divergence is reported, at its 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,14 +16,13 @@ from typer.testing import CliRunner
 
 from agentloop import AnthropicProcessor, OpenAIProcessor, StandardContext
 from agentloop.actions.recording import MODEL, TOOL
-from agentloop.orchestration.celery_adapter.app import create_app
-from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.cli import app as cli
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.store import SqlRunStore, open_store
 from agentloop.testing import AnthropicCompatibleServer, OpenAICompatibleServer, ReplayMismatch
+from tests.servers.worker_environment import embedded_app
 
 INPUT = {"topics": ["tides", "glaciers"], "question": "How long is the word?"}
 #: The variables the CLI must not inherit from the machine.
@@ -66,23 +64,11 @@ def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         registry = RunnableRegistry()
         registry.register("replay.digest", workflows.Digest, context_factory=context)
         by_deployment = request.param == "anthropic"
-        app = create_app(
-            settings=Settings(record_runs=by_deployment),
-            registry=registry,
-            store=store,
-            overrides={
-                "broker_url": "memory://",
-                "result_backend": "cache+memory://",
-                "task_default_queue": f"replay-{uuid.uuid4().hex[:8]}",
-            },
-        )
-        try:
-            with embedded_worker(app, pool="threads", concurrency=2):
-                runner = CeleryAgentRunner.create(runnable="replay.digest", app=app, store=store)
-                handle = runner.request_sync(input=INPUT, record=not by_deployment)
-                output = handle.wait_sync(timeout=60)
-        finally:
-            app.close()
+        settings = Settings(record_runs=by_deployment)
+        with embedded_app(registry, store, name="replay", settings=settings) as (app, _):
+            runner = CeleryAgentRunner.create(runnable="replay.digest", app=app, store=store)
+            handle = runner.request_sync(input=INPUT, record=not by_deployment)
+            output = handle.wait_sync(timeout=60)
         requests = len(server.requests)
     try:
         yield Recorded(request.param, handle.run_id, output, store, requests, home)

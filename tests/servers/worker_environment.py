@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import gc
 import os
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -31,14 +32,23 @@ from typing import Any, Literal, Self
 import pytest
 
 from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.store import SqlRunStore, SqlToolStore
+from agentloop.orchestration.settings import Settings
+from agentloop.orchestration.store import RunStore, SqlRunStore, SqlToolStore
 from agentloop.orchestration.testing.servers.scripted_server import ScriptedReplyServer
 from tests.servers.private_services import redis_and_store
 from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 from tests.servers.worker import WorkerProcess, run_worker_process
 
-__all__ = ["ROOT", "TESTS", "WorkerEnvironment", "detach_result_consumer", "worker_pythonpath"]
+__all__ = [
+    "ROOT",
+    "TESTS",
+    "WorkerEnvironment",
+    "detach_result_consumer",
+    "embedded_app",
+    "worker_pythonpath",
+]
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
@@ -59,6 +69,38 @@ def detach_result_consumer(app: Any) -> None:
     if pubsub is not None:
         pubsub.close()
         consumer._pubsub = None
+
+
+@contextmanager
+def embedded_app(
+    registry: RunnableRegistry,
+    store: RunStore,
+    *,
+    name: str,
+    concurrency: int = 2,
+    pool: str = "threads",
+    settings: Settings | None = None,
+) -> Iterator[tuple[Any, Any]]:
+    """``(app, worker)``: the embedded defaults (a ``memory://`` broker, in-memory results) with a
+    worker thread pool in this process, running ``registry``'s runnables on ``store``.
+
+    The memory broker is one per process, so the app gets a queue of its own (``name-<8 hex>``);
+    the worker stops and the app closes when the block ends (the store stays the caller's)."""
+    app = create_app(
+        settings=settings,
+        registry=registry,
+        store=store,
+        overrides={
+            "broker_url": "memory://",
+            "result_backend": "cache+memory://",
+            "task_default_queue": f"{name}-{uuid.uuid4().hex[:8]}",
+        },
+    )
+    try:
+        with embedded_worker(app, pool=pool, concurrency=concurrency) as worker:
+            yield app, worker
+    finally:
+        app.close()
 
 
 def redis_fixture(scope: Literal["function", "module", "package", "session"] = "function") -> Any:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentloop.orchestration.celery_adapter.app import create_app
-from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import open_store
+from tests.servers.worker_environment import embedded_app
 
 
 @pytest.fixture(scope="module")
@@ -21,20 +19,11 @@ def typed_celery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``(app, store)``: a ``memory://`` broker, a worker thread, the registry of ``typed_workflows``."""
     folder: Path = tmp_path_factory.mktemp("typed-celery")
     store, _ = open_store(f"sqlite:///{folder / 'runs.sqlite3'}")
-    app = create_app(
-        registry=RunnableRegistry.from_modules(["typed_workflows"]),
-        store=store,
-        overrides={
-            "broker_url": "memory://",
-            "result_backend": "cache+memory://",
-            "task_default_queue": f"typed-{uuid.uuid4().hex[:8]}",
-        },
-    )
+    registry = RunnableRegistry.from_modules(["typed_workflows"])
     try:
-        with embedded_worker(app, pool="threads", concurrency=2):
+        with embedded_app(registry, store, name="typed") as (app, _):
             yield app, store
     finally:
-        app.close()
         store.engine.dispose()
 
 

@@ -3,7 +3,6 @@ thread and its SQLite run store, shared by the session (helpers are in ``web_sup
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -12,11 +11,10 @@ pytest.importorskip("starlette", reason="the web tests need the http extra: pip 
 
 from web_support import MODULES, WebRig
 
-from agentloop.orchestration.celery_adapter.app import create_app
-from agentloop.orchestration.celery_adapter.embedded import embedded_worker
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.store import open_store
+from tests.servers.worker_environment import embedded_app
 
 
 @pytest.fixture(scope="session")
@@ -24,18 +22,5 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebRig]:
     folder = tmp_path_factory.mktemp("web")
     store, _ = open_store(f"sqlite:///{folder / 'runs.sqlite3'}")
     registry = RunnableRegistry.from_modules(MODULES)
-    app = create_app(
-        settings=Settings(),
-        registry=registry,
-        store=store,
-        overrides={
-            "broker_url": "memory://",
-            "result_backend": "cache+memory://",
-            "task_default_queue": f"web-{uuid.uuid4().hex[:8]}",
-        },
-    )
-    try:
-        with embedded_worker(app, pool="threads", concurrency=8):
-            yield WebRig(app=app, store=store, registry=registry, folder=folder)
-    finally:
-        app.close()
+    with embedded_app(registry, store, name="web", concurrency=8, settings=Settings()) as (app, _):
+        yield WebRig(app=app, store=store, registry=registry, folder=folder)
