@@ -58,7 +58,8 @@ def tool_content(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in payload.items() if key != SYNC_MARKER}
 
 
-def _canonical(payload: Mapping[str, Any]) -> str:
+def canonical_tool_content(payload: Mapping[str, Any]) -> str:
+    """:func:`tool_content` as canonical JSON (sorted keys, no spaces): equal for equal payloads."""
     return json.dumps(tool_content(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -129,13 +130,13 @@ class TypedToolAction(ForcedToolAction, Generic[OutputT]):
         generated = self.tool_payload()
         if row is None:
             return generated
-        if _canonical(row) != _canonical(generated):
+        if canonical_tool_content(row) != canonical_tool_content(generated):
             self._tell_drift(row)
         return row
 
     def _tell_drift(self, row: Mapping[str, Any]) -> None:
         cls = type(self)
-        told = (f"{cls.__module__}.{cls.__qualname__}", _canonical(row))
+        told = (f"{cls.__module__}.{cls.__qualname__}", canonical_tool_content(row))
         with _drift_lock:
             if told in _drift_told:
                 return

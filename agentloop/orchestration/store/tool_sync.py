@@ -35,13 +35,12 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentloop.actions.typed import SYNC_MARKER, TypedToolAction, tool_content
+from agentloop.actions.typed import SYNC_MARKER, TypedToolAction, canonical_tool_content
 from agentloop.loops.base import BaseAgentLoop
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import ToolStore, validate_tool_payload
@@ -70,8 +69,7 @@ class ToolSync:
 
 def payload_hash(payload: Mapping[str, Any]) -> str:
     """The SHA-256 of ``payload`` without its marker, as canonical JSON."""
-    text = json.dumps(tool_content(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(canonical_tool_content(payload).encode()).hexdigest()
 
 
 def action_path(action: type) -> str:
