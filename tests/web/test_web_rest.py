@@ -122,3 +122,27 @@ def test_an_unknown_run_is_404_and_runnables_and_their_graphs_are_listed(rig: We
     ]
     assert graph["mermaid"].startswith("flowchart TD\n")
     assert unknown.status_code == 404
+
+
+def test_a_forked_run_names_its_origin_over_rest_and_graphql(rig: WebRig) -> None:
+    # a fork's record, as `agentloop replay --fork-at` writes it (tests/replay/test_fork.py)
+    run_id, origin = (
+        f"fork-{uuid.uuid4().hex}",
+        {"run_id": "recorded-run", "path": "pipeline/1", "iteration": 1},
+    )
+    rig.store.create_run(
+        run_id=run_id, runnable="web.echo", input={"q": 1}, principal="web-tests", forked_from=origin
+    )
+    plain = f"plain-{uuid.uuid4().hex}"
+    rig.store.create_run(run_id=plain, runnable="web.echo", input={"q": 1}, principal="web-tests")
+    query = "query Run($id: String!) { run(id: $id) { forkedFrom } }"
+    with TestClient(rig.web()) as client:
+        shown = client.get(f"/runs/{run_id}", headers=auth("start")).json()  # no read scope: still shown
+        other = client.get(f"/runs/{plain}", headers=auth("read")).json()
+        graphed = client.post(
+            "/graphql", json={"query": query, "variables": {"id": run_id}}, headers=auth("read")
+        )
+
+    assert shown["forked_from"] == origin and shown["input"] != {"q": 1}  # the input stays hidden
+    assert other["forked_from"] is None
+    assert graphed.json()["data"]["run"]["forkedFrom"] == origin

@@ -93,6 +93,9 @@ class Run:
     #: How a run that returned ended: "complete", or "bound" when a loop of it hit its
     #: max_iterations first; null for a run that did not return (yet).
     stopped_by: str | None
+    #: The recorded run and the point this run was forked at (``agentloop replay --fork-at``):
+    #: {"run_id", "path", "iteration"}; null for a run that is not a fork.
+    forked_from: JSON | None
 
     @classmethod
     def of(cls, view: dict[str, Any]) -> Run:

@@ -2,7 +2,8 @@
 
 Every caller that may reach a run (``service.py``: its principal's runs, or
 any with ``admin``) sees its id, runnable, status, times, the principal that
-started it, token usage (with its step-cache hits, misses and tokens saved)
+started it, token usage (with its step-cache hits, misses and tokens saved), the run a fork
+started from (``forked_from``: its id and the fork point, no content)
 and where its events are (path, runnable, iteration, phase, status). Inputs, results, error
 messages and event texts (``message``, ``data``) go only to holders of the
 ``read`` scope; the others see the size hint
@@ -63,6 +64,7 @@ def run_view(record: RunRecord, *, can_read: bool) -> dict[str, Any]:
         "result": _content(record.output, can_read),
         "error": _error(record.error, can_read),
         "stopped_by": record.stopped_by,
+        "forked_from": record.forked_from,
     }
 
 
@@ -94,6 +96,7 @@ def pending_view(
         "result": None,
         "error": None,
         "stopped_by": None,
+        "forked_from": None,
     }
 
 
