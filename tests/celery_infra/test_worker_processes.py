@@ -65,6 +65,7 @@ def test_the_worker_takes_its_configuration_from_the_environment(redis_server: R
         "unacked_restore_interval": 60,
         "unacked_restore_throttle": 1,
         "unacked_mutex_expire": 60,
+        "agentloop_atomic_delivery": True,  # redis_delivery.py: no message only in a worker's memory
     }
     assert conf["accept_content"] == ["json"]
     assert conf["task_acks_late"] is True

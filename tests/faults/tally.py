@@ -8,7 +8,8 @@ once every run has ended or a generous bound has passed:
   ``cancelled``, ...) and an error text;
 - **failed (no reason)**: a terminal status other than ``succeeded`` with no error text;
 - **lost**: after the bound, no terminal record and no result: nobody will ever learn how it
-  ended (a client waiting on ``result.get()`` waits forever);
+  ended (a client waiting on ``result.get()`` waits forever); a launch still ``SENT`` (the mark
+  its producer wrote, :data:`~agentloop.orchestration.wire.LAUNCH_SENT_STATE`) is one too;
 - **stuck**: after the bound, no terminal record, yet the result backend has an outcome (the
   record says ``running`` forever, or there is none).
 
@@ -29,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentloop.orchestration.store import RunStore
+from agentloop.orchestration.wire import LAUNCH_SENT_STATE
 
 
 class Outcome(StrEnum):
@@ -39,6 +41,8 @@ class Outcome(StrEnum):
     STUCK = "stuck"
 
 
+#: The result backend's states of a run nobody has decided yet.
+_UNDECIDED = frozenset({"PENDING", LAUNCH_SENT_STATE, "RECEIVED", "STARTED", "PROGRESS", "RETRY"})
 #: Outcomes no scenario may have.
 NEVER = (Outcome.NO_REASON, Outcome.LOST, Outcome.STUCK)
 
@@ -63,6 +67,9 @@ class RunCheck:
     output: Any = None
     #: What the result backend holds when it is a failure (the exception's type and text).
     result_error: str = ""
+    #: For a run that did not end: where it stopped (its child runs' states, its last events), so
+    #: a failure on a CI machine says more than "lost".
+    trail: str = ""
 
 
 def classify(store: RunStore, app: Any, run_id: str, label: str) -> RunCheck:
@@ -79,8 +86,9 @@ def classify(store: RunStore, app: Any, run_id: str, label: str) -> RunCheck:
         else:
             outcome = Outcome.FAILED if error else Outcome.NO_REASON
     else:
-        outcome = Outcome.LOST if state in ("PENDING", "STARTED", "PROGRESS", "RETRY") else Outcome.STUCK
+        outcome = Outcome.LOST if state in _UNDECIDED else Outcome.STUCK
     output = record.output if record is not None else None
+    trail = _trail(store, run_id) if outcome in (Outcome.LOST, Outcome.STUCK) else ""
     return RunCheck(
         run_id=run_id,
         label=label,
@@ -90,7 +98,17 @@ def classify(store: RunStore, app: Any, run_id: str, label: str) -> RunCheck:
         result_state=state,
         output=output,
         result_error=result_error[:200],
+        trail=trail,
     )
+
+
+def _trail(store: RunStore, run_id: str, last: int = 6) -> str:
+    """The child runs' ``runnable:status`` and the run's last ``last`` events' ``phase:status@path``."""
+    children = store.list_runs(parent_run_id=run_id, limit=20)
+    events = store.events(run_id)[-last:]
+    steps = [f"{event.get('phase')}:{event.get('status')}@{event.get('path')}" for _, event in events]
+    kids = [f"{child.runnable}:{child.status}" for child in children]
+    return f"children [{', '.join(kids)}] last events [{', '.join(steps)}]"
 
 
 def settle(
@@ -147,6 +165,8 @@ class ScenarioResult:
                     detail += f" error={check.error[:160]!r}"
                 if check.result_error and check.outcome is not Outcome.FAILED:
                     detail += f" result={check.result_error!r}"
+                if check.trail:
+                    detail += f" {check.trail}"
                 self.problems.append(
                     f"{check.label} [{check.run_id[:8]}]: {check.outcome}, expected {wanted} ({detail})"
                     + (f"; {why}" if why else "")

@@ -26,6 +26,7 @@ from agentloop.orchestration.celery_adapter.memory_results import use_memory_res
 from agentloop.orchestration.celery_adapter.pack_policy import install_packing
 from agentloop.orchestration.celery_adapter.patches import install_worker_patches
 from agentloop.orchestration.celery_adapter.progress_events import ProgressEvents
+from agentloop.orchestration.celery_adapter.redis_delivery import install_atomic_delivery
 from agentloop.orchestration.celery_adapter.tasks import install_tasks
 from agentloop.orchestration.celery_adapter.worker_metrics import install_worker_metrics
 from agentloop.orchestration.redaction import redact_url
@@ -79,6 +80,7 @@ def create_app(
     app.agentloop_progress_events = ProgressEvents(app)  # built here: no two threads race to make it
     install_tasks(app)  # privacy first: before anything builds the app's AMQP
     install_worker_patches(app)
+    install_atomic_delivery()  # on Redis: no message lost between its queue and a worker (redis_delivery.py)
     install_edge(app, store=store)  # workers refuse poison messages before Celery touches them
     install_worker_metrics(app)  # a worker serves its metrics with AGENTLOOP_METRICS_PORT (off by default)
     install_heap_freeze(app)  # the boot-time heap out of the collector's walks (heap.py)

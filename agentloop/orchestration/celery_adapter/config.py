@@ -13,6 +13,7 @@ from typing import Any
 
 from kombu.entity import Exchange, Queue
 
+from agentloop.orchestration.celery_adapter.redis_delivery import OPTION as ATOMIC_DELIVERY
 from agentloop.orchestration.celery_adapter.schedule import framework_entries, schedule_from_json
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.settings.broker import Broker
@@ -212,6 +213,11 @@ def _broker_options(broker_url: str, options: dict[str, Any]) -> dict[str, Any]:
         # written on a majority of its nodes), so a broker that goes down under a send is retried
         # (PUBLISH_RETRY_POLICY), never a message that silently vanished.
         options["confirm_publish"] = True
+    if Broker.of(broker_url).is_redis:
+        # A message leaves its queue only into the unacknowledged hash (redis_delivery.py).
+        options[ATOMIC_DELIVERY] = True
+    else:
+        options.pop(ATOMIC_DELIVERY, None)
     if Broker.of(broker_url).in_process:
         # kombu polls its in-memory queues once a second by default: each hop of a chain costs 1 s.
         options["polling_interval"] = 0.01

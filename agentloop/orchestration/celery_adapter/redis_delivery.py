@@ -1,0 +1,294 @@
+"""Atomic delivery on the Redis broker: a message leaves its queue only into the unacknowledged hash.
+
+kombu's Redis transport takes a message with ``BRPOP`` and, once the reply is in the worker,
+writes it to the ``unacked`` hash in a second command (``QoS.append``); only that copy is what
+the visibility timeout restores. Between the two the message exists nowhere but in the worker's
+memory, so it is lost for good when
+
+* the worker dies (``SIGKILL``, the machine) after the pop and before the write, or
+* Redis stops after it popped the message for a blocked ``BRPOP`` and before the reply left
+  (a restart drops the replies it has not written; its append-only file keeps the pop).
+
+Upstream: celery/kombu#305 ("Tasks lost in redis", open since 2014). The fault suite found both
+(``worker SIGKILLed``, ``Redis restarted``: a record-search run whose branch message vanished).
+
+Here the pop and the write are one Lua script (:data:`POP_AND_HOLD`): the first non-empty of the
+queues' lists (priority order, then the channel's queue rotation, as kombu's ``BRPOP`` reads them)
+gives its oldest message, which lands in ``unacked`` (with its ``unacked_index`` time) in the same
+step. A worker or a Redis that dies at any point leaves the message in a queue or in ``unacked``,
+where the visibility timeout brings it back. A script cannot block, so a channel that found
+nothing waits on a *doorbell* instead: every message an agentloop process sends also pushes a
+token to ``_kombu.doorbell.<queue>`` in the same transaction (kept to :data:`DOORBELL_TOKENS`),
+and the waiting channel's ``BRPOP`` on its queues' doorbells wakes it to pop again. Losing a token
+loses nothing; a channel that popped a message pops again at once, so a backlog drains without
+tokens. A message sent by a producer that does not ring (a plain Celery app of another service,
+a release before this one) is found within :data:`DOORBELL_WAIT_SECONDS`.
+
+The patch is installed on kombu's Redis ``Channel`` class by :func:`install_atomic_delivery`
+(``create_app`` calls it in every process that builds an app: producers must ring) and acts only
+on connections whose transport options carry :data:`OPTION` (``celery_adapter/config.py`` sets it
+for a Redis broker), so another kombu connection in the same process keeps kombu's behaviour; so
+does one with ``global_keyprefix`` (its keys are rewritten by a client this patch does not see).
+Checked with kombu 5.7 (:data:`KOMBU_VERSIONS`); other versions keep kombu's own delivery.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import kombu
+from kombu.transport.virtual import Empty
+from kombu.utils import encoding as kombu_encoding
+from kombu.utils import json as kombu_json
+
+__all__ = [
+    "DOORBELL_TOKENS",
+    "DOORBELL_WAIT_SECONDS",
+    "KOMBU_VERSIONS",
+    "OPTION",
+    "POP_AND_HOLD",
+    "atomic_delivery_installed",
+    "doorbell_key",
+    "install_atomic_delivery",
+]
+
+#: The transport option that turns atomic delivery on for a connection.
+OPTION = "agentloop_atomic_delivery"
+#: kombu versions (major, minor) whose Redis channel internals this patch was written against.
+KOMBU_VERSIONS = ((5, 7), (5, 8))
+#: Tokens a doorbell keeps: enough to wake every waiting channel; more would only wake them for
+#: nothing.
+DOORBELL_TOKENS = 100
+#: How long a channel that found its queues empty waits on their doorbells before it looks again
+#: (the longest a message from a producer that does not ring waits for an idle worker).
+DOORBELL_WAIT_SECONDS = 0.25
+
+#: ``KEYS``: the queues' lists in the order to read them, then ``unacked`` and ``unacked_index``;
+#: ``ARGV[1]``: the time to index the message under, then for each list ``1`` when its messages are
+#: held (``0``: a queue consumed without acknowledgements, as Celery's control replies are; kombu
+#: never acknowledges those). Returns ``BRPOP``'s reply: ``{list, message}`` (and the delivery tag
+#: when the message is held: the worker need not write it again), or nil. A message
+#: that is not kombu's JSON (no delivery tag to hold it under) is handed over as ``BRPOP`` would,
+#: for the worker's edge to refuse and dead-letter.
+POP_AND_HOLD = """
+local lists = #KEYS - 2
+for i = 1, lists do
+  local item = redis.call('RPOP', KEYS[i])
+  if item then
+    local ok, message = pcall(cjson.decode, item)
+    if ARGV[i + 1] == '1' and ok and type(message) == 'table' and type(message['properties']) == 'table' then
+      local properties = message['properties']
+      local tag = properties['delivery_tag']
+      local info = properties['delivery_info']
+      if type(tag) == 'string' and type(info) == 'table' then
+        local held = '[' .. item .. ',' .. cjson.encode(info['exchange'] or '') .. ','
+          .. cjson.encode(info['routing_key'] or '') .. ']'
+        redis.call('HSET', KEYS[lists + 1], tag, held)
+        redis.call('ZADD', KEYS[lists + 2], ARGV[1], tag)
+        return {KEYS[i], item, tag}
+      end
+    end
+    return {KEYS[i], item}
+  end
+end
+return false
+"""
+
+#: kombu's own JSON and text helpers (untyped): the messages are written and read as kombu does.
+_dumps: Callable[[Any], str] = kombu_json.dumps
+_loads: Callable[[str], Any] = kombu_json.loads
+_text: Callable[[Any], str] = kombu_encoding.bytes_to_str
+
+_INSTALLED = "_agentloop_atomic_delivery"
+#: Where a channel keeps whether it delivers atomically (in the instance's ``__dict__``).
+_ATOMIC = "_agentloop_atomic"
+#: ... and the queues it consumes without acknowledgements (their messages are not held).
+_UNACKNOWLEDGED = "_agentloop_no_ack"
+#: ... and the delivery tags of the messages being delivered that the script already held.
+_HELD = "_agentloop_held"
+#: What a channel's pending poll command is: a pop (the script) or a wait (``BRPOP`` on doorbells).
+_POP, _WAIT = "pop", "wait"
+
+
+def doorbell_key(queue: str) -> str:
+    """The list a message sent to ``queue`` rings (pushes a token to)."""
+    return f"_kombu.doorbell.{queue}"
+
+
+def _atomic(channel: Any) -> bool:
+    """Whether ``channel`` delivers atomically: its connection asked for it, without a key prefix."""
+    cached = channel.__dict__.get(_ATOMIC)
+    if cached is None:
+        options = getattr(getattr(channel.connection, "client", None), "transport_options", None) or {}
+        cached = bool(options.get(OPTION)) and not getattr(channel, "global_keyprefix", "")
+        channel.__dict__[_ATOMIC] = cached
+    return bool(cached)
+
+
+def _ring(pipe: Any, queue: str) -> None:
+    bell = doorbell_key(queue)
+    pipe.lpush(bell, 1)
+    pipe.ltrim(bell, 0, DOORBELL_TOKENS - 1)
+
+
+def _put(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def put(self: Any, queue: str, message: Any, **kwargs: Any) -> Any:
+        if not _atomic(self):
+            return original(self, queue, message, **kwargs)
+        batch = kwargs.get("_publish_batch")
+        if batch is not None:  # kombu adds the message's commands to the producer's batch
+            original(self, queue, message, **kwargs)
+            bell = doorbell_key(queue)
+            batch.add("lpush", bell, 1)
+            batch.add("ltrim", bell, 0, DOORBELL_TOKENS - 1)
+            return None
+        key = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
+        with self.conn_or_acquire() as client, client.pipeline() as pipe:  # MULTI: message and token
+            pipe.lpush(key, _dumps(message))
+            if self._expires and queue in self._expires:
+                for step in self.priority_steps:
+                    pipe.pexpire(self._q_for_pri(queue, step), self._expires[queue])
+            _ring(pipe, queue)
+            pipe.execute()
+        return None
+
+    return put
+
+
+def _brpop_start(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def brpop_start(self: Any, timeout: float | None = None) -> Any:
+        if not _atomic(self):
+            return original(self, timeout)
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return None
+        connection = self.client.connection
+        if self.__dict__.get("_agentloop_found_none"):
+            wait = min(timeout or self.brpop_timeout or DOORBELL_WAIT_SECONDS, DOORBELL_WAIT_SECONDS)
+            connection.send_command("BRPOP", *[doorbell_key(queue) for queue in queues], wait)
+            self.__dict__["_agentloop_pending"] = _WAIT
+        else:
+            unacknowledged = self.__dict__.get(_UNACKNOWLEDGED, ())
+            order = [(queue, step) for step in self.priority_steps for queue in queues]
+            keys = [
+                *(self._q_for_pri(queue, step) for queue, step in order),
+                self.unacked_key,
+                self.unacked_index_key,
+            ]
+            holds = ["0" if queue in unacknowledged else "1" for queue, _ in order]
+            connection.send_command("EVAL", POP_AND_HOLD, len(keys), *keys, repr(time.time()), *holds)
+            self.__dict__["_agentloop_pending"] = _POP
+        self._in_poll = connection
+        self._brpop_sent_at = time.monotonic()
+        return None
+
+    return brpop_start
+
+
+def _brpop_read(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def brpop_read(self: Any, **options: Any) -> Any:
+        if not _atomic(self) or self.__dict__.get("_agentloop_pending") is None:
+            return original(self, **options)
+        pending = self.__dict__.pop("_agentloop_pending")
+        try:
+            try:
+                reply = self.client.parse_response(self.client.connection, "BRPOP", **options)
+            except self.connection_errors:
+                self.client.connection.disconnect()  # the next poll reconnects
+                raise
+            if pending == _WAIT:  # a token, or the wait ran out: pop next time
+                self.__dict__["_agentloop_found_none"] = False
+                raise Empty()
+            if not reply:
+                self.__dict__["_agentloop_found_none"] = True
+                raise Empty()
+            self.__dict__["_agentloop_found_none"] = False
+            source, item, *held = reply
+            queue = _text(source).rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(queue)
+            tags: set[str] = self.__dict__.setdefault(_HELD, set())
+            tags.update(_text(tag) for tag in held)  # QoS.append keeps it in memory only
+            try:
+                self.connection._deliver(_loads(_text(item)), queue)
+            finally:
+                tags.difference_update(_text(tag) for tag in held)
+            return True
+        finally:
+            self._in_poll = None
+            flush = getattr(self, "_flush_brpop_reauth", None)
+            if flush is not None:
+                flush()
+
+    return brpop_read
+
+
+def _basic_consume(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def basic_consume(self: Any, queue: str, *args: Any, **kwargs: Any) -> Any:
+        no_ack = kwargs.get("no_ack", args[0] if args else False)
+        unacknowledged: set[str] = self.__dict__.setdefault(_UNACKNOWLEDGED, set())
+        if no_ack:
+            unacknowledged.add(queue)
+        else:
+            unacknowledged.discard(queue)
+        return original(self, queue, *args, **kwargs)
+
+    return basic_consume
+
+
+def _append(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``QoS.append``: a message the script held is only noted in memory (kombu would write the
+    same copy to ``unacked`` again, one more round trip per message)."""
+    from kombu.transport import virtual
+
+    remember: Callable[..., Any] = virtual.QoS.append
+
+    @functools.wraps(original)
+    def append(self: Any, message: Any, delivery_tag: str) -> Any:
+        if delivery_tag in self.channel.__dict__.get(_HELD, ()):
+            return remember(self, message, delivery_tag)
+        return original(self, message, delivery_tag)
+
+    return append
+
+
+def atomic_delivery_installed() -> bool:
+    """Whether kombu's Redis channel class of this process carries the patch."""
+    try:
+        from kombu.transport import redis as kombu_redis
+    except ImportError:
+        return False
+    return bool(getattr(kombu_redis.Channel, _INSTALLED, False))
+
+
+def install_atomic_delivery(kombu_version: tuple[int, ...] = tuple(kombu.VERSION[:2])) -> bool:
+    """Patch kombu's Redis channel class (idempotent); whether it carries the patch afterwards.
+
+    A kombu outside :data:`KOMBU_VERSIONS`, or without the Redis client library, is left as it is."""
+    try:
+        from kombu.transport import redis as kombu_redis
+    except ImportError:  # no redis-py: no Redis broker in this process
+        return False
+    first, beyond = KOMBU_VERSIONS
+    if not first <= tuple(kombu_version[:2]) < beyond:
+        return False
+    channel = kombu_redis.Channel
+    if not getattr(channel, _INSTALLED, False):
+        patches = {
+            "_put": _put,
+            "basic_consume": _basic_consume,
+            "_brpop_start": _brpop_start,
+            "_brpop_read": _brpop_read,
+        }
+        for name, patch in patches.items():
+            setattr(channel, name, patch(getattr(channel, name)))
+        qos: Any = kombu_redis.QoS
+        qos.append = _append(qos.append)
+        setattr(channel, _INSTALLED, True)
+    return True

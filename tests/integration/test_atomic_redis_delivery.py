@@ -1,0 +1,167 @@
+"""A message taken from a Redis queue is never only in a worker's memory (``redis_delivery.py``).
+
+The window the fault suite found (``worker SIGKILLed``, ``Redis restarted``: a record-search run
+whose branch message vanished): kombu pops a message with ``BRPOP`` and writes it to the
+``unacked`` hash in a second command, so a worker that dies between the two, or a Redis that
+stops before the reply left, loses it. Here the worker "dies" the moment the server has run its
+poll command: the connection is closed before the reply is read. With the patch the message is
+held in ``unacked`` and the visibility timeout brings it back; with kombu alone it is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from kombu import Connection, Exchange, Queue
+
+from agentloop.orchestration.celery_adapter.app import create_app
+from agentloop.orchestration.celery_adapter.redis_delivery import (
+    DOORBELL_TOKENS,
+    OPTION,
+    doorbell_key,
+    install_atomic_delivery,
+)
+from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+
+pytestmark = pytest.mark.integration
+
+QUEUE = "atomic-delivery"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    try:
+        with private_redis_server() as started:
+            yield started
+    except ServiceUnavailable as unavailable:
+        pytest.skip(unavailable.reason)
+
+
+@pytest.fixture
+def client(server: RedisServer) -> Iterator[redis.Redis]:
+    direct = redis.Redis.from_url(server.url)
+    direct.flushdb()
+    yield direct
+    direct.close()
+
+
+def _connection(server: RedisServer, *, atomic: bool) -> Connection:
+    assert install_atomic_delivery(), "the patch must apply to the kombu this project installs"
+    return Connection(server.url, transport_options={OPTION: atomic, "visibility_timeout": 1})
+
+
+def _send(connection: Connection, body: dict[str, Any]) -> None:
+    queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
+    with connection.Producer() as producer:
+        producer.publish(body, exchange=queue.exchange, routing_key=QUEUE, declare=[queue])
+
+
+def _poll_then_die(connection: Connection, client: redis.Redis) -> None:
+    """Start consuming, send the channel's poll command, and close the connection once the server
+    has taken the message off the queue, before the reply is read (a worker killed right there)."""
+    channel: Any = connection.default_channel
+    channel.basic_consume(QUEUE, False, lambda message: None, "dies")
+    channel.connection.cycle._register_BRPOP(channel)  # what the worker's poller does: the poll is sent
+    deadline = time.monotonic() + 10
+    while client.llen(QUEUE) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.llen(QUEUE) == 0, "the server never took the message"
+    channel.client.connection.disconnect()
+
+
+def _held(client: redis.Redis) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(raw)[0] for raw in client.hvals("unacked")]
+
+
+def test_a_message_taken_by_a_worker_that_dies_before_the_reply_is_held_and_comes_back(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    sender = _connection(server, atomic=True)
+    _send(sender, {"n": 1})
+    assert client.llen(doorbell_key(QUEUE)) == 1  # the sender rang, in the message's transaction
+    worker = _connection(server, atomic=True)
+    _poll_then_die(worker, client)
+    held = _held(client)
+    assert [message["properties"]["delivery_info"]["routing_key"] for message in held] == [QUEUE]
+    assert client.zcard("unacked_index") == 1
+    # the visibility timeout (1 s here) passes; another worker's sweep puts it back on its queue
+    other: Any = _connection(server, atomic=True).default_channel
+    deadline = time.monotonic() + 10
+    while not client.llen(QUEUE) and time.monotonic() < deadline:
+        other.qos.restore_visible(num=10, interval=1)
+        time.sleep(0.1)
+    assert client.llen(QUEUE) == 1 and client.hlen("unacked") == 0
+    for connection in (sender, worker, other.connection.client):
+        connection.release()
+
+
+def test_kombu_alone_loses_that_message(server: RedisServer, client: redis.Redis) -> None:
+    """The defect itself (celery/kombu#305): should kombu fix it, this test says the patch may go."""
+    sender = _connection(server, atomic=False)
+    _send(sender, {"n": 1})
+    worker = _connection(server, atomic=False)
+    _poll_then_die(worker, client)
+    assert client.llen(QUEUE) == 0 and client.hlen("unacked") == 0  # nowhere: lost
+    sender.release()
+    worker.release()
+
+
+def test_a_waiting_worker_is_woken_by_the_doorbell_and_a_plain_sender_is_still_served(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    received: list[Any] = []
+    worker = _connection(server, atomic=True)
+    queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
+    with worker.Consumer([queue], callbacks=[lambda body, message: (received.append(body), message.ack())]):
+        with pytest.raises(TimeoutError):  # empty: the channel looked, and now waits on the doorbell
+            worker.drain_events(timeout=0.5)
+        _send(_connection(server, atomic=True), {"n": 1})
+        while len(received) < 1:
+            worker.drain_events(timeout=5)
+        _send(_connection(server, atomic=False), {"n": 2})  # another service's plain Celery: no token
+        while len(received) < 2:
+            worker.drain_events(timeout=5)
+    assert received == [{"n": 1}, {"n": 2}]
+    assert client.hlen("unacked") == 0  # both acknowledged
+    worker.release()
+
+
+def test_the_doorbell_keeps_a_bounded_number_of_tokens(server: RedisServer, client: redis.Redis) -> None:
+    sender = _connection(server, atomic=True)
+    for n in range(DOORBELL_TOKENS + 20):
+        _send(sender, {"n": n})
+    assert client.llen(QUEUE) == DOORBELL_TOKENS + 20
+    assert client.llen(doorbell_key(QUEUE)) == DOORBELL_TOKENS
+    sender.release()
+
+
+def test_apps_turn_it_on_for_redis_only() -> None:
+    redis_app = create_app(overrides={"broker_url": "redis://127.0.0.1:1/0"})
+    amqp_app = create_app(overrides={"broker_url": "amqp://guest:guest@127.0.0.1:1//"})
+    assert redis_app.conf.broker_transport_options[OPTION] is True
+    assert OPTION not in amqp_app.conf.broker_transport_options
+    redis_app.close()
+    amqp_app.close()
+
+
+def test_a_queue_consumed_without_acknowledgements_holds_nothing(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    """Celery's control replies are consumed with ``no_ack``: kombu never acknowledges them, so a
+    held copy would come back after every visibility timeout, for ever."""
+    received: list[Any] = []
+    worker = _connection(server, atomic=True)
+    queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
+    with worker.Consumer([queue], callbacks=[lambda body, message: received.append(body)], no_ack=True):
+        _send(_connection(server, atomic=True), {"n": 1})
+        while not received:
+            worker.drain_events(timeout=5)
+    assert received == [{"n": 1}]
+    assert client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0
+    worker.release()
