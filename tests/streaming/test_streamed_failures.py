@@ -31,7 +31,7 @@ TEXT = "The first words arrive, then the line goes quiet."
     [
         (
             "disconnect",
-            "openai: connection error after 1 attempt: RemoteProtocolError: peer closed connection",
+            "openai: stream broken: RemoteProtocolError: peer closed connection",
         ),
         ("malformed", "openai: unreadable stream chunk: JSONDecodeError"),
         ("error", "openai: APIError: the model stopped mid-stream"),
@@ -129,7 +129,7 @@ async def test_a_run_whose_stream_breaks_ends_degraded_like_any_model_failure(
 
     assert (outcome.status, outcome.result) == ("degraded", [])
     (failure,) = outcome.failures
-    assert failure.action == "plan_search" and "connection error" in failure.reason
+    assert failure.action == "plan_search" and "stream broken" in failure.reason
     assert API_KEY not in failure.reason
     phases = [event.phase for event in recorder.events]
     assert phases.index("delta") < phases.index("model_unavailable") < phases.index("degraded")

@@ -131,6 +131,6 @@ def test_a_stream_broken_part_way_degrades_the_run_on_the_worker(rig: Rig) -> No
     assert record is not None and record.status == "degraded"
     assert result["message"] == MODEL_UNAVAILABLE_MESSAGE
     (failure,) = record.error["failures"]
-    assert "connection error" in failure["reason"] and API_KEY not in failure["reason"]
+    assert "stream broken" in failure["reason"] and API_KEY not in failure["reason"]
     phases = [event["phase"] for event in rig.events(handle)]
     assert "delta" in phases and phases.index("delta") < phases.index("model_unavailable")

@@ -55,7 +55,7 @@ async def test_a_stream_still_broken_after_the_retries_is_a_failure_whose_deltas
 
     response = await send(make_processor(stream_interval=0, max_retries=1), sink=sink)
 
-    assert response.has_error and "connection error" in str(response.error)
+    assert response.has_error and "stream broken" in str(response.error)
     assert len(server.posted("/v1/chat/completions")) == 2
     assert [data for data in sink.data() if data.get("discard")] == [{"seq": 3, "discard": True}] * 2
     assert shown(sink) == ""

@@ -276,6 +276,13 @@ class SdkProcessor(StreamedReplies, BaseProcessor, Generic[ClientT]):
             return f"unreadable stream {self.stream_piece}: {type(error).__name__}: {error}"
         except Exception as error:  # the contract: a model fault is a value, never an exception
             reraise_interruption(error)
+            if (
+                tally.broke
+                and isinstance(error, self.errors.connection)
+                and not isinstance(error, self.errors.timeout)
+            ):
+                cause = error.__cause__ or error  # the SDK wrapped the transport error that broke it
+                return f"stream broken: {type(cause).__name__}: {cause}"
             return self._described(error, mid_stream=True)
 
     # the wire, one provider's

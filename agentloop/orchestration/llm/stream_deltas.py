@@ -176,6 +176,9 @@ class StreamTally:
     what the call cost, whatever became of it."""
 
     usage: Usage = field(default_factory=Usage)
+    #: Whether the error the call ends with broke a stream that had opened (read part-way), not
+    #: its opening: the SDK wraps the same dropped connection either way, depending on timing.
+    broke: bool = False
 
 
 async def stream_reply(
@@ -201,6 +204,7 @@ async def stream_reply(
     attempt = 0
     while True:
         reporter = delta_reporter(action, interval)
+        tally.broke = False  # what opening raises is the SDK's (it retried it)
         stream = await open_stream()
         reader = reader_for(reporter)
         failure: AiResponse | Exception
@@ -220,7 +224,7 @@ async def stream_reply(
                 await reporter.discard()
             if not broken(error):
                 raise
-            failure = error
+            failure, tally.broke = error, True
         else:
             if reporter is not None:
                 await reporter.discard()
