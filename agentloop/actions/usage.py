@@ -14,6 +14,9 @@ run store, shared by every task and worker of the run.
 A meter may also count the run's step-cache use (``actions/caching.py``): a meter with a
 ``record_cache`` method hears each cache hit (with the tokens it saved) and miss through
 :func:`report_cache_use`; :class:`InMemoryUsageMeter` sums them in :attr:`InMemoryUsageMeter.cache`.
+Likewise a meter with a ``record_tool_call`` method hears each tool call an MCP server was asked
+(``orchestration/mcp/tools.py``) through :func:`report_tool_call`, summed in
+:attr:`InMemoryUsageMeter.tool_calls`.
 """
 
 from __future__ import annotations
@@ -98,7 +101,13 @@ class InMemoryUsageMeter:
         self.budget = budget
         self.usage = Usage()
         self.cache = CacheUsage()
+        self.tool_calls = 0
         self._lock = threading.Lock()
+
+    def record_tool_call(self) -> None:
+        """Count one MCP tool call."""
+        with self._lock:
+            self.tool_calls += 1
 
     def record_cache(self, *, hit: bool, tokens_saved: int = 0) -> None:
         """Count one step-cache hit (with the tokens it saved) or miss."""
@@ -201,3 +210,16 @@ def report_cache_use(*, hit: bool, tokens_saved: int = 0) -> None:
         logger.warning(
             "the usage meter failed to count a step-cache %s", "hit" if hit else "miss", exc_info=True
         )
+
+
+def report_tool_call() -> None:
+    """An MCP server was asked for a tool call (it answered, or failed): told to the meter when it
+    counts tool calls (a ``record_tool_call`` method); counting is observation, so a failing meter
+    is logged."""
+    record = getattr(_meter.get(), "record_tool_call", None)
+    if record is None:
+        return
+    try:
+        record()
+    except Exception:
+        logger.warning("the usage meter failed to count a tool call", exc_info=True)

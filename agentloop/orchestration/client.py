@@ -123,21 +123,16 @@ class RunHandle:
 
     @property
     def usage(self) -> dict[str, int] | None:
-        """The run's usage so far: ``input_tokens``, ``output_tokens``, and its step-cache
-        ``cache_hits``, ``cache_misses`` and ``tokens_saved``; ``None`` before a worker records it."""
+        """The run's usage so far: ``input_tokens``, ``output_tokens``, its step-cache
+        ``cache_hits``, ``cache_misses`` and ``tokens_saved``, and its MCP ``tool_calls``; ``None``
+        before a worker records it."""
         if self.store is None:
             usage = self._record("usage")
             return None if usage is None else {key: int(value) for key, value in usage.items()}
         record = self.store.get_run(self.run_id)
         if record is None:
             return None
-        return {
-            "input_tokens": record.input_tokens,
-            "output_tokens": record.output_tokens,
-            "cache_hits": record.cache_hits,
-            "cache_misses": record.cache_misses,
-            "tokens_saved": record.tokens_saved,
-        }
+        return record.usage()
 
     @property
     def stopped_by(self) -> str:

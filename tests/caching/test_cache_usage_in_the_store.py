@@ -125,5 +125,6 @@ def test_the_web_views_the_progress_page_and_the_cli_show_the_cache_use() -> Non
         "cache_hits": 2,
         "cache_misses": 1,
         "tokens_saved": 48,
+        "tool_calls": 0,
     }
     assert _cells(record)["cache hit/miss"] == "2/1 (48 saved)"

@@ -93,6 +93,7 @@ def test_a_result_cached_by_one_worker_is_a_hit_on_the_other_which_calls_no_mode
         "cache_hits": 0,
         "cache_misses": 1,
         "tokens_saved": 0,
+        "tool_calls": 0,
     }
     assert second.usage == {
         "input_tokens": 0,
@@ -100,6 +101,7 @@ def test_a_result_cached_by_one_worker_is_a_hit_on_the_other_which_calls_no_mode
         "cache_hits": 1,
         "cache_misses": 0,
         "tokens_saved": 30,
+        "tool_calls": 0,
     }
 
 

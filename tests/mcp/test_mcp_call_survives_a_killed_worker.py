@@ -72,5 +72,7 @@ def test_a_worker_killed_after_the_call_resumes_without_calling_the_tool_again(
             assert worker.log_text().count("exited with 'signal 9 (SIGKILL)'") == 1
             assert calls.read_text().splitlines()[0].startswith("add ")
             assert len(calls.read_text().splitlines()) == 1  # the tool was called once, not again
+            assert record.tool_calls == 1  # the run's usage counts that one call, not the resumed read
+            assert handle.usage is not None and handle.usage["tool_calls"] == 1
     finally:
         app.close()

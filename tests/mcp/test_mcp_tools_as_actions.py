@@ -16,6 +16,7 @@ from mcp_support import Calls
 from agentloop import AgentActionRegistry, AiDrivenAgentLoop, InlineAgentRunner, ProceduralAgentLoop
 from agentloop.actions.errors import RunCancelledError, RunDeadlineExceededError
 from agentloop.actions.recording import MCP_CALL, InMemoryRecording
+from agentloop.actions.usage import InMemoryUsageMeter
 from agentloop.loops.scope import CancellationToken
 from agentloop.orchestration.errors import McpConfigError, McpUnavailableError, NetworkBlockedError
 from agentloop.orchestration.mcp.servers import McpServer
@@ -248,14 +249,15 @@ async def test_a_recorded_run_replays_its_mcp_results_with_no_call(http: tuple[M
     server, calls = http
     actions = await McpToolset(server).load_actions()
     agent = loop_over(actions)
-    recording = InMemoryRecording()
+    recording, meter = InMemoryRecording(), InMemoryUsageMeter()
     model = ScriptedModel([tool_call("add", {"a": 3, "b": 4}), text_reply("7")])
     output = await InlineAgentRunner.create(runnable=agent, context={"processor": model}).request(
-        input="add", recording=recording
+        input="add", recording=recording, meter=meter
     )
     (entry,) = [e for e in recording.entries if e.kind == MCP_CALL]
     assert entry.data["outcome"]["value"] == {"result": 7}
     assert calls.count() == 1
+    assert meter.tool_calls == 1  # the run's usage counts the call, as it counts model tokens
 
     report = await replay(
         RunRecording(

@@ -35,7 +35,7 @@ TABLES = {
     "run_recordings",
     "concurrency_slots",
 }
-HEAD = "0013"
+HEAD = "0014"
 
 
 def _tables(url: str) -> set[str]:

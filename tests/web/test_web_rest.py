@@ -38,6 +38,7 @@ def test_a_run_started_over_http_runs_on_the_worker_and_reads_back(rig: WebRig) 
         "cache_hits": 0,
         "cache_misses": 0,
         "tokens_saved": 0,
+        "tool_calls": 0,
     }
 
 

@@ -398,14 +398,8 @@ def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> di
 
 
 def usage_of(record: RunRecord) -> dict[str, int]:
-    """A run's usage on the progress page: tokens, and its step-cache hits, misses and tokens saved."""
-    return {
-        "input_tokens": record.input_tokens,
-        "output_tokens": record.output_tokens,
-        "cache_hits": record.cache_hits,
-        "cache_misses": record.cache_misses,
-        "tokens_saved": record.tokens_saved,
-    }
+    """A run's usage on the progress page (:meth:`RunRecord.usage`)."""
+    return record.usage()
 
 
 def cancel(self: Task, run_id: str) -> bool:

@@ -41,7 +41,17 @@ runs = typer.Typer(help="Runs recorded in the run store (DATABASE_URL).", no_arg
 
 
 #: The columns of ``runs list``, and the order in which they give way on a narrow terminal.
-COLUMNS = ("run id", "runnable", "status", "key", "tokens in/out", "cache hit/miss", "created", "finished")
+COLUMNS = (
+    "run id",
+    "runnable",
+    "status",
+    "key",
+    "tokens in/out",
+    "cache hit/miss",
+    "tool calls",
+    "created",
+    "finished",
+)
 _GIVE_WAY = ("cache hit/miss", "finished", "key", "tokens in/out", "created")
 #: The columns of ``runs list --keys``: each concurrency key's runs by place.
 KEY_COLUMNS = ("key", "in flight", "waiting", "waits", "refused", "cancelled for room")
@@ -56,6 +66,7 @@ def _cells(record: RunRecord, key: str | None = None) -> dict[str, str]:
         "tokens in/out": f"{record.input_tokens}/{record.output_tokens}",
         "cache hit/miss": f"{record.cache_hits}/{record.cache_misses}"
         + (f" ({record.tokens_saved} saved)" if record.tokens_saved else ""),
+        "tool calls": str(record.tool_calls),
         "created": record.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         "finished": record.finished_at.strftime("%H:%M:%S") if record.finished_at else "",
     }

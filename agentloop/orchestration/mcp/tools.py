@@ -41,7 +41,7 @@ from agentloop.actions.errors import RunStoppedError
 from agentloop.actions.recording import MCP_CALL, outside_call
 from agentloop.actions.step_events import report_step_event
 from agentloop.actions.typed import tool_content
-from agentloop.actions.usage import check_budget
+from agentloop.actions.usage import check_budget, report_tool_call
 from agentloop.loops.scope import RunScope, current_scope
 from agentloop.orchestration.errors import (
     McpConfigError,
@@ -128,6 +128,7 @@ class McpToolAction(BaseAgentAction):
             call_tool(self.server, self.tool.name, arguments, seconds=remaining, on_progress=progress)
         )
         outcome = await self._watched(call, scope)
+        report_tool_call()  # the run's usage counts it, as a model call's tokens (never a replayed one)
         seconds = time.monotonic() - began
         status = str(outcome.get("status"))
         step_ended(f"mcp:{self.server.name}", "completed" if status == OK else "failed", seconds)

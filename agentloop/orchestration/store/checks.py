@@ -199,6 +199,7 @@ def new_run_values(
         "cache_hits": 0,
         "cache_misses": 0,
         "tokens_saved": 0,
+        "tool_calls": 0,
         "cancel_requested": False,
         "principal": principal,
     }

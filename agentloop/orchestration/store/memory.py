@@ -336,6 +336,13 @@ class InMemoryRunStore(RunStoreBase):
                 tokens_saved=record.tokens_saved + tokens_saved,
             )
 
+    def add_tool_calls(self, run_id: str, calls: int = 1) -> None:
+        """Atomically add ``calls`` MCP tool calls to the run."""
+        check_count(calls, "tool_calls")
+        with self._lock:
+            record = self._get(run_id)
+            self._runs[run_id] = replace(record, tool_calls=record.tool_calls + calls)
+
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
         """Replace the loop's checkpoint with ``(iteration, state)`` (a finished loop's record stays)."""
         row = loop_row(run_id, path, checkpoint=(iteration, state))

@@ -58,7 +58,7 @@ OPEN_STATUSES: frozenset[str] = frozenset(
 """The statuses of a run that has not ended (:meth:`RunStore.count_open_runs` counts them)."""
 
 #: The usage columns a run's children are summed on (:meth:`RunStore.summarize_children`).
-CHILD_SUMS = ("input_tokens", "output_tokens", "cache_hits", "cache_misses", "tokens_saved")
+CHILD_SUMS = ("input_tokens", "output_tokens", "cache_hits", "cache_misses", "tokens_saved", "tool_calls")
 
 
 def _datetime_to_json(value: datetime | None) -> str | None:
@@ -96,6 +96,9 @@ class RunRecord:
     cache_hits: int = 0
     cache_misses: int = 0
     tokens_saved: int = 0
+    #: MCP tool calls the run made (``orchestration/mcp/tools.py``): each one a server answered or
+    #: failed, not those a resumed loop read from its checkpoint or a replay from its recording.
+    tool_calls: int = 0
     #: Whose run it is over HTTP: the principal of the token that started it (``agentloop serve``),
     #: ``None`` for a run started another way. Not its :class:`RunOwner` (who may end it).
     principal: str | None = None
@@ -122,6 +125,18 @@ class RunRecord:
         """Input plus output tokens used so far."""
         return self.input_tokens + self.output_tokens
 
+    def usage(self) -> dict[str, int]:
+        """What the run used so far: tokens, step-cache hits, misses and tokens saved, MCP tool calls
+        (the ``usage`` of ``agentloop.progress``, of ``RunHandle.usage`` and of ``GET /runs/{id}``)."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+            "tokens_saved": self.tokens_saved,
+            "tool_calls": self.tool_calls,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (timestamps as ISO 8601 strings)."""
         data = asdict(self)
@@ -146,6 +161,7 @@ class RunRecord:
             cache_hits=int(values["cache_hits"] or 0),
             cache_misses=int(values["cache_misses"] or 0),
             tokens_saved=int(values["tokens_saved"] or 0),
+            tool_calls=int(values.get("tool_calls") or 0),
             cancel_requested=bool(values["cancel_requested"]),
         )
         return cls(**values)
@@ -329,6 +345,10 @@ class RunStore(Protocol):
 
     def add_cache_usage(self, run_id: str, *, hits: int = 0, misses: int = 0, tokens_saved: int = 0) -> None:
         """Atomically add step-cache hits, misses and tokens saved to the run."""
+        ...
+
+    def add_tool_calls(self, run_id: str, calls: int = 1) -> None:
+        """Atomically add ``calls`` MCP tool calls to the run."""
         ...
 
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:

@@ -168,6 +168,10 @@ class StoreUsageMeter:
                 raise
             logger.warning("could not record the token usage of run %s", self.run_id, exc_info=True)
 
+    def record_tool_call(self) -> None:
+        """Count one MCP tool call on the run (``orchestration/mcp/tools.py``), written at once."""
+        self.store.add_tool_calls(self.run_id)
+
     def record_cache(self, *, hit: bool, tokens_saved: int = 0) -> None:
         """Count one step-cache hit (with the tokens it saved) or miss on the run (``actions/caching.py``)."""
         saved = tokens_saved if hit else 0

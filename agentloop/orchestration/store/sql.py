@@ -374,6 +374,18 @@ class SqlRunStore(RunStoreBase):
                 raise RunNotFoundError(run_id)
 
     @retried
+    def add_tool_calls(self, run_id: str, calls: int = 1) -> None:
+        """Atomically add MCP tool calls (``SET tool_calls = tool_calls + :n``)."""
+        statement = (
+            update(runs)
+            .where(runs.c.id == run_id)
+            .values(tool_calls=runs.c.tool_calls + check_count(calls, "tool_calls"))
+        )
+        with one_statement(self.engine) as connection, connection.begin():
+            if connection.execute(statement).rowcount == 0:
+                raise RunNotFoundError(run_id)
+
+    @retried
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
         """Replace the loop's checkpoint with ``(iteration, state)``: one row per (run, path)."""
         row = loop_row(run_id, path, checkpoint=(iteration, state))

@@ -118,6 +118,8 @@ runs = Table(
     Column("cache_hits", BigInteger, nullable=False, default=0, server_default="0"),
     Column("cache_misses", BigInteger, nullable=False, default=0, server_default="0"),
     Column("tokens_saved", BigInteger, nullable=False, default=0, server_default="0"),
+    # MCP tool calls made (``orchestration/mcp/tools.py``), summed like the tokens (migration 0014).
+    Column("tool_calls", BigInteger, nullable=False, default=0, server_default="0"),
     Column("token_budget", BigInteger),
     Column("created_at", UtcDateTime(), nullable=False, default=utcnow),
     Column("started_at", UtcDateTime()),

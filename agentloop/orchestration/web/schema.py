@@ -69,6 +69,8 @@ class Usage:
     cache_hits: Long
     cache_misses: Long
     tokens_saved: Long
+    #: MCP tool calls the run made.
+    tool_calls: Long
 
 
 @strawberry.type
