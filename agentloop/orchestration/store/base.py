@@ -2,17 +2,20 @@
 
 A run store (:class:`~agentloop.orchestration.store.sql.SqlRunStore`,
 :class:`~agentloop.orchestration.store.memory.InMemoryRunStore`) inherits
-:meth:`~RunStoreBase.create_run`, :meth:`~RunStoreBase.mark_running` and
-:meth:`~RunStoreBase.finish_run` from here: the base checks every value, builds the new run as one
-:class:`NewRun` (from the keywords the protocol takes, so a caller's keyword call is unchanged), and
-counts the metrics of a first start and of an end (``orchestration/metrics/``), so a store cannot
-forget to. The store gives three primitives, each one atomic step on its storage:
+:meth:`~RunStoreBase.create_run`, :meth:`~RunStoreBase.mark_running`,
+:meth:`~RunStoreBase.finish_run` and the counters (:meth:`~RunStoreBase.add_usage`,
+:meth:`~RunStoreBase.add_cache_usage`, :meth:`~RunStoreBase.add_tool_calls`) from here: the base
+checks every value, builds the new run as one :class:`NewRun` (from the keywords the protocol
+takes, so a caller's keyword call is unchanged), and counts the metrics of a first start and of an
+end (``orchestration/metrics/``), so a store cannot forget to. The store gives four primitives,
+each one atomic step on its storage:
 
 - ``_insert_run(values, owner)``: insert the checked columns, or raise
   :class:`~agentloop.orchestration.errors.RunExistsError` with the stored run;
 - ``_mark_running(run_id)``: ``(marked, runnable of a first start or None)``;
 - ``_finish_run(asked)`` (a :class:`Finish`): :class:`Ended` when it ended the run now, else
-  :class:`Refused` with what the refusal is checked against.
+  :class:`Refused` with what the refusal is checked against;
+- ``_add_counts(run_id, counts)``: add checked counts to the run's columns at once, their new totals.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.store.checks import (
+    check_count,
     check_finish,
     check_terminal_status,
     error_value,
@@ -180,7 +184,39 @@ class RunStoreBase:
             return
         check_finish(done.record, done.owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
 
+    def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
+        """Atomically add token usage to the run; returns its new ``(input, output)`` totals."""
+        totals = self._add_counts(
+            run_id,
+            {
+                "input_tokens": check_count(input_tokens, "input_tokens"),
+                "output_tokens": check_count(output_tokens, "output_tokens"),
+            },
+        )
+        return totals["input_tokens"], totals["output_tokens"]
+
+    def add_cache_usage(self, run_id: str, *, hits: int = 0, misses: int = 0, tokens_saved: int = 0) -> None:
+        """Atomically add step-cache hits, misses and tokens saved to the run."""
+        self._add_counts(
+            run_id,
+            {
+                "cache_hits": check_count(hits, "cache_hits"),
+                "cache_misses": check_count(misses, "cache_misses"),
+                "tokens_saved": check_count(tokens_saved, "tokens_saved"),
+            },
+        )
+
+    def add_tool_calls(self, run_id: str, calls: int = 1) -> None:
+        """Atomically add ``calls`` MCP tool calls to the run."""
+        self._add_counts(run_id, {"tool_calls": check_count(calls, "tool_calls")})
+
     # the primitives a store gives
+
+    def _add_counts(self, run_id: str, counts: dict[str, int]) -> dict[str, int]:
+        """Add each of ``counts`` (checked, never negative) to the run's column of that name in one
+        atomic step; the new totals of those columns. Raises
+        :class:`~agentloop.orchestration.errors.RunNotFoundError` for an unknown run."""
+        raise NotImplementedError
 
     def _insert_run(self, values: dict[str, Any], owner: RunOwner | None) -> RunRecord:
         raise NotImplementedError

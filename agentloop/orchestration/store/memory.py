@@ -305,13 +305,15 @@ class InMemoryRunStore(RunStoreBase):
         with self._lock:
             return any(self._runs[target].cancel_requested for target in self._run_and_root(run_id))
 
-    def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
-        """Atomically add token usage; returns the new ``(input, output)`` totals."""
-        check_count(input_tokens, "input_tokens")
-        check_count(output_tokens, "output_tokens")
+    def _add_counts(self, run_id: str, counts: dict[str, int]) -> dict[str, int]:
+        """Add each of ``counts`` to the run's field of that name, under the lock; the new totals."""
         with self._lock:
-            record = self._with_usage(self._get(run_id), input_tokens, output_tokens)
-            return record.input_tokens, record.output_tokens
+            record = self._get(run_id)
+            record = replace(
+                record, **{name: getattr(record, name) + added for name, added in counts.items()}
+            )
+            self._runs[run_id] = record
+        return {name: getattr(record, name) for name in counts}
 
     def _with_usage(self, record: RunRecord, input_tokens: int, output_tokens: int) -> RunRecord:
         """Keep ``record`` with the tokens added to its usage (the caller holds the lock)."""
@@ -322,26 +324,6 @@ class InMemoryRunStore(RunStoreBase):
         )
         self._runs[record.id] = record
         return record
-
-    def add_cache_usage(self, run_id: str, *, hits: int = 0, misses: int = 0, tokens_saved: int = 0) -> None:
-        """Atomically add step-cache hits, misses and tokens saved to the run."""
-        for value, what in ((hits, "cache_hits"), (misses, "cache_misses"), (tokens_saved, "tokens_saved")):
-            check_count(value, what)
-        with self._lock:
-            record = self._get(run_id)
-            self._runs[run_id] = replace(
-                record,
-                cache_hits=record.cache_hits + hits,
-                cache_misses=record.cache_misses + misses,
-                tokens_saved=record.tokens_saved + tokens_saved,
-            )
-
-    def add_tool_calls(self, run_id: str, calls: int = 1) -> None:
-        """Atomically add ``calls`` MCP tool calls to the run."""
-        check_count(calls, "tool_calls")
-        with self._lock:
-            record = self._get(run_id)
-            self._runs[run_id] = replace(record, tool_calls=record.tool_calls + calls)
 
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
         """Replace the loop's checkpoint with ``(iteration, state)`` (a finished loop's record stays)."""

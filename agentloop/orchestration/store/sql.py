@@ -346,44 +346,20 @@ class SqlRunStore(RunStoreBase):
             return connection.execute(statement).first() is not None
 
     @retried
-    def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
-        """Atomically add token usage (``SET x = x + :n``); returns the new ``(input, output)`` totals."""
-        statement = _added_usage(run_id, input_tokens, output_tokens).returning(
-            runs.c.input_tokens, runs.c.output_tokens
+    def _add_counts(self, run_id: str, counts: dict[str, int]) -> dict[str, int]:
+        """``SET x = x + :n`` for each of ``counts``, returning the new totals, in one statement."""
+        columns = [runs.c[name] for name in counts]
+        statement = (
+            update(runs)
+            .where(runs.c.id == run_id)
+            .values({name: runs.c[name] + added for name, added in counts.items()})
+            .returning(*columns)
         )
         with one_statement(self.engine) as connection, connection.begin():
             row = connection.execute(statement).first()
         if row is None:
             raise RunNotFoundError(run_id)
-        return int(row[0]), int(row[1])
-
-    @retried
-    def add_cache_usage(self, run_id: str, *, hits: int = 0, misses: int = 0, tokens_saved: int = 0) -> None:
-        """Atomically add step-cache use (``SET x = x + :n``)."""
-        statement = (
-            update(runs)
-            .where(runs.c.id == run_id)
-            .values(
-                cache_hits=runs.c.cache_hits + check_count(hits, "cache_hits"),
-                cache_misses=runs.c.cache_misses + check_count(misses, "cache_misses"),
-                tokens_saved=runs.c.tokens_saved + check_count(tokens_saved, "tokens_saved"),
-            )
-        )
-        with one_statement(self.engine) as connection, connection.begin():
-            if connection.execute(statement).rowcount == 0:
-                raise RunNotFoundError(run_id)
-
-    @retried
-    def add_tool_calls(self, run_id: str, calls: int = 1) -> None:
-        """Atomically add MCP tool calls (``SET tool_calls = tool_calls + :n``)."""
-        statement = (
-            update(runs)
-            .where(runs.c.id == run_id)
-            .values(tool_calls=runs.c.tool_calls + check_count(calls, "tool_calls"))
-        )
-        with one_statement(self.engine) as connection, connection.begin():
-            if connection.execute(statement).rowcount == 0:
-                raise RunNotFoundError(run_id)
+        return {name: int(value) for name, value in zip(counts, row, strict=True)}
 
     @retried
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
