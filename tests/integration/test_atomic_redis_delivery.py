@@ -165,3 +165,30 @@ def test_a_queue_consumed_without_acknowledgements_holds_nothing(
     assert received == [{"n": 1}]
     assert client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0
     worker.release()
+
+
+def test_the_script_holds_any_layout_of_kombu_json_and_hands_over_what_is_not(client: redis.Redis) -> None:
+    """kombu writes ``properties`` last, where the script reads them without decoding the body; a
+    message written another way is decoded whole; one that is not JSON is handed over unheld, as
+    ``BRPOP`` would, for the worker's edge to dead-letter."""
+    import json
+
+    from agentloop.orchestration.celery_adapter.redis_delivery import POP_AND_HOLD
+
+    def pop() -> list[bytes]:
+        return list(client.eval(POP_AND_HOLD, 3, QUEUE, "unacked", "unacked_index", "1.5", "1"))
+
+    info = {"exchange": "", "routing_key": QUEUE}
+    kombu_layout = {"body": "x" * 10_000, "headers": {"properties": {"a": 1}}, "properties": {}}
+    kombu_layout["properties"] = {"delivery_info": info, "delivery_tag": "tag-last"}
+    other_layout = {"properties": {"delivery_info": info, "delivery_tag": "tag-first"}, "body": "x"}
+    client.lpush(QUEUE, json.dumps(kombu_layout))
+    client.lpush(QUEUE, json.dumps(other_layout, separators=(",", ":")))
+    client.lpush(QUEUE, b"plain text")
+    assert pop()[2:] == [b"tag-last"]
+    assert pop()[2:] == [b"tag-first"]
+    assert pop() == [QUEUE.encode(), b"plain text"]
+    held = {tag.decode(): json.loads(raw) for tag, raw in client.hgetall("unacked").items()}
+    assert set(held) == {"tag-last", "tag-first"}
+    assert held["tag-last"] == [kombu_layout, "", QUEUE]  # as kombu's own QoS.append writes it
+    assert client.zscore("unacked_index", "tag-first") == 1.5
