@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> bool:
     from agentloop import create_app, load_settings
     from agentloop.orchestration.store import open_store
     from agentloop.orchestration.wire import BATCH
-    from tests.servers.redis_server import ServiceUnavailable, private_redis_server
-    from tests.servers.worker import run_worker_process
+    from tests.services.redis_server import ServiceUnavailable, private_redis_server
+    from tests.services.worker import run_worker_process
 
     with ExitStack() as stack:
         try:

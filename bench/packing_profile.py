@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentloop.orchestration.store import open_store
     from agentloop.orchestration.wire import WorkflowNode
     from bench.model_bound.workflows import FAN, LOOP
-    from tests.servers.postgres import PostgresUnavailableError, private_postgres_database
+    from tests.services.postgres import PostgresUnavailableError, private_postgres_database
 
     try:
         database = private_postgres_database()

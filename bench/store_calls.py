@@ -3,7 +3,7 @@
 A loop task on a worker makes two store calls, a read at its start
 (``loop_record``) and one write at its end (``finish_loop`` with the task's
 progress events), plus its checkpoints; this times each of them against a
-private PostgreSQL database (``tests.servers.postgres``), one
+private PostgreSQL database (``tests.services.postgres``), one
 thread, ``--calls`` calls each (1,000), and beside them their floor: the same
 ``SELECT`` as ``loop_record`` sent by psycopg alone on an autocommit connection,
 measured in the same run. Printed per call: CPU (this process only, not the
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    from tests.servers.postgres import PostgresUnavailableError, private_postgres_database
+    from tests.services.postgres import PostgresUnavailableError, private_postgres_database
 
     try:
         with private_postgres_database() as url:

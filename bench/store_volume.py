@@ -1,7 +1,7 @@
 """``python -m bench store_volume [--size RUNS] [--rounds N] [--quick]``: the viewer's and the API's
 queries on a PostgreSQL run store of 100,000 runs and 1,000,000 events.
 
-A private PostgreSQL database (``tests.servers.postgres``) is migrated to head
+A private PostgreSQL database (``tests.services.postgres``) is migrated to head
 and filled with COPY: ``--size`` root runs (100,000; 10,000 with ``--quick``),
 ten progress events each, a checkpoint each; 20 runnables of Zipf-like
 popularity (the rarest has a few dozen runs), 1 % of runs under 100 batch
@@ -252,7 +252,7 @@ def run(url: str, *, runs: int, rounds: int) -> dict[str, Any]:
 
 
 def cli(options: BenchOptions) -> bool | None:
-    from tests.servers.postgres import PostgresUnavailableError, private_postgres_database
+    from tests.services.postgres import PostgresUnavailableError, private_postgres_database
 
     runs = options.size or (10_000 if options.quick else 100_000)
     rounds = options.rounds or (50 if options.quick else 200)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.servers import on_ci
+from tests.services import on_ci
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -18,8 +18,8 @@ import pytest
 
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunStore, open_store
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from tests.servers.worker_environment import WorkerEnvironment, embedded_app
+from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.worker_environment import WorkerEnvironment, embedded_app
 
 #: pytester for tests of test machinery; ci_policy turns skips into failures under CI=true.
 pytest_plugins = ["pytester", "ci_policy", "agentloop.testing"]

@@ -1,7 +1,7 @@
 """Configuration is read in one place: only ``orchestration/settings/loading.py`` reads the environment.
 
 Every other module receives a :class:`~agentloop.orchestration.settings.Settings`. The
-test servers' launchers (``tests/servers/``, not installed) read their own
+test servers' launchers (``tests/services/``, not installed) read their own
 ``AGENTLOOP_TEST_*`` and ``CI`` variables, which configure the test infrastructure,
 not agentloop; they are not scanned.
 """

@@ -41,7 +41,7 @@ def run_store_url(kind: str) -> Iterator[str]:
     from agentloop.orchestration.store import open_store
 
     if kind == "postgres":
-        from tests.servers.postgres import PostgresUnavailableError, private_postgres_database
+        from tests.services.postgres import PostgresUnavailableError, private_postgres_database
 
         try:
             manager = private_postgres_database()
@@ -81,8 +81,8 @@ def rig(*, store_kind: str, stages: int, worker_env: dict[str, str] | None = Non
     import redis
 
     from agentloop import create_app, load_settings
-    from tests.servers.redis_server import ServiceUnavailable, private_redis_server
-    from tests.servers.worker import run_worker_process
+    from tests.services.redis_server import ServiceUnavailable, private_redis_server
+    from tests.services.worker import run_worker_process
 
     with ExitStack() as stack:
         try:

@@ -97,8 +97,8 @@ def rig(
     import redis
 
     from agentloop import create_app, load_settings
-    from tests.servers.redis_server import ServiceUnavailable, private_redis_server
-    from tests.servers.worker import run_worker_process
+    from tests.services.redis_server import ServiceUnavailable, private_redis_server
+    from tests.services.worker import run_worker_process
 
     with ExitStack() as stack:
         try:

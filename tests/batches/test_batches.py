@@ -23,8 +23,8 @@ from agentloop.orchestration.errors import ScheduleError
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunStore, open_store
 from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_SUMMARY
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
-from tests.servers.worker import run_worker_process
+from tests.services.redis_server import ServiceUnavailable, private_redis_server
+from tests.services.worker import run_worker_process
 
 T = TypeVar("T")
 

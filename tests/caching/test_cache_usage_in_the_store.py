@@ -21,7 +21,7 @@ from agentloop.orchestration.store.seams import StoreUsageMeter
 from agentloop.orchestration.web.schema import Run
 from agentloop.orchestration.web.views import pending_view, run_view
 from agentloop.testing import ScriptedModel, tool_call
-from tests.servers.postgres import (
+from tests.services.postgres import (
     PostgresUnavailableError,
     postgres_server,
     private_database,

@@ -14,8 +14,8 @@ from agentloop.actions import InMemoryStepCache
 from agentloop.orchestration.errors import SettingsError
 from agentloop.orchestration.runtime.step_cache import CACHE_KEY_PREFIX, RedisStepCache, step_cache_for
 from agentloop.orchestration.settings import load_settings
-from tests.servers.redis_server import RedisServer
-from tests.servers.worker_environment import redis_fixture
+from tests.services.redis_server import RedisServer
+from tests.services.worker_environment import redis_fixture
 
 pytestmark = pytest.mark.integration
 

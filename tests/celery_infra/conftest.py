@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from agentloop.orchestration.celery_adapter.app import create_app
-from tests.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
-from tests.servers.redis_server import ServiceUnavailable
-from tests.servers.worker_environment import redis_fixture
+from tests.services.rabbitmq import RabbitMQTarget, private_rabbitmq
+from tests.services.redis_server import ServiceUnavailable
+from tests.services.worker_environment import redis_fixture
 
 redis_server = redis_fixture()
 

@@ -20,7 +20,7 @@ from agentloop.orchestration.celery_adapter.progress_events import (
     progress_events_of,
 )
 from agentloop.orchestration.settings import load_settings
-from tests.servers.redis_server import RedisServer
+from tests.services.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.servers import rabbitmq as rabbitmq_module
-from tests.servers.rabbitmq import private_rabbitmq_vhost
-from tests.servers.redis_server import (
+from tests.services import rabbitmq as rabbitmq_module
+from tests.services.rabbitmq import private_rabbitmq_vhost
+from tests.services.redis_server import (
     ServiceRequiredError,
     ServiceUnavailable,
     private_redis,

@@ -10,12 +10,12 @@ from contextlib import ExitStack, closing, suppress
 
 import pytest
 
-from tests.servers.postgres import (
+from tests.services.postgres import (
     PostgresUnavailableError,
     private_postgres_database,
     skip_or_fail,
 )
-from tests.servers.tcp_proxy import TcpProxy
+from tests.services.tcp_proxy import TcpProxy
 
 
 @pytest.fixture

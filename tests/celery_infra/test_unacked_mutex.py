@@ -12,7 +12,7 @@ from kombu.transport.redis import Mutex
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.settings import load_settings
-from tests.servers.redis_server import RedisServer
+from tests.services.redis_server import RedisServer
 
 RESTORE_SECONDS = 2
 

@@ -13,10 +13,10 @@ from celery.exceptions import InvalidTaskError
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.wire import PING, WIRE_VERSION
-from tests.servers import rabbitmq as rabbitmq_module
-from tests.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
-from tests.servers.redis_server import RedisServer, ServiceUnavailable
-from tests.servers.worker import WorkerStartError, run_worker_process
+from tests.services import rabbitmq as rabbitmq_module
+from tests.services.rabbitmq import RabbitMQTarget, private_rabbitmq
+from tests.services.redis_server import RedisServer, ServiceUnavailable
+from tests.services.worker import WorkerStartError, run_worker_process
 
 pytestmark = pytest.mark.integration
 

@@ -34,10 +34,10 @@ from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.wire import DEFERRALS_HEADER, LAUNCH, WIRE_HEADER
-from tests.servers.private_services import redis_and_store
-from tests.servers.rabbitmq import close_connections, list_queues, private_rabbitmq
-from tests.servers.redis_server import ServiceUnavailable
-from tests.servers.worker import WorkerProcess, run_worker_process
+from tests.services.private_services import redis_and_store
+from tests.services.rabbitmq import close_connections, list_queues, private_rabbitmq
+from tests.services.redis_server import ServiceUnavailable
+from tests.services.worker import WorkerProcess, run_worker_process
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent

@@ -197,8 +197,8 @@ def test_on_rabbitmq_a_holding_queue_left_classic_by_an_older_release_still_take
     """Releases before issue 33 declared holding queues classic, without arguments: the quorum
     declare is refused (PRECONDITION_FAILED); the message is parked in the queue as it is, with a
     warning, never refused and never looped through reconnects."""
-    from tests.servers.rabbitmq import list_queues, private_rabbitmq
-    from tests.servers.redis_server import ServiceUnavailable
+    from tests.services.rabbitmq import list_queues, private_rabbitmq
+    from tests.services.redis_server import ServiceUnavailable
 
     try:
         context = private_rabbitmq()

@@ -14,13 +14,13 @@ import pytest
 from durability_support import Rig, running_rig
 
 from agentloop.orchestration.store import open_store
-from tests.servers.postgres import (
+from tests.services.postgres import (
     PostgresUnavailableError,
     postgres_server,
     private_database,
     skip_or_fail,
 )
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.services.redis_server import ServiceUnavailable, private_redis_server
 
 
 @pytest.fixture(scope="session")

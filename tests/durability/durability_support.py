@@ -19,9 +19,9 @@ from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunRecord, SqlRunStore, open_store
 from agentloop.orchestration.wire import LAUNCH
-from tests.servers.tcp_proxy import TcpProxy
-from tests.servers.worker import WorkerProcess, run_worker_process
-from tests.servers.worker_environment import detach_result_consumer, worker_pythonpath
+from tests.services.tcp_proxy import TcpProxy
+from tests.services.worker import WorkerProcess, run_worker_process
+from tests.services.worker_environment import detach_result_consumer, worker_pythonpath
 
 HERE = Path(__file__).resolve().parent
 WORKFLOWS = "durability_workflows"

@@ -26,9 +26,9 @@ from durability_support import running_rig
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.wire import LAUNCH
-from tests.servers.rabbitmq import RabbitMQTarget, private_rabbitmq
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
-from tests.servers.worker import run_worker_process
+from tests.services.rabbitmq import RabbitMQTarget, private_rabbitmq
+from tests.services.redis_server import ServiceUnavailable, private_redis_server
+from tests.services.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

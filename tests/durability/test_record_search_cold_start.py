@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from agentloop.orchestration.errors import ContextSpecError
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.wire import LAUNCH
-from tests.servers.postgres import (
+from tests.services.postgres import (
     PostgresUnavailableError,
     postgres_server,
     private_database,

@@ -14,7 +14,7 @@ import pytest
 from edge_support import EdgeRig
 
 from agentloop.orchestration.registry import RunnableRegistry
-from tests.servers.worker_environment import WorkerEnvironment
+from tests.services.worker_environment import WorkerEnvironment
 
 HERE = Path(__file__).resolve().parent
 #: What the edge worker can run: the parity workflows, this package's, and the README's example.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloop.orchestration.store import RunStore
-from tests.servers.worker import WorkerProcess
+from tests.services.worker import WorkerProcess
 
 
 @dataclass

@@ -20,7 +20,7 @@ from agentloop.orchestration.fairness.rules import Concurrency
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import open_store
 from agentloop.orchestration.wire import LAUNCH
-from tests.servers.worker_environment import embedded_app
+from tests.services.worker_environment import embedded_app
 
 CEILING = 60.0
 

@@ -1,9 +1,9 @@
 """The broker a fault run attacks: a private Redis (broker and results) or a private RabbitMQ node.
 
 ``python -m tests.faults --broker rabbitmq`` runs every scenario on a RabbitMQ node of its own
-(:func:`~tests.servers.rabbitmq_node.private_rabbitmq_node`: the machine's RabbitMQ is never
+(:func:`~tests.services.rabbitmq_node.private_rabbitmq_node`: the machine's RabbitMQ is never
 restarted), results still in a private Redis (RabbitMQ's ``rpc://`` keeps no state for chords).
-The worker reaches the node through a :class:`~tests.servers.tcp_proxy.TcpProxy`, so a scenario
+The worker reaches the node through a :class:`~tests.services.tcp_proxy.TcpProxy`, so a scenario
 can drop its connections; clients and the test process reach it directly.
 """
 
@@ -24,9 +24,9 @@ from agentloop.orchestration.celery_adapter.config import (
     queue_config,
 )
 from agentloop.orchestration.settings import Settings
-from tests.servers.rabbitmq_node import RabbitMQNode, private_rabbitmq_node
-from tests.servers.redis_server import RedisServer
-from tests.servers.tcp_proxy import TcpProxy
+from tests.services.rabbitmq_node import RabbitMQNode, private_rabbitmq_node
+from tests.services.redis_server import RedisServer
+from tests.services.tcp_proxy import TcpProxy
 
 BrokerKind = Literal["redis", "rabbitmq"]
 BROKERS: tuple[BrokerKind, ...] = ("redis", "rabbitmq")

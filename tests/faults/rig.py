@@ -1,6 +1,6 @@
 """The deployment the fault scenarios attack: a real prefork worker on a private Redis (broker and
 results, append-only so a restart keeps its data), the run store in a private PostgreSQL database
-reached through a :class:`~tests.servers.tcp_proxy.TcpProxy` the scenarios stop,
+reached through a :class:`~tests.services.tcp_proxy.TcpProxy` the scenarios stop,
 and the record-search agent's model behind a local OpenAI-protocol server (:mod:`.chaos_model`).
 
 The test process watches from outside: it reads the run store directly (not through the proxy),
@@ -26,11 +26,11 @@ from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.store import RunStore, open_store
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
-from tests.servers.postgres import private_postgres_database
-from tests.servers.redis_server import RedisServer, private_redis_server
-from tests.servers.tcp_proxy import TcpProxy
-from tests.servers.worker import WorkerProcess, run_worker_process
-from tests.servers.worker_environment import worker_pythonpath
+from tests.services.postgres import private_postgres_database
+from tests.services.redis_server import RedisServer, private_redis_server
+from tests.services.tcp_proxy import TcpProxy
+from tests.services.worker import WorkerProcess, run_worker_process
+from tests.services.worker_environment import worker_pythonpath
 
 from .brokers import BrokerKind, BrokerUnderTest, broker_under_test
 from .chaos_model import API_KEY, MODEL_MAX_RETRIES, MODEL_TIMEOUT_SECONDS, chaos_responder

@@ -10,8 +10,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.servers.postgres import PostgresUnavailableError, skip_or_fail
-from tests.servers.redis_server import ServiceUnavailable
+from tests.services.postgres import PostgresUnavailableError, skip_or_fail
+from tests.services.redis_server import ServiceUnavailable
 
 from .rig import FaultRig
 from .suite import Scenario, run_scenario, select

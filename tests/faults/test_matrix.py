@@ -11,8 +11,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.servers.postgres import PostgresUnavailableError, skip_or_fail
-from tests.servers.redis_server import ServiceUnavailable
+from tests.services.postgres import PostgresUnavailableError, skip_or_fail
+from tests.services.redis_server import ServiceUnavailable
 
 from .invariants import summary
 from .matrix import Cell, run_cell, select

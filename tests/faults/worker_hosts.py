@@ -26,7 +26,7 @@ from rich.table import Table
 
 from agentloop.orchestration.celery_adapter.batches import summarize
 from agentloop.orchestration.wire import BATCH
-from tests.servers.worker import WorkerProcess, run_worker_process
+from tests.services.worker import WorkerProcess, run_worker_process
 
 from .rig import IMPORTS, SHORT, FaultRig
 from .tally import Outcome, ScenarioResult, settle

@@ -13,8 +13,8 @@ import pytest
 
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import SqlRunStore
-from tests.servers.worker import WorkerProcess
-from tests.servers.worker_environment import WorkerEnvironment
+from tests.services.worker import WorkerProcess
+from tests.services.worker_environment import WorkerEnvironment
 
 
 @dataclass

@@ -15,9 +15,9 @@ from human_support import start, waits
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import SqlRunStore, open_store
-from tests.servers.rabbitmq import private_rabbitmq
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
-from tests.servers.worker import run_worker_process
+from tests.services.rabbitmq import private_rabbitmq
+from tests.services.redis_server import ServiceUnavailable, private_redis_server
+from tests.services.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

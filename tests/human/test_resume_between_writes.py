@@ -27,7 +27,7 @@ from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.store.waits import ANSWERED, InMemoryWaitStore, Wait
 from agentloop.orchestration.wire import PING, RESUME, RESUME_SETTLED
-from tests.servers.redis_server import RedisServer
+from tests.services.redis_server import RedisServer
 
 PAUSED_TASK_ID = "paused-task"
 

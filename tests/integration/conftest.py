@@ -14,8 +14,8 @@ import pytest
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunStore
-from tests.servers.private_services import redis_and_store
-from tests.servers.worker import run_worker_process
+from tests.services.private_services import redis_and_store
+from tests.services.worker import run_worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What the lone worker imports (and the test's registry knows).

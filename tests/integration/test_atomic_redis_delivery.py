@@ -25,7 +25,7 @@ from agentloop.orchestration.celery_adapter.redis_delivery import (
     doorbell_key,
     install_atomic_delivery,
 )
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.next_step import Done
 from agentloop.orchestration.store import RunStore, open_store
 from agentloop.orchestration.wire import WorkflowNode
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
-from tests.servers.worker import run_worker_process
+from tests.services.redis_server import ServiceUnavailable, private_redis_server
+from tests.services.worker import run_worker_process
 
 TESTS = Path(__file__).resolve().parent.parent
 ROOT = TESTS.parent

@@ -18,7 +18,7 @@ from kombu import Connection, Exchange, Producer, Queue
 from kombu.transport import redis as kombu_redis
 
 from agentloop.orchestration.celery_adapter.patches import kombu_client_is_shared, share_channel_client
-from tests.servers.redis_server import RedisServer
+from tests.services.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.store import RunStore, open_store
 from agentloop.orchestration.wire import BATCH, LAUNCH
-from tests.servers.rabbitmq import RabbitMQTarget, list_queues, private_rabbitmq
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from tests.servers.worker import run_worker_process
+from tests.services.rabbitmq import RabbitMQTarget, list_queues, private_rabbitmq
+from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

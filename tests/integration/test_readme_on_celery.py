@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.newcomer import a_users_environment, typed
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 
 pytestmark = pytest.mark.integration
 

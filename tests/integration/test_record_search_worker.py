@@ -23,13 +23,13 @@ from agentloop.orchestration.testing.servers.openai_server import (
     Reply,
     reply_tool_call,
 )
-from tests.servers.postgres import (
+from tests.services.postgres import (
     PostgresUnavailableError,
     private_postgres_database,
     skip_or_fail,
 )
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
-from tests.servers.worker import run_worker_process
+from tests.services.redis_server import ServiceUnavailable, private_redis_server
+from tests.services.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

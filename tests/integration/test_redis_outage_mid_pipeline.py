@@ -18,8 +18,8 @@ import pytest
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.store import RunRecord, SqlRunStore, open_store
 from agentloop.orchestration.wire import LAUNCH
-from tests.servers.redis_server import RedisServer
-from tests.servers.worker import run_worker_process
+from tests.services.redis_server import RedisServer
+from tests.services.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.services.redis_server import ServiceUnavailable, private_redis_server
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ from limits_support import RecordingModel, TwoWorkers
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.store import open_store
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
-from tests.servers.redis_server import RedisServer
-from tests.servers.worker import WorkerProcess, run_worker_process
-from tests.servers.worker_environment import detach_result_consumer, redis_fixture, worker_pythonpath
+from tests.services.redis_server import RedisServer
+from tests.services.worker import WorkerProcess, run_worker_process
+from tests.services.worker_environment import detach_result_consumer, redis_fixture, worker_pythonpath
 
 redis_server = redis_fixture("module")
 

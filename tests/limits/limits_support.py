@@ -15,7 +15,7 @@ from agentloop.orchestration.testing.servers.openai_server import (
     reply_delay,
     reply_tool_call,
 )
-from tests.servers.worker import WorkerProcess
+from tests.services.worker import WorkerProcess
 
 
 @dataclass(frozen=True)

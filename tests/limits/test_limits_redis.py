@@ -27,7 +27,7 @@ from agentloop.orchestration.llm.limits import (
     WindowRateLimiter,
     current_permit,
 )
-from tests.servers.redis_server import RedisServer
+from tests.services.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,8 +15,8 @@ from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.store import RunStore, open_store
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from tests.servers.worker import run_worker_process
+from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

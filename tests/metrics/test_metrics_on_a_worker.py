@@ -27,8 +27,8 @@ from agentloop.orchestration.store import RunRecord, RunStore
 from agentloop.orchestration.web import create_web_app
 from agentloop.orchestration.wire import LAUNCH, PING
 from tests.metrics.scrape import Key, fetch, free_ports, names, samples, summed, value
-from tests.servers.private_services import redis_and_store
-from tests.servers.worker import run_worker_process
+from tests.services.private_services import redis_and_store
+from tests.services.worker import run_worker_process
 
 pytestmark = pytest.mark.integration
 

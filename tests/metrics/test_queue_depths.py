@@ -18,8 +18,8 @@ from agentloop.orchestration.celery_adapter.wire_versions import WireGate, holdi
 from agentloop.orchestration.celery_adapter.worker_metrics import queue_depths
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.wire import MAX_VERSIONS_AHEAD, WIRE_HEADER
-from tests.servers.rabbitmq import private_rabbitmq
-from tests.servers.redis_server import ServiceUnavailable, private_redis
+from tests.services.rabbitmq import private_rabbitmq
+from tests.services.redis_server import ServiceUnavailable, private_redis
 
 pytestmark = pytest.mark.integration
 

@@ -1,12 +1,12 @@
 """Fixtures of the model-processor tests: local OpenAI- and Anthropic-wire servers, processors for them
-(built by ``tests/servers/model_processors.py`` from the provider table)."""
+(built by ``tests/services/model_processors.py`` from the provider table)."""
 
 from __future__ import annotations
 
 from anthropic_support import ANTHROPIC_KEY
 from openai_support import API_KEY
 
-from tests.servers.model_processors import processors_fixture, server_fixture
+from tests.services.model_processors import processors_fixture, server_fixture
 
 openai_server = server_fixture("openai")
 make_processor = processors_fixture("openai", "openai_server", api_key=API_KEY, model="test-model")

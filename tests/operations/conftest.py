@@ -15,8 +15,8 @@ from contextlib import ExitStack
 import pytest
 from ops_support import IMPORTS, FlowerClient, OpsStack, run_flower, service_env, wait_for_events
 
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
-from tests.servers.worker import run_worker_process
+from tests.services.redis_server import ServiceUnavailable, private_redis_server
+from tests.services.worker import run_worker_process
 
 
 @pytest.fixture(scope="module")

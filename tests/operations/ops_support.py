@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.servers.redis_server import RedisServer
-from tests.servers.worker import CONFIG_ENV_VARS, WorkerProcess
+from tests.services.redis_server import RedisServer
+from tests.services.worker import CONFIG_ENV_VARS, WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

@@ -25,8 +25,8 @@ from agentloop.orchestration.testing.servers.openai_server import (
     reply_tool_call,
 )
 from agentloop.orchestration.wire import DegradedResult
-from tests.servers.worker import WorkerProcess
-from tests.servers.worker_environment import WorkerEnvironment
+from tests.services.worker import WorkerProcess
+from tests.services.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 

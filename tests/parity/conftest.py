@@ -12,7 +12,7 @@ import pytest
 
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunStore
-from tests.servers.worker_environment import WorkerEnvironment
+from tests.services.worker_environment import WorkerEnvironment
 
 #: Worker processes: more than any composite's bound in the suite.
 WORKER_CONCURRENCY = 4

@@ -34,8 +34,8 @@ from agentloop.orchestration.cli import app as cli
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.store import SqlRunStore
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
-from tests.servers.private_services import redis_and_store
-from tests.servers.worker import WorkerProcess, run_worker_process
+from tests.services.private_services import redis_and_store
+from tests.services.worker import WorkerProcess, run_worker_process
 
 pytestmark = pytest.mark.integration
 

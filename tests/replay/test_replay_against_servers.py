@@ -22,7 +22,7 @@ from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.store import SqlRunStore, open_store
 from agentloop.testing import AnthropicCompatibleServer, OpenAICompatibleServer, ReplayMismatch
-from tests.servers.worker_environment import embedded_app
+from tests.services.worker_environment import embedded_app
 
 INPUT = {"topics": ["tides", "glaciers"], "question": "How long is the word?"}
 #: The variables the CLI must not inherit from the machine.

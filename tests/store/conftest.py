@@ -1,6 +1,6 @@
 """Fixtures that run each store test on SQLite, on PostgreSQL and, where it fits, in memory.
 
-PostgreSQL comes from :mod:`tests.servers.postgres`: one private
+PostgreSQL comes from :mod:`tests.services.postgres`: one private
 database per session, migrated once and truncated before each test. Its
 parameters are marked ``integration``; without a server they skip (fail on CI).
 SQLite tests each get a copy of a database file migrated once per session.
@@ -27,7 +27,7 @@ from agentloop.orchestration.store import (
     upgrade_database,
 )
 from agentloop.orchestration.store.tables import metadata
-from tests.servers.postgres import (
+from tests.services.postgres import (
     PostgresUnavailableError,
     postgres_server,
     private_database,

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from agentloop.orchestration.runtime.step_cache import RedisStepCache
 from agentloop.orchestration.store import create_engine_for
-from tests.servers.redis_server import RedisServer
+from tests.services.redis_server import RedisServer
 
 
 def in_forked_child(work: Callable[[], str]) -> str:

@@ -7,7 +7,7 @@ import shutil
 import psycopg
 import pytest
 
-from tests.servers.postgres import (
+from tests.services.postgres import (
     ENV_URL,
     PostgresUnavailableError,
     connect_kwargs,

@@ -24,7 +24,7 @@ from agentloop.orchestration.store import (
 )
 from agentloop.orchestration.store.migrate import alembic_config
 from agentloop.orchestration.store.tables import metadata
-from tests.servers.postgres import private_database
+from tests.services.postgres import private_database
 
 TABLES = {
     "ai_tools",

@@ -2,7 +2,7 @@
 its budget, and never tries again what the data itself got wrong.
 
 PostgreSQL is made unreachable by a TCP proxy between the store and the server
-(:class:`~tests.servers.tcp_proxy.TcpProxy`): stopped, it refuses new connections
+(:class:`~tests.services.tcp_proxy.TcpProxy`): stopped, it refuses new connections
 and resets open ones, as a server that went down does.
 """
 
@@ -23,7 +23,7 @@ from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from agentloop.orchestration.errors import StoreUnavailableError
 from agentloop.orchestration.store import SqlRunStore, StoreRetry, create_engine_for
 from agentloop.orchestration.store.retry import is_connection_error
-from tests.servers.tcp_proxy import TcpProxy
+from tests.services.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 

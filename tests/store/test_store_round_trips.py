@@ -15,7 +15,7 @@ from psycopg.pq import TransactionStatus
 from sqlalchemy import create_engine
 
 from agentloop.orchestration.store import SqlRunStore, StoreRetry, open_store
-from tests.servers.postgres import private_database
+from tests.services.postgres import private_database
 
 pytestmark = pytest.mark.integration
 

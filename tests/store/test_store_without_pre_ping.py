@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 from agentloop.actions.human import Question, QuestionKind
 from agentloop.orchestration.store import SqlRunStore, SqlToolStore, StoreRetry, open_store
 from agentloop.orchestration.store.waits import SqlWaitStore, Wait, wait_store_for
-from tests.servers.postgres import private_database
+from tests.services.postgres import private_database
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from agentloop.orchestration.testing.servers.openai_server import (
     reply_broken_stream,
     reply_tool_call,
 )
-from tests.servers.worker_environment import WorkerEnvironment
+from tests.services.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 

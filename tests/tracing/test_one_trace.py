@@ -22,7 +22,7 @@ from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.settings.tracing import TracingSettings
 from agentloop.orchestration.store import open_store
 from agentloop.orchestration.tracing.otel import install_tracing
-from tests.servers.redis_server import ServiceUnavailable, private_redis_server
+from tests.services.redis_server import ServiceUnavailable, private_redis_server
 
 
 @pytest.fixture

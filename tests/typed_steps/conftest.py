@@ -11,7 +11,7 @@ import pytest
 
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import open_store
-from tests.servers.worker_environment import embedded_app
+from tests.services.worker_environment import embedded_app
 
 
 @pytest.fixture(scope="module")

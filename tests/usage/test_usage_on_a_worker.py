@@ -16,7 +16,7 @@ from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.errors import WorkflowFailedError
 from agentloop.orchestration.store import RunStore
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer, reply_text
-from tests.servers.worker_environment import WorkerEnvironment
+from tests.services.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 

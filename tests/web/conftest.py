@@ -14,7 +14,7 @@ from web_support import MODULES, WebRig
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.store import open_store
-from tests.servers.worker_environment import embedded_app
+from tests.services.worker_environment import embedded_app
 
 
 @pytest.fixture(scope="session")

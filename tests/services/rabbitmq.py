@@ -16,8 +16,8 @@ the broker comes from, in order:
    queue is deleted afterwards; exchanges Celery declares (``celery.pidbox``,
    ``celeryev``) are shared, which is harmless because their bindings are
    per worker.
-3. No broker: :class:`~tests.servers.redis_server.ServiceUnavailable`
-   (skip), or :class:`~tests.servers.redis_server.ServiceRequiredError`
+3. No broker: :class:`~tests.services.redis_server.ServiceUnavailable`
+   (skip), or :class:`~tests.services.redis_server.ServiceRequiredError`
    when ``CI`` is true.
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import quote
 
 from agentloop.orchestration.celery_adapter.app import create_app
-from tests.servers.redis_server import service_unavailable
+from tests.services.redis_server import service_unavailable
 
 __all__ = ["RabbitMQTarget", "close_connections", "list_queues", "private_rabbitmq", "private_rabbitmq_vhost"]
 

@@ -36,7 +36,7 @@ from typing import Any, Literal, NoReturn
 from sqlalchemy.engine import URL, make_url
 
 from agentloop.orchestration.store.database import normalize_url
-from tests.servers import on_ci
+from tests.services import on_ci
 
 ENV_URL = "AGENTLOOP_TEST_PG_URL"
 LOCAL_HOST = "127.0.0.1"

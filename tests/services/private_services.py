@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentloop.orchestration.store import SqlRunStore, SqlToolStore, open_store
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 
 
 @dataclass(frozen=True)

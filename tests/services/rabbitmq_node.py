@@ -7,7 +7,7 @@ cookie (``HOME`` is its folder), and talks to it with ``rabbitmqctl -n NODE``. I
 :meth:`RabbitMQNode.restart` (quorum queues are on disk), as a real broker's do.
 
 Needs RabbitMQ's scripts (``/usr/lib/rabbitmq/bin`` or ``AGENTLOOP_TEST_RABBITMQ_BIN``); without
-them :func:`private_rabbitmq_node` raises :class:`~tests.servers.redis_server.ServiceUnavailable`.
+them :func:`private_rabbitmq_node` raises :class:`~tests.services.redis_server.ServiceUnavailable`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from tests.servers.redis_server import _free_port, service_unavailable
+from tests.services.redis_server import _free_port, service_unavailable
 
 __all__ = ["RabbitMQNode", "private_rabbitmq_node"]
 

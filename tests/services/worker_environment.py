@@ -37,9 +37,9 @@ from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.store import RunStore, SqlRunStore, SqlToolStore
 from agentloop.orchestration.testing.servers.scripted_server import ScriptedReplyServer
-from tests.servers.private_services import redis_and_store
-from tests.servers.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from tests.servers.worker import WorkerProcess, run_worker_process
+from tests.services.private_services import redis_and_store
+from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.worker import WorkerProcess, run_worker_process
 
 __all__ = [
     "ROOT",

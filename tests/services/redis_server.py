@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.servers import on_ci
+from tests.services import on_ci
 
 __all__ = [
     "RedisServer",
