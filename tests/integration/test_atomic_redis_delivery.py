@@ -192,3 +192,35 @@ def test_the_script_holds_any_layout_of_kombu_json_and_hands_over_what_is_not(cl
     assert set(held) == {"tag-last", "tag-first"}
     assert held["tag-last"] == [kombu_layout, "", QUEUE]  # as kombu's own QoS.append writes it
     assert client.zscore("unacked_index", "tag-first") == 1.5
+
+
+def test_a_redis_that_refuses_scripts_is_served_as_kombu_serves_it(
+    server: RedisServer, client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ACL without ``EVAL`` (as some managed Redis services set): the first poll's script is
+    refused, nothing is popped, and the channel takes its messages with kombu's ``BRPOP``."""
+    client.acl_setuser(
+        "noscripts",
+        enabled=True,
+        nopass=True,
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-eval", "-evalsha"],
+    )
+    url = server.url.replace("redis://", "redis://noscripts:any@", 1)
+    assert install_atomic_delivery()
+    worker = Connection(url, transport_options={OPTION: True})
+    received: list[Any] = []
+    queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
+    try:
+        with worker.Consumer(
+            [queue], callbacks=[lambda body, message: (received.append(body), message.ack())]
+        ):
+            _send(Connection(url, transport_options={OPTION: True}), {"n": 1})
+            while not received:
+                worker.drain_events(timeout=5)
+    finally:
+        worker.release()
+        client.acl_deluser("noscripts")
+    assert received == [{"n": 1}]
+    assert "refused the delivery script" in caplog.text

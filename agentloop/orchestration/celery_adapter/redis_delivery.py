@@ -29,12 +29,15 @@ The patch is installed on kombu's Redis ``Channel`` class by :func:`install_atom
 on connections whose transport options carry :data:`OPTION` (``celery_adapter/config.py`` sets it
 for a Redis broker), so another kombu connection in the same process keeps kombu's behaviour; so
 does one with ``global_keyprefix`` (its keys are rewritten by a client this patch does not see).
-Checked with kombu 5.7 (:data:`KOMBU_VERSIONS`); other versions keep kombu's own delivery.
+A Redis that refuses the script (scripting disabled, or an ACL without ``EVAL``) answers the first
+poll with an error: that channel goes back to kombu's ``BRPOP``, with a warning that says what it
+gives up. Checked with kombu 5.7 (:data:`KOMBU_VERSIONS`); other versions keep kombu's own delivery.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +57,8 @@ __all__ = [
     "doorbell_key",
     "install_atomic_delivery",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: The transport option that turns atomic delivery on for a connection.
 OPTION = "agentloop_atomic_delivery"
@@ -128,6 +133,16 @@ _UNACKNOWLEDGED = "_agentloop_no_ack"
 _HELD = "_agentloop_held"
 #: What a channel's pending poll command is: a pop (the script) or a wait (``BRPOP`` on doorbells).
 _POP, _WAIT = "pop", "wait"
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether ``error`` is Redis refusing the script (scripting disabled, no permission for
+    ``EVAL``): an error reply, not a lost connection. Nothing was popped."""
+    try:
+        from redis.exceptions import ResponseError
+    except ImportError:  # pragma: no cover - the Redis transport needs redis-py
+        return False
+    return isinstance(error, ResponseError)
 
 
 def doorbell_key(queue: str) -> str:
@@ -219,6 +234,16 @@ def _brpop_read(original: Callable[..., Any]) -> Callable[..., Any]:
             except self.connection_errors:
                 self.client.connection.disconnect()  # the next poll reconnects
                 raise
+            except Exception as error:
+                if pending != _POP or not _refused(error):
+                    raise
+                self.__dict__[_ATOMIC] = False  # from the next poll on, kombu's own BRPOP
+                logger.warning(
+                    "Redis refused the delivery script (%s): this channel takes messages with kombu's "
+                    "BRPOP, and a worker killed between its pop and its unacked write loses that message",
+                    error,
+                )
+                raise Empty() from error
             if pending == _WAIT:  # a token, or the wait ran out: pop next time
                 self.__dict__["_agentloop_found_none"] = False
                 raise Empty()
