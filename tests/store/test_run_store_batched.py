@@ -90,6 +90,16 @@ def test_events_are_read_by_phase_and_status_without_the_others(run_store: RunSt
     after = by_phase[0][0]
     later = run_store.events("r", phase="model_unavailable", after_id=after)
     assert [e["iteration"] for _, e in later] == [4]
+    # several phases in one read (a run's end reads its failures and its loops' ends together)
+    either = run_store.events("r", phase=("model_unavailable", "iteration"))
+    assert [(e["phase"], e["iteration"]) for _, e in either] == [
+        ("iteration", 0),
+        ("model_unavailable", 1),
+        ("iteration", 2),
+        ("iteration", 3),
+        ("model_unavailable", 4),
+    ]
+    assert run_store.events("r", phase=()) == []
 
 
 def test_checkpoints_are_saved_with_the_events_before_them_and_a_level_fails_once(

@@ -576,8 +576,8 @@ class WorkflowEngine:
         :class:`~agentloop.orchestration.wire.DegradedResult` on the wire, after a last ``degraded`` event.
         The record says how it ended (``stopped_by``: ``"bound"`` when a loop's ``done`` event says
         it hit its bound, else ``"complete"``)."""
-        failures = failures_in(event for _, event in self.store.events(run_id, phase=MODEL_UNAVAILABLE))
-        bounded = bounded_paths(event for _, event in self.store.events(run_id, phase="done"))
+        ends = [event for _, event in self.store.events(run_id, phase=(MODEL_UNAVAILABLE, "done"))]
+        failures, bounded = failures_in(ends), bounded_paths(ends)  # one read for both
         stopped_by = STOPPED_BY_BOUND if bounded else STOPPED_COMPLETE
         if not failures:
             self.store.finish_run(

@@ -231,19 +231,20 @@ class InMemoryRunStore(RunStoreBase):
         *,
         after_id: int = 0,
         limit: int | None = None,
-        phase: str | None = None,
+        phase: str | Sequence[str] | None = None,
         status: str | None = None,
     ) -> list[tuple[int, dict[str, Any]]]:
         """The events of root run ``run_id`` with an id above ``after_id``, oldest first (only
-        those of ``phase`` and ``status`` when given)."""
+        those of ``phase``, or of any of several, and ``status`` when given)."""
         if limit is not None:
             check_count(limit, "limit")
+        phases = None if phase is None else {phase} if isinstance(phase, str) else set(phase)
         with self._lock:
             selected = [
                 (i, copy.deepcopy(e))
                 for i, e in self._events.get(run_id, [])
                 if i > after_id
-                and (phase is None or event_columns(e)["phase"] == phase)
+                and (phases is None or event_columns(e)["phase"] in phases)
                 and (status is None or event_columns(e)["status"] == status)
             ]
         return selected if limit is None else selected[:limit]

@@ -324,11 +324,12 @@ class RunStore(Protocol):
         *,
         after_id: int = 0,
         limit: int | None = None,
-        phase: str | None = None,
+        phase: str | Sequence[str] | None = None,
         status: str | None = None,
     ) -> list[tuple[int, dict[str, Any]]]:
         """The root run's events with an id above ``after_id``, oldest first, as ``(id, event)``;
-        only those of ``phase`` and of ``status`` when given (read without the others)."""
+        only those of ``phase`` (or of any of several phases) and of ``status`` when given (read
+        without the others)."""
         ...
 
     def request_cancel(self, run_id: str) -> None:

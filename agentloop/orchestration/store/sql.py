@@ -302,11 +302,11 @@ class SqlRunStore(RunStoreBase):
         *,
         after_id: int = 0,
         limit: int | None = None,
-        phase: str | None = None,
+        phase: str | Sequence[str] | None = None,
         status: str | None = None,
     ) -> list[tuple[int, dict[str, Any]]]:
         """The events of root run ``run_id`` with an id above ``after_id``, oldest first (only
-        those of ``phase`` and ``status`` when given, chosen by the database)."""
+        those of ``phase``, or of any of several, and ``status`` when given, chosen by the database)."""
         if not is_storable_id(run_id):
             return []
         statement = (
@@ -314,8 +314,10 @@ class SqlRunStore(RunStoreBase):
             .where(run_events.c.run_id == run_id, run_events.c.id > after_id)
             .order_by(run_events.c.id)
         )
-        if phase is not None:
+        if isinstance(phase, str):
             statement = statement.where(run_events.c.phase == phase)
+        elif phase is not None:
+            statement = statement.where(run_events.c.phase.in_(list(phase)))
         if status is not None:
             statement = statement.where(run_events.c.status == status)
         if limit is not None:
