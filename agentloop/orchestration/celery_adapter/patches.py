@@ -67,7 +67,9 @@ __all__ = [
     "install_worker_patches",
     "kombu_ack_is_patched",
     "kombu_client_is_shared",
+    "kombu_redis",
     "kombu_restore_is_patched",
+    "kombu_within",
     "mend_ack_on_dead_connection",
     "mend_restore_unacked",
     "share_channel_client",
@@ -86,21 +88,23 @@ _PATCHED = "_agentloop_patched"
 _SHARED_CLIENT = "_agentloop_shared_client"
 
 
-def _within(version: tuple[int, ...], versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+def kombu_within(version: tuple[int, ...], versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+    """Whether kombu ``version`` is in ``versions`` (``(first, beyond)``, major and minor)."""
     first, beyond = versions
     return first <= tuple(version[:2]) < beyond
 
 
-def _kombu_redis() -> Any:
+def kombu_redis() -> Any:
+    """kombu's Redis transport module, or ``None`` without its client library."""
     try:
-        from kombu.transport import redis as kombu_redis
+        from kombu.transport import redis as transport
     except ImportError:  # the Redis transport's client library is missing: nothing to mend
         return None
-    return kombu_redis
+    return transport
 
 
 def _redis_qos() -> Any:
-    transport = _kombu_redis()
+    transport = kombu_redis()
     return None if transport is None else transport.QoS
 
 
@@ -177,7 +181,7 @@ def kombu_ack_is_patched() -> bool:
 
 def kombu_client_is_shared() -> bool:
     """Whether kombu's Redis channels of this process share one client per pool (the patch above)."""
-    transport = _kombu_redis()
+    transport = kombu_redis()
     return transport is not None and getattr(transport.Channel.conn_or_acquire, _PATCHED, False)
 
 
@@ -213,18 +217,18 @@ def apply_worker_patches(kombu_version: tuple[int, ...] = tuple(kombu.VERSION[:2
 
     Idempotent. Meant for worker processes; :class:`WorkerPatches` calls it at worker start.
     """
-    transport = _kombu_redis()
+    transport = kombu_redis()
     if transport is None:
         return ()
     applied: list[str] = []
-    if _within(kombu_version, KOMBU_RESTORE_DEFECT):
+    if kombu_within(kombu_version, KOMBU_RESTORE_DEFECT):
         if not kombu_restore_is_patched():
             mend_restore_unacked(transport.QoS)
         applied.append("kombu-redis-restore-unacked")
         if not kombu_ack_is_patched():
             mend_ack_on_dead_connection(transport.QoS)
         applied.append("kombu-redis-ack-on-dead-connection")
-    if _within(kombu_version, KOMBU_CLIENT_PER_CALL):
+    if kombu_within(kombu_version, KOMBU_CLIENT_PER_CALL):
         if not kombu_client_is_shared():
             share_channel_client(transport.Channel)
         applied.append("kombu-redis-shared-client")

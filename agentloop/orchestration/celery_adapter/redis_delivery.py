@@ -44,8 +44,12 @@ from typing import Any
 
 import kombu
 from kombu.transport.virtual import Empty
+from kombu.transport.virtual import QoS as VirtualQoS
 from kombu.utils import encoding as kombu_encoding
 from kombu.utils import json as kombu_json
+from redis.exceptions import ResponseError
+
+from agentloop.orchestration.celery_adapter.patches import kombu_redis, kombu_within
 
 __all__ = [
     "DOORBELL_TOKENS",
@@ -53,7 +57,6 @@ __all__ = [
     "KOMBU_VERSIONS",
     "OPTION",
     "POP_AND_HOLD",
-    "atomic_delivery_installed",
     "doorbell_key",
     "install_atomic_delivery",
 ]
@@ -131,18 +134,10 @@ _ATOMIC = "_agentloop_atomic"
 _UNACKNOWLEDGED = "_agentloop_no_ack"
 #: ... and the delivery tags of the messages being delivered that the script already held.
 _HELD = "_agentloop_held"
-#: What a channel's pending poll command is: a pop (the script) or a wait (``BRPOP`` on doorbells).
-_POP, _WAIT = "pop", "wait"
-
-
-def _refused(error: BaseException) -> bool:
-    """Whether ``error`` is Redis refusing the script (scripting disabled, no permission for
-    ``EVAL``): an error reply, not a lost connection. Nothing was popped."""
-    try:
-        from redis.exceptions import ResponseError
-    except ImportError:  # pragma: no cover - the Redis transport needs redis-py
-        return False
-    return isinstance(error, ResponseError)
+#: ... and what its pending poll command is: a pop (the script) or a wait (``BRPOP`` on doorbells),
+_PENDING, _POP, _WAIT = "_agentloop_pending", "pop", "wait"
+#: ... and whether its last pop found its queues empty (its next poll waits on the doorbells).
+_FOUND_NONE = "_agentloop_found_none"
 
 
 def doorbell_key(queue: str) -> str:
@@ -160,10 +155,12 @@ def _atomic(channel: Any) -> bool:
     return bool(cached)
 
 
-def _ring(pipe: Any, queue: str) -> None:
+def _ring(add: Callable[..., Any], queue: str) -> None:
+    """Push a token to ``queue``'s doorbell, bounded, with ``add(command, *args)`` (a pipeline's,
+    or kombu's publish batch's)."""
     bell = doorbell_key(queue)
-    pipe.lpush(bell, 1)
-    pipe.ltrim(bell, 0, DOORBELL_TOKENS - 1)
+    add("lpush", bell, 1)
+    add("ltrim", bell, 0, DOORBELL_TOKENS - 1)
 
 
 def _put(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -174,9 +171,7 @@ def _put(original: Callable[..., Any]) -> Callable[..., Any]:
         batch = kwargs.get("_publish_batch")
         if batch is not None:  # kombu adds the message's commands to the producer's batch
             original(self, queue, message, **kwargs)
-            bell = doorbell_key(queue)
-            batch.add("lpush", bell, 1)
-            batch.add("ltrim", bell, 0, DOORBELL_TOKENS - 1)
+            _ring(batch.add, queue)
             return None
         key = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
         with self.conn_or_acquire() as client, client.pipeline() as pipe:  # MULTI: message and token
@@ -184,7 +179,7 @@ def _put(original: Callable[..., Any]) -> Callable[..., Any]:
             if self._expires and queue in self._expires:
                 for step in self.priority_steps:
                     pipe.pexpire(self._q_for_pri(queue, step), self._expires[queue])
-            _ring(pipe, queue)
+            _ring(lambda command, *args: getattr(pipe, command)(*args), queue)
             pipe.execute()
         return None
 
@@ -200,10 +195,10 @@ def _brpop_start(original: Callable[..., Any]) -> Callable[..., Any]:
         if not queues:
             return None
         connection = self.client.connection
-        if self.__dict__.get("_agentloop_found_none"):
+        if self.__dict__.get(_FOUND_NONE):
             wait = min(timeout or self.brpop_timeout or DOORBELL_WAIT_SECONDS, DOORBELL_WAIT_SECONDS)
             connection.send_command("BRPOP", *[doorbell_key(queue) for queue in queues], wait)
-            self.__dict__["_agentloop_pending"] = _WAIT
+            self.__dict__[_PENDING] = _WAIT
         else:
             unacknowledged = self.__dict__.get(_UNACKNOWLEDGED, ())
             order = [(queue, step) for step in self.priority_steps for queue in queues]
@@ -214,7 +209,7 @@ def _brpop_start(original: Callable[..., Any]) -> Callable[..., Any]:
             ]
             holds = ["0" if queue in unacknowledged else "1" for queue, _ in order]
             connection.send_command("EVAL", POP_AND_HOLD, len(keys), *keys, repr(time.time()), *holds)
-            self.__dict__["_agentloop_pending"] = _POP
+            self.__dict__[_PENDING] = _POP
         self._in_poll = connection
         self._brpop_sent_at = time.monotonic()
         return None
@@ -225,17 +220,17 @@ def _brpop_start(original: Callable[..., Any]) -> Callable[..., Any]:
 def _brpop_read(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def brpop_read(self: Any, **options: Any) -> Any:
-        if not _atomic(self) or self.__dict__.get("_agentloop_pending") is None:
+        pending = self.__dict__.pop(_PENDING, None)
+        if pending is None or not _atomic(self):
             return original(self, **options)
-        pending = self.__dict__.pop("_agentloop_pending")
         try:
             try:
                 reply = self.client.parse_response(self.client.connection, "BRPOP", **options)
             except self.connection_errors:
                 self.client.connection.disconnect()  # the next poll reconnects
                 raise
-            except Exception as error:
-                if pending != _POP or not _refused(error):
+            except ResponseError as error:  # an error reply, not a lost connection: nothing was popped
+                if pending != _POP:
                     raise
                 self.__dict__[_ATOMIC] = False  # from the next poll on, kombu's own BRPOP
                 logger.warning(
@@ -244,28 +239,24 @@ def _brpop_read(original: Callable[..., Any]) -> Callable[..., Any]:
                     error,
                 )
                 raise Empty() from error
-            if pending == _WAIT:  # a token, or the wait ran out: pop next time
-                self.__dict__["_agentloop_found_none"] = False
+            # a token, or the wait ran out: pop next time; a pop that found nothing: wait next time
+            self.__dict__[_FOUND_NONE] = pending == _POP and not reply
+            if pending == _WAIT or not reply:
                 raise Empty()
-            if not reply:
-                self.__dict__["_agentloop_found_none"] = True
-                raise Empty()
-            self.__dict__["_agentloop_found_none"] = False
             source, item, *held = reply
             queue = _text(source).rsplit(self.sep, 1)[0]
             self._queue_cycle.rotate(queue)
+            held_tags = {_text(tag) for tag in held}
             tags: set[str] = self.__dict__.setdefault(_HELD, set())
-            tags.update(_text(tag) for tag in held)  # QoS.append keeps it in memory only
+            tags |= held_tags  # QoS.append keeps them in memory only
             try:
                 self.connection._deliver(_loads(_text(item)), queue)
             finally:
-                tags.difference_update(_text(tag) for tag in held)
+                tags -= held_tags
             return True
         finally:
             self._in_poll = None
-            flush = getattr(self, "_flush_brpop_reauth", None)
-            if flush is not None:
-                flush()
+            self._flush_brpop_reauth()  # as kombu's own read does: the connection is idle now
 
     return brpop_read
 
@@ -287,9 +278,7 @@ def _basic_consume(original: Callable[..., Any]) -> Callable[..., Any]:
 def _append(original: Callable[..., Any]) -> Callable[..., Any]:
     """``QoS.append``: a message the script held is only noted in memory (kombu would write the
     same copy to ``unacked`` again, one more round trip per message)."""
-    from kombu.transport import virtual
-
-    remember: Callable[..., Any] = virtual.QoS.append
+    remember: Callable[..., Any] = VirtualQoS.append
 
     @functools.wraps(original)
     def append(self: Any, message: Any, delivery_tag: str) -> Any:
@@ -300,27 +289,14 @@ def _append(original: Callable[..., Any]) -> Callable[..., Any]:
     return append
 
 
-def atomic_delivery_installed() -> bool:
-    """Whether kombu's Redis channel class of this process carries the patch."""
-    try:
-        from kombu.transport import redis as kombu_redis
-    except ImportError:
-        return False
-    return bool(getattr(kombu_redis.Channel, _INSTALLED, False))
-
-
 def install_atomic_delivery(kombu_version: tuple[int, ...] = tuple(kombu.VERSION[:2])) -> bool:
     """Patch kombu's Redis channel class (idempotent); whether it carries the patch afterwards.
 
     A kombu outside :data:`KOMBU_VERSIONS`, or without the Redis client library, is left as it is."""
-    try:
-        from kombu.transport import redis as kombu_redis
-    except ImportError:  # no redis-py: no Redis broker in this process
+    transport = kombu_redis()
+    if transport is None or not kombu_within(kombu_version, KOMBU_VERSIONS):
         return False
-    first, beyond = KOMBU_VERSIONS
-    if not first <= tuple(kombu_version[:2]) < beyond:
-        return False
-    channel = kombu_redis.Channel
+    channel = transport.Channel
     if not getattr(channel, _INSTALLED, False):
         patches = {
             "_put": _put,
@@ -330,7 +306,7 @@ def install_atomic_delivery(kombu_version: tuple[int, ...] = tuple(kombu.VERSION
         }
         for name, patch in patches.items():
             setattr(channel, name, patch(getattr(channel, name)))
-        qos: Any = kombu_redis.QoS
+        qos: Any = transport.QoS
         qos.append = _append(qos.append)
         setattr(channel, _INSTALLED, True)
     return True
