@@ -276,14 +276,7 @@ class SdkProcessor(StreamedReplies, BaseProcessor, Generic[ClientT]):
             return f"unreadable stream {self.stream_piece}: {type(error).__name__}: {error}"
         except Exception as error:  # the contract: a model fault is a value, never an exception
             reraise_interruption(error)
-            if (
-                tally.broke
-                and isinstance(error, self.errors.connection)
-                and not isinstance(error, self.errors.timeout)
-            ):
-                cause = error.__cause__ or error  # the SDK wrapped the transport error that broke it
-                return f"stream broken: {type(cause).__name__}: {cause}"
-            return self._described(error, mid_stream=True)
+            return self._described(error, mid_stream=True, broke=tally.broke)
 
     # the wire, one provider's
 
@@ -345,7 +338,14 @@ class SdkProcessor(StreamedReplies, BaseProcessor, Generic[ClientT]):
         """How log lines name the processor: ``openai processor``."""
         return f"{self.errors.provider} processor"
 
-    def _described(self, error: Exception, *, mid_stream: bool = False) -> str:
+    def _described(self, error: Exception, *, mid_stream: bool = False, broke: bool = False) -> str:
+        """Why a call has no reply; ``mid_stream``: the error came out of reading a stream,
+        ``broke``: it broke one that had opened (a dropped connection reads "stream broken",
+        however the SDK wrapped it)."""
+        dropped = isinstance(error, self.errors.connection) and not isinstance(error, self.errors.timeout)
+        if broke and dropped:
+            cause = error.__cause__ or error  # the SDK wrapped the transport error that broke it
+            return f"stream broken: {type(cause).__name__}: {cause}"
         if isinstance(error, self.errors.base):
             return self.errors.describe(error, timeout=self.timeout)
         if mid_stream:  # the SDK passes a transport error met while reading a stream on as is

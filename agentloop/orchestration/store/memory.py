@@ -309,20 +309,12 @@ class InMemoryRunStore(RunStoreBase):
     def _add_counts(self, run_id: str, counts: dict[str, int]) -> dict[str, int]:
         """Add each of ``counts`` to the run's field of that name, under the lock; the new totals."""
         with self._lock:
-            record = self._get(run_id)
-            record = replace(
-                record, **{name: getattr(record, name) + added for name, added in counts.items()}
-            )
-            self._runs[run_id] = record
+            record = self._with_counts(self._get(run_id), counts)
         return {name: getattr(record, name) for name in counts}
 
-    def _with_usage(self, record: RunRecord, input_tokens: int, output_tokens: int) -> RunRecord:
-        """Keep ``record`` with the tokens added to its usage (the caller holds the lock)."""
-        record = replace(
-            record,
-            input_tokens=record.input_tokens + input_tokens,
-            output_tokens=record.output_tokens + output_tokens,
-        )
+    def _with_counts(self, record: RunRecord, counts: Mapping[str, int]) -> RunRecord:
+        """Keep ``record`` with each of ``counts`` added to its field (the caller holds the lock)."""
+        record = replace(record, **{name: getattr(record, name) + added for name, added in counts.items()})
         self._runs[record.id] = record
         return record
 
@@ -406,7 +398,7 @@ class InMemoryRunStore(RunStoreBase):
             self._keep_events(run_id, payloads)
             run = self._runs.get(run_id)
             if run is not None and (input_tokens or output_tokens):
-                self._with_usage(run, input_tokens, output_tokens)
+                self._with_counts(run, {"input_tokens": input_tokens, "output_tokens": output_tokens})
             kept = self._checkpoints.setdefault((run_id, path), _Checkpoint())
             if not kept.finished:
                 kept.finished, kept.result = True, row["result"]
@@ -431,7 +423,7 @@ class InMemoryRunStore(RunStoreBase):
             self._keep_events(run_id, payloads)
             run = self._runs.get(run_id)
             if run is not None and (input_tokens or output_tokens):
-                self._with_usage(run, input_tokens, output_tokens)
+                self._with_counts(run, {"input_tokens": input_tokens, "output_tokens": output_tokens})
             for row in rows:
                 kept = self._checkpoints.setdefault((run_id, row["path"]), _Checkpoint())
                 if not kept.finished:

@@ -57,7 +57,8 @@ OPEN_STATUSES: frozenset[str] = frozenset(
 )
 """The statuses of a run that has not ended (:meth:`RunStore.count_open_runs` counts them)."""
 
-#: The usage columns a run's children are summed on (:meth:`RunStore.summarize_children`).
+#: A run's usage columns (:meth:`RunRecord.usage`), the ones its children are summed on
+#: (:meth:`RunStore.summarize_children`).
 CHILD_SUMS = ("input_tokens", "output_tokens", "cache_hits", "cache_misses", "tokens_saved", "tool_calls")
 
 
@@ -128,14 +129,7 @@ class RunRecord:
     def usage(self) -> dict[str, int]:
         """What the run used so far: tokens, step-cache hits, misses and tokens saved, MCP tool calls
         (the ``usage`` of ``agentloop.progress``, of ``RunHandle.usage`` and of ``GET /runs/{id}``)."""
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_hits": self.cache_hits,
-            "cache_misses": self.cache_misses,
-            "tokens_saved": self.tokens_saved,
-            "tool_calls": self.tool_calls,
-        }
+        return {name: getattr(self, name) for name in CHILD_SUMS}
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (timestamps as ISO 8601 strings)."""

@@ -350,13 +350,7 @@ class SqlRunStore(RunStoreBase):
     @retried
     def _add_counts(self, run_id: str, counts: dict[str, int]) -> dict[str, int]:
         """``SET x = x + :n`` for each of ``counts``, returning the new totals, in one statement."""
-        columns = [runs.c[name] for name in counts]
-        statement = (
-            update(runs)
-            .where(runs.c.id == run_id)
-            .values({name: runs.c[name] + added for name, added in counts.items()})
-            .returning(*columns)
-        )
+        statement = _added_counts(run_id, counts).returning(*(runs.c[name] for name in counts))
         with one_statement(self.engine) as connection, connection.begin():
             row = connection.execute(statement).first()
         if row is None:
@@ -465,7 +459,7 @@ class SqlRunStore(RunStoreBase):
                 if rows:
                     connection.execute(run_events.insert(), rows)
                 if input_tokens or output_tokens:
-                    connection.execute(_added_usage(run_id, **tokens))
+                    connection.execute(_added_counts(run_id, tokens))
                 return connection.execute(self._upserts.finish_loop, row).scalar_one()
         with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
             if not rows and not (input_tokens or output_tokens):
@@ -510,20 +504,16 @@ class SqlRunStore(RunStoreBase):
             if rows:
                 connection.execute(run_events.insert(), rows)
             if input_tokens or output_tokens:
-                connection.execute(_added_usage(run_id, **tokens))
+                connection.execute(_added_counts(run_id, tokens))
             if loops:
                 returned = connection.execute(self._upserts.finish_loops, loops)
                 recorded.update((path, value) for path, value in returned)
         return [recorded[row["path"]] for row in loops]
 
 
-def _added_usage(run_id: str, input_tokens: int, output_tokens: int) -> Update:
-    """``UPDATE runs`` adding token usage to run ``run_id`` (``SET x = x + :n``)."""
+def _added_counts(run_id: str, counts: Mapping[str, int]) -> Update:
+    """``UPDATE runs`` adding each of ``counts`` (checked) to run ``run_id``'s column of that name
+    (``SET x = x + :n``)."""
     return (
-        update(runs)
-        .where(runs.c.id == run_id)
-        .values(
-            input_tokens=runs.c.input_tokens + check_count(input_tokens, "input_tokens"),
-            output_tokens=runs.c.output_tokens + check_count(output_tokens, "output_tokens"),
-        )
+        update(runs).where(runs.c.id == run_id).values({name: runs.c[name] + n for name, n in counts.items()})
     )

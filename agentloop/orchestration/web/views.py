@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentloop.orchestration.redaction import describe_hidden
-from agentloop.orchestration.store import RunRecord, RunStatus
+from agentloop.orchestration.store import CHILD_SUMS, RunRecord, RunStatus
 
 __all__ = ["event_view", "pending_view", "run_view"]
 
@@ -74,15 +74,7 @@ def pending_view(
         "created_at": None,
         "started_at": None,
         "finished_at": None,
-        "usage": {
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "total_tokens": 0,
-            "cache_hits": 0,
-            "cache_misses": 0,
-            "tokens_saved": 0,
-            "tool_calls": 0,
-        },
+        "usage": {**dict.fromkeys(CHILD_SUMS, 0), "total_tokens": 0},
         "token_budget": None,
         "cancel_requested": False,
         "principal": principal,
