@@ -10,6 +10,7 @@ held in ``unacked`` and the visibility timeout brings it back; with kombu alone 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,20 +26,18 @@ from agentloop.orchestration.celery_adapter.redis_delivery import (
     doorbell_key,
     install_atomic_delivery,
 )
-from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.redis_server import RedisServer
+from tests.services.worker_environment import redis_fixture
 
 pytestmark = pytest.mark.integration
 
 QUEUE = "atomic-delivery"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    try:
-        with private_redis_server() as started:
-            yield started
-    except ServiceUnavailable as unavailable:
-        pytest.skip(unavailable.reason)
+#: The queue every test sends to and consumes from.
+KOMBU_QUEUE = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
+
+server = redis_fixture("module")
 
 
 @pytest.fixture
@@ -55,9 +54,8 @@ def _connection(server: RedisServer, *, atomic: bool) -> Connection:
 
 
 def _send(connection: Connection, body: dict[str, Any]) -> None:
-    queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
     with connection.Producer() as producer:
-        producer.publish(body, exchange=queue.exchange, routing_key=QUEUE, declare=[queue])
+        producer.publish(body, exchange=KOMBU_QUEUE.exchange, routing_key=QUEUE, declare=[KOMBU_QUEUE])
 
 
 def _poll_then_die(connection: Connection, client: redis.Redis) -> None:
@@ -73,9 +71,12 @@ def _poll_then_die(connection: Connection, client: redis.Redis) -> None:
     channel.client.connection.disconnect()
 
 
-def _held(client: redis.Redis) -> list[dict[str, Any]]:
-    import json
+def _acknowledged_into(received: list[Any]) -> list[Any]:
+    """A consumer's callbacks: each body kept in ``received``, its message acknowledged."""
+    return [lambda body, message: (received.append(body), message.ack())]
 
+
+def _held(client: redis.Redis) -> list[dict[str, Any]]:
     return [json.loads(raw)[0] for raw in client.hvals("unacked")]
 
 
@@ -117,8 +118,9 @@ def test_a_waiting_worker_is_woken_by_the_doorbell_and_a_plain_sender_is_still_s
 ) -> None:
     received: list[Any] = []
     worker = _connection(server, atomic=True)
-    queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
-    with worker.Consumer([queue], callbacks=[lambda body, message: (received.append(body), message.ack())]):
+    with worker.Consumer(
+        [KOMBU_QUEUE], callbacks=[lambda body, message: (received.append(body), message.ack())]
+    ):
         with pytest.raises(TimeoutError):  # empty: the channel looked, and now waits on the doorbell
             worker.drain_events(timeout=0.5)
         _send(_connection(server, atomic=True), {"n": 1})
@@ -157,8 +159,7 @@ def test_a_queue_consumed_without_acknowledgements_holds_nothing(
     held copy would come back after every visibility timeout, for ever."""
     received: list[Any] = []
     worker = _connection(server, atomic=True)
-    queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
-    with worker.Consumer([queue], callbacks=[lambda body, message: received.append(body)], no_ack=True):
+    with worker.Consumer([KOMBU_QUEUE], callbacks=[lambda body, message: received.append(body)], no_ack=True):
         _send(_connection(server, atomic=True), {"n": 1})
         while not received:
             worker.drain_events(timeout=5)
@@ -171,8 +172,6 @@ def test_the_script_holds_any_layout_of_kombu_json_and_hands_over_what_is_not(cl
     """kombu writes ``properties`` last, where the script reads them without decoding the body; a
     message written another way is decoded whole; one that is not JSON is handed over unheld, as
     ``BRPOP`` would, for the worker's edge to dead-letter."""
-    import json
-
     from agentloop.orchestration.celery_adapter.redis_delivery import POP_AND_HOLD
 
     def pop() -> list[bytes]:
@@ -211,11 +210,8 @@ def test_a_redis_that_refuses_scripts_is_served_as_kombu_serves_it(
     assert install_atomic_delivery()
     worker = Connection(url, transport_options={OPTION: True})
     received: list[Any] = []
-    queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
     try:
-        with worker.Consumer(
-            [queue], callbacks=[lambda body, message: (received.append(body), message.ack())]
-        ):
+        with worker.Consumer([KOMBU_QUEUE], callbacks=_acknowledged_into(received)):
             _send(Connection(url, transport_options={OPTION: True}), {"n": 1})
             while not received:
                 worker.drain_events(timeout=5)
