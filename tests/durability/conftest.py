@@ -48,19 +48,19 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def rig(pg_database_url: str, redis_url: str) -> Iterator[Rig]:
+def durability_rig(pg_database_url: str, redis_url: str) -> Iterator[Rig]:
     """A worker with the default store retries (60 s)."""
     with running_rig(pg_database_url, redis_url, retry_seconds=60) as running:
         yield running
 
 
 @pytest.fixture
-def outage(rig: Rig) -> Callable[[float], None]:
+def outage(durability_rig: Rig) -> Callable[[float], None]:
     """``outage(seconds)``: PostgreSQL refuses the worker's connections (and resets open ones)."""
 
     def down_for(seconds: float) -> None:
-        assert rig.proxy is not None
-        with rig.proxy.refusing():
+        assert durability_rig.proxy is not None
+        with durability_rig.proxy.refusing():
             time.sleep(seconds)
 
     return down_for

@@ -42,8 +42,8 @@ def any_rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         url = f"sqlite:///{Path(tmp_path_factory.mktemp('unstorable')) / 'runs.sqlite3'}"
         store, _ = open_store(url)
         store.engine.dispose()
-    with running_rig(url, redis_url, retry_seconds=5, concurrency=2) as rig:
-        yield rig
+    with running_rig(url, redis_url, retry_seconds=5, concurrency=2) as durability_rig:
+        yield durability_rig
 
 
 @pytest.mark.parametrize(("case", "change", "recorded", "words"), CASES, ids=[c[0] for c in CASES])

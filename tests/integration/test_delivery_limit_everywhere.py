@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,9 @@ from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.store import RunStore, open_store
-from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.redis_server import RedisServer
 from tests.services.worker import run_worker_process
+from tests.services.worker_environment import redis_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +27,7 @@ TESTS = Path(__file__).resolve().parent.parent
 LIMIT = 2
 
 
-@pytest.fixture
-def redis() -> Iterator[RedisServer]:
-    try:
-        with private_redis_server() as server:
-            yield server
-    except ServiceUnavailable as unavailable:
-        pytest.skip(unavailable.reason)
+redis_server = redis_fixture()
 
 
 def _until(check: Any, timeout: float, what: str, log: Any = None) -> None:
@@ -46,7 +40,7 @@ def _until(check: Any, timeout: float, what: str, log: Any = None) -> None:
 
 
 def test_on_redis_a_loop_that_kills_its_process_ends_failed_at_the_delivery_limit(
-    redis: RedisServer, tmp_path: Path
+    redis_server: RedisServer, tmp_path: Path
 ) -> None:
     import workflows.durable
     import workflows.parity  # noqa: F401
@@ -63,13 +57,13 @@ def test_on_redis_a_loop_that_kills_its_process_ends_failed_at_the_delivery_limi
         "AGENTLOOP_UNACKED_RESTORE_SECONDS": "1",
     }
     settings = load_settings(
-        {"BROKER_URL": redis.url, "RESULT_BACKEND": redis.url, "DATABASE_URL": database_url}
+        {"BROKER_URL": redis_server.url, "RESULT_BACKEND": redis_server.url, "DATABASE_URL": database_url}
     )
     app = create_app(settings=settings)
     try:
         with run_worker_process(
-            broker_url=redis.url,
-            result_backend=redis.url,
+            broker_url=redis_server.url,
+            result_backend=redis_server.url,
             imports=["workflows.parity", "workflows.durable"],
             env=env,
             concurrency=1,

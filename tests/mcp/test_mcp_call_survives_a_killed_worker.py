@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,9 @@ from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.store import RunStore, open_store
-from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.redis_server import RedisServer
 from tests.services.worker import run_worker_process
+from tests.services.worker_environment import redis_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -24,17 +24,11 @@ HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 
 
-@pytest.fixture
-def redis() -> Iterator[RedisServer]:
-    try:
-        with private_redis_server() as server:
-            yield server
-    except ServiceUnavailable as unavailable:
-        pytest.skip(unavailable.reason)
+redis_server = redis_fixture()
 
 
 def test_a_worker_killed_after_the_call_resumes_without_calling_the_tool_again(
-    redis: RedisServer, tmp_path: Path
+    redis_server: RedisServer, tmp_path: Path
 ) -> None:
     import mcp_workflows  # noqa: F401
 
@@ -51,12 +45,16 @@ def test_a_worker_killed_after_the_call_resumes_without_calling_the_tool_again(
         "AGENTLOOP_UNACKED_RESTORE_SECONDS": "1",
     }
     settings = load_settings(
-        {"BROKER_URL": redis.url, "RESULT_BACKEND": redis.url, "DATABASE_URL": database_url}
+        {"BROKER_URL": redis_server.url, "RESULT_BACKEND": redis_server.url, "DATABASE_URL": database_url}
     )
     app = create_app(settings=settings)
     try:
         with run_worker_process(
-            broker_url=redis.url, result_backend=redis.url, imports=["mcp_workflows"], env=env, concurrency=1
+            broker_url=redis_server.url,
+            result_backend=redis_server.url,
+            imports=["mcp_workflows"],
+            env=env,
+            concurrency=1,
         ) as worker:
             runner = CeleryAgentRunner.create(runnable="mcp.adds_then_may_die", app=app, store=store)
             handle = runner.request_sync(input={"calls": str(calls), "arm": str(arm)})
