@@ -38,7 +38,7 @@ def label(body: dict[str, Any]) -> Reply:
     return reply_tool_call("label_ticket", {"label": "bug", "confidence": 0.9}, usage=ANSWER_USAGE)
 
 
-class Rig:
+class CachingRig:
     def __init__(self, apps: dict[str, Any], store: SqlRunStore, tools: SqlToolStore, server: Any) -> None:
         self.apps, self.store, self.tools, self.server = apps, store, tools, server
 
@@ -57,7 +57,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def caching_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def caching_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CachingRig]:
     with ExitStack() as stack:
         server = OpenAICompatibleServer(api_key=API_KEY, responder=label)
         services = WorkerEnvironment.start(
@@ -69,14 +69,16 @@ def caching_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         for queue, extra in queues.items():
             services.start_worker(["workflows.caching"], queue=queue, env=extra, concurrency=1)
             apps[queue] = services.client(queue=queue)
-        yield Rig(apps, services.store, services.tools, server)
+        yield CachingRig(apps, services.store, services.tools, server)
 
 
 def ticket() -> str:
     return f"The app crashes on start ({uuid.uuid4().hex[:8]})."
 
 
-def test_a_result_cached_by_one_worker_is_a_hit_on_the_other_which_calls_no_model(caching_rig: Rig) -> None:
+def test_a_result_cached_by_one_worker_is_a_hit_on_the_other_which_calls_no_model(
+    caching_rig: CachingRig,
+) -> None:
     text = ticket()
     first = caching_rig.run("a", text)
     second = caching_rig.run("b", text)
@@ -105,7 +107,7 @@ def test_a_result_cached_by_one_worker_is_a_hit_on_the_other_which_calls_no_mode
     }
 
 
-def test_a_degraded_model_call_is_never_cached(caching_rig: Rig) -> None:
+def test_a_degraded_model_call_is_never_cached(caching_rig: CachingRig) -> None:
     text = ticket()
     caching_rig.server.enqueue(reply_error(500, "upstream exploded"))
     failed = caching_rig.run("a", text)
@@ -122,7 +124,7 @@ def test_a_degraded_model_call_is_never_cached(caching_rig: Rig) -> None:
     ]
 
 
-def test_a_changed_tool_schema_in_the_tool_table_is_a_new_key(caching_rig: Rig) -> None:
+def test_a_changed_tool_schema_in_the_tool_table_is_a_new_key(caching_rig: CachingRig) -> None:
     text = ticket()
     before = caching_rig.run("a", text)
     caching_rig.tools.put(
@@ -140,7 +142,7 @@ def test_a_changed_tool_schema_in_the_tool_table_is_a_new_key(caching_rig: Rig) 
     assert old["data"]["key"] != new["data"]["key"] == hit["data"]["key"]
 
 
-def test_a_redis_that_cannot_be_reached_is_a_miss_not_a_failure(caching_rig: Rig) -> None:
+def test_a_redis_that_cannot_be_reached_is_a_miss_not_a_failure(caching_rig: CachingRig) -> None:
     text = ticket()
     runs = [caching_rig.run("down", text) for _ in range(2)]
 
@@ -150,7 +152,7 @@ def test_a_redis_that_cannot_be_reached_is_a_miss_not_a_failure(caching_rig: Rig
     assert [h.usage["cache_misses"] for h in runs if h.usage] == [1, 1]
 
 
-def test_a_result_expires_in_redis_after_its_ttl(caching_rig: Rig) -> None:
+def test_a_result_expires_in_redis_after_its_ttl(caching_rig: CachingRig) -> None:
     text = ticket()
     first = caching_rig.run("a", text, runnable="caching.short")  # LabelTicketBriefly: cache_ttl = 1 s
     hit = caching_rig.run("b", text, runnable="caching.short")

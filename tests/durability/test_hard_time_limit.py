@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from durability_support import WORKFLOWS, Rig, new_id, running_rig
+from durability_support import WORKFLOWS, DurabilityRig, new_id, running_rig
 from sqlalchemy.engine import make_url
 
 from agentloop.orchestration.wire import LAUNCH
@@ -28,7 +28,7 @@ KILLS, PLAIN_RUNS = 3, 24
 
 
 @pytest.fixture(scope="module")
-def prefork_rig(pg_database_url: str, redis_url: str) -> Iterator[Rig]:
+def prefork_rig(pg_database_url: str, redis_url: str) -> Iterator[DurabilityRig]:
     """Two pool children, their store the PostgreSQL database itself (no proxy between them)."""
     imports = (WORKFLOWS, "workflows.durable")
     with running_rig(
@@ -74,7 +74,7 @@ def _socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def database_sockets(durability_rig: Rig) -> dict[int, set[int]]:
+def database_sockets(durability_rig: DurabilityRig) -> dict[int, set[int]]:
     """Each worker process's sockets to the PostgreSQL server: the main process and its children."""
     postgres = _sockets_to(int(make_url(durability_rig.database_url).port or 5432))
     return {
@@ -83,7 +83,7 @@ def database_sockets(durability_rig: Rig) -> dict[int, set[int]]:
     }
 
 
-def _launch_killed(durability_rig: Rig) -> str:
+def _launch_killed(durability_rig: DurabilityRig) -> str:
     run_id = new_id()
     durability_rig.app.send_task(
         LAUNCH,
@@ -95,7 +95,7 @@ def _launch_killed(durability_rig: Rig) -> str:
     return run_id
 
 
-def test_runs_after_a_hard_time_limit_kill_share_no_database_connection(prefork_rig: Rig) -> None:
+def test_runs_after_a_hard_time_limit_kill_share_no_database_connection(prefork_rig: DurabilityRig) -> None:
     durability_rig = prefork_rig
     for _ in range(KILLS):  # one after the other: each child forked after a kill is a new one
         killed = durability_rig.ended(_launch_killed(durability_rig), timeout=60)

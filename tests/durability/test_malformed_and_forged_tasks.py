@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from durability_support import Rig, new_id
+from durability_support import DurabilityRig, new_id
 
 from agentloop.orchestration.wire import MERGE, PIPELINE_DONE, PROGRESS, RUN, STAGE
 
@@ -22,7 +22,7 @@ def _refusal(result: Any) -> str:
     return f"{type(raised.value).__name__}: {raised.value}"
 
 
-def _succeeded(durability_rig: Rig, runnable: str, goal: int = 2) -> str:
+def _succeeded(durability_rig: DurabilityRig, runnable: str, goal: int = 2) -> str:
     run_id = new_id()
     durability_rig.launch(runnable, goal, task_id=run_id, context={"step_seconds": 0}).get(timeout=60)
     assert durability_rig.ended(run_id).status == "succeeded"
@@ -40,7 +40,7 @@ MALFORMED = {
 
 @pytest.mark.parametrize(("kwargs", "says"), MALFORMED.values(), ids=MALFORMED.keys())
 def test_a_malformed_launch_is_refused_with_a_typed_error_and_its_run_fails_with_the_reason(
-    durability_rig: Rig, kwargs: dict[str, Any], says: str
+    durability_rig: DurabilityRig, kwargs: dict[str, Any], says: str
 ) -> None:
     run_id = new_id()
     refusal = _refusal(durability_rig.app.send_task("agentloop.launch", kwargs=kwargs, task_id=run_id))
@@ -53,7 +53,9 @@ def test_a_malformed_launch_is_refused_with_a_typed_error_and_its_run_fails_with
     assert page["status"] == "failed" and says in page["error"]["message"]
 
 
-def test_a_launch_whose_run_id_no_store_holds_is_refused_and_records_nothing(durability_rig: Rig) -> None:
+def test_a_launch_whose_run_id_no_store_holds_is_refused_and_records_nothing(
+    durability_rig: DurabilityRig,
+) -> None:
     task_id = new_id()
     kwargs = {"runnable": "durability.count", "input": 1, "run_id": ["not", "an", "id"]}
 
@@ -78,7 +80,7 @@ def _forgeries(run_id: str, runnable: str) -> list[tuple[str, tuple[Any, ...]]]:
 
 @pytest.mark.parametrize("runnable", ["durability.two_counts", "durability.pair", "durability.count"])
 def test_forged_internal_tasks_are_refused_and_a_finished_run_never_changes(
-    durability_rig: Rig, runnable: str
+    durability_rig: DurabilityRig, runnable: str
 ) -> None:
     run_id = _succeeded(durability_rig, runnable)
     before, events = durability_rig.store.get_run(run_id), durability_rig.store.events(run_id)
@@ -94,7 +96,7 @@ def test_forged_internal_tasks_are_refused_and_a_finished_run_never_changes(
     assert durability_rig.store.events(run_id) == events
 
 
-def test_a_task_of_its_own_run_that_has_ended_appends_nothing(durability_rig: Rig) -> None:
+def test_a_task_of_its_own_run_that_has_ended_appends_nothing(durability_rig: DurabilityRig) -> None:
     failed = new_id()
     with pytest.raises(Exception, match="failed after 1 steps"):
         durability_rig.launch("durability.fail_after", 1, task_id=failed, context={"step_seconds": 0}).get(
@@ -124,12 +126,14 @@ def test_a_task_of_its_own_run_that_has_ended_appends_nothing(durability_rig: Ri
     ["not a node", {"runnable": "durability.count"}, {"run_id": "r", "runnable": "x", "ancestors": [5]}],
     ids=["a string", "no run id", "an ancestor that is not an object"],
 )
-def test_a_malformed_node_fails_its_task_with_a_typed_error(durability_rig: Rig, node: Any) -> None:
+def test_a_malformed_node_fails_its_task_with_a_typed_error(durability_rig: DurabilityRig, node: Any) -> None:
     for name, args in [(RUN, (node, 1)), (PIPELINE_DONE, (1, node)), (MERGE, ([1], node))]:
         assert _refusal(durability_rig.app.send_task(name, args=args)).startswith("InvalidNodeError: "), name
 
 
-def test_a_node_of_the_wrong_kind_fails_with_a_typed_error_not_an_assertion(durability_rig: Rig) -> None:
+def test_a_node_of_the_wrong_kind_fails_with_a_typed_error_not_an_assertion(
+    durability_rig: DurabilityRig,
+) -> None:
     run_id = new_id()
     durability_rig.launch("durability.count", 100, task_id=run_id, context={"step_seconds": 0.05})
     deadline = time.monotonic() + 30
@@ -155,7 +159,7 @@ def redis_results(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-def _everywhere(durability_rig: Rig, results: redis.Redis, run_id: str) -> str:
+def _everywhere(durability_rig: DurabilityRig, results: redis.Redis, run_id: str) -> str:
     """The worker's log, the run's record (but its input, which it keeps by design) and events, and
     every Celery result in Redis, as text."""
     record = durability_rig.store.get_run(run_id)
@@ -180,7 +184,7 @@ REFUSED_VALUES = {
 
 @pytest.mark.parametrize("kwargs_of", REFUSED_VALUES.values(), ids=REFUSED_VALUES.keys())
 def test_a_refused_value_reaches_no_log_line_record_or_result(
-    durability_rig: Rig, redis_results: redis.Redis, kwargs_of: Any
+    durability_rig: DurabilityRig, redis_results: redis.Redis, kwargs_of: Any
 ) -> None:
     run_id, secret = new_id(), SECRET.format(new_id())
 
@@ -194,7 +198,7 @@ def test_a_refused_value_reaches_no_log_line_record_or_result(
 
 
 def test_a_step_error_quoting_its_input_is_stored_and_returned_scrubbed(
-    durability_rig: Rig, redis_results: redis.Redis
+    durability_rig: DurabilityRig, redis_results: redis.Redis
 ) -> None:
     run_id, secret = new_id(), SECRET.format(new_id())
 

@@ -7,13 +7,13 @@ import time
 from collections.abc import Callable
 
 import pytest
-from durability_support import Rig, new_id
+from durability_support import DurabilityRig, new_id
 
 from agentloop.orchestration.store import RunRecord
 from agentloop.orchestration.wire import FINALIZE, RUN
 
 
-def _succeeded(durability_rig: Rig, runnable: str = "durability.count", goal: int = 2) -> RunRecord:
+def _succeeded(durability_rig: DurabilityRig, runnable: str = "durability.count", goal: int = 2) -> RunRecord:
     run_id = new_id()
     assert durability_rig.launch(runnable, goal, task_id=run_id, context={"step_seconds": 0}).get(
         timeout=30
@@ -28,7 +28,7 @@ def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def _until_running(durability_rig: Rig, run_id: str) -> None:
+def _until_running(durability_rig: DurabilityRig, run_id: str) -> None:
     _until(lambda: getattr(durability_rig.store.get_run(run_id), "status", None) == "running")
     time.sleep(0.3)
 
@@ -51,7 +51,7 @@ BAD_RELAUNCHES = {
 
 @pytest.mark.parametrize("change", BAD_RELAUNCHES.values(), ids=BAD_RELAUNCHES.keys())
 def test_a_relaunch_under_a_new_task_id_is_refused_and_the_run_is_untouched(
-    durability_rig: Rig, change: dict
+    durability_rig: DurabilityRig, change: dict
 ) -> None:
     before = _succeeded(durability_rig)
     arguments = {"runnable": "durability.count", "input": 2, "context": {"step_seconds": 0}, **change}
@@ -67,7 +67,7 @@ def test_a_relaunch_under_a_new_task_id_is_refused_and_the_run_is_untouched(
 
 @pytest.mark.parametrize("change", BAD_RELAUNCHES.values(), ids=BAD_RELAUNCHES.keys())
 def test_a_relaunch_under_the_runs_own_task_id_is_ignored_and_its_result_is_the_runs(
-    durability_rig: Rig, change: dict
+    durability_rig: DurabilityRig, change: dict
 ) -> None:
     before = _succeeded(durability_rig)
     events = durability_rig.store.events(before.id)
@@ -83,7 +83,9 @@ def test_a_relaunch_under_the_runs_own_task_id_is_ignored_and_its_result_is_the_
     assert durability_rig.store.events(before.id) == events
 
 
-def test_the_same_launch_again_attaches_to_the_ended_run_without_running_it(durability_rig: Rig) -> None:
+def test_the_same_launch_again_attaches_to_the_ended_run_without_running_it(
+    durability_rig: DurabilityRig,
+) -> None:
     before = _succeeded(durability_rig, goal=3)
     events = durability_rig.store.events(before.id)
 
@@ -94,7 +96,7 @@ def test_the_same_launch_again_attaches_to_the_ended_run_without_running_it(dura
     assert durability_rig.store.events(before.id) == events  # not one iteration ran again
 
 
-def test_the_same_launch_while_the_run_goes_on_is_refused(durability_rig: Rig) -> None:
+def test_the_same_launch_while_the_run_goes_on_is_refused(durability_rig: DurabilityRig) -> None:
     run_id = new_id()
     first = durability_rig.launch("durability.count", 20, task_id=run_id, context={"step_seconds": 0.1})
     _until_running(durability_rig, run_id)
@@ -105,7 +107,7 @@ def test_the_same_launch_while_the_run_goes_on_is_refused(durability_rig: Rig) -
     assert durability_rig.ended(run_id).output == {"counted": 20}
 
 
-def test_a_hand_sent_finalize_cannot_set_an_ended_runs_output(durability_rig: Rig) -> None:
+def test_a_hand_sent_finalize_cannot_set_an_ended_runs_output(durability_rig: DurabilityRig) -> None:
     before = _succeeded(durability_rig)
     for args in [({"stolen": True}, before.id), ({"stolen": True}, before.id, "guessed-token")]:
         refusal = _refusal(durability_rig.app.send_task(FINALIZE, args=args))
@@ -114,7 +116,7 @@ def test_a_hand_sent_finalize_cannot_set_an_ended_runs_output(durability_rig: Ri
 
 
 def test_a_hand_sent_finalize_cannot_end_a_running_run_and_the_run_ends_its_own_way(
-    durability_rig: Rig,
+    durability_rig: DurabilityRig,
 ) -> None:
     run_id = new_id()
     result = durability_rig.launch("durability.two_counts", 20, task_id=run_id, context={"step_seconds": 0.1})
@@ -129,7 +131,7 @@ def test_a_hand_sent_finalize_cannot_end_a_running_run_and_the_run_ends_its_own_
     assert (record.status, record.output) == ("succeeded", {"counted": 21})
 
 
-def test_a_forged_node_cannot_flip_a_run_to_failed(durability_rig: Rig) -> None:
+def test_a_forged_node_cannot_flip_a_run_to_failed(durability_rig: DurabilityRig) -> None:
     run_id = new_id()
     result = durability_rig.launch("durability.count", 15, task_id=run_id, context={"step_seconds": 0.1})
     _until_running(durability_rig, run_id)
@@ -143,7 +145,7 @@ def test_a_forged_node_cannot_flip_a_run_to_failed(durability_rig: Rig) -> None:
     assert "does not own it" in durability_rig.worker.log_text()
 
 
-def test_a_relaunch_of_a_failed_run_does_not_run_it_again(durability_rig: Rig) -> None:
+def test_a_relaunch_of_a_failed_run_does_not_run_it_again(durability_rig: DurabilityRig) -> None:
     run_id = new_id()
     with pytest.raises(Exception, match="failed after 1 steps"):
         durability_rig.launch("durability.fail_after", 1, task_id=run_id, context={"step_seconds": 0}).get(
@@ -158,7 +160,7 @@ def test_a_relaunch_of_a_failed_run_does_not_run_it_again(durability_rig: Rig) -
 
 
 def test_a_second_copy_of_a_launch_while_its_run_goes_on_runs_nothing_finished_again(
-    durability_rig: Rig,
+    durability_rig: DurabilityRig,
 ) -> None:
     # the same message twice (a producer's retry, a redelivery): its first stage has finished and
     # its second is counting when the copy arrives

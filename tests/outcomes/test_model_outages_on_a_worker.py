@@ -61,7 +61,7 @@ def chaos(body: dict[str, Any]) -> Reply:
     return answer_like_the_offline_model(body)
 
 
-class Rig:
+class OutageRig:
     def __init__(
         self, app: Any, store: RunStore, worker: WorkerProcess, server: OpenAICompatibleServer
     ) -> None:
@@ -73,7 +73,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def outage_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def outage_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutageRig]:
     with ExitStack() as stack:
         server = OpenAICompatibleServer(api_key=API_KEY, responder=chaos)
         services = WorkerEnvironment.start(
@@ -86,10 +86,12 @@ def outage_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         )
         open_resources(services.database_url).dispose()  # the sample records and tools, before any task
         worker = services.start_worker(["agentloop.examples.record_search.workflows"], concurrency=4)
-        yield Rig(services.client(), services.store, worker, server)
+        yield OutageRig(services.client(), services.store, worker, server)
 
 
-def test_every_kind_of_model_outage_ends_the_run_degraded_with_the_error_recorded(outage_rig: Rig) -> None:
+def test_every_kind_of_model_outage_ends_the_run_degraded_with_the_error_recorded(
+    outage_rig: OutageRig,
+) -> None:
     handles = {
         tag: [outage_rig.ask(f"Which software companies are in Germany? {tag}") for _ in range(2)]
         for tag in OUTAGES
@@ -124,7 +126,7 @@ def test_every_kind_of_model_outage_ends_the_run_degraded_with_the_error_recorde
 
 
 def test_a_healthy_model_still_succeeds_and_an_off_topic_question_still_asks_to_rephrase(
-    outage_rig: Rig,
+    outage_rig: OutageRig,
 ) -> None:
     found = outage_rig.ask("Which software companies are in Germany?")
     off_topic = outage_rig.ask("What's the weather like today?")

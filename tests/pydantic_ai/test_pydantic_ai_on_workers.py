@@ -41,7 +41,7 @@ API_KEY = "sk-test-pydantic-ai-workers-0123456789"
 
 
 @dataclass
-class Rig:
+class AgentRig:
     app: Any
     store: SqlRunStore
     server: OpenAICompatibleServer
@@ -57,7 +57,7 @@ class Rig:
 
 
 @pytest.fixture
-def agent_rig(tmp_path: Path) -> Iterator[Rig]:
+def agent_rig(tmp_path: Path) -> Iterator[AgentRig]:
     with ExitStack() as stack:
         server = stack.enter_context(OpenAICompatibleServer(api_key=API_KEY, responder=answer))
         env = {
@@ -76,7 +76,7 @@ def agent_rig(tmp_path: Path) -> Iterator[Rig]:
             return services.worker(["workflows.pydantic_agents"])
 
         app = services.client()
-        yield Rig(app, services.store, server, tmp_path, services.env, services.cli_env, worker)
+        yield AgentRig(app, services.store, server, tmp_path, services.env, services.cli_env, worker)
 
 
 def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -87,7 +87,7 @@ def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def test_a_worker_killed_mid_run_is_resumed_by_another_repeating_no_finished_step(
-    agent_rig: Rig, monkeypatch: pytest.MonkeyPatch
+    agent_rig: AgentRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hung = agent_rig.folder / "hung"
     with agent_rig.worker() as first:
@@ -129,7 +129,7 @@ def test_a_worker_killed_mid_run_is_resumed_by_another_repeating_no_finished_ste
 
 
 def test_an_approval_pauses_the_run_and_an_answer_through_the_cli_resumes_it(
-    agent_rig: Rig, monkeypatch: pytest.MonkeyPatch
+    agent_rig: AgentRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in agent_rig.cli_env.items():
         monkeypatch.setenv(name, value)

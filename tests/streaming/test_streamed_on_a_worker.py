@@ -45,7 +45,7 @@ def answer_like_the_offline_model(body: dict[str, Any]) -> Reply:
     return reply
 
 
-class Rig:
+class StreamingRig:
     def __init__(self, app: Any, store: RunStore, server: OpenAICompatibleServer, database_url: str) -> None:
         self.app, self.store, self.server, self.database_url = app, store, server, database_url
 
@@ -58,7 +58,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def streaming_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def streaming_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamingRig]:
     with ExitStack() as stack:
         server = OpenAICompatibleServer(
             api_key=API_KEY,
@@ -81,10 +81,10 @@ def streaming_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         )
         open_resources(services.database_url).dispose()  # the sample records and tools, before any task
         services.start_worker(["agentloop.examples.record_search.workflows"], concurrency=2)
-        yield Rig(services.client(), services.store, server, services.database_url)
+        yield StreamingRig(services.client(), services.store, server, services.database_url)
 
 
-async def unstreamed_result(streaming_rig: Rig, message: str) -> dict[str, Any]:
+async def unstreamed_result(streaming_rig: StreamingRig, message: str) -> dict[str, Any]:
     """What the same agent answers in this process, on the same server and records, not streaming."""
     processor = OpenAIProcessor(
         api_key=API_KEY, base_url=streaming_rig.server.base_url, model="test-model", max_retries=0
@@ -98,7 +98,7 @@ async def unstreamed_result(streaming_rig: Rig, message: str) -> dict[str, Any]:
         return await made.generate_for_explicit_search(message=message)
 
 
-def test_deltas_reach_the_runs_event_feed_and_the_result_is_unchanged(streaming_rig: Rig) -> None:
+def test_deltas_reach_the_runs_event_feed_and_the_result_is_unchanged(streaming_rig: StreamingRig) -> None:
     handle = streaming_rig.ask(QUESTION)
     result = handle.wait_sync(timeout=120)
     expected = asyncio.run(unstreamed_result(streaming_rig, QUESTION))
@@ -123,7 +123,7 @@ def test_deltas_reach_the_runs_event_feed_and_the_result_is_unchanged(streaming_
     assert len(deltas) > len(by_call)  # throttled, yet more than one event per call at this pace
 
 
-def test_a_stream_broken_part_way_degrades_the_run_on_the_worker(streaming_rig: Rig) -> None:
+def test_a_stream_broken_part_way_degrades_the_run_on_the_worker(streaming_rig: StreamingRig) -> None:
     handle = streaming_rig.ask(f"{QUESTION} [break]")
     result = handle.wait_sync(timeout=120)
 

@@ -24,12 +24,12 @@ API_KEY = "sk-test-usage-worker-0123456789"
 PROMPT, COMPLETION = 5, 11  # the tokens the server reports for each reply
 
 
-class Rig:
+class UsageRig:
     def __init__(self, app: Any, store: RunStore, server: OpenAICompatibleServer, *, stream: bool) -> None:
         self.app, self.store, self.server, self.stream = app, store, server, stream
 
 
-def rig_for(stack: ExitStack, folder: Path, *, stream: bool) -> Rig:
+def rig_for(stack: ExitStack, folder: Path, *, stream: bool) -> UsageRig:
     server = OpenAICompatibleServer(
         api_key=API_KEY,
         responder=lambda body: reply_text("a reply", usage=(PROMPT, COMPLETION)),
@@ -43,16 +43,16 @@ def rig_for(stack: ExitStack, folder: Path, *, stream: bool) -> Rig:
         env={"OPENAI_MODEL": "test-model", "AGENTLOOP_MODEL_STREAM": "1" if stream else "0"},
     )
     services.start_worker(["workflows.usage"], concurrency=1)
-    return Rig(services.client(), services.store, server, stream=stream)
+    return UsageRig(services.client(), services.store, server, stream=stream)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["whole", "streamed"])
-def usage_rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def usage_rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UsageRig]:
     with ExitStack() as stack:
         yield rig_for(stack, tmp_path_factory.mktemp("usage"), stream=request.param)
 
 
-def test_raw_model_calls_on_a_worker_count_and_a_budget_stops_the_run(usage_rig: Rig) -> None:
+def test_raw_model_calls_on_a_worker_count_and_a_budget_stops_the_run(usage_rig: UsageRig) -> None:
     runner = CeleryAgentRunner.create(
         runnable="usage.send_thrice", context={}, app=usage_rig.app, store=usage_rig.store
     )
@@ -73,7 +73,7 @@ def test_raw_model_calls_on_a_worker_count_and_a_budget_stops_the_run(usage_rig:
     assert (handle.usage["input_tokens"], handle.usage["output_tokens"]) == (PROMPT, COMPLETION)
 
 
-def test_raw_model_calls_without_a_budget_all_count(usage_rig: Rig) -> None:
+def test_raw_model_calls_without_a_budget_all_count(usage_rig: UsageRig) -> None:
     runner = CeleryAgentRunner.create(
         runnable="usage.send_thrice", context={}, app=usage_rig.app, store=usage_rig.store
     )
