@@ -16,8 +16,12 @@ from typing import Any
 
 import pytest
 
+from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.store import RunStore, open_store
+from agentloop.orchestration.store import InMemoryRunStore, RunStore, open_store
+from tests.canvas_support import FakeTask
+from tests.newcomer import MACHINE_SETTINGS
+from tests.services.postgres import PostgresUnavailableError, postgres_server, private_database, skip_or_fail
 from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
 from tests.services.worker_environment import WorkerEnvironment, embedded_app
 
@@ -58,13 +62,56 @@ def _sqlite_url(folder: Path) -> str:
 
 
 @pytest.fixture
-def run_store(tmp_path: Path) -> Iterator[RunStore]:
+def sqlite_run_store(tmp_path: Path) -> Iterator[RunStore]:
     """A fresh SQLite run store."""
     store, _ = open_store(_sqlite_url(tmp_path))
     try:
         yield store
     finally:
         store.engine.dispose()
+
+
+#: Every run store: the memory twin, SQLite and PostgreSQL (an integration test).
+EVERY_STORE = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
+
+
+@pytest.fixture(params=EVERY_STORE)
+def each_run_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
+    """Each run store on an empty database, in turn."""
+    if request.param == "memory":
+        yield InMemoryRunStore()
+        return
+    with ExitStack() as stack:
+        if request.param == "postgresql":
+            try:
+                admin = stack.enter_context(postgres_server())
+            except PostgresUnavailableError as error:
+                skip_or_fail(str(error))
+            url = stack.enter_context(private_database(admin))
+        else:
+            url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
+        sql_store, _ = open_store(url)
+        stack.callback(sql_store.engine.dispose)
+        yield sql_store
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ``AGENTLOOP_HOME`` (``.agentloop``) and working folder, with none of the machine's
+    settings: the embedded defaults a newcomer's command line gets (the CLI and evaluation tests)."""
+    for name in MACHINE_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AGENTLOOP_HOME", str(tmp_path / ".agentloop"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def canvas_task() -> Iterator[FakeTask]:
+    """A fake task on an app of its own, for the canvas compiler's tests."""
+    app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
+    yield FakeTask(app)
+    app.close()
 
 
 #: The modules whose runnables the in-process Celery rigs can run.

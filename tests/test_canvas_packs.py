@@ -9,12 +9,11 @@ at most that many run in ``max(1, bound // size)`` lanes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_canvas_shapes import FakeTask, shape
+from test_canvas_shapes import shape
 
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.canvas import continue_pack, fan_out
@@ -25,6 +24,7 @@ from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.next_step import Done, FanOut
 from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.wire import LANE, MERGE, PACK, RUN, BranchFailure, WorkflowNode, packed_branches
+from tests.canvas_support import FakeTask
 
 NODE = WorkflowNode(run_id="r", runnable="fan", path="pipeline/1")
 
@@ -39,31 +39,24 @@ def pack(indexes: list[int], width: int, *, first: bool) -> tuple[Any, ...]:
     return (PACK, (*lead, NODE.to_dict(), entries, width, True), {}, first)
 
 
-@pytest.fixture(scope="module")
-def task() -> Iterator[FakeTask]:
-    app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
-    yield FakeTask(app)
-    app.close()
-
-
 def test_unbounded_branches_go_pack_size_to_a_task_in_a_chord_whose_merge_concatenates(
-    task: FakeTask,
+    canvas_task: FakeTask,
 ) -> None:
     outcome = FanOut(node=NODE, input="in", branches=branches(5), pack_size=2)
 
     header = (pack([0, 1], 5, first=True), pack([2, 3], 5, first=True), pack([4], 5, first=True))
     merge = (MERGE, (NODE.to_dict(), "in"), {"packed": True}, False)
-    assert shape(fan_out(task, outcome)) == ("chord", header, merge)
+    assert shape(fan_out(canvas_task, outcome)) == ("chord", header, merge)
 
 
-def test_one_pack_of_all_branches_is_chained_to_the_merge(task: FakeTask) -> None:
+def test_one_pack_of_all_branches_is_chained_to_the_merge(canvas_task: FakeTask) -> None:
     outcome = FanOut(node=NODE, input="in", branches=branches(3), pack_size=10)
 
     merge = (MERGE, (NODE.to_dict(), "in", True), {"packed": True}, False)
-    assert shape(fan_out(task, outcome)) == ("chain", pack([0, 1, 2], 3, first=True), merge)
+    assert shape(fan_out(canvas_task, outcome)) == ("chain", pack([0, 1, 2], 3, first=True), merge)
 
 
-def test_a_branch_that_expands_is_a_lane_step_of_its_own_between_packs(task: FakeTask) -> None:
+def test_a_branch_that_expands_is_a_lane_step_of_its_own_between_packs(canvas_task: FakeTask) -> None:
     children = branches(4)
     outcome = FanOut(node=NODE, input="in", branches=children, pack_size=3, expanding=frozenset({1}))
 
@@ -73,10 +66,10 @@ def test_a_branch_that_expands_is_a_lane_step_of_its_own_between_packs(task: Fak
         (LANE, ([], nested.to_dict(), nested_input), {}, True),
         pack([2, 3], 4, first=True),
     )
-    assert shape(fan_out(task, outcome))[1] == header
+    assert shape(fan_out(canvas_task, outcome))[1] == header
 
 
-def test_under_a_bound_packs_hold_at_most_the_bound_and_run_in_lanes(task: FakeTask) -> None:
+def test_under_a_bound_packs_hold_at_most_the_bound_and_run_in_lanes(canvas_task: FakeTask) -> None:
     # bound 4, pack size 2: two lanes (branch i in lane i % 2), each a chain of packs of 2
     outcome = FanOut(node=NODE, input="in", branches=branches(7), pack_size=2, max_concurrency=4)
 
@@ -84,19 +77,19 @@ def test_under_a_bound_packs_hold_at_most_the_bound_and_run_in_lanes(task: FakeT
         ("chain", pack([0, 2], 7, first=True), pack([4, 6], 7, first=False)),
         ("chain", pack([1, 3], 7, first=True), pack([5], 7, first=False)),
     )
-    assert shape(fan_out(task, outcome)) == (
+    assert shape(fan_out(canvas_task, outcome)) == (
         "chord",
         lanes,
         (MERGE, (NODE.to_dict(), "in"), {"lanes": 2}, False),
     )
 
 
-def test_a_pack_size_above_the_bound_is_cut_to_it_in_one_lane(task: FakeTask) -> None:
+def test_a_pack_size_above_the_bound_is_cut_to_it_in_one_lane(canvas_task: FakeTask) -> None:
     outcome = FanOut(node=NODE, input="in", branches=branches(5), pack_size=100, max_concurrency=2)
 
     lane = ("chain", pack([0, 1], 5, first=True), pack([2, 3], 5, first=False), pack([4], 5, first=False))
     merge = (MERGE, (NODE.to_dict(), "in", True), {"lanes": 1}, False)
-    assert shape(fan_out(task, outcome)) == ("chain", *lane[1:], merge)
+    assert shape(fan_out(canvas_task, outcome)) == ("chain", *lane[1:], merge)
 
 
 def test_the_deployments_pack_size_serves_a_composite_without_its_own() -> None:
@@ -111,17 +104,17 @@ def test_the_deployments_pack_size_serves_a_composite_without_its_own() -> None:
         app.close()
 
 
-def test_a_pack_appends_its_outputs_and_failures_to_what_was_collected(task: FakeTask) -> None:
+def test_a_pack_appends_its_outputs_and_failures_to_what_was_collected(canvas_task: FakeTask) -> None:
     failure = BranchFailure(capture="pipeline/1", type="ValueError", message="no")
-    values = continue_pack(task, [Done(value=1), failure, Done(value=[3])], ["before"])  # type: ignore[arg-type]
+    values = continue_pack(canvas_task, [Done(value=1), failure, Done(value=[3])], ["before"])  # type: ignore[arg-type]
 
     assert values == ["before", 1, failure.to_wire(), [3]]
 
 
-def test_a_packed_branch_that_expands_fails_the_pack_with_a_clear_error(task: FakeTask) -> None:
+def test_a_packed_branch_that_expands_fails_the_pack_with_a_clear_error(canvas_task: FakeTask) -> None:
     expansion = FanOut(node=NODE, input=None, branches=branches(2))
     with pytest.raises(InvalidNodeError, match="only loops and stages are packed"):
-        continue_pack(task, [expansion], [])  # type: ignore[arg-type]
+        continue_pack(canvas_task, [expansion], [])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -166,13 +159,13 @@ def _packs_of(step: Any) -> list[tuple[Any, ...]]:
 
 
 def test_a_bound_the_pack_size_does_not_divide_never_runs_more_than_the_bound_at_once(
-    task: FakeTask,
+    canvas_task: FakeTask,
 ) -> None:
     # bound 5, packs of 2, 9 branches: each lane runs one pack at a time, so at most
     # (lanes x the largest pack of a lane) branches run at once: never more than 5
     outcome = FanOut(node=NODE, input="in", branches=branches(9), pack_size=2, max_concurrency=5)
 
-    kind, lanes, merge = shape(fan_out(task, outcome))
+    kind, lanes, merge = shape(fan_out(canvas_task, outcome))
 
     assert kind == "chord" and merge[2] == {"lanes": len(lanes)}
     packs = [_packs_of(lane) for lane in lanes]
@@ -199,8 +192,10 @@ def _nested(depth: int) -> Any:
     return value
 
 
-def test_a_packed_output_over_the_depth_or_size_limit_is_refused_before_it_is_sent(task: FakeTask) -> None:
-    sending = SendingTask(task.app)
+def test_a_packed_output_over_the_depth_or_size_limit_is_refused_before_it_is_sent(
+    canvas_task: FakeTask,
+) -> None:
+    sending = SendingTask(canvas_task.app)
     half = "x" * (MAX_BODY_BYTES // 2 + 16)
 
     with pytest.raises(UnsendableMessageError, match=f"nested deeper than {MAX_OUTPUT_DEPTH}"):

@@ -44,7 +44,7 @@ class FakeClock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+def scope_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
     monkeypatch.setattr("agentloop.loops.scope.time", SimpleNamespace(monotonic=fake.monotonic))
     return fake
@@ -92,27 +92,27 @@ def test_a_run_scope_is_a_frozen_keyword_only_value() -> None:
     assert (scope.path, scope.deadline, scope.cancel, scope.checkpointer) == ("", None, None, None)
 
 
-def test_remaining_is_the_time_to_the_deadline_and_none_without_one(clock: FakeClock) -> None:
+def test_remaining_is_the_time_to_the_deadline_and_none_without_one(scope_clock: FakeClock) -> None:
     assert RunScope(run_id="r").remaining() is None
-    scope = RunScope(run_id="r", deadline=clock.now + 2.5)
+    scope = RunScope(run_id="r", deadline=scope_clock.now + 2.5)
     assert scope.remaining() == 2.5
-    clock.now += 3
+    scope_clock.now += 3
     assert scope.remaining() == -0.5
 
 
-def test_the_deadline_passes_at_its_instant_not_a_tick_before(clock: FakeClock) -> None:
-    scope = RunScope(run_id="r7", path="pipeline/0", deadline=clock.now + 1)
-    clock.now += 0.999
+def test_the_deadline_passes_at_its_instant_not_a_tick_before(scope_clock: FakeClock) -> None:
+    scope = RunScope(run_id="r7", path="pipeline/0", deadline=scope_clock.now + 1)
+    scope_clock.now += 0.999
     scope.check()  # just before: nothing
-    clock.now = scope.deadline or 0.0
+    scope_clock.now = scope.deadline or 0.0
     with pytest.raises(RunDeadlineExceededError) as passed:
         scope.check()
     assert (str(passed.value), passed.value.path) == ("run r7 passed its deadline", "pipeline/0")
 
 
-def test_a_cancelled_run_is_reported_before_a_passed_deadline(clock: FakeClock) -> None:
+def test_a_cancelled_run_is_reported_before_a_passed_deadline(scope_clock: FakeClock) -> None:
     token = CancellationToken()
-    scope = RunScope(run_id="r8", path="branch/b", deadline=clock.now - 1, cancel=token)
+    scope = RunScope(run_id="r8", path="branch/b", deadline=scope_clock.now - 1, cancel=token)
     token.cancel("stop")
     with pytest.raises(RunCancelledError) as stopped:
         scope.check()

@@ -37,7 +37,7 @@ class FakeClock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+def seams_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
     monkeypatch.setattr("agentloop.orchestration.store.seams.time", SimpleNamespace(monotonic=fake.monotonic))
     return fake
@@ -68,7 +68,7 @@ class CountingStore(InMemoryRunStore):
 # ----- StoreCheckpointer ------------------------------------------------------------------------------
 
 
-def test_without_an_interval_every_finished_iteration_is_saved(clock: FakeClock) -> None:
+def test_without_an_interval_every_finished_iteration_is_saved(seams_clock: FakeClock) -> None:
     store = CountingStore()
     checkpointer = StoreCheckpointer(store, "r")
     assert isinstance(checkpointer, Checkpointer)
@@ -81,14 +81,14 @@ def test_without_an_interval_every_finished_iteration_is_saved(clock: FakeClock)
 
 
 def test_with_an_interval_a_loop_is_saved_at_most_once_per_interval_counted_from_its_load(
-    clock: FakeClock,
+    seams_clock: FakeClock,
 ) -> None:
     store = CountingStore()
     checkpointer = StoreCheckpointer(store, "r", interval=5.0)
     assert checkpointer.load(path="") is None  # the loop starts: its interval starts too
 
     for iteration, at in enumerate([1.0, 4.999, 5.0, 9.0, 9.999, 10.0, 30.0], start=1):
-        clock.now = 500.0 + at
+        seams_clock.now = 500.0 + at
         checkpointer.save(path="", iteration=iteration, state={"n": iteration})
 
     # saved at 5.0 (not 4.999), then 5 s later at 10.0, then at 30.0
@@ -97,23 +97,23 @@ def test_with_an_interval_a_loop_is_saved_at_most_once_per_interval_counted_from
 
 
 def test_each_loop_path_has_its_own_interval_and_a_loop_never_loaded_is_saved_at_once(
-    clock: FakeClock,
+    seams_clock: FakeClock,
 ) -> None:
     store = CountingStore()
     checkpointer = StoreCheckpointer(store, "r", interval=5.0)
     checkpointer.load(path="pipeline/0")
 
-    clock.now += 1
+    seams_clock.now += 1
     checkpointer.save(path="pipeline/0", iteration=1, state=1)  # 1 s after its load: skipped
     checkpointer.save(path="pipeline/1", iteration=1, state=1)  # never loaded, never saved: saved
-    clock.now += 1
+    seams_clock.now += 1
     checkpointer.save(path="pipeline/1", iteration=2, state=2)  # 1 s after its save: skipped
 
     assert store.saves == [("pipeline/1", 1)]
 
 
 def test_a_checkpoint_read_with_the_loops_record_is_used_once_without_asking_the_store(
-    clock: FakeClock,
+    seams_clock: FakeClock,
 ) -> None:
     store = CountingStore()
     store.save_checkpoint("r", "", 4, {"n": 4})
@@ -129,7 +129,9 @@ def test_a_checkpoint_read_with_the_loops_record_is_used_once_without_asking_the
 # ----- StoreCancelSignal ------------------------------------------------------------------------------
 
 
-def test_the_store_is_asked_at_most_once_per_interval_and_a_cancel_is_seen_after_it(clock: FakeClock) -> None:
+def test_the_store_is_asked_at_most_once_per_interval_and_a_cancel_is_seen_after_it(
+    seams_clock: FakeClock,
+) -> None:
     store, run_id = CountingStore(), new_run_id()
     store.create_run(run_id=run_id, runnable="x", input=None)
     signal = StoreCancelSignal(store, run_id, interval=0.5)
@@ -137,15 +139,17 @@ def test_the_store_is_asked_at_most_once_per_interval_and_a_cancel_is_seen_after
 
     assert signal.is_cancelled() is False
     store.request_cancel(run_id)
-    clock.now += 0.499
+    seams_clock.now += 0.499
     assert signal.is_cancelled() is False  # the cached answer, younger than the interval
     assert store.cancel_questions == 1
-    clock.now += 0.001
+    seams_clock.now += 0.001
     assert signal.is_cancelled() is True
     assert store.cancel_questions == 2
 
 
-def test_the_tasks_of_one_run_in_one_process_share_one_answer_and_a_cancel_stays(clock: FakeClock) -> None:
+def test_the_tasks_of_one_run_in_one_process_share_one_answer_and_a_cancel_stays(
+    seams_clock: FakeClock,
+) -> None:
     store, run_id = CountingStore(), new_run_id()
     store.create_run(run_id=run_id, runnable="x", input=None)
     store.request_cancel(run_id)
@@ -153,12 +157,12 @@ def test_the_tasks_of_one_run_in_one_process_share_one_answer_and_a_cancel_stays
 
     assert first.is_cancelled() is True
     assert second.is_cancelled() is True  # another task of the run: the process's answer
-    clock.now += 3600
+    seams_clock.now += 3600
     assert first.is_cancelled() is True  # once cancelled, never asked again
     assert store.cancel_questions == 1
 
 
-def test_other_runs_are_asked_for_themselves(clock: FakeClock) -> None:
+def test_other_runs_are_asked_for_themselves(seams_clock: FakeClock) -> None:
     store, cancelled, running = CountingStore(), new_run_id(), new_run_id()
     for run_id in (cancelled, running):
         store.create_run(run_id=run_id, runnable="x", input=None)
@@ -170,7 +174,7 @@ def test_other_runs_are_asked_for_themselves(clock: FakeClock) -> None:
 
 
 def test_a_store_that_cannot_answer_means_not_cancelled_and_is_logged(
-    clock: FakeClock, caplog: pytest.LogCaptureFixture
+    seams_clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     class Down(InMemoryRunStore):
         def is_cancel_requested(self, run_id: str) -> bool:
@@ -185,39 +189,39 @@ def test_a_store_that_cannot_answer_means_not_cancelled_and_is_logged(
     assert record.exc_info is not None and isinstance(record.exc_info[1], ConnectionError)
 
 
-def test_by_default_the_store_is_asked_again_half_a_second_later(clock: FakeClock) -> None:
+def test_by_default_the_store_is_asked_again_half_a_second_later(seams_clock: FakeClock) -> None:
     store, run_id = CountingStore(), new_run_id()
     store.create_run(run_id=run_id, runnable="x", input=None)
     signal = StoreCancelSignal(store, run_id)
     signal.is_cancelled()
-    clock.now += 0.5
+    seams_clock.now += 0.5
     signal.is_cancelled()
     assert store.cancel_questions == 2
 
 
 def test_the_per_process_answers_are_forgotten_past_ten_thousand_runs(
-    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    seams_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = CountingStore()
-    seen = {f"old-{n}": (clock.now, False) for n in range(10_000)}
+    seen = {f"old-{n}": (seams_clock.now, False) for n in range(10_000)}
     monkeypatch.setattr(StoreCancelSignal, "_seen", WeakKeyDictionary({store: seen}))  # per store
 
     StoreCancelSignal(store, "one-more").is_cancelled()  # 10 000 kept: room for one more
     assert len(seen) == 10_001
     StoreCancelSignal(store, "and-another").is_cancelled()  # past 10 000: start afresh
-    assert seen == {"and-another": (clock.now, False)}
+    assert seen == {"and-another": (seams_clock.now, False)}
 
 
 # ----- StoreCheckpointer: sub-second intervals --------------------------------------------------------
 
 
-def test_an_interval_below_a_second_throttles_too(clock: FakeClock) -> None:
+def test_an_interval_below_a_second_throttles_too(seams_clock: FakeClock) -> None:
     store = CountingStore()
     checkpointer = StoreCheckpointer(store, "r", interval=0.5)
     checkpointer.save(path="", iteration=1, state=1)
-    clock.now += 0.25
+    seams_clock.now += 0.25
     checkpointer.save(path="", iteration=2, state=2)
-    clock.now += 0.25
+    seams_clock.now += 0.25
     checkpointer.save(path="", iteration=3, state=3)
     assert store.saves == [("", 1), ("", 3)]
 
@@ -295,15 +299,15 @@ def test_without_a_budget_calls_are_summed_and_written_once_and_the_budget_is_re
     assert (store.get_run("r").input_tokens, store.get_run("r").output_tokens) == (30, 7)  # type: ignore[union-attr]
 
 
-def test_usage_is_written_once_the_interval_has_passed(clock: FakeClock) -> None:
+def test_usage_is_written_once_the_interval_has_passed(seams_clock: FakeClock) -> None:
     store = ReadCountingStore()
     store.create_run(run_id="r", runnable="x", input=None)
     meter = StoreUsageMeter(store, "r", interval=1.0)
     meter.record(Usage(input_tokens=1))
-    clock.now += 0.5
+    seams_clock.now += 0.5
     meter.record(Usage(input_tokens=1))
     assert store.additions == 0
-    clock.now += 0.6
+    seams_clock.now += 0.6
     meter.record(Usage(input_tokens=1))
     assert store.additions == 1 and store.get_run("r").input_tokens == 3  # type: ignore[union-attr]
 
@@ -343,17 +347,17 @@ def test_a_budgeted_run_is_still_read_and_written_at_every_call() -> None:
 # ----- ProgressPublisher's default interval -------------------------------------------------------------
 
 
-def test_by_default_events_are_written_once_a_fifth_of_a_second_has_passed(clock: FakeClock) -> None:
+def test_by_default_events_are_written_once_a_fifth_of_a_second_has_passed(seams_clock: FakeClock) -> None:
     store = CountingStore()
     writes: list[int] = []
     store.append_events = lambda run_id, events: writes.append(len(events))  # type: ignore[method-assign]
     publisher = ProgressPublisher(store=store, run_id="r")
 
     publisher(progress(0))
-    clock.now += 0.1
+    seams_clock.now += 0.1
     publisher(progress(1))
     assert writes == []
-    clock.now += 0.15
+    seams_clock.now += 0.15
     publisher(progress(2))
     assert writes == [3]
 

@@ -84,10 +84,10 @@ def test_a_bad_schedule_is_a_clear_error(entries: str, problem: str) -> None:
 
 
 @pytest.fixture
-def batch_app(run_store: RunStore, parity_registry: RunnableRegistry) -> Any:
+def batch_app(sqlite_run_store: RunStore, parity_registry: RunnableRegistry) -> Any:
     app = create_app(
         registry=parity_registry,
-        store=run_store,
+        store=sqlite_run_store,
         overrides={"broker_url": "memory://", "result_backend": "cache+memory://"},
     )
     yield app
@@ -95,7 +95,7 @@ def batch_app(run_store: RunStore, parity_registry: RunnableRegistry) -> Any:
 
 
 def test_ten_thousand_inputs_go_out_in_chunks_and_never_as_one_chord(
-    batch_app: Any, run_store: RunStore, monkeypatch: pytest.MonkeyPatch
+    batch_app: Any, sqlite_run_store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[tuple[str, tuple[Any, ...]]] = []
 
@@ -116,15 +116,15 @@ def test_ten_thousand_inputs_go_out_in_chunks_and_never_as_one_chord(
     assert len(chunks) == 100 and max(len(args[2]) for args in chunks) == 100
     assert [item for args in chunks for item in args[2]] == inputs
     assert [name for name, _ in sent].count(BATCH_SUMMARY) == 1
-    record = run_store.get_run(answer["batch_id"])
+    record = sqlite_run_store.get_run(answer["batch_id"])
     assert record is not None and record.status == "running" and record.input["count"] == 10_000
 
 
 def test_a_batch_whose_previous_run_is_still_going_is_not_started_again(
-    batch_app: Any, run_store: RunStore
+    batch_app: Any, sqlite_run_store: RunStore
 ) -> None:
-    run_store.create_run(run_id="earlier", runnable="batch:nightly", input={"count": 1})
-    run_store.mark_running("earlier")
+    sqlite_run_store.create_run(run_id="earlier", runnable="batch:nightly", input={"count": 1})
+    sqlite_run_store.mark_running("earlier")
     answer = (
         batch_app.tasks[BATCH]
         .apply(kwargs={"runnable": "parity.count", "inputs": [1], "key": "nightly"})
@@ -268,32 +268,32 @@ def test_beat_ticks_start_batches_on_a_real_worker_and_never_overlap_them(tmp_pa
 
 
 def test_a_summary_delivered_twice_counts_the_batch_usage_once_and_ends_it_once(
-    batch_app: Any, run_store: RunStore
+    batch_app: Any, sqlite_run_store: RunStore
 ) -> None:
     """A redelivered ``batch_summary`` (its worker died after adding the usage, or a duplicate of the
     chain) neither adds the children's usage again nor writes a second end."""
     batch_id = "nightly-batch"
-    run_store.create_run(
+    sqlite_run_store.create_run(
         run_id=batch_id, runnable="batch:nightly", input={"count": 2, "runnable": "parity.count"}
     )
-    run_store.mark_running(batch_id)
+    sqlite_run_store.mark_running(batch_id)
     for index, (input_tokens, output_tokens) in enumerate([(10, 5), (7, 3)]):
         child = f"{batch_id}-{index}"
-        run_store.create_run(
+        sqlite_run_store.create_run(
             run_id=child, runnable="parity.count", input=index, root_run_id=child, parent_run_id=batch_id
         )
-        run_store.mark_running(child)
-        run_store.add_usage(child, input_tokens, output_tokens)
-        run_store.finish_run(child, status="succeeded", output=index)
+        sqlite_run_store.mark_running(child)
+        sqlite_run_store.add_usage(child, input_tokens, output_tokens)
+        sqlite_run_store.finish_run(child, status="succeeded", output=index)
     summary = batch_app.tasks[BATCH_SUMMARY]
     arguments = (batch_id, "nightly", time.time(), 0.1, 60.0)
 
     first = summary.apply(args=arguments).get()
     again = summary.apply(args=arguments).get()
 
-    record = run_store.get_run(batch_id)
+    record = sqlite_run_store.get_run(batch_id)
     assert record is not None and record.status == "succeeded"
     assert (record.input_tokens, record.output_tokens) == (17, 8)
     assert again == first == record.output
-    ends = [event for _, event in run_store.events(batch_id) if event["phase"] == "done"]
+    ends = [event for _, event in sqlite_run_store.events(batch_id) if event["phase"] == "done"]
     assert len(ends) == 1

@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
-from pathlib import Path
-
 import pytest
 from workflows.caching import LabelStage, LabelTicket
 
@@ -16,38 +12,11 @@ from agentloop.orchestration.celery_adapter.tasks import usage_of
 from agentloop.orchestration.cli.runs import _cells
 from agentloop.orchestration.errors import RunNotFoundError
 from agentloop.orchestration.runtime.context import StandardContext
-from agentloop.orchestration.store import InMemoryRunStore, InMemoryToolStore, RunRecord, RunStore, open_store
+from agentloop.orchestration.store import InMemoryRunStore, InMemoryToolStore, RunRecord, RunStore
 from agentloop.orchestration.store.seams import StoreUsageMeter
 from agentloop.orchestration.web.schema import Run
 from agentloop.orchestration.web.views import pending_view, run_view
 from agentloop.testing import ScriptedModel, tool_call
-from tests.services.postgres import (
-    PostgresUnavailableError,
-    postgres_server,
-    private_database,
-    skip_or_fail,
-)
-
-BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
-    if request.param == "memory":
-        yield InMemoryRunStore()
-        return
-    with ExitStack() as stack:
-        if request.param == "postgresql":
-            try:
-                admin = stack.enter_context(postgres_server())
-            except PostgresUnavailableError as error:
-                skip_or_fail(str(error))
-            url = stack.enter_context(private_database(admin))
-        else:
-            url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
-        sql_store, _ = open_store(url)
-        stack.callback(sql_store.engine.dispose)
-        yield sql_store
 
 
 def cache_use(record: RunRecord | None) -> tuple[int, int, int]:
@@ -55,39 +24,41 @@ def cache_use(record: RunRecord | None) -> tuple[int, int, int]:
     return record.cache_hits, record.cache_misses, record.tokens_saved
 
 
-def test_a_batchs_summary_sums_its_childrens_cache_use_with_their_tokens(store: RunStore) -> None:
-    store.create_run(run_id="batch", runnable="batch", input={})
+def test_a_batchs_summary_sums_its_childrens_cache_use_with_their_tokens(each_run_store: RunStore) -> None:
+    each_run_store.create_run(run_id="batch", runnable="batch", input={})
     for child, (hits, misses, saved) in {"c1": (2, 1, 60), "c2": (0, 3, 0), "c3": (1, 0, 30)}.items():
-        store.create_run(run_id=child, runnable="label", input={}, root_run_id=child, parent_run_id="batch")
-        store.add_usage(child, 10, 5)
-        store.add_cache_usage(child, hits=hits, misses=misses, tokens_saved=saved)
-    store.finish_run("c1", status="succeeded", output=None)
+        each_run_store.create_run(
+            run_id=child, runnable="label", input={}, root_run_id=child, parent_run_id="batch"
+        )
+        each_run_store.add_usage(child, 10, 5)
+        each_run_store.add_cache_usage(child, hits=hits, misses=misses, tokens_saved=saved)
+    each_run_store.finish_run("c1", status="succeeded", output=None)
 
-    summary = store.summarize_children("batch")
+    summary = each_run_store.summarize_children("batch")
 
     assert summary["total"] == 3 and summary["by_status"] == {"succeeded": 1, "pending": 2}
     assert (summary["input_tokens"], summary["output_tokens"]) == (30, 15)
     assert (summary["cache_hits"], summary["cache_misses"], summary["tokens_saved"]) == (3, 4, 90)
 
 
-def test_cache_use_adds_up_and_a_bad_count_or_an_unknown_run_is_refused(store: RunStore) -> None:
-    store.create_run(run_id="r1", runnable="label", input={})
-    assert cache_use(store.get_run("r1")) == (0, 0, 0)
+def test_cache_use_adds_up_and_a_bad_count_or_an_unknown_run_is_refused(each_run_store: RunStore) -> None:
+    each_run_store.create_run(run_id="r1", runnable="label", input={})
+    assert cache_use(each_run_store.get_run("r1")) == (0, 0, 0)
 
-    store.add_cache_usage("r1", misses=1)
-    store.add_cache_usage("r1", hits=1, tokens_saved=30)
-    store.add_cache_usage("r1", hits=2, tokens_saved=60)
+    each_run_store.add_cache_usage("r1", misses=1)
+    each_run_store.add_cache_usage("r1", hits=1, tokens_saved=30)
+    each_run_store.add_cache_usage("r1", hits=2, tokens_saved=60)
 
-    record = store.get_run("r1")
+    record = each_run_store.get_run("r1")
     assert cache_use(record) == (3, 1, 90)
     assert record is not None and RunRecord.from_dict(record.to_dict()) == record
     with pytest.raises(ValueError, match="tokens_saved"):
-        store.add_cache_usage("r1", tokens_saved=-1)
+        each_run_store.add_cache_usage("r1", tokens_saved=-1)
     with pytest.raises(RunNotFoundError):
-        store.add_cache_usage("ghost", hits=1)
+        each_run_store.add_cache_usage("ghost", hits=1)
 
 
-async def test_the_store_meter_sums_a_runs_hits_misses_and_tokens_saved(store: RunStore) -> None:
+async def test_the_store_meter_sums_a_runs_hits_misses_and_tokens_saved(each_run_store: RunStore) -> None:
     reply = tool_call(
         "label_ticket", {"label": "bug", "confidence": 0.9}, usage=Usage(input_tokens=20, output_tokens=4)
     )
@@ -96,12 +67,12 @@ async def test_the_store_meter_sums_a_runs_hits_misses_and_tokens_saved(store: R
         processor=model, tool_store=InMemoryToolStore({"label_ticket": LabelTicket.tool_payload()})
     )
     runner = InlineAgentRunner.create(runnable=LabelStage, context=context, cache=InMemoryStepCache())
-    store.create_run(run_id="run", runnable="caching.label", input={})
+    each_run_store.create_run(run_id="run", runnable="caching.label", input={})
 
     for _ in range(3):
-        await runner.request(input={"text": "It crashes."}, meter=StoreUsageMeter(store, "run"))
+        await runner.request(input={"text": "It crashes."}, meter=StoreUsageMeter(each_run_store, "run"))
 
-    record = store.get_run("run")
+    record = each_run_store.get_run("run")
     assert cache_use(record) == (2, 1, 48)
     assert record is not None and (record.input_tokens, record.output_tokens) == (20, 4)
     assert len(model.requests) == 1

@@ -38,7 +38,7 @@ def label(body: dict[str, Any]) -> Reply:
     return reply_tool_call("label_ticket", {"label": "bug", "confidence": 0.9}, usage=ANSWER_USAGE)
 
 
-class Rig:
+class CachingRig:
     def __init__(self, apps: dict[str, Any], store: SqlRunStore, tools: SqlToolStore, server: Any) -> None:
         self.apps, self.store, self.tools, self.server = apps, store, tools, server
 
@@ -57,7 +57,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def caching_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CachingRig]:
     with ExitStack() as stack:
         server = OpenAICompatibleServer(api_key=API_KEY, responder=label)
         services = WorkerEnvironment.start(
@@ -69,21 +69,23 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         for queue, extra in queues.items():
             services.start_worker(["workflows.caching"], queue=queue, env=extra, concurrency=1)
             apps[queue] = services.client(queue=queue)
-        yield Rig(apps, services.store, services.tools, server)
+        yield CachingRig(apps, services.store, services.tools, server)
 
 
 def ticket() -> str:
     return f"The app crashes on start ({uuid.uuid4().hex[:8]})."
 
 
-def test_a_result_cached_by_one_worker_is_a_hit_on_the_other_which_calls_no_model(rig: Rig) -> None:
+def test_a_result_cached_by_one_worker_is_a_hit_on_the_other_which_calls_no_model(
+    caching_rig: CachingRig,
+) -> None:
     text = ticket()
-    first = rig.run("a", text)
-    second = rig.run("b", text)
+    first = caching_rig.run("a", text)
+    second = caching_rig.run("b", text)
 
     assert first.wait_sync(timeout=10) == second.wait_sync(timeout=10) == {"label": "bug", "confidence": 0.9}
-    assert rig.model_calls(text) == 1
-    (miss,), (hit,) = rig.cache_events(first), rig.cache_events(second)
+    assert caching_rig.model_calls(text) == 1
+    (miss,), (hit,) = caching_rig.cache_events(first), caching_rig.cache_events(second)
     assert (miss["phase"], hit["phase"]) == ("cache_miss", "cache_hit")
     assert hit["runnable"] == "label_ticket" and hit["data"]["key"] == miss["data"]["key"]
     assert hit["data"]["tokens_saved"] == sum(ANSWER_USAGE)
@@ -105,59 +107,61 @@ def test_a_result_cached_by_one_worker_is_a_hit_on_the_other_which_calls_no_mode
     }
 
 
-def test_a_degraded_model_call_is_never_cached(rig: Rig) -> None:
+def test_a_degraded_model_call_is_never_cached(caching_rig: CachingRig) -> None:
     text = ticket()
-    rig.server.enqueue(reply_error(500, "upstream exploded"))
-    failed = rig.run("a", text)
+    caching_rig.server.enqueue(reply_error(500, "upstream exploded"))
+    failed = caching_rig.run("a", text)
     assert failed.status == "degraded"
 
-    good = rig.run("b", text)
-    again = rig.run("a", text)
+    good = caching_rig.run("b", text)
+    again = caching_rig.run("a", text)
 
     assert good.status == again.status == "succeeded"
-    assert rig.model_calls(text) == 2  # the degraded run's, and the next one's: not its fallback
-    assert [e["phase"] for e in rig.cache_events(good) + rig.cache_events(again)] == [
+    assert caching_rig.model_calls(text) == 2  # the degraded run's, and the next one's: not its fallback
+    assert [e["phase"] for e in caching_rig.cache_events(good) + caching_rig.cache_events(again)] == [
         "cache_miss",
         "cache_hit",
     ]
 
 
-def test_a_changed_tool_schema_in_the_tool_table_is_a_new_key(rig: Rig) -> None:
+def test_a_changed_tool_schema_in_the_tool_table_is_a_new_key(caching_rig: CachingRig) -> None:
     text = ticket()
-    before = rig.run("a", text)
-    rig.tools.put("label_ticket", {**LabelTicket.tool_payload(), "description": "Label a ticket (v2)."})
+    before = caching_rig.run("a", text)
+    caching_rig.tools.put(
+        "label_ticket", {**LabelTicket.tool_payload(), "description": "Label a ticket (v2)."}
+    )
     try:
-        after = rig.run("b", text)
-        repeated = rig.run("a", text)
+        after = caching_rig.run("b", text)
+        repeated = caching_rig.run("a", text)
     finally:
-        rig.tools.put("label_ticket", LabelTicket.tool_payload())
+        caching_rig.tools.put("label_ticket", LabelTicket.tool_payload())
 
-    assert rig.model_calls(text) == 2
-    (old,), (new,), (hit,) = (rig.cache_events(h) for h in (before, after, repeated))
+    assert caching_rig.model_calls(text) == 2
+    (old,), (new,), (hit,) = (caching_rig.cache_events(h) for h in (before, after, repeated))
     assert (old["phase"], new["phase"], hit["phase"]) == ("cache_miss", "cache_miss", "cache_hit")
     assert old["data"]["key"] != new["data"]["key"] == hit["data"]["key"]
 
 
-def test_a_redis_that_cannot_be_reached_is_a_miss_not_a_failure(rig: Rig) -> None:
+def test_a_redis_that_cannot_be_reached_is_a_miss_not_a_failure(caching_rig: CachingRig) -> None:
     text = ticket()
-    runs = [rig.run("down", text) for _ in range(2)]
+    runs = [caching_rig.run("down", text) for _ in range(2)]
 
     assert [handle.status for handle in runs] == ["succeeded", "succeeded"]
-    assert rig.model_calls(text) == 2
-    assert [e["phase"] for h in runs for e in rig.cache_events(h)] == ["cache_miss", "cache_miss"]
+    assert caching_rig.model_calls(text) == 2
+    assert [e["phase"] for h in runs for e in caching_rig.cache_events(h)] == ["cache_miss", "cache_miss"]
     assert [h.usage["cache_misses"] for h in runs if h.usage] == [1, 1]
 
 
-def test_a_result_expires_in_redis_after_its_ttl(rig: Rig) -> None:
+def test_a_result_expires_in_redis_after_its_ttl(caching_rig: CachingRig) -> None:
     text = ticket()
-    first = rig.run("a", text, runnable="caching.short")  # LabelTicketBriefly: cache_ttl = 1 s
-    hit = rig.run("b", text, runnable="caching.short")
+    first = caching_rig.run("a", text, runnable="caching.short")  # LabelTicketBriefly: cache_ttl = 1 s
+    hit = caching_rig.run("b", text, runnable="caching.short")
     time.sleep(1.2)
-    expired = rig.run("b", text, runnable="caching.short")
+    expired = caching_rig.run("b", text, runnable="caching.short")
 
-    assert [e["phase"] for h in (first, hit, expired) for e in rig.cache_events(h)] == [
+    assert [e["phase"] for h in (first, hit, expired) for e in caching_rig.cache_events(h)] == [
         "cache_miss",
         "cache_hit",
         "cache_miss",
     ]
-    assert rig.model_calls(text) == 2
+    assert caching_rig.model_calls(text) == 2

@@ -26,11 +26,11 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def app(restartable_redis: RedisServer) -> Iterator[Celery]:
+def restartable_app(restartable_redis: RedisServer) -> Iterator[Celery]:
     urls = {"broker_url": restartable_redis.url, "result_backend": restartable_redis.url}
-    app = create_app(settings=load_settings({}), overrides=urls)
-    yield app
-    progress_events_of(app).close()
+    restartable_app = create_app(settings=load_settings({}), overrides=urls)
+    yield restartable_app
+    progress_events_of(restartable_app).close()
 
 
 class Receiver:
@@ -80,10 +80,10 @@ def send(app: Celery, task_id: str, progress: dict[str, Any]) -> None:
         task.pop_request()
 
 
-def test_progress_events_reach_an_event_consumer_through_one_dispatcher(app: Celery) -> None:
-    with Receiver(app) as receiver:
+def test_progress_events_reach_an_event_consumer_through_one_dispatcher(restartable_app: Celery) -> None:
+    with Receiver(restartable_app) as receiver:
         with ThreadPoolExecutor(max_workers=8) as pool:  # a threads worker's tasks, at once
-            list(pool.map(lambda n: send(app, f"task-{n}", {"iteration": n}), range(40)))
+            list(pool.map(lambda n: send(restartable_app, f"task-{n}", {"iteration": n}), range(40)))
         events = receiver.wait_for(40)
 
     assert len(events) == 40
@@ -91,14 +91,14 @@ def test_progress_events_reach_an_event_consumer_through_one_dispatcher(app: Cel
     assert {event["type"] for event in events} == {PROGRESS_EVENT}
     assert {event["hostname"] for event in events} == {"worker@test"}
     assert sorted(event["progress"]["iteration"] for event in events) == list(range(40))
-    assert progress_events_of(app).built == 1  # Celery's Task.send_event would have built 40
+    assert progress_events_of(restartable_app).built == 1  # Celery's Task.send_event would have built 40
 
 
 def test_a_failed_send_or_a_forked_child_builds_a_new_dispatcher(
-    app: Celery, monkeypatch: pytest.MonkeyPatch
+    restartable_app: Celery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    events = progress_events_of(app)
-    send(app, "t1", {"n": 1})
+    events = progress_events_of(restartable_app)
+    send(restartable_app, "t1", {"n": 1})
     assert events.built == 1
 
     broken = events._dispatcher
@@ -108,13 +108,13 @@ def test_a_failed_send_or_a_forked_child_builds_a_new_dispatcher(
 
     monkeypatch.setattr(broken, "send", fail)
     with pytest.raises(ConnectionError):
-        send(app, "t2", {"n": 2})
-    send(app, "t3", {"n": 3})
+        send(restartable_app, "t2", {"n": 2})
+    send(restartable_app, "t3", {"n": 3})
     assert events.built == 2 and events._dispatcher is not broken
 
     real_pid = os.getpid()
     monkeypatch.setattr(os, "getpid", lambda: real_pid + 1)  # as a prefork child sees it
-    send(app, "t4", {"n": 4})
+    send(restartable_app, "t4", {"n": 4})
     assert events.built == 3
 
 

@@ -112,7 +112,7 @@ def _rig(stack: ExitStack, tmp_path: Path, broker: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
+def deploy_rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
     with ExitStack() as stack:
         yield _rig(stack, tmp_path, "redis")
 
@@ -124,10 +124,10 @@ def either(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str,
 
 
 def test_a_run_started_on_old_workers_completes_on_new_ones_and_newer_messages_wait_for_them(
-    rig: dict[str, Any], tmp_path: Path
+    deploy_rig: dict[str, Any], tmp_path: Path
 ) -> None:
-    apps, store, broker = rig["apps"], rig["store"], rig["redis"]
-    old = rig["worker"](1, concurrency=2, loglevel="DEBUG")
+    apps, store, broker = deploy_rig["apps"], deploy_rig["store"], deploy_rig["redis"]
+    old = deploy_rig["worker"](1, concurrency=2, loglevel="DEBUG")
     gate, started = tmp_path / "gate", tmp_path / "started"
 
     # 1. a run of two steps starts on the old worker, held in its first step
@@ -151,7 +151,7 @@ def test_a_run_started_on_old_workers_completes_on_new_ones_and_newer_messages_w
     assert broker.llen(apps[1].conf.task_default_queue) == 0
 
     # 3. the new worker takes the parked launch from the holding queue
-    new = rig["worker"](2, concurrency=1)
+    new = deploy_rig["worker"](2, concurrency=1)
     assert newer.wait_sync(timeout=CEILING) == {"sent": "by a new client", "second": new.pid}
     assert broker.llen(parking) == 0
 
@@ -167,14 +167,14 @@ def test_a_run_started_on_old_workers_completes_on_new_ones_and_newer_messages_w
     assert new.is_alive()
 
 
-def test_packs_reach_only_workers_that_run_them(rig: dict[str, Any]) -> None:
+def test_packs_reach_only_workers_that_run_them(deploy_rig: dict[str, Any]) -> None:
     """Issue 36: packing is the default, so a worker of this release sends ``agentloop.pack``
     with nobody asking; an older worker (version 1 here) on the same queue must never get one.
     Both composites end, the one launched by a version-1 client too; every pack went to the
     holding queue of version 2, which only the new worker reads."""
-    apps, store = rig["apps"], rig["store"]
-    old = rig["worker"](1, concurrency=2)
-    new = rig["worker"](2, concurrency=2)
+    apps, store = deploy_rig["apps"], deploy_rig["store"]
+    old = deploy_rig["worker"](1, concurrency=2)
+    new = deploy_rig["worker"](2, concurrency=2)
     handles = [
         CeleryAgentRunner.create(runnable="deploy.fan", app=apps[version], store=store).request_sync(
             input={"width": 6}
@@ -191,8 +191,8 @@ def test_packs_reach_only_workers_that_run_them(rig: dict[str, Any]) -> None:
     assert new.is_alive() and old.is_alive()
 
 
-def test_each_task_message_says_the_wire_version_of_the_app_that_built_it(rig: dict[str, Any]) -> None:
-    for version, app in rig["apps"].items():
+def test_each_task_message_says_the_wire_version_of_the_app_that_built_it(deploy_rig: dict[str, Any]) -> None:
+    for version, app in deploy_rig["apps"].items():
         for name in ("agentloop.launch", "agentloop.stage"):
             message = app.amqp.as_task_v2(str(uuid.uuid4()), name, (), {"runnable": "x"})
             assert message.headers[WIRE_HEADER] == version

@@ -30,17 +30,17 @@ MEMORY = {"broker_url": "memory://", "result_backend": "cache+memory://"}
 
 
 @pytest.fixture
-def app() -> Iterator[Any]:
+def wire_v1_app() -> Iterator[Any]:
     queue = f"gate-{uuid.uuid4().hex[:8]}"  # the memory broker is one per process: a queue per test
-    app = create_app(  # a worker of a release before issue 39 (wire version 1)
+    wire_v1_app = create_app(  # a worker of a release before issue 39 (wire version 1)
         settings=load_settings({"AGENTLOOP_WIRE_VERSION_OVERRIDE": "1"}),
         store=InMemoryRunStore(),
         overrides={**MEMORY, "task_default_queue": queue},
     )
     try:
-        yield app
+        yield wire_v1_app
     finally:
-        app.close()
+        wire_v1_app.close()
 
 
 class Delivered:
@@ -69,18 +69,18 @@ def take(app: Any, queue_name: str) -> Any:
         return queue(connection.default_channel).get(no_ack=True)
 
 
-def test_a_message_is_parked_at_once_in_its_versions_holding_queue_never_consumed(app: Any) -> None:
-    gate = WireGate(app)
-    queue = app.conf.task_default_queue
-    consumed = set(app.amqp.queues.consume_from)
-    known = set(app.amqp.queues)
+def test_a_message_is_parked_at_once_in_its_versions_holding_queue_never_consumed(wire_v1_app: Any) -> None:
+    gate = WireGate(wire_v1_app)
+    queue = wire_v1_app.conf.task_default_queue
+    consumed = set(wire_v1_app.amqp.queues.consume_from)
+    known = set(wire_v1_app.amqp.queues)
 
     assert gate.version == 1 and gate.holding_queues() == []
-    first = Delivered(app, {WIRE_HEADER: 2})
+    first = Delivered(wire_v1_app, {WIRE_HEADER: 2})
     assert too_new(first.headers, gate.version) == 2
     assert gate.defer(first, 2) == f"the holding queue {queue}.wire.2"
-    assert first.acknowledged and take(app, queue) is None
-    parked = take(app, f"{queue}.wire.2")
+    assert first.acknowledged and take(wire_v1_app, queue) is None
+    parked = take(wire_v1_app, f"{queue}.wire.2")
     assert (parked.headers[DEFERRALS_HEADER], parked.headers[WIRE_HEADER], parked.headers["id"]) == (
         1,
         2,
@@ -89,17 +89,17 @@ def test_a_message_is_parked_at_once_in_its_versions_holding_queue_never_consume
     assert parked.body == first.body and parked.properties["priority"] == 3
 
     # a message an older release handed back ten times: its count is read and goes on
-    older = Delivered(app, {WIRE_HEADER: 3, DEFERRALS_HEADER: 10})
+    older = Delivered(wire_v1_app, {WIRE_HEADER: 3, DEFERRALS_HEADER: 10})
     gate.defer(older, 3)
-    assert take(app, f"{queue}.wire.3").headers[DEFERRALS_HEADER] == 11
+    assert take(wire_v1_app, f"{queue}.wire.3").headers[DEFERRALS_HEADER] == 11
     # issue 33, item 1: neither holding queue is consumed after a reconnect, nor even known
-    assert set(app.amqp.queues.consume_from) == consumed and set(app.amqp.queues) == known
+    assert set(wire_v1_app.amqp.queues.consume_from) == consumed and set(wire_v1_app.amqp.queues) == known
 
 
-def test_a_holding_queue_is_declared_like_the_default_queue(app: Any) -> None:
+def test_a_holding_queue_is_declared_like_the_default_queue(wire_v1_app: Any) -> None:
     rabbit = create_app(overrides={**MEMORY, "broker_url": "amqp://guest@localhost//"})
     try:
-        for each in (app, rabbit):
+        for each in (wire_v1_app, rabbit):
             main = each.amqp.queues[each.conf.task_default_queue]
             holding = holding_queue_entity(each, 2)
             assert holding.name == holding.routing_key == f"{main.name}.wire.2"
@@ -141,20 +141,22 @@ def test_a_version_more_than_the_bound_ahead_is_refused_as_malformed() -> None:
     assert check_message(Message(3 + MAX_VERSIONS_AHEAD), 3) is None  # the bound is the worker's
 
 
-def test_the_reported_queues_are_a_bounded_set_whatever_was_parked(app: Any) -> None:
-    before = reported_queues(app)
-    queue = app.conf.task_default_queue
+def test_the_reported_queues_are_a_bounded_set_whatever_was_parked(wire_v1_app: Any) -> None:
+    before = reported_queues(wire_v1_app)
+    queue = wire_v1_app.conf.task_default_queue
     assert f"{queue}.dead" in before
     assert [name for name in before if ".wire." in name] == [
         f"{queue}.wire.{version}" for version in range(2, 2 + MAX_VERSIONS_AHEAD)
     ]
-    gate = WireGate(app)
+    gate = WireGate(wire_v1_app)
     for version in range(2, 2 + MAX_VERSIONS_AHEAD):
-        gate.defer(Delivered(app, {WIRE_HEADER: version}), version)
-    assert reported_queues(app) == before
+        gate.defer(Delivered(wire_v1_app, {WIRE_HEADER: version}), version)
+    assert reported_queues(wire_v1_app) == before
 
 
-def test_a_worker_of_version_3_reads_the_holding_queues_of_2_and_3_and_never_defers_them(app: Any) -> None:
+def test_a_worker_of_version_3_reads_the_holding_queues_of_2_and_3_and_never_defers_them(
+    wire_v1_app: Any,
+) -> None:
     newer = create_app(
         settings=load_settings({"AGENTLOOP_WIRE_VERSION_OVERRIDE": "3"}),
         overrides={**MEMORY, "task_default_queue": "q"},
@@ -169,17 +171,17 @@ def test_a_worker_of_version_3_reads_the_holding_queues_of_2_and_3_and_never_def
 
 
 def test_a_failed_hand_on_leaves_the_message_on_its_queue_unacknowledged(
-    app: Any, monkeypatch: pytest.MonkeyPatch
+    wire_v1_app: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     consumer = EdgeConsumer.__new__(EdgeConsumer)
-    consumer.app, consumer.wire_gate = app, WireGate(app)
+    consumer.app, consumer.wire_gate = wire_v1_app, WireGate(wire_v1_app)
     consumer.connection_errors, consumer.channel_errors = (ConnectionError,), ()
 
     def broken(message: Any, version: int) -> str:
         raise RuntimeError("no producer")
 
     monkeypatch.setattr(consumer.wire_gate, "defer", broken)
-    message = Delivered(app, {WIRE_HEADER: 2})
+    message = Delivered(wire_v1_app, {WIRE_HEADER: 2})
     consumer.defer(message, 2)
     assert message.requeued and not message.acknowledged
 
@@ -188,7 +190,7 @@ def test_a_failed_hand_on_leaves_the_message_on_its_queue_unacknowledged(
 
     monkeypatch.setattr(consumer.wire_gate, "defer", disconnected)
     with pytest.raises(ConnectionError):  # Celery reconnects; the broker delivers it again
-        consumer.defer(Delivered(app, {WIRE_HEADER: 2}), 2)
+        consumer.defer(Delivered(wire_v1_app, {WIRE_HEADER: 2}), 2)
 
 
 def test_on_rabbitmq_a_holding_queue_left_classic_by_an_older_release_still_takes_parked_messages(
@@ -245,7 +247,7 @@ class Decoded(Delivered):
 
 
 def test_a_malformed_message_of_a_newer_wire_version_is_refused_not_deferred(
-    app: Any, monkeypatch: pytest.MonkeyPatch
+    wire_v1_app: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The edge's checks come first: a newer release never sends a malformed message, so a newer
     version on one is no reason to park it for a newer worker (it would bounce between queues)."""
@@ -254,17 +256,17 @@ def test_a_malformed_message_of_a_newer_wire_version_is_refused_not_deferred(
     handled: list[Any] = []
     monkeypatch.setattr(Consumer, "create_task_handler", lambda self, *a, **k: handled.append)
     consumer = EdgeConsumer.__new__(EdgeConsumer)
-    consumer.app, consumer.wire_gate = app, WireGate(app)
+    consumer.app, consumer.wire_gate = wire_v1_app, WireGate(wire_v1_app)
     deferred: list[Any] = []
     refused: list[tuple[Any, str]] = []
     monkeypatch.setattr(consumer, "defer", lambda message, version: deferred.append(message), raising=False)
     monkeypatch.setattr(consumer, "refuse", lambda message, why: refused.append((message, why.reason)))
     on_task_received = consumer.create_task_handler()
 
-    malformed = Decoded(app, {WIRE_HEADER: 2})
+    malformed = Decoded(wire_v1_app, {WIRE_HEADER: 2})
     malformed.body = b'{"not": "the task protocol"}'
     on_task_received(malformed)
-    sound = Decoded(app, {WIRE_HEADER: 2})
+    sound = Decoded(wire_v1_app, {WIRE_HEADER: 2})
     on_task_received(sound)
 
     assert [message for message, _ in refused] == [malformed]

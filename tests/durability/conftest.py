@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
 import pytest
-from durability_support import Rig, running_rig
+from durability_support import DurabilityRig, running_rig
 
 from agentloop.orchestration.store import open_store
 from tests.services.postgres import (
@@ -48,19 +48,19 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def rig(pg_database_url: str, redis_url: str) -> Iterator[Rig]:
+def durability_rig(pg_database_url: str, redis_url: str) -> Iterator[DurabilityRig]:
     """A worker with the default store retries (60 s)."""
     with running_rig(pg_database_url, redis_url, retry_seconds=60) as running:
         yield running
 
 
 @pytest.fixture
-def outage(rig: Rig) -> Callable[[float], None]:
+def outage(durability_rig: DurabilityRig) -> Callable[[float], None]:
     """``outage(seconds)``: PostgreSQL refuses the worker's connections (and resets open ones)."""
 
     def down_for(seconds: float) -> None:
-        assert rig.proxy is not None
-        with rig.proxy.refusing():
+        assert durability_rig.proxy is not None
+        with durability_rig.proxy.refusing():
             time.sleep(seconds)
 
     return down_for

@@ -28,7 +28,7 @@ WORKFLOWS = "durability_workflows"
 
 
 @dataclass
-class Rig:
+class DurabilityRig:
     """A worker whose store is reached through ``proxy`` (PostgreSQL); ``store`` is the same
     database, direct."""
 
@@ -80,7 +80,7 @@ def running_rig(
     proxied: bool = True,
     env: Mapping[str, str] | None = None,
     result_backend: str | None = None,
-) -> Iterator[Rig]:
+) -> Iterator[DurabilityRig]:
     """A worker (its PostgreSQL store behind its own proxy, unless not ``proxied``) and a client app
     on a queue of their own."""
     queue = f"durability-{uuid.uuid4().hex[:8]}"
@@ -116,4 +116,4 @@ def running_rig(
         )
         stack.callback(app.close)
         stack.callback(detach_result_consumer, app)
-        yield Rig(app=app, store=store, proxy=proxy, worker=worker, database_url=database_url)
+        yield DurabilityRig(app=app, store=store, proxy=proxy, worker=worker, database_url=database_url)

@@ -142,22 +142,27 @@ def test_on_rabbitmq_a_message_at_its_limit_with_the_store_away_is_dead_lettered
         imports=("workflows.delivery",),
         env={"AGENTLOOP_DELIVERY_LIMIT": "1"},
         result_backend=redis_url,
-    ) as rig:
-        assert rig.proxy is not None
-        dead = f"{rig.app.conf.task_default_queue}.dead"
-        result = rig.app.send_task(
+    ) as durability_rig:
+        assert durability_rig.proxy is not None
+        dead = f"{durability_rig.app.conf.task_default_queue}.dead"
+        result = durability_rig.app.send_task(
             LAUNCH, kwargs={"runnable": "delivery.kills_when_told", "input": 3, "context": {"go": str(go)}}
         )
 
         def running() -> bool:
-            record = rig.store.get_run(result.id)
+            record = durability_rig.store.get_run(result.id)
             return record is not None and record.status == "running"
 
-        _until(running, 60, "the run's start", rig.worker.log_text)
-        with rig.proxy.refusing():  # the store away from the worker, for good
+        _until(running, 60, "the run's start", durability_rig.worker.log_text)
+        with durability_rig.proxy.refusing():  # the store away from the worker, for good
             go.touch()  # the first delivery kills its process; the second is the limit's
-            _until(lambda: _amqp_depth(rig.app, dead) == 1, 120, "the dead-lettering", rig.worker.log_text)
-            assert "Dead-lettered agentloop.launch" in rig.worker.log_text()
-        record = rig.store.get_run(result.id)
+            _until(
+                lambda: _amqp_depth(durability_rig.app, dead) == 1,
+                120,
+                "the dead-lettering",
+                durability_rig.worker.log_text,
+            )
+            assert "Dead-lettered agentloop.launch" in durability_rig.worker.log_text()
+        record = durability_rig.store.get_run(result.id)
         assert record is not None and record.status == "running"  # not ended: an operator's to see
-        assert rig.worker.is_alive()
+        assert durability_rig.worker.is_alive()

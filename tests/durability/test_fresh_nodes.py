@@ -98,15 +98,15 @@ def test_a_fresh_twin_of_a_finished_loop_returns_its_result_and_does_not_run_aga
 
 
 @pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("fresh-nodes", set_as_current=False)
+def probe_app() -> Iterator[Celery]:
+    probe_app = Celery("fresh-nodes", set_as_current=False)
 
-    @app.task(name="probe", bind=True, shared=False)
+    @probe_app.task(name="probe", bind=True, shared=False)
     def probe(self: Any) -> None:  # pragma: no cover - never sent, its request is pushed by hand
         return None
 
-    yield app
-    app.close()
+    yield probe_app
+    probe_app.close()
 
 
 def _marked(run_id: str = "r", path: str = "") -> dict[str, Any]:
@@ -125,9 +125,9 @@ def _marked(run_id: str = "r", path: str = "") -> dict[str, Any]:
     ids=["first", "no flag", "redelivered", "retried", "called directly"],
 )
 def test_only_a_first_try_of_a_message_is_a_first_delivery(
-    app: Celery, request_fields: dict[str, Any], first: bool
+    probe_app: Celery, request_fields: dict[str, Any], first: bool
 ) -> None:
-    task = app.tasks["probe"]
+    task = probe_app.tasks["probe"]
     task.push_request(**{"called_directly": False, "retries": 0, **request_fields})
     try:
         assert first_delivery(task) is first
@@ -136,15 +136,18 @@ def test_only_a_first_try_of_a_message_is_a_first_delivery(
         task.pop_request()
 
 
-def test_a_later_try_unmarks_every_node_of_the_chain_celery_sends_after_it(app: Celery) -> None:
+def test_a_later_try_unmarks_every_node_of_the_chain_celery_sends_after_it(probe_app: Celery) -> None:
     node, branch = _marked(), _marked(path="branch/1")
     tail = chain(
-        app.signature(STAGE, args=(node, 1, None)),
-        chord([app.signature(RUN, args=(branch, 5), immutable=True)], app.signature(MERGE, args=(node, [1]))),
-        app.signature(LANE, args=(_marked(path="branch/2"), 3)),
+        probe_app.signature(STAGE, args=(node, 1, None)),
+        chord(
+            [probe_app.signature(RUN, args=(branch, 5), immutable=True)],
+            probe_app.signature(MERGE, args=(node, [1])),
+        ),
+        probe_app.signature(LANE, args=(_marked(path="branch/2"), 3)),
     )
     links = [dict(signature) for signature in reversed(tail.tasks)]  # Celery pops the chain from its end
-    task = app.tasks["probe"]
+    task = probe_app.tasks["probe"]
     task.push_request(called_directly=False, retries=0, delivery_info={"redelivered": True}, chain=links)
     try:
         assert node_of(task, WorkflowNode.from_dict(_marked())).fresh is False
@@ -162,9 +165,9 @@ def test_a_later_try_unmarks_every_node_of_the_chain_celery_sends_after_it(app: 
     assert len(marks(links)) == 4 and not any(marks(links))  # stage, branch, merge, lane
 
 
-def test_a_first_delivery_leaves_the_chain_after_it_marked(app: Celery) -> None:
-    links = [dict(app.signature(STAGE, args=(_marked(), 1, None)))]
-    task = app.tasks["probe"]
+def test_a_first_delivery_leaves_the_chain_after_it_marked(probe_app: Celery) -> None:
+    links = [dict(probe_app.signature(STAGE, args=(_marked(), 1, None)))]
+    task = probe_app.tasks["probe"]
     task.push_request(called_directly=False, retries=0, delivery_info={}, chain=links)
     try:
         assert node_of(task, WorkflowNode.from_dict(_marked())).fresh is True
@@ -173,8 +176,8 @@ def test_a_first_delivery_leaves_the_chain_after_it_marked(app: Celery) -> None:
     assert links[0]["args"][0]["fresh"] is True
 
 
-def test_a_paused_task_s_message_is_unmarked_so_that_resuming_reads_its_checkpoint(app: Celery) -> None:
-    message = dict(app.signature(RUN, args=(_marked(path="branch/0"), {"question": 1})))
+def test_a_paused_task_s_message_is_unmarked_so_that_resuming_reads_its_checkpoint(probe_app: Celery) -> None:
+    message = dict(probe_app.signature(RUN, args=(_marked(path="branch/0"), {"question": 1})))
     unmarked_signature(message)
     assert message["args"][0]["fresh"] is False
     assert message["args"][1] == {"question": 1}  # user input is left as it is

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from durability_support import WORKFLOWS, Rig, new_id, running_rig
+from durability_support import WORKFLOWS, DurabilityRig, new_id, running_rig
 from sqlalchemy.engine import make_url
 
 from agentloop.orchestration.wire import LAUNCH
@@ -28,13 +28,13 @@ KILLS, PLAIN_RUNS = 3, 24
 
 
 @pytest.fixture(scope="module")
-def prefork_rig(pg_database_url: str, redis_url: str) -> Iterator[Rig]:
+def prefork_rig(pg_database_url: str, redis_url: str) -> Iterator[DurabilityRig]:
     """Two pool children, their store the PostgreSQL database itself (no proxy between them)."""
     imports = (WORKFLOWS, "workflows.durable")
     with running_rig(
         pg_database_url, redis_url, retry_seconds=60, concurrency=2, proxied=False, imports=imports
-    ) as rig:
-        yield rig
+    ) as durability_rig:
+        yield durability_rig
 
 
 def _children(pid: int) -> list[int]:
@@ -74,15 +74,18 @@ def _socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def database_sockets(rig: Rig) -> dict[int, set[int]]:
+def database_sockets(durability_rig: DurabilityRig) -> dict[int, set[int]]:
     """Each worker process's sockets to the PostgreSQL server: the main process and its children."""
-    postgres = _sockets_to(int(make_url(rig.database_url).port or 5432))
-    return {pid: _socket_inodes(pid) & postgres for pid in [rig.worker.pid, *_children(rig.worker.pid)]}
+    postgres = _sockets_to(int(make_url(durability_rig.database_url).port or 5432))
+    return {
+        pid: _socket_inodes(pid) & postgres
+        for pid in [durability_rig.worker.pid, *_children(durability_rig.worker.pid)]
+    }
 
 
-def _launch_killed(rig: Rig) -> str:
+def _launch_killed(durability_rig: DurabilityRig) -> str:
     run_id = new_id()
-    rig.app.send_task(
+    durability_rig.app.send_task(
         LAUNCH,
         kwargs={"runnable": "durable.swallows_its_time_limit", "input": 1},
         task_id=run_id,
@@ -92,32 +95,32 @@ def _launch_killed(rig: Rig) -> str:
     return run_id
 
 
-def test_runs_after_a_hard_time_limit_kill_share_no_database_connection(prefork_rig: Rig) -> None:
-    rig = prefork_rig
+def test_runs_after_a_hard_time_limit_kill_share_no_database_connection(prefork_rig: DurabilityRig) -> None:
+    durability_rig = prefork_rig
     for _ in range(KILLS):  # one after the other: each child forked after a kill is a new one
-        killed = rig.ended(_launch_killed(rig), timeout=60)
+        killed = durability_rig.ended(_launch_killed(durability_rig), timeout=60)
         assert killed.status == "failed"
         assert killed.error is not None and "hard time limit" in killed.error["message"], killed.error
 
     ids = [new_id() for _ in range(PLAIN_RUNS)]
     for index, run_id in enumerate(ids):
         runnable = "durability.two_counts" if index % 2 else "durability.count"
-        rig.launch(runnable, 3, task_id=run_id, context={"step_seconds": 0.01})
+        durability_rig.launch(runnable, 3, task_id=run_id, context={"step_seconds": 0.01})
     outcomes = {}
     for run_id in ids:
         try:
-            rig.result(run_id, timeout=60)
+            durability_rig.result(run_id, timeout=60)
         except Exception as error:  # the verdict below lists every run that went wrong
             outcomes[run_id] = f"{type(error).__name__}: {error}"[:200]
-        record = rig.ended(run_id, timeout=30)
+        record = durability_rig.ended(run_id, timeout=30)
         if record.status != "succeeded":
             outcomes[run_id] = f"{record.status}: {record.error}"
     assert outcomes == {}
 
-    sockets = database_sockets(rig)
+    sockets = database_sockets(durability_rig)
     owners: dict[int, list[int]] = {}
     for pid, inodes in sockets.items():
         for inode in inodes:
             owners.setdefault(inode, []).append(pid)
     assert {inode: pids for inode, pids in owners.items() if len(pids) > 1} == {}
-    assert sockets[rig.worker.pid] == set(), "the main process keeps a database connection open"
+    assert sockets[durability_rig.worker.pid] == set(), "the main process keeps a database connection open"

@@ -62,10 +62,14 @@ def test_processes_setting_up_one_new_database_at_once_all_succeed(new_database:
 
 def test_concurrent_first_tasks_on_a_worker_all_answer(new_database: str, redis_url: str) -> None:
     modules = ("agentloop.examples.record_search.workflows",)
-    with running_rig(new_database, redis_url, retry_seconds=30, concurrency=4, imports=modules) as rig:
+    with running_rig(
+        new_database, redis_url, retry_seconds=30, concurrency=4, imports=modules
+    ) as durability_rig:
         questions = ["Which software companies are in Germany?", "List the won deals"] * 4
         results = [
-            rig.app.send_task(LAUNCH, kwargs={"runnable": "record_search.ask", "input": {"message": q}})
+            durability_rig.app.send_task(
+                LAUNCH, kwargs={"runnable": "record_search.ask", "input": {"message": q}}
+            )
             for q in questions
         ]
         answers = [result.get(timeout=120) for result in results]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from durability_support import Rig, new_id, running_rig
+from durability_support import DurabilityRig, new_id, running_rig
 
 from agentloop.orchestration.store import open_store
 
@@ -33,7 +33,9 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def any_rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def any_rig(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DurabilityRig]:
     """A real worker on a SQLite file, or on the private PostgreSQL database."""
     redis_url = request.getfixturevalue("redis_url")
     if request.param == "postgresql":
@@ -42,13 +44,13 @@ def any_rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         url = f"sqlite:///{Path(tmp_path_factory.mktemp('unstorable')) / 'runs.sqlite3'}"
         store, _ = open_store(url)
         store.engine.dispose()
-    with running_rig(url, redis_url, retry_seconds=5, concurrency=2) as rig:
-        yield rig
+    with running_rig(url, redis_url, retry_seconds=5, concurrency=2) as durability_rig:
+        yield durability_rig
 
 
 @pytest.mark.parametrize(("case", "change", "recorded", "words"), CASES, ids=[c[0] for c in CASES])
 def test_a_value_the_database_cannot_hold_is_a_clear_error(
-    any_rig: Rig, case: str, change: dict[str, Any], recorded: bool, words: str
+    any_rig: DurabilityRig, case: str, change: dict[str, Any], recorded: bool, words: str
 ) -> None:
     task_id = new_id()
     arguments = {"runnable": "durability.count", "input": 1, "context": {"step_seconds": 0}, **change}

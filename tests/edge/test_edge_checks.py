@@ -175,7 +175,7 @@ def test_a_refused_launch_names_its_run_when_the_run_id_is_usable() -> None:
 
 
 @pytest.fixture
-def memory_app() -> Iterator[Any]:
+def edge_app() -> Iterator[Any]:
     store = InMemoryRunStore()
     app = create_app(
         store=store,
@@ -191,41 +191,41 @@ def memory_app() -> Iterator[Any]:
         app.close()
 
 
-def test_every_app_create_app_builds_uses_the_edge_consumer(memory_app: Any) -> None:
-    assert memory_app.conf.worker_consumer == f"{EdgeConsumer.__module__}:EdgeConsumer"
+def test_every_app_create_app_builds_uses_the_edge_consumer(edge_app: Any) -> None:
+    assert edge_app.conf.worker_consumer == f"{EdgeConsumer.__module__}:EdgeConsumer"
 
 
-def test_a_refused_launch_becomes_a_failed_run_and_a_failed_result(memory_app: Any) -> None:
+def test_a_refused_launch_becomes_a_failed_run_and_a_failed_result(edge_app: Any) -> None:
     run_id = str(uuid.uuid4())
-    recorder_of(memory_app).record(
+    recorder_of(edge_app).record(
         Rejection(
             reason="kwargs too deep", task="agentloop.launch", task_id=run_id, run_id=run_id, runnable="x"
         )
     )
 
-    record = memory_app.agentloop_dependencies.store.get_run(run_id)
+    record = edge_app.agentloop_dependencies.store.get_run(run_id)
     assert record.status == "failed" and record.runnable == "x"
     assert record.error == {
         "type": "InvalidTaskError",
         "message": "agentloop.launch message rejected at the worker's edge: kwargs too deep",
     }
     with pytest.raises(InvalidTaskError, match="kwargs too deep"):
-        memory_app.AsyncResult(run_id).get(timeout=1)
+        edge_app.AsyncResult(run_id).get(timeout=1)
 
 
-def test_a_refusal_never_rewrites_an_existing_run_or_a_live_result(memory_app: Any) -> None:
-    store = memory_app.agentloop_dependencies.store
+def test_a_refusal_never_rewrites_an_existing_run_or_a_live_result(edge_app: Any) -> None:
+    store = edge_app.agentloop_dependencies.store
     store.create_run(run_id="taken", runnable="parity.count", input=1)
-    memory_app.backend.store_result("taken", {"n": 1}, "PROGRESS")
-    memory_app.backend.store_result("busy", None, "STARTED")
+    edge_app.backend.store_result("taken", {"n": 1}, "PROGRESS")
+    edge_app.backend.store_result("busy", None, "STARTED")
 
-    recorder = recorder_of(memory_app)
+    recorder = recorder_of(edge_app)
     recorder.record(Rejection(reason="bad", task="agentloop.launch", task_id="taken", run_id="taken"))
     recorder.record(Rejection(reason="bad", task="agentloop.run", task_id="busy"))
 
     assert store.get_run("taken").status == "pending"
-    assert memory_app.AsyncResult("taken").state == "PROGRESS"
-    assert memory_app.AsyncResult("busy").state == "STARTED"
+    assert edge_app.AsyncResult("taken").state == "PROGRESS"
+    assert edge_app.AsyncResult("busy").state == "STARTED"
 
 
 class AckableMessage(FakeMessage):
@@ -248,29 +248,29 @@ def bare_consumer(app: Any, handler: Any, monkeypatch: pytest.MonkeyPatch) -> An
 
 
 def test_a_defect_in_celerys_handler_refuses_the_message_instead_of_stopping_the_worker(
-    memory_app: Any, monkeypatch: pytest.MonkeyPatch
+    edge_app: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(message: Any) -> None:
         raise KeyError(
             0
         )  # what Celery's request raised for a JSON object body (a "connection error" on Redis)
 
-    on_task_received = bare_consumer(memory_app, broken, monkeypatch).create_task_handler()
+    on_task_received = bare_consumer(edge_app, broken, monkeypatch).create_task_handler()
     message = AckableMessage(headers(id="defect"), GOOD)
 
     on_task_received(message)
 
-    recorder_of(memory_app).close()
+    recorder_of(edge_app).close()
     assert message.acknowledged  # once its refusal was recorded
     with pytest.raises(InvalidTaskError, match=r"the worker could not take it \(KeyError\)"):
-        memory_app.AsyncResult("defect").get(timeout=1)
+        edge_app.AsyncResult("defect").get(timeout=1)
 
 
-def test_a_lost_connection_still_reaches_celery(memory_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lost_connection_still_reaches_celery(edge_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     def disconnected(message: Any) -> None:
         raise ConnectionResetError("broker went away")
 
-    on_task_received = bare_consumer(memory_app, disconnected, monkeypatch).create_task_handler()
+    on_task_received = bare_consumer(edge_app, disconnected, monkeypatch).create_task_handler()
     message = AckableMessage(headers(id="lost"), GOOD)
 
     with pytest.raises(ConnectionResetError):

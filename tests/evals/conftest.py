@@ -1,4 +1,5 @@
-"""The evaluation tests' home: embedded defaults in a fresh folder, and the test workflows registered."""
+"""The evaluation tests' home: the shared ``home`` (``tests/conftest.py``) with the test workflows
+registered."""
 
 from __future__ import annotations
 
@@ -6,16 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.newcomer import MACHINE_SETTINGS
-
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh ``AGENTLOOP_HOME`` and working folder, none of the machine's settings, and
-    ``AGENTLOOP_IMPORTS=workflows.eval``."""
-    for name in MACHINE_SETTINGS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGENTLOOP_HOME", str(tmp_path / "home"))
+def eval_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``home``, and ``AGENTLOOP_IMPORTS=workflows.eval``."""
     monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.eval")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return home

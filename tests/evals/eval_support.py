@@ -21,7 +21,7 @@ def write_dataset(path: Path, cases: Iterable[Any]) -> Path:
     return path
 
 
-def kept(home: Path) -> list[dict[str, Any]]:
+def kept(eval_home: Path) -> list[dict[str, Any]]:
     """The evaluations kept under the test's ``AGENTLOOP_HOME``, oldest first."""
-    files = sorted((home / "home" / "evals").glob("*.json"))
+    files = sorted((eval_home / ".agentloop" / "evals").glob("*.json"))
     return sorted((json.loads(file.read_text()) for file in files), key=lambda report: report["created_at"])

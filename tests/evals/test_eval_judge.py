@@ -48,7 +48,7 @@ class Judge:
 
 
 @pytest.fixture
-def judge_server(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAICompatibleServer]:
+def judge_server(eval_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAICompatibleServer]:
     with OpenAICompatibleServer(responder=Judge()) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-judge-key")
@@ -58,10 +58,10 @@ def judge_server(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAI
 
 
 def test_the_judge_scores_each_output_through_its_forced_tool_step(
-    home: Path, judge_server: OpenAICompatibleServer
+    eval_home: Path, judge_server: OpenAICompatibleServer
 ) -> None:
     write_dataset(
-        home / "cases.jsonl",
+        eval_home / "cases.jsonl",
         [
             {"id": "hi", "input": "hi", "expected": "HI"},
             {"id": "yo", "input": "yo"},
@@ -130,9 +130,9 @@ def test_the_judge_scores_each_output_through_its_forced_tool_step(
 
 
 def test_the_judge_answers_for_its_own_model_when_asked(
-    home: Path, judge_server: OpenAICompatibleServer
+    eval_home: Path, judge_server: OpenAICompatibleServer
 ) -> None:
-    write_dataset(home / "cases.jsonl", [{"id": "hi", "input": "hi"}])
+    write_dataset(eval_home / "cases.jsonl", [{"id": "hi", "input": "hi"}])
 
     result = invoke(
         "eval", "evals.shout", "cases.jsonl", "-s", "judge", "--judge-model", "bigger-judge", "--json"
@@ -144,8 +144,8 @@ def test_the_judge_answers_for_its_own_model_when_asked(
     assert "bigger-judge" in report["judge"]["description"]
 
 
-def test_the_judge_runs_on_anthropic_s_protocol_too(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write_dataset(home / "cases.jsonl", [{"id": "hi", "input": "hi", "expected": "HI"}])
+def test_the_judge_runs_on_anthropic_s_protocol_too(eval_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_dataset(eval_home / "cases.jsonl", [{"id": "hi", "input": "hi", "expected": "HI"}])
     verdict = reply_tool_call("judge_case", {"score": 0.7, "reason": "close enough"})
     with AnthropicCompatibleServer(script=[verdict]) as server:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)

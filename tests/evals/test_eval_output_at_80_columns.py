@@ -30,8 +30,8 @@ def whole_on_a_line(text: str, output: str) -> bool:
     return any(text in line for line in lines_of(output))
 
 
-def test_eval_list_and_compare_keep_every_word_whole_at_80_columns(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", CASES)
+def test_eval_list_and_compare_keep_every_word_whole_at_80_columns(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", CASES)
     before = evaluation()
     after = evaluation("--context", '{"whisper": true}')
 

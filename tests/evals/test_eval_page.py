@@ -20,7 +20,9 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 
 
-async def test_the_report_and_the_comparison_open_in_a_browser_with_user_text_escaped(home: Path) -> None:
+async def test_the_report_and_the_comparison_open_in_a_browser_with_user_text_escaped(
+    eval_home: Path,
+) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "web"))
     try:
         from cdp import chromium_binary, headless_chromium
@@ -30,7 +32,7 @@ async def test_the_report_and_the_comparison_open_in_a_browser_with_user_text_es
     if binary is None:
         pytest.skip("no chromium on the PATH: apt-get install chromium (.ci/run does)")
     write_dataset(
-        home / "cases.jsonl",
+        eval_home / "cases.jsonl",
         [
             {"id": "hi", "input": "hi", "expected": "HI"},
             {"id": HOSTILE, "input": HOSTILE, "expected": "<b>nope</b>"},
@@ -58,7 +60,7 @@ async def test_the_report_and_the_comparison_open_in_a_browser_with_user_text_es
     assert compared.exit_code == 1  # "hi" regressed
 
     async with headless_chromium(binary) as page:
-        await page.navigate((home / "report.html").as_uri())
+        await page.navigate((eval_home / "report.html").as_uri())
         rows = await page.wait_for(
             "document.readyState === 'complete' && document.querySelectorAll('#cases tbody tr').length",
             what="the cases table",
@@ -71,7 +73,7 @@ async def test_the_report_and_the_comparison_open_in_a_browser_with_user_text_es
         cards = await page.evaluate("document.querySelector('.cards').textContent")
         report_shot = await page.screenshot(ARTIFACTS / "eval-report.png")
 
-        await page.navigate((home / "diff.html").as_uri())
+        await page.navigate((eval_home / "diff.html").as_uri())
         changes = await page.wait_for(
             "document.readyState === 'complete' && JSON.stringify([...document.querySelectorAll("
             "'#changes tbody tr')].map(r => [r.dataset.case, r.className]))",

@@ -67,8 +67,8 @@ def test_a_case_s_id_defaults_to_its_line_and_expected_null_is_an_expectation() 
     ]
 
 
-def test_the_cli_names_the_bad_line_without_a_traceback(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", [{"input": "a"}, '{"input": "b",'])
+def test_the_cli_names_the_bad_line_without_a_traceback(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", [{"input": "a"}, '{"input": "b",'])
 
     result = invoke("eval", "evals.shout", "cases.jsonl")
 
@@ -78,9 +78,9 @@ def test_the_cli_names_the_bad_line_without_a_traceback(home: Path) -> None:
 
 
 def test_a_missing_dataset_or_runnable_or_imports_is_a_usage_error(
-    home: Path, monkeypatch: pytest.MonkeyPatch
+    eval_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_dataset(home / "cases.jsonl", SHOUTS)
+    write_dataset(eval_home / "cases.jsonl", SHOUTS)
 
     missing = invoke("eval", "evals.shout", "nope.jsonl")
     unknown = invoke("eval", "no.such", "cases.jsonl")
@@ -96,8 +96,8 @@ def test_a_missing_dataset_or_runnable_or_imports_is_a_usage_error(
 # ----- running and scoring in-process ----------------------------------------------------------------
 
 
-def test_exact_match_scores_each_case_prints_a_table_and_keeps_the_evaluation(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", SHOUTS)
+def test_exact_match_scores_each_case_prints_a_table_and_keeps_the_evaluation(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", SHOUTS)
 
     result = invoke("eval", "evals.shout", "cases.jsonl")
 
@@ -107,7 +107,7 @@ def test_exact_match_scores_each_case_prints_a_table_and_keeps_the_evaluation(ho
     assert "failed" in rows["boom"] and "FAIL" in rows["boom"]
     assert "passed 2 of 3 (67%)" in result.output
     assert "runs: 1 failed, 2 succeeded" in result.output
-    [report] = kept(home)
+    [report] = kept(eval_home)
     assert report["runnable"] == "evals.shout" and report["mode"] == "inline"
     assert report["scorers"] == ["exact"]
     assert report["aggregate"]["passed"] == 2 and report["aggregate"]["scorers"]["exact"]["mean"] == 0.6667
@@ -118,8 +118,8 @@ def test_exact_match_scores_each_case_prints_a_table_and_keeps_the_evaluation(ho
     assert f"kept as {report['id']}" in result.output
 
 
-def test_the_report_keeps_the_code_version_and_the_model(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", SHOUTS[:1])
+def test_the_report_keeps_the_code_version_and_the_model(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", SHOUTS[:1])
 
     code, report = run_json("evals.shout", "cases.jsonl")
 
@@ -136,11 +136,11 @@ def test_the_report_keeps_the_code_version_and_the_model(home: Path) -> None:
     assert report["code"]["agentloop"] == "0.1.0"
     assert report["code"]["git"]  # the tests run in the project's repository
     assert report["model"]["from"] == "settings" and report["model"]["description"].startswith("offline")
-    assert report["dataset"]["sha256"] == hashlib.sha256((home / "cases.jsonl").read_bytes()).hexdigest()
+    assert report["dataset"]["sha256"] == hashlib.sha256((eval_home / "cases.jsonl").read_bytes()).hexdigest()
 
 
-def test_a_degraded_run_never_passes_even_when_its_fallback_matches(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", [{"input": "hi", "expected": "HI"}])
+def test_a_degraded_run_never_passes_even_when_its_fallback_matches(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", [{"input": "hi", "expected": "HI"}])
 
     code, report = run_json("evals.degraded", "cases.jsonl")
 
@@ -152,9 +152,9 @@ def test_a_degraded_run_never_passes_even_when_its_fallback_matches(home: Path) 
     assert case["error"]["failures"][0]["reason"] == "the model was away"
 
 
-def test_a_type_scorer_validates_each_output_and_says_what_is_wrong(home: Path) -> None:
+def test_a_type_scorer_validates_each_output_and_says_what_is_wrong(eval_home: Path) -> None:
     write_dataset(
-        home / "people.jsonl",
+        eval_home / "people.jsonl",
         [
             {"id": "ok", "input": {"name": "Ada", "age": 36}},
             {"id": "bad", "input": {"name": "Bob", "age": "x"}},
@@ -169,8 +169,8 @@ def test_a_type_scorer_validates_each_output_and_says_what_is_wrong(home: Path) 
     assert bad["passed"] is False and "age" in bad["scores"]["type:workflows.eval:Profile"]["reason"]
 
 
-def test_user_functions_score_with_the_keywords_they_declare(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", [{"id": "a", "input": "hello", "expected": "HELLO!"}])
+def test_user_functions_score_with_the_keywords_they_declare(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", [{"id": "a", "input": "hello", "expected": "HELLO!"}])
 
     code, report = run_json(
         "evals.shout",
@@ -203,8 +203,8 @@ def test_user_functions_score_with_the_keywords_they_declare(home: Path) -> None
     assert report["aggregate"]["scorers"]["workflows.eval:polite"]["passed"] == 0
 
 
-def test_a_scorer_that_raises_or_answers_out_of_range_fails_the_case_with_the_reason(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", [{"input": "a"}])
+def test_a_scorer_that_raises_or_answers_out_of_range_fails_the_case_with_the_reason(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", [{"input": "a"}])
 
     code, report = run_json(
         "evals.shout",
@@ -234,33 +234,33 @@ def test_a_scorer_that_raises_or_answers_out_of_range_fails_the_case_with_the_re
         ("judge", "--scorer judge needs a model"),
     ],
 )
-def test_a_scorer_that_cannot_be_used_is_a_usage_error(home: Path, scorer: str, message: str) -> None:
-    write_dataset(home / "cases.jsonl", SHOUTS)
+def test_a_scorer_that_cannot_be_used_is_a_usage_error(eval_home: Path, scorer: str, message: str) -> None:
+    write_dataset(eval_home / "cases.jsonl", SHOUTS)
 
     result = invoke("eval", "evals.shout", "cases.jsonl", "--scorer", scorer)
 
     assert result.exit_code == 2 and message in result.output
-    assert kept(home) == []  # nothing ran
+    assert kept(eval_home) == []  # nothing ran
 
 
-def test_without_a_scorer_every_case_needs_an_expected(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", [{"id": "x", "input": "a"}])
+def test_without_a_scorer_every_case_needs_an_expected(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", [{"id": "x", "input": "a"}])
 
     result = invoke("eval", "evals.shout", "cases.jsonl")
 
     assert result.exit_code == 2 and "cases ['x'] have no \"expected\": give --scorer" in result.output
 
 
-def test_fail_under_exits_1_below_the_pass_rate(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", SHOUTS)
+def test_fail_under_exits_1_below_the_pass_rate(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", SHOUTS)
 
     assert invoke("eval", "evals.shout", "cases.jsonl", "--fail-under", "0.6").exit_code == 0
     below = invoke("eval", "evals.shout", "cases.jsonl", "--fail-under", "0.7")
     assert below.exit_code == 1 and "pass rate 67% is under --fail-under 70%" in below.output
 
 
-def test_a_run_s_error_keeps_no_value_of_the_context_spec(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", [{"input": "a"}])
+def test_a_run_s_error_keeps_no_value_of_the_context_spec(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", [{"input": "a"}])
 
     code, report = run_json(
         "evals.leaky",
@@ -276,7 +276,9 @@ def test_a_run_s_error_keeps_no_value_of_the_context_spec(home: Path) -> None:
         "type": "PermissionError",
         "message": "the service refused token <hidden>",
     }
-    assert not any("s3cr3t" in path.read_text() for path in (home / "home" / "evals").glob("*.json"))
+    assert not any(
+        "s3cr3t" in path.read_text() for path in (eval_home / ".agentloop" / "evals").glob("*.json")
+    )
 
 
 # ----- on Celery ---------------------------------------------------------------------------------------
@@ -328,8 +330,8 @@ def test_runs_not_ended_at_the_timeout_are_kept_unfinished_and_ended_ones_as_the
     ]
 
 
-def test_on_celery_the_cases_run_as_one_batch_and_score_as_in_process(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", SHOUTS)
+def test_on_celery_the_cases_run_as_one_batch_and_score_as_in_process(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", SHOUTS)
 
     code, on_celery = run_json("evals.shout", "cases.jsonl", "--celery")
     _, inline = run_json("evals.shout", "cases.jsonl")
@@ -340,7 +342,7 @@ def test_on_celery_the_cases_run_as_one_batch_and_score_as_in_process(home: Path
         return [(c["id"], c["status"], c["output"], c["passed"]) for c in report["cases"]]
 
     assert outcome(on_celery) == outcome(inline)
-    store, _ = open_store(f"sqlite:///{home / 'home' / 'agentloop.sqlite3'}")
+    store, _ = open_store(f"sqlite:///{eval_home / '.agentloop' / 'agentloop.sqlite3'}")
     batch = store.get_run(on_celery["id"])
     assert batch is not None and batch.runnable == f"batch:eval:{on_celery['id']}"
     children = {record.id: record for record in store.list_runs(parent_run_id=on_celery["id"])}
@@ -353,8 +355,8 @@ def test_on_celery_the_cases_run_as_one_batch_and_score_as_in_process(home: Path
     store.engine.dispose()
 
 
-def test_eval_run_is_the_default_command_and_every_command_has_help(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", SHOUTS[:1])
+def test_eval_run_is_the_default_command_and_every_command_has_help(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", SHOUTS[:1])
 
     _, explicit = run_json("run", "evals.shout", "cases.jsonl")
 
@@ -381,8 +383,8 @@ def test_the_source_hash_follows_linked_folders_once(tmp_path: Path, monkeypatch
     assert first["source_sha256"] != second["source_sha256"]  # a prompt edited in a helper module
 
 
-def test_timeout_needs_celery(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", SHOUTS)
+def test_timeout_needs_celery(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", SHOUTS)
 
     result = invoke("eval", "evals.shout", "cases.jsonl", "--timeout", "5")
 
@@ -392,8 +394,8 @@ def test_timeout_needs_celery(home: Path) -> None:
 # ----- comparing -----------------------------------------------------------------------------------------
 
 
-def test_compare_lists_regressions_first_and_exits_1_on_one(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", [*SHOUTS, {"id": "same", "input": "1", "expected": "1"}])
+def test_compare_lists_regressions_first_and_exits_1_on_one(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", [*SHOUTS, {"id": "same", "input": "1", "expected": "1"}])
     _, before = run_json("evals.shout", "cases.jsonl")
     _, after = run_json("evals.shout", "cases.jsonl", "--context", '{"whisper": true}')
 
@@ -419,8 +421,8 @@ def test_compare_lists_regressions_first_and_exits_1_on_one(home: Path) -> None:
     }
 
 
-def test_compare_takes_report_files_and_a_unique_id_prefix(home: Path) -> None:
-    write_dataset(home / "cases.jsonl", SHOUTS)
+def test_compare_takes_report_files_and_a_unique_id_prefix(eval_home: Path) -> None:
+    write_dataset(eval_home / "cases.jsonl", SHOUTS)
     _, first = run_json("evals.shout", "cases.jsonl", "--write-json", "first.json")
 
     by_file = invoke("eval", "compare", "first.json", first["id"])

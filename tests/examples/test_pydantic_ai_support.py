@@ -35,7 +35,7 @@ def support_model(body: dict[str, Any]) -> Reply:
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAICompatibleServer]:
+def support_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAICompatibleServer]:
     with OpenAICompatibleServer(api_key=API_KEY, responder=support_model) as running:
         monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
@@ -48,7 +48,9 @@ def test_the_example_is_registered_by_name() -> None:
 
 
 @pytest.mark.parametrize(("approved", "action"), [(True, "refunded"), (False, "refund_declined")])
-def test_a_refund_waits_for_approval(server: OpenAICompatibleServer, approved: bool, action: str) -> None:
+def test_a_refund_waits_for_approval(
+    support_server: OpenAICompatibleServer, approved: bool, action: str
+) -> None:
     asked: list[str] = []
 
     def person(question: Any) -> bool:
@@ -61,4 +63,4 @@ def test_a_refund_waits_for_approval(server: OpenAICompatibleServer, approved: b
 
     assert result["order_id"] == "A-100" and result["action"] == action
     assert asked == ['Allow the agent to call refund({"order_id": "A-100", "amount": 40})?']
-    assert len(server.completion_requests) == 3
+    assert len(support_server.completion_requests) == 3

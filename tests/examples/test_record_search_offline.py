@@ -23,7 +23,7 @@ from agentloop.orchestration.llm.openai.processor import OpenAIProcessor
 
 
 @pytest.fixture
-async def generator(record_db_url: str, no_model_env: None) -> AsyncIterator[RecordSearchGenerator]:
+async def offline_generator(record_db_url: str, no_model_env: None) -> AsyncIterator[RecordSearchGenerator]:
     async with RecordSearchGenerator.create_with_defaults(database_url=record_db_url) as made:
         yield made
 
@@ -34,9 +34,9 @@ def scalar(resources: RecordSearchResources, query: Any) -> Any:
 
 
 async def test_companies_in_a_country_and_industry_are_the_real_rows(
-    generator: RecordSearchGenerator, record_resources: RecordSearchResources
+    offline_generator: RecordSearchGenerator, record_resources: RecordSearchResources
 ) -> None:
-    result = await generator.generate(message="Which software companies are in Germany?")
+    result = await offline_generator.generate(message="Which software companies are in Germany?")
     assert result is not None
     expected = scalar(
         record_resources,
@@ -57,9 +57,9 @@ async def test_companies_in_a_country_and_industry_are_the_real_rows(
 
 
 async def test_deals_over_an_amount_in_a_stage(
-    generator: RecordSearchGenerator, record_resources: RecordSearchResources
+    offline_generator: RecordSearchGenerator, record_resources: RecordSearchResources
 ) -> None:
-    result = await generator.generate(message="Show me deals over 50000 in negotiation")
+    result = await offline_generator.generate(message="Show me deals over 50000 in negotiation")
     assert result is not None
     expected = scalar(
         record_resources,
@@ -76,9 +76,9 @@ async def test_deals_over_an_amount_in_a_stage(
 
 
 async def test_following_a_relation_finds_the_contacts_of_a_company(
-    generator: RecordSearchGenerator, record_resources: RecordSearchResources
+    offline_generator: RecordSearchGenerator, record_resources: RecordSearchResources
 ) -> None:
-    result = await generator.generate(message="Who are the contacts at Acme?")
+    result = await offline_generator.generate(message="Who are the contacts at Acme?")
     assert result is not None
     acme_contacts = scalar(
         record_resources,
@@ -91,8 +91,10 @@ async def test_following_a_relation_finds_the_contacts_of_a_company(
     assert all(record["fields"]["email"].endswith("@acme.com") for record in result["records"])
 
 
-async def test_a_large_result_is_truncated_and_the_answer_says_so(generator: RecordSearchGenerator) -> None:
-    result = await generator.generate(message="List the won deals")
+async def test_a_large_result_is_truncated_and_the_answer_says_so(
+    offline_generator: RecordSearchGenerator,
+) -> None:
+    result = await offline_generator.generate(message="List the won deals")
     assert result is not None
     assert result["is_truncated"] is True
     assert len(result["records"]) == 20 < result["found_count"]
@@ -100,14 +102,14 @@ async def test_a_large_result_is_truncated_and_the_answer_says_so(generator: Rec
 
 
 async def test_the_intent_gate_lets_searches_through_and_returns_none_for_chat(
-    generator: RecordSearchGenerator,
+    offline_generator: RecordSearchGenerator,
 ) -> None:
     for chat in ("Hello! How are you today?", "Thanks, that was helpful.", "What is the capital of France?"):
-        assert await generator.generate(message=chat) is None, chat
-        verdict = await generator.classify(message=chat)
+        assert await offline_generator.generate(message=chat) is None, chat
+        verdict = await offline_generator.classify(message=chat)
         assert verdict is not None and verdict["is_search"] is False
     for search in ("companies in Sweden", "any Japanese healthcare firms?", "deals over 100k"):
-        verdict = await generator.classify(message=search)
+        verdict = await offline_generator.classify(message=search)
         assert verdict is not None and verdict["is_search"] is True, search
         assert verdict["reason"].startswith(LABEL)
 
@@ -132,13 +134,17 @@ async def test_the_chat_flow_passes_history_to_the_model(record_db_url: str) -> 
     assert len(seen) == 3 and all(turn == history for turn in seen)  # gate, plan, compose
 
 
-async def test_the_explicit_flow_skips_the_gate_and_streams_phases(generator: RecordSearchGenerator) -> None:
+async def test_the_explicit_flow_skips_the_gate_and_streams_phases(
+    offline_generator: RecordSearchGenerator,
+) -> None:
     phases: list[tuple[str, str]] = []
 
     async def notify(*, phase: str, status: str, message: str = "", **data: Any) -> None:
         phases.append((phase, status))
 
-    result = await generator.generate_for_explicit_search(message="deals in the UK", notify_progress=notify)
+    result = await offline_generator.generate_for_explicit_search(
+        message="deals in the UK", notify_progress=notify
+    )
     assert result["found_count"] > 0
     assert phases == [
         ("plan", "started"),
@@ -151,10 +157,10 @@ async def test_the_explicit_flow_skips_the_gate_and_streams_phases(generator: Re
 
 
 async def test_an_unsearchable_request_gets_the_deterministic_rephrase_message(
-    generator: RecordSearchGenerator,
+    offline_generator: RecordSearchGenerator,
 ) -> None:
     phases: list[tuple[str, str]] = []
-    result = await generator.generate_for_explicit_search(
+    result = await offline_generator.generate_for_explicit_search(
         message="Tell me a joke",
         notify_progress=lambda **event: phases.append((event["phase"], event["status"])),
     )

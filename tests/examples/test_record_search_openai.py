@@ -36,7 +36,7 @@ def server() -> Any:
 
 
 @pytest.fixture
-async def generator(
+async def openai_generator(
     server: OpenAICompatibleServer, record_db_url: str
 ) -> AsyncIterator[RecordSearchGenerator]:
     processor = OpenAIProcessor(
@@ -54,14 +54,14 @@ def forced_names(server: OpenAICompatibleServer) -> list[str]:
 
 
 async def test_the_chat_flow_makes_three_forced_calls_over_http(
-    server: OpenAICompatibleServer, generator: RecordSearchGenerator
+    server: OpenAICompatibleServer, openai_generator: RecordSearchGenerator
 ) -> None:
     server.enqueue(
         reply_tool_call("classify_search_intent", {"is_search": True, "reason": "asks for deals"}),
         reply_tool_call("plan_record_search", PLAN),
         reply_tool_call("compose_answer", {"message": "Here are the won deals with energy companies."}),
     )
-    result = await generator.generate(message="won deals with energy companies, top 3")
+    result = await openai_generator.generate(message="won deals with energy companies, top 3")
     assert result is not None
     assert result["message"] == "Here are the won deals with energy companies."
     assert result["answered_by"] == "test-model"
@@ -87,10 +87,10 @@ async def test_the_chat_flow_makes_three_forced_calls_over_http(
 
 
 async def test_ordinary_conversation_stops_at_the_gate(
-    server: OpenAICompatibleServer, generator: RecordSearchGenerator
+    server: OpenAICompatibleServer, openai_generator: RecordSearchGenerator
 ) -> None:
     server.enqueue(reply_tool_call("classify_search_intent", {"is_search": False, "reason": "greeting"}))
-    assert await generator.generate(message="good morning!") is None
+    assert await openai_generator.generate(message="good morning!") is None
     assert forced_names(server) == ["classify_search_intent"]
 
 
@@ -116,27 +116,27 @@ async def test_a_failed_plan_call_over_http_says_the_model_was_unavailable_and_a
     plan_reply: Reply,
     answer: str,
     server: OpenAICompatibleServer,
-    generator: RecordSearchGenerator,
+    openai_generator: RecordSearchGenerator,
     request: pytest.FixtureRequest,
 ) -> None:
     request_id = request.node.callspec.id
     wrong = any(tag in request_id for tag in ("text", "truncated json"))  # a wrong answer is asked again
     server.enqueue(*[plan_reply] * (2 if wrong else 1))
-    result = await generator.generate_for_explicit_search(message="find stuff")
+    result = await openai_generator.generate_for_explicit_search(message="find stuff")
     assert result["message"] == answer and result["records"] == []
     assert forced_names(server) == ["plan_record_search"] * (2 if wrong else 1)
 
 
 async def test_a_compose_failure_over_http_gives_the_deterministic_sentence(
-    server: OpenAICompatibleServer, generator: RecordSearchGenerator
+    server: OpenAICompatibleServer, openai_generator: RecordSearchGenerator
 ) -> None:
     server.enqueue(reply_tool_call("plan_record_search", PLAN), reply_error(429, "slow down"))
-    result = await generator.generate_for_explicit_search(message="won energy deals")
+    result = await openai_generator.generate_for_explicit_search(message="won energy deals")
     assert result["message"].startswith(f"Found {result['found_count']} deal")
 
 
 async def test_the_offline_responders_drive_the_wire_protocol_too(
-    server: OpenAICompatibleServer, generator: RecordSearchGenerator
+    server: OpenAICompatibleServer, openai_generator: RecordSearchGenerator
 ) -> None:
     """A server that answers like the offline model: the whole path is real HTTP and real SQL."""
     responders = offline_responders()
@@ -147,7 +147,7 @@ async def test_the_offline_responders_drive_the_wire_protocol_too(
         return reply_tool_call(name, tool(body["tools"][0]["function"], body["messages"][0]["content"], []))
 
     server.responder = respond
-    result = await generator.generate(message="Which companies are in the Netherlands?")
+    result = await openai_generator.generate(message="Which companies are in the Netherlands?")
     assert result is not None and result["found_count"] > 0
     assert all(record["fields"]["country"] == "Netherlands" for record in result["records"])
     assert result["message"].startswith("[offline model] Found")

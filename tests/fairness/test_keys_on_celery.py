@@ -113,7 +113,7 @@ class Evicting(Held):
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
+def keys_rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
     global GAUGE
     GAUGE = Gauge()
     registry = RunnableRegistry()
@@ -131,82 +131,86 @@ def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
         store.engine.dispose()
 
 
-def runner(rig: dict[str, Any], name: str, context: dict[str, Any] | None = None) -> CeleryAgentRunner:
-    return CeleryAgentRunner.create(runnable=name, app=rig["app"], store=rig["store"], context=context)
+def runner(keys_rig: dict[str, Any], name: str, context: dict[str, Any] | None = None) -> CeleryAgentRunner:
+    return CeleryAgentRunner.create(
+        runnable=name, app=keys_rig["app"], store=keys_rig["store"], context=context
+    )
 
 
-def test_a_key_past_its_limit_waits_without_a_worker_slot_and_other_keys_go_on(rig: dict[str, Any]) -> None:
-    a = [runner(rig, "keys.held", {"tenant": "A"}).request_sync(input={"key": "A"}) for _ in range(5)]
+def test_a_key_past_its_limit_waits_without_a_worker_slot_and_other_keys_go_on(
+    keys_rig: dict[str, Any],
+) -> None:
+    a = [runner(keys_rig, "keys.held", {"tenant": "A"}).request_sync(input={"key": "A"}) for _ in range(5)]
     GAUGE.until("two runs of A inside", lambda g: g.inside.get("A") == 2)
     # three of A wait: their launches went back to the queue, so the six worker threads are free
     # for B's run, which the rule keys by its context too
-    b = runner(rig, "keys.held", {"tenant": "B"}).request_sync(input={"key": "B"})
+    b = runner(keys_rig, "keys.held", {"tenant": "B"}).request_sync(input={"key": "B"})
     GAUGE.until("B's run inside beside A's two", lambda g: g.inside.get("B") == 1)
-    counts = polled(lambda: rig["store"].concurrency.counts(), lambda c: c["A"].waiting == 3)
+    counts = polled(lambda: keys_rig["store"].concurrency.counts(), lambda c: c["A"].waiting == 3)
     assert (counts["A"].held, counts["A"].waiting, counts["B"].held) == (2, 3, 1)
-    statuses = sorted(rig["store"].get_run(handle.run_id).status for handle in a)
+    statuses = sorted(keys_rig["store"].get_run(handle.run_id).status for handle in a)
     assert statuses == ["pending"] * 3 + ["running"] * 2  # the waiting ones have not started
 
     GAUGE.release.set()
     assert [handle.wait_sync(timeout=CEILING) for handle in a] == ["A"] * 5
     assert b.wait_sync(timeout=CEILING) == "B"
     assert GAUGE.most == {"A": 2, "B": 1}  # never more than the limit inside at once
-    assert rig["store"].concurrency.counts()["A"].waits >= 3
+    assert keys_rig["store"].concurrency.counts()["A"].waits >= 3
 
 
-def test_the_launch_keyword_sets_the_key_and_every_task_carries_it(rig: dict[str, Any]) -> None:
+def test_the_launch_keyword_sets_the_key_and_every_task_carries_it(keys_rig: dict[str, Any]) -> None:
     handles = [
-        runner(rig, "keys.held").request_sync(input={"key": "T"}, concurrency_key="tenant-7")
+        runner(keys_rig, "keys.held").request_sync(input={"key": "T"}, concurrency_key="tenant-7")
         for _ in range(3)
     ]
     GAUGE.until("two runs of tenant-7 inside", lambda g: g.inside.get("T") == 2)
-    polled(lambda: rig["store"].concurrency.counts(), lambda c: c["tenant-7"].waiting == 1)
+    polled(lambda: keys_rig["store"].concurrency.counts(), lambda c: c["tenant-7"].waiting == 1)
     GAUGE.release.set()
     assert [handle.wait_sync(timeout=CEILING) for handle in handles] == ["T"] * 3
-    assert rig["store"].concurrency.keys_of([h.run_id for h in handles]) == dict.fromkeys(
+    assert keys_rig["store"].concurrency.keys_of([h.run_id for h in handles]) == dict.fromkeys(
         (h.run_id for h in handles), "tenant-7"
     )
 
 
-def test_a_refusing_runnable_fails_the_run_past_its_limit_with_the_reason(rig: dict[str, Any]) -> None:
-    first = runner(rig, "keys.refusing").request_sync(input={"key": "R"}, concurrency_key="R")
+def test_a_refusing_runnable_fails_the_run_past_its_limit_with_the_reason(keys_rig: dict[str, Any]) -> None:
+    first = runner(keys_rig, "keys.refusing").request_sync(input={"key": "R"}, concurrency_key="R")
     GAUGE.until("the first run inside", lambda g: g.inside.get("R") == 1)
-    second = runner(rig, "keys.refusing").request_sync(input={"key": "R"}, concurrency_key="R")
+    second = runner(keys_rig, "keys.refusing").request_sync(input={"key": "R"}, concurrency_key="R")
     with pytest.raises(Exception, match=r"ConcurrencyLimitError|has 1 runs in flight"):
         second.wait_sync(timeout=CEILING)
-    record = rig["store"].get_run(second.run_id)
+    record = keys_rig["store"].get_run(second.run_id)
     assert record.status == "failed" and record.error["type"] == "ConcurrencyLimitError"
     assert "limit is 1" in record.error["message"]
     GAUGE.release.set()
     assert first.wait_sync(timeout=CEILING) == "R"
 
 
-def test_cancel_oldest_cancels_the_oldest_run_and_starts_the_new_one(rig: dict[str, Any]) -> None:
-    old = runner(rig, "keys.evicting").request_sync(input={"key": "E"}, concurrency_key="E")
+def test_cancel_oldest_cancels_the_oldest_run_and_starts_the_new_one(keys_rig: dict[str, Any]) -> None:
+    old = runner(keys_rig, "keys.evicting").request_sync(input={"key": "E"}, concurrency_key="E")
     GAUGE.until("the old run inside", lambda g: g.inside.get("E") == 1)
-    new = runner(rig, "keys.evicting").request_sync(input={"key": "E"}, concurrency_key="E")
+    new = runner(keys_rig, "keys.evicting").request_sync(input={"key": "E"}, concurrency_key="E")
     GAUGE.until("the new run inside beside the cancelled one", lambda g: g.most.get("E") == 2)
-    assert rig["store"].get_run(old.run_id).cancel_requested
-    assert rig["store"].concurrency.counts()["E"].evicted == 1
+    assert keys_rig["store"].get_run(old.run_id).cancel_requested
+    assert keys_rig["store"].concurrency.counts()["E"].evicted == 1
     time.sleep(0.6)  # not a verdict: a process reads the cancel flag at most every 0.5 s (store/seams.py)
     GAUGE.release.set()
     assert new.wait_sync(timeout=CEILING) == "E"
     with pytest.raises(Exception):  # noqa: B017 - the old run ends cancelled, whatever its error's class
         old.wait_sync(timeout=CEILING)
-    assert rig["store"].get_run(old.run_id).status == "cancelled"
+    assert keys_rig["store"].get_run(old.run_id).status == "cancelled"
 
 
-def test_a_bad_key_or_priority_is_a_clear_refusal(rig: dict[str, Any]) -> None:
+def test_a_bad_key_or_priority_is_a_clear_refusal(keys_rig: dict[str, Any]) -> None:
     with pytest.raises(LaunchRequestError, match="priority must be an integer from 0 to 9"):
-        runner(rig, "keys.held").request_sync(input={"key": "x"}, priority=12)
-    sent = rig["app"].send_task(
+        runner(keys_rig, "keys.held").request_sync(input={"key": "x"}, priority=12)
+    sent = keys_rig["app"].send_task(
         LAUNCH, kwargs={"runnable": "keys.held", "input": {"key": "x"}, "concurrency_key": ""}
     )
     with pytest.raises(Exception, match="concurrency_key must be a non-empty string"):
         sent.get(timeout=CEILING)
 
 
-def test_a_batch_under_a_key_launches_every_run_under_it(rig: dict[str, Any]) -> None:
+def test_a_batch_under_a_key_launches_every_run_under_it(keys_rig: dict[str, Any]) -> None:
     from agentloop.orchestration.celery_adapter.batches import summarize
     from agentloop.orchestration.wire import BATCH
 
@@ -217,7 +221,7 @@ def test_a_batch_under_a_key_launches_every_run_under_it(rig: dict[str, Any]) ->
         "concurrency_key": "tenant-b",
         "poll_seconds": 0.2,
     }
-    batch_id = rig["app"].send_task(BATCH, kwargs=kwargs).get(timeout=CEILING)["batch_id"]
-    polled(lambda: summarize(rig["store"], batch_id), lambda state: state["succeeded"] == 3)
+    batch_id = keys_rig["app"].send_task(BATCH, kwargs=kwargs).get(timeout=CEILING)["batch_id"]
+    polled(lambda: summarize(keys_rig["store"], batch_id), lambda state: state["succeeded"] == 3)
     children = [f"{batch_id}-{index}" for index in range(3)]
-    assert rig["store"].concurrency.keys_of(children) == dict.fromkeys(children, "tenant-b")
+    assert keys_rig["store"].concurrency.keys_of(children) == dict.fromkeys(children, "tenant-b")

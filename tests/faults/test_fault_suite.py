@@ -5,13 +5,7 @@ asks (``python -m tests.faults`` runs the full version and prints the table)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
-
 import pytest
-
-from tests.services.postgres import PostgresUnavailableError, skip_or_fail
-from tests.services.redis_server import ServiceUnavailable
 
 from .rig import FaultRig
 from .suite import Scenario, run_scenario, select
@@ -20,20 +14,10 @@ from .workload import QUICK
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def rig() -> Iterator[FaultRig]:
-    with ExitStack() as stack:
-        try:
-            opened = stack.enter_context(FaultRig.open())
-        except PostgresUnavailableError as unavailable:
-            skip_or_fail(str(unavailable))
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        yield opened
-
-
 @pytest.mark.parametrize("scenario", select(QUICK), ids=lambda s: s.name.replace(": ", "-").replace(" ", "_"))
-def test_no_run_is_lost_or_stuck_and_each_ends_as_it_should_when(rig: FaultRig, scenario: Scenario) -> None:
-    result = run_scenario(rig, scenario, QUICK)
+def test_no_run_is_lost_or_stuck_and_each_ends_as_it_should_when(
+    fault_rig: FaultRig, scenario: Scenario
+) -> None:
+    result = run_scenario(fault_rig, scenario, QUICK)
     print(result.summary_line())
     assert result.passed, "\n".join([result.summary_line(), *result.problems])

@@ -6,31 +6,13 @@ lands (the mark goes with the merge), and when it breaks another way than that d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
-
 import pytest
-
-from tests.services.postgres import PostgresUnavailableError, skip_or_fail
-from tests.services.redis_server import ServiceUnavailable
 
 from .invariants import summary
 from .matrix import Cell, run_cell, select
 from .rig import FaultRig
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def rig() -> Iterator[FaultRig]:
-    with ExitStack() as stack:
-        try:
-            opened = stack.enter_context(FaultRig.open())
-        except PostgresUnavailableError as unavailable:
-            skip_or_fail(str(unavailable))
-        except ServiceUnavailable as unavailable:
-            pytest.skip(unavailable.reason)
-        yield opened
 
 
 def _param(cell: Cell) -> object:
@@ -40,9 +22,9 @@ def _param(cell: Cell) -> object:
 
 
 @pytest.mark.parametrize("cell", [_param(cell) for cell in select("redis", quick=True)])
-def test_every_guarantee_holds_on_the_cell(rig: FaultRig, cell: Cell) -> None:
-    result = run_cell(rig, cell)
-    rig.recover()
+def test_every_guarantee_holds_on_the_cell(fault_rig: FaultRig, cell: Cell) -> None:
+    result = run_cell(fault_rig, cell)
+    fault_rig.recover()
     if cell.issue and result.violations and all(v.invariant != cell.breaks for v in result.violations):
         # not an AssertionError: the xfail mark expects that one, for the known defect only
         raise RuntimeError(f"{cell.name} broke, but not as item {cell.issue}:\n{summary(result.violations)}")

@@ -25,7 +25,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module", params=["redis", "rabbitmq"])
-def rig(
+def expiring_rig(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[object, SqlRunStore]]:
     """A worker and its client on ``request.param`` as the broker (results in a private Redis)."""
@@ -63,8 +63,8 @@ def rig(
 
 
 @pytest.mark.parametrize("expires_in", [0.3, 0.9, 1.0, 1.5])
-def test_a_question_expiring_within_a_second_takes_its_default(rig, expires_in: float) -> None:
-    app, store = rig
+def test_a_question_expiring_within_a_second_takes_its_default(expiring_rig, expires_in: float) -> None:
+    app, store = expiring_rig
     handle = start(app, store, "human.expiring_soon", expires_in)
     assert handle.wait_sync(timeout=60)["steps"] == ["step0", "approved=nobody", "step2"]
     assert store.get_run(handle.run_id).status == "succeeded"

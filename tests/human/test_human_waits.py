@@ -15,7 +15,7 @@ from agentloop.orchestration.store.waits import ANSWERED, PENDING, Wait, WaitSto
 
 
 @pytest.fixture(params=["sql", "memory"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[RunStore, WaitStore]]:
+def run_and_waits(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[RunStore, WaitStore]]:
     if request.param == "memory":
         run_store: RunStore = InMemoryRunStore()
     else:
@@ -25,8 +25,8 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Run
     yield run_store, waits
 
 
-def test_a_wait_is_recorded_once_and_settled_once(stores: tuple[RunStore, WaitStore]) -> None:
-    run_store, waits = stores
+def test_a_wait_is_recorded_once_and_settled_once(run_and_waits: tuple[RunStore, WaitStore]) -> None:
+    run_store, waits = run_and_waits
     run_store.create_run(run_id="r1", runnable="x", input=None)
     run_store.mark_running("r1")
     wait = Wait(run_id="r1", path="branch/b", question=Question(prompt="ok?"), message={"task": "t"})
@@ -47,10 +47,10 @@ def test_a_wait_is_recorded_once_and_settled_once(stores: tuple[RunStore, WaitSt
 
 
 def test_a_run_is_not_marked_waiting_once_its_question_was_answered(
-    stores: tuple[RunStore, WaitStore],
+    run_and_waits: tuple[RunStore, WaitStore],
 ) -> None:
     # the pausing task's last write comes after an answer that already sent the run on
-    run_store, waits = stores
+    run_store, waits = run_and_waits
     run_store.create_run(run_id="r1", runnable="x", input=None)
     run_store.mark_running("r1")
     wait = Wait(run_id="r1", path="p", question=Question(prompt="ok?"), message={"task": "t"})
@@ -61,9 +61,9 @@ def test_a_run_is_not_marked_waiting_once_its_question_was_answered(
 
 
 def test_a_settled_wait_is_unresumed_until_its_message_is_sent_again(
-    stores: tuple[RunStore, WaitStore],
+    run_and_waits: tuple[RunStore, WaitStore],
 ) -> None:
-    run_store, waits = stores
+    run_store, waits = run_and_waits
     run_store.create_run(run_id="r1", runnable="x", input=None)
     wait = Wait(run_id="r1", path="p", question=Question(prompt="ok?"), message={"task": "t"})
     assert waits.record(wait)

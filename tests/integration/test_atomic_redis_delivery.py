@@ -37,20 +37,20 @@ QUEUE = "atomic-delivery"
 #: The queue every test sends to and consumes from.
 KOMBU_QUEUE = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE)
 
-server = redis_fixture("module")
+redis_server = redis_fixture("module")
 
 
 @pytest.fixture
-def client(server: RedisServer) -> Iterator[redis.Redis]:
-    direct = redis.Redis.from_url(server.url)
+def client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    direct = redis.Redis.from_url(redis_server.url)
     direct.flushdb()
     yield direct
     direct.close()
 
 
-def _connection(server: RedisServer, *, atomic: bool) -> Connection:
+def _connection(redis_server: RedisServer, *, atomic: bool) -> Connection:
     assert install_atomic_delivery(), "the patch must apply to the kombu this project installs"
-    return Connection(server.url, transport_options={OPTION: atomic, "visibility_timeout": 1})
+    return Connection(redis_server.url, transport_options={OPTION: atomic, "visibility_timeout": 1})
 
 
 def _send(connection: Connection, body: dict[str, Any]) -> None:
@@ -81,18 +81,18 @@ def _held(client: redis.Redis) -> list[dict[str, Any]]:
 
 
 def test_a_message_taken_by_a_worker_that_dies_before_the_reply_is_held_and_comes_back(
-    server: RedisServer, client: redis.Redis
+    redis_server: RedisServer, client: redis.Redis
 ) -> None:
-    sender = _connection(server, atomic=True)
+    sender = _connection(redis_server, atomic=True)
     _send(sender, {"n": 1})
     assert client.llen(doorbell_key(QUEUE)) == 1  # the sender rang, in the message's transaction
-    worker = _connection(server, atomic=True)
+    worker = _connection(redis_server, atomic=True)
     _poll_then_die(worker, client)
     held = _held(client)
     assert [message["properties"]["delivery_info"]["routing_key"] for message in held] == [QUEUE]
     assert client.zcard("unacked_index") == 1
     # the visibility timeout (1 s here) passes; another worker's sweep puts it back on its queue
-    other: Any = _connection(server, atomic=True).default_channel
+    other: Any = _connection(redis_server, atomic=True).default_channel
     deadline = time.monotonic() + 10
     while not client.llen(QUEUE) and time.monotonic() < deadline:
         other.qos.restore_visible(num=10, interval=1)
@@ -102,11 +102,11 @@ def test_a_message_taken_by_a_worker_that_dies_before_the_reply_is_held_and_come
         connection.release()
 
 
-def test_kombu_alone_loses_that_message(server: RedisServer, client: redis.Redis) -> None:
+def test_kombu_alone_loses_that_message(redis_server: RedisServer, client: redis.Redis) -> None:
     """The defect itself (celery/kombu#305): should kombu fix it, this test says the patch may go."""
-    sender = _connection(server, atomic=False)
+    sender = _connection(redis_server, atomic=False)
     _send(sender, {"n": 1})
-    worker = _connection(server, atomic=False)
+    worker = _connection(redis_server, atomic=False)
     _poll_then_die(worker, client)
     assert client.llen(QUEUE) == 0 and client.hlen("unacked") == 0  # nowhere: lost
     sender.release()
@@ -114,19 +114,19 @@ def test_kombu_alone_loses_that_message(server: RedisServer, client: redis.Redis
 
 
 def test_a_waiting_worker_is_woken_by_the_doorbell_and_a_plain_sender_is_still_served(
-    server: RedisServer, client: redis.Redis
+    redis_server: RedisServer, client: redis.Redis
 ) -> None:
     received: list[Any] = []
-    worker = _connection(server, atomic=True)
+    worker = _connection(redis_server, atomic=True)
     with worker.Consumer(
         [KOMBU_QUEUE], callbacks=[lambda body, message: (received.append(body), message.ack())]
     ):
         with pytest.raises(TimeoutError):  # empty: the channel looked, and now waits on the doorbell
             worker.drain_events(timeout=0.5)
-        _send(_connection(server, atomic=True), {"n": 1})
+        _send(_connection(redis_server, atomic=True), {"n": 1})
         while len(received) < 1:
             worker.drain_events(timeout=5)
-        _send(_connection(server, atomic=False), {"n": 2})  # another service's plain Celery: no token
+        _send(_connection(redis_server, atomic=False), {"n": 2})  # another service's plain Celery: no token
         while len(received) < 2:
             worker.drain_events(timeout=5)
     assert received == [{"n": 1}, {"n": 2}]
@@ -134,8 +134,10 @@ def test_a_waiting_worker_is_woken_by_the_doorbell_and_a_plain_sender_is_still_s
     worker.release()
 
 
-def test_the_doorbell_keeps_a_bounded_number_of_tokens(server: RedisServer, client: redis.Redis) -> None:
-    sender = _connection(server, atomic=True)
+def test_the_doorbell_keeps_a_bounded_number_of_tokens(
+    redis_server: RedisServer, client: redis.Redis
+) -> None:
+    sender = _connection(redis_server, atomic=True)
     for n in range(DOORBELL_TOKENS + 20):
         _send(sender, {"n": n})
     assert client.llen(QUEUE) == DOORBELL_TOKENS + 20
@@ -153,14 +155,14 @@ def test_apps_turn_it_on_for_redis_only() -> None:
 
 
 def test_a_queue_consumed_without_acknowledgements_holds_nothing(
-    server: RedisServer, client: redis.Redis
+    redis_server: RedisServer, client: redis.Redis
 ) -> None:
     """Celery's control replies are consumed with ``no_ack``: kombu never acknowledges them, so a
     held copy would come back after every visibility timeout, for ever."""
     received: list[Any] = []
-    worker = _connection(server, atomic=True)
+    worker = _connection(redis_server, atomic=True)
     with worker.Consumer([KOMBU_QUEUE], callbacks=[lambda body, message: received.append(body)], no_ack=True):
-        _send(_connection(server, atomic=True), {"n": 1})
+        _send(_connection(redis_server, atomic=True), {"n": 1})
         while not received:
             worker.drain_events(timeout=5)
     assert received == [{"n": 1}]
@@ -194,7 +196,7 @@ def test_the_script_holds_any_layout_of_kombu_json_and_hands_over_what_is_not(cl
 
 
 def test_a_redis_that_refuses_scripts_is_served_as_kombu_serves_it(
-    server: RedisServer, client: redis.Redis, caplog: pytest.LogCaptureFixture
+    redis_server: RedisServer, client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An ACL without ``EVAL`` (as some managed Redis services set): the first poll's script is
     refused, nothing is popped, and the channel takes its messages with kombu's ``BRPOP``."""
@@ -206,7 +208,7 @@ def test_a_redis_that_refuses_scripts_is_served_as_kombu_serves_it(
         channels=["*"],
         commands=["+@all", "-eval", "-evalsha"],
     )
-    url = server.url.replace("redis://", "redis://noscripts:any@", 1)
+    url = redis_server.url.replace("redis://", "redis://noscripts:any@", 1)
     assert install_atomic_delivery()
     worker = Connection(url, transport_options={OPTION: True})
     received: list[Any] = []

@@ -6,34 +6,19 @@ so a message that kills its process on every delivery ends its run ``failed`` wi
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.settings import load_settings
-from agentloop.orchestration.store import RunStore, open_store
-from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from tests.services.worker import run_worker_process
+from tests.services.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 
-TESTS = Path(__file__).resolve().parent.parent
 LIMIT = 2
-
-
-@pytest.fixture
-def redis() -> Iterator[RedisServer]:
-    try:
-        with private_redis_server() as server:
-            yield server
-    except ServiceUnavailable as unavailable:
-        pytest.skip(unavailable.reason)
 
 
 def _until(check: Any, timeout: float, what: str, log: Any = None) -> None:
@@ -46,53 +31,39 @@ def _until(check: Any, timeout: float, what: str, log: Any = None) -> None:
 
 
 def test_on_redis_a_loop_that_kills_its_process_ends_failed_at_the_delivery_limit(
-    redis: RedisServer, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     import workflows.durable
     import workflows.parity  # noqa: F401
 
-    database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
-    store: RunStore = open_store(database_url)[0]
     env = {
-        "DATABASE_URL": database_url,
-        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
         "AGENTLOOP_DELIVERY_LIMIT": str(LIMIT),
         "AGENTLOOP_TASK_SOFT_TIME_LIMIT": "5",
         "AGENTLOOP_TASK_TIME_LIMIT": "6",
         "AGENTLOOP_VISIBILITY_TIMEOUT": "7",
         "AGENTLOOP_UNACKED_RESTORE_SECONDS": "1",
     }
-    settings = load_settings(
-        {"BROKER_URL": redis.url, "RESULT_BACKEND": redis.url, "DATABASE_URL": database_url}
-    )
-    app = create_app(settings=settings)
-    try:
-        with run_worker_process(
-            broker_url=redis.url,
-            result_backend=redis.url,
-            imports=["workflows.parity", "workflows.durable"],
-            env=env,
-            concurrency=1,
-        ) as worker:
-            runner = CeleryAgentRunner.create(runnable="durable.kills_its_process", app=app, store=store)
-            handle = runner.request_sync(input=1)
+    with ExitStack() as stack:
+        services = WorkerEnvironment.start(stack, tmp_path, env=env)
+        worker = services.start_worker(["workflows.parity", "workflows.durable"])
+        app, store = services.client(), services.store
+        runner = CeleryAgentRunner.create(runnable="durable.kills_its_process", app=app, store=store)
+        handle = runner.request_sync(input=1)
 
-            def ended() -> bool:
-                record = store.get_run(handle.run_id)
-                return record is not None and record.is_finished
-
-            _until(ended, 90, "the poisoned run's end", worker.log_text)
+        def ended() -> bool:
             record = store.get_run(handle.run_id)
-            assert record is not None and record.status == "failed", record
-            assert record.error["type"] == "DeliveryLimitError", record.error
-            assert f"delivery limit {LIMIT}" in record.error["message"]
-            _until(lambda: app.AsyncResult(handle.run_id).state == "FAILURE", 30, "the poisoned run's result")
-            kills = worker.log_text().count("exited with 'signal 9 (SIGKILL)'")
-            assert kills == LIMIT, f"{kills} pool processes killed: one per delivery up to the limit"
+            return record is not None and record.is_finished
 
-            # the worker goes on
-            after = CeleryAgentRunner.create(runnable="parity.count", app=app, store=store)
-            assert after.request_sync(input=2).wait_sync(timeout=60) is not None
-            assert worker.is_alive()
-    finally:
-        app.close()
+        _until(ended, 90, "the poisoned run's end", worker.log_text)
+        record = store.get_run(handle.run_id)
+        assert record is not None and record.status == "failed", record
+        assert record.error["type"] == "DeliveryLimitError", record.error
+        assert f"delivery limit {LIMIT}" in record.error["message"]
+        _until(lambda: app.AsyncResult(handle.run_id).state == "FAILURE", 30, "the poisoned run's result")
+        kills = worker.log_text().count("exited with 'signal 9 (SIGKILL)'")
+        assert kills == LIMIT, f"{kills} pool processes killed: one per delivery up to the limit"
+
+        # the worker goes on
+        after = CeleryAgentRunner.create(runnable="parity.count", app=app, store=store)
+        assert after.request_sync(input=2).wait_sync(timeout=60) is not None
+        assert worker.is_alive()

@@ -7,24 +7,19 @@ line to a file."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.settings import load_settings
-from agentloop.orchestration.store import RunStore, open_store
-from tests.services.redis_server import ServiceUnavailable, private_redis_server
-from tests.services.worker import run_worker_process
+from tests.services.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 
-TESTS = Path(__file__).resolve().parent.parent
 KEYS = ["a", "b", "c", "d", "e"]
 
 
@@ -42,61 +37,36 @@ def test_an_unflagged_copy_of_a_finished_run_or_pack_message_repeats_no_work(
     import workflows.delivery
 
     log, capture = tmp_path / "iterations.log", tmp_path / "published.jsonl"
-    database_url = f"sqlite:///{tmp_path / 'runs.sqlite3'}"
-    store: RunStore = open_store(database_url)[0]
-    env = {
-        "DATABASE_URL": database_url,
-        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
-        workflows.delivery.CAPTURE: str(capture),
-    }
-    try:
-        server_cm = private_redis_server()
-        redis = server_cm.__enter__()
-    except ServiceUnavailable as unavailable:
-        pytest.skip(unavailable.reason)
-    settings = load_settings(
-        {"BROKER_URL": redis.url, "RESULT_BACKEND": redis.url, "DATABASE_URL": database_url}
-    )
-    app = create_app(settings=settings)
-    try:
-        with run_worker_process(
-            broker_url=redis.url,
-            result_backend=redis.url,
-            imports=["workflows.delivery"],
-            env=env,
-            concurrency=1,
-        ) as worker:
-            runner = CeleryAgentRunner.create(
-                runnable=runnable, context={"log": str(log)}, app=app, store=store
-            )
-            handle = runner.request_sync(input=KEYS)
-            assert [item["id"] for item in handle.wait_sync(timeout=90)] == KEYS
-            messages = [json.loads(line) for line in capture.read_text().splitlines()]
-            assert messages, "no run or pack message was published"
-            before = log.read_text().splitlines()
+    with ExitStack() as stack:
+        services = WorkerEnvironment.start(stack, tmp_path, env={workflows.delivery.CAPTURE: str(capture)})
+        worker = services.start_worker(["workflows.delivery"])
+        app, store = services.client(), services.store
+        runner = CeleryAgentRunner.create(runnable=runnable, context={"log": str(log)}, app=app, store=store)
+        handle = runner.request_sync(input=KEYS)
+        assert [item["id"] for item in handle.wait_sync(timeout=90)] == KEYS
+        messages = [json.loads(line) for line in capture.read_text().splitlines()]
+        assert messages, "no run or pack message was published"
+        before = log.read_text().splitlines()
 
-            with app.producer_or_acquire() as producer:
-                for message in messages:  # the same bodies and headers, sent again: not redelivered
-                    producer.publish(
-                        message["body"],
-                        exchange=message["exchange"],
-                        routing_key=message["routing_key"],
-                        headers=message["headers"],
-                        serializer="json",
-                        **message["properties"],
-                    )
-            ids = [message["headers"]["id"] for message in messages]
+        with app.producer_or_acquire() as producer:
+            for message in messages:  # the same bodies and headers, sent again: not redelivered
+                producer.publish(
+                    message["body"],
+                    exchange=message["exchange"],
+                    routing_key=message["routing_key"],
+                    headers=message["headers"],
+                    serializer="json",
+                    **message["properties"],
+                )
+        ids = [message["headers"]["id"] for message in messages]
 
-            def copies_done() -> bool:
-                text = worker.log_text()
-                return all(text.count(f"[{task_id}] succeeded") >= 2 for task_id in ids)
+        def copies_done() -> bool:
+            text = worker.log_text()
+            return all(text.count(f"[{task_id}] succeeded") >= 2 for task_id in ids)
 
-            _until(copies_done, 90, "the copies' tasks")
+        _until(copies_done, 90, "the copies' tasks")
         lines = log.read_text().splitlines()
         events = [event for _, event in store.events(handle.run_id)]
-    finally:
-        app.close()
-        server_cm.__exit__(None, None, None)
 
     assert lines == before, "a copy ran iterations again"
     assert Counter(line.split()[0] for line in lines) == {key: 3 for key in KEYS}

@@ -28,8 +28,8 @@ ROOT = TESTS.parent
 
 
 @pytest.fixture
-def durable(run_store: RunStore) -> RunStore:
-    return run_store
+def durable(sqlite_run_store: RunStore) -> RunStore:
+    return sqlite_run_store
 
 
 def engine(store: RunStore) -> WorkflowEngine:

@@ -14,13 +14,13 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.newcomer import a_users_environment, typed
-from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
+from tests.services.redis_server import RedisServer
+from tests.services.worker_environment import redis_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -38,16 +38,10 @@ def section_blocks(page: Path, heading: str) -> list[tuple[str, str]]:
     return re.findall(r"```(\w+)\n(.*?)```", text[start : end if end != -1 else None], re.DOTALL)
 
 
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    try:
-        with private_redis_server() as server:
-            yield server
-    except ServiceUnavailable as unavailable:
-        pytest.skip(unavailable.reason)  # a failure under CI=true (tests/ci_policy.py)
+redis_server = redis_fixture("module")
 
 
-def run_on_a_worker(folder: Path, redis: RedisServer, module: str, commands: str) -> str:
+def run_on_a_worker(folder: Path, redis_server: RedisServer, module: str, commands: str) -> str:
     """Write ``module`` under the name its first line gives, start the worker line in the
     background, run the trigger line, stop the worker; the trigger's output."""
     assert module.startswith("# counting.py\n")
@@ -59,7 +53,7 @@ def run_on_a_worker(folder: Path, redis: RedisServer, module: str, commands: str
     # typed as the page gives them (its Redis made this test's own), in the folder of counting.py,
     # with no PYTHONPATH: the worker line in the background, the trigger line after it
     worker = subprocess.Popen(
-        ["sh", "-c", worker_line[:-2].replace(PAGE_REDIS, redis.url)],
+        ["sh", "-c", worker_line[:-2].replace(PAGE_REDIS, redis_server.url)],
         cwd=folder,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -68,7 +62,7 @@ def run_on_a_worker(folder: Path, redis: RedisServer, module: str, commands: str
         start_new_session=True,
     )
     try:
-        triggered = typed(folder, trigger_line.replace(PAGE_REDIS, redis.url), env, timeout=180)
+        triggered = typed(folder, trigger_line.replace(PAGE_REDIS, redis_server.url), env, timeout=180)
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         try:
@@ -82,25 +76,25 @@ def run_on_a_worker(folder: Path, redis: RedisServer, module: str, commands: str
 
 
 def test_the_runners_page_module_and_commands_run_a_count_on_a_worker(
-    tmp_path: Path, redis: RedisServer
+    tmp_path: Path, redis_server: RedisServer
 ) -> None:
     [(python, module), (shell, commands)] = section_blocks(RUNNERS, "## On Celery")
     assert (python, shell) == ("python", "sh")
 
-    printed = run_on_a_worker(tmp_path, redis, module, commands)
+    printed = run_on_a_worker(tmp_path, redis_server, module, commands)
 
     assert "CountTo (root) done: complete" in printed
     assert printed.strip().splitlines()[-1] == "3"
 
 
 def test_the_tutorials_composite_runs_on_a_redis_worker_with_its_commands(
-    tmp_path: Path, redis: RedisServer
+    tmp_path: Path, redis_server: RedisServer
 ) -> None:
     (python, module), _ = section_blocks(TUTORIAL, "## A composite: fan out, merge")
     [_, (shell, commands)] = section_blocks(TUTORIAL, "## On a worker")
     assert (python, shell) == ("python", "sh")
 
-    printed = run_on_a_worker(tmp_path, redis, module, commands)
+    printed = run_on_a_worker(tmp_path, redis_server, module, commands)
 
     assert "CountAll (root) done: 3 of 3 branches" in printed
     result = json.loads(printed[printed.rindex("\n{") :])

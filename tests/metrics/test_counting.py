@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from agentloop.orchestration.metrics.instruments import MAX_RUNNABLES, OTHER, RE
 from agentloop.orchestration.metrics.record import use_instruments
 from agentloop.orchestration.settings import Settings, load_settings
 from agentloop.orchestration.settings.http import HttpSettings, parse_tokens
-from agentloop.orchestration.store import InMemoryRunStore, RunStore, open_store
+from agentloop.orchestration.store import InMemoryRunStore, RunStore
 from agentloop.orchestration.web import create_web_app
 from tests.metrics.scrape import samples, value
 
@@ -43,27 +42,19 @@ def counted() -> Iterator[PrometheusMetrics]:
         metrics.close()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
-    if request.param == "memory":
-        yield InMemoryRunStore()
-        return
-    sql, _ = open_store(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
-    yield sql
-    sql.engine.dispose()
-
-
 def test_a_run_is_started_and_finished_once_whatever_tries_again(
-    counted: PrometheusMetrics, store: RunStore
+    counted: PrometheusMetrics, each_run_store: RunStore
 ) -> None:
-    store.create_run(run_id="r1", runnable="shop.answer", input={})
-    assert store.mark_running("r1")
-    assert store.mark_running("r1")  # a redelivered launch, a resumed wait: not a second start
-    store.finish_run("r1", status="failed", error={"type": "ValueError", "message": "no"})
-    store.finish_run("r1", status="failed", error={"type": "ValueError", "message": "no"})  # the same end
+    each_run_store.create_run(run_id="r1", runnable="shop.answer", input={})
+    assert each_run_store.mark_running("r1")
+    assert each_run_store.mark_running("r1")  # a redelivered launch, a resumed wait: not a second start
+    each_run_store.finish_run("r1", status="failed", error={"type": "ValueError", "message": "no"})
+    each_run_store.finish_run(
+        "r1", status="failed", error={"type": "ValueError", "message": "no"}
+    )  # the same end
     with pytest.raises(RunAlreadyEndedError):
-        store.finish_run("r1", status="succeeded", output=1)
-    assert not store.mark_running("r1")
+        each_run_store.finish_run("r1", status="succeeded", output=1)
+    assert not each_run_store.mark_running("r1")
 
     found = samples(counted.scrape().decode())
     assert value(found, "agentloop_runs_started_total", runnable="shop.answer") == 1
@@ -72,13 +63,13 @@ def test_a_run_is_started_and_finished_once_whatever_tries_again(
     assert value(found, "agentloop_run_duration_seconds_count", runnable="shop.answer", status="failed") == 1
 
 
-def test_open_runs_are_counted_by_runnable_and_status(store: RunStore) -> None:
+def test_open_runs_are_counted_by_runnable_and_status(each_run_store: RunStore) -> None:
     for run_id, runnable in (("a", "x"), ("b", "x"), ("c", "y"), ("d", "y")):
-        store.create_run(run_id=run_id, runnable=runnable, input=None)
-    store.mark_running("b")
-    store.mark_running("d")
-    store.finish_run("d", status="succeeded")
-    assert store.count_open_runs() == {("x", "pending"): 1, ("x", "running"): 1, ("y", "pending"): 1}
+        each_run_store.create_run(run_id=run_id, runnable=runnable, input=None)
+    each_run_store.mark_running("b")
+    each_run_store.mark_running("d")
+    each_run_store.finish_run("d", status="succeeded")
+    assert each_run_store.count_open_runs() == {("x", "pending"): 1, ("x", "running"): 1, ("y", "pending"): 1}
 
 
 def _request() -> ModelRequest:

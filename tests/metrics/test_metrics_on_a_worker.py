@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.settings import Settings
 from agentloop.orchestration.settings.http import HttpSettings, parse_tokens
@@ -27,8 +26,7 @@ from agentloop.orchestration.store import RunRecord, RunStore
 from agentloop.orchestration.web import create_web_app
 from agentloop.orchestration.wire import LAUNCH, PING
 from tests.metrics.scrape import Key, fetch, free_ports, names, samples, summed, value
-from tests.services.private_services import redis_and_store
-from tests.services.worker import run_worker_process
+from tests.services.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 
@@ -97,27 +95,13 @@ def _web(app: Any, store: RunStore) -> Any:
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     with ExitStack() as stack:
-        services = redis_and_store(stack, tmp_path_factory.mktemp("metrics"))
-        server, database_url, store = services.redis, services.database_url, services.store
         base = free_ports(3)
-        env = {
-            "DATABASE_URL": database_url,
-            "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}",
-            "AGENTLOOP_METRICS_PORT": str(base),
-        }
-        stack.enter_context(
-            run_worker_process(
-                broker_url=server.url,
-                result_backend=server.url,
-                imports=list(MODULES),
-                env=env,
-                concurrency=2,
-            )
+        services = WorkerEnvironment.start(
+            stack, tmp_path_factory.mktemp("metrics"), env={"AGENTLOOP_METRICS_PORT": str(base)}
         )
+        services.start_worker(MODULES, concurrency=2)
         registry = RunnableRegistry.from_modules(MODULES)
-        urls = {"broker_url": server.url, "result_backend": server.url}
-        app = create_app(registry=registry, store=store, overrides=urls)
-        stack.callback(app.close)
+        app, store = services.client(registry=registry), services.store
 
         runs = {
             "first": _launch(app, store, "metrics.ask", "tea"),
@@ -144,10 +128,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
             assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
             serve = samples(answer.text)
 
-        parked_app = create_app(
-            registry=registry, store=store, overrides={**urls, "task_default_queue": "metrics-parked"}
-        )
-        stack.callback(parked_app.close)
+        parked_app = services.client(registry=registry, queue="metrics-parked")
         for _ in range(3):  # no worker takes this queue: the messages wait there
             parked_app.send_task(PING)
         with TestClient(_web(parked_app, store)) as client:

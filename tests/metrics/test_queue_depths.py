@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])
-def app(request: pytest.FixtureRequest) -> Iterator[Celery]:
+def broker_app(request: pytest.FixtureRequest) -> Iterator[Celery]:
     with ExitStack() as stack:
         try:
             if request.param == "redis":
@@ -37,12 +37,12 @@ def app(request: pytest.FixtureRequest) -> Iterator[Celery]:
                 url = target.url
         except ServiceUnavailable as unavailable:
             pytest.skip(unavailable.reason)
-        app = create_app(
+        broker_app = create_app(
             settings=load_settings({"BROKER_URL": url, "DATABASE_URL": "sqlite://"}),
             overrides={"result_backend": "cache+memory://"},
         )
-        stack.callback(app.close)
-        yield app
+        stack.callback(broker_app.close)
+        yield broker_app
 
 
 def _publish(app: Celery, queue: Queue, count: int) -> None:
@@ -66,22 +66,24 @@ class Parked:
         pass
 
 
-def test_the_dead_letter_and_holding_queues_are_reported_and_the_labels_stay_bounded(app: Celery) -> None:
-    default = str(app.conf.task_default_queue)
+def test_the_dead_letter_and_holding_queues_are_reported_and_the_labels_stay_bounded(
+    broker_app: Celery,
+) -> None:
+    default = str(broker_app.conf.task_default_queue)
     dead = dead_letter_queue_name(default)
-    exchange = app.amqp.queues[default].exchange
-    arguments = {"x-queue-type": "quorum"} if app.conf.broker_url.startswith("amqp") else None
-    _publish(app, Queue(dead, exchange, routing_key=dead, durable=True, queue_arguments=arguments), 2)  # type: ignore[no-untyped-call]
-    _publish(app, holding_queue_entity(app, 2), 1)
+    exchange = broker_app.amqp.queues[default].exchange
+    arguments = {"x-queue-type": "quorum"} if broker_app.conf.broker_url.startswith("amqp") else None
+    _publish(broker_app, Queue(dead, exchange, routing_key=dead, durable=True, queue_arguments=arguments), 2)  # type: ignore[no-untyped-call]
+    _publish(broker_app, holding_queue_entity(broker_app, 2), 1)
 
-    before = queue_depths(app)
+    before = queue_depths(broker_app)
     assert before[dead] == 2 and before[f"{default}.wire.2"] == 1
     assert before[default] == 0 and before[f"{default}.wire.3"] == 0  # declared by nobody yet: none wait
 
-    gate = WireGate(app)
+    gate = WireGate(broker_app)
     for version in range(2, 2 + MAX_VERSIONS_AHEAD):  # every version a worker parks for
         gate.defer(Parked(version), version)
-    after = queue_depths(app)
+    after = queue_depths(broker_app)
     assert set(after) == set(before)  # the same series, whatever was parked
     assert after[f"{default}.wire.2"] == 2 and after[f"{default}.wire.{1 + MAX_VERSIONS_AHEAD}"] == 1
     assert after[dead] == 2

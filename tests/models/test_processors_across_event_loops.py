@@ -24,7 +24,7 @@ Server = OpenAICompatibleServer | AnthropicCompatibleServer
 
 
 @pytest.fixture(params=["openai", "anthropic"])
-def provider(request: pytest.FixtureRequest) -> Iterator[tuple[Server, Callable[[], Any]]]:
+def provider_server(request: pytest.FixtureRequest) -> Iterator[tuple[Server, Callable[[], Any]]]:
     """A local server and how to build a processor for it."""
     if request.param == "openai":
         with OpenAICompatibleServer(keep_alive=True) as openai_server:
@@ -57,8 +57,10 @@ def enqueue(server: Server, *texts: str) -> None:
         server.enqueue(reply_text(text))
 
 
-def test_one_processor_serves_three_request_sync_runs(provider: tuple[Server, Callable[[], Any]]) -> None:
-    server, build = provider
+def test_one_processor_serves_three_request_sync_runs(
+    provider_server: tuple[Server, Callable[[], Any]],
+) -> None:
+    server, build = provider_server
     enqueue(server, "one", "two", "three")
     runner = InlineAgentRunner.create(runnable=Ask, context={"processor": build()})
 
@@ -71,8 +73,8 @@ def test_one_processor_serves_three_request_sync_runs(provider: tuple[Server, Ca
     ]
 
 
-def test_one_processor_serves_two_asyncio_runs(provider: tuple[Server, Callable[[], Any]]) -> None:
-    server, build = provider
+def test_one_processor_serves_two_asyncio_runs(provider_server: tuple[Server, Callable[[], Any]]) -> None:
+    server, build = provider_server
     enqueue(server, "first", "second")
     processor = build()
 
@@ -83,8 +85,8 @@ def test_one_processor_serves_two_asyncio_runs(provider: tuple[Server, Callable[
     assert [asyncio.run(ask()), asyncio.run(ask())] == ["first", "second"]
 
 
-def test_one_processor_serves_two_threads(provider: tuple[Server, Callable[[], Any]]) -> None:
-    server, build = provider
+def test_one_processor_serves_two_threads(provider_server: tuple[Server, Callable[[], Any]]) -> None:
+    server, build = provider_server
     enqueue(server, "same", "same", "same", "same")
     processor = build()
     both_asked = threading.Barrier(2, timeout=30)

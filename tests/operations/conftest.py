@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
+from celery import Celery
+from context_secrets_support import app_with_a_key_in_its_contexts
 from ops_support import IMPORTS, FlowerClient, OpsStack, run_flower, service_env, wait_for_events
 
 from tests.services.redis_server import ServiceUnavailable, private_redis_server
@@ -44,3 +46,10 @@ def ops_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpsStack]:
         client = FlowerClient(flower.url)
         wait_for_events(client)
         yield OpsStack(redis=redis, worker=worker, flower=flower, client=client, env=env)
+
+
+@pytest.fixture
+def keyed_app() -> Iterator[Celery]:
+    """An embedded app whose runnables' contexts carry an API key (``context_secrets_support``)."""
+    with app_with_a_key_in_its_contexts() as app:
+        yield app

@@ -10,30 +10,23 @@ the key gets into an exception's text.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from celery import Celery
 from celery.contrib.testing.mocks import TaskMessage
-from context_secrets_support import API_KEY, RUNNABLES, app_with_a_key_in_its_contexts, node_of
+from context_secrets_support import API_KEY, RUNNABLES, node_of
 
 from agentloop.orchestration.celery_adapter.privacy import RedactingRequest
 from agentloop.orchestration.wire import RUN
 
 
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    with app_with_a_key_in_its_contexts() as app:
-        yield app
-
-
 @pytest.mark.parametrize("runnable", RUNNABLES)
 def test_the_failure_line_and_its_traceback_never_show_the_context_key(
-    app: Celery, runnable: str, caplog: pytest.LogCaptureFixture
+    keyed_app: Celery, runnable: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="celery.app.trace"):
-        result = app.tasks[RUN].apply(args=(node_of(app, runnable), {"question": "q"}))
+        result = keyed_app.tasks[RUN].apply(args=(node_of(keyed_app, runnable), {"question": "q"}))
 
     assert result.failed()
     assert "<hidden>" in str(result.result)  # the error did quote it: there was something to hide
@@ -55,14 +48,14 @@ class _Eventer:
 
 
 @pytest.mark.parametrize("runnable", RUNNABLES)
-def test_the_task_failed_event_never_shows_the_context_key(app: Celery, runnable: str) -> None:
-    node = node_of(app, runnable)
-    result = app.tasks[RUN].apply(args=(node, {"question": "q"}))
+def test_the_task_failed_event_never_shows_the_context_key(keyed_app: Celery, runnable: str) -> None:
+    node = node_of(keyed_app, runnable)
+    result = keyed_app.tasks[RUN].apply(args=(node, {"question": "q"}))
     eventer = _Eventer()
     request = RedactingRequest(
         TaskMessage(RUN, args=(node, {"question": "q"})),
-        app=app,
-        task=app.tasks[RUN],
+        app=keyed_app,
+        task=keyed_app.tasks[RUN],
         eventer=eventer,
         hostname="w@h",
     )

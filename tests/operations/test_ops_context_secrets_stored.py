@@ -9,29 +9,21 @@ These pin a gap found while testing ``test_ops_context_secrets.py``: the logs an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from celery import Celery
-from context_secrets_support import API_KEY, RUNNABLES, app_with_a_key_in_its_contexts, node_of
+from context_secrets_support import API_KEY, RUNNABLES, node_of
 
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.wire import RUN
 
 
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    with app_with_a_key_in_its_contexts() as app:
-        yield app
-
-
 @pytest.mark.parametrize("runnable", RUNNABLES)
 def test_the_exception_the_result_backend_stores_never_shows_the_context_key(
-    app: Celery, runnable: str
+    keyed_app: Celery, runnable: str
 ) -> None:
     # Celery stores the exception the task raised (its type and its arguments): that is what
     # ``AsyncResult(id).result``, ``result.get()`` and Flower's /api/task/result show.
-    result = app.tasks[RUN].apply(args=(node_of(app, runnable), {"question": "q"}))
+    result = keyed_app.tasks[RUN].apply(args=(node_of(keyed_app, runnable), {"question": "q"}))
 
     assert result.failed()
     assert API_KEY not in repr(result.result)
@@ -39,11 +31,11 @@ def test_the_exception_the_result_backend_stores_never_shows_the_context_key(
 
 
 @pytest.mark.parametrize("runnable", RUNNABLES)
-def test_the_run_record_and_its_events_never_show_the_context_key(app: Celery, runnable: str) -> None:
+def test_the_run_record_and_its_events_never_show_the_context_key(keyed_app: Celery, runnable: str) -> None:
     # what ``agentloop.progress``, ``RunHandle`` / ``WorkflowFailedError`` and ``agentloop runs show`` read
-    node = node_of(app, runnable)
-    app.tasks[RUN].apply(args=(node, {"question": "q"}))
-    store = dependencies_of(app).store
+    node = node_of(keyed_app, runnable)
+    keyed_app.tasks[RUN].apply(args=(node, {"question": "q"}))
+    store = dependencies_of(keyed_app).store
 
     record = store.get_run(node["run_id"])
     assert record is not None and record.status == "failed"

@@ -31,24 +31,24 @@ NODE = {
 
 
 @pytest.fixture
-def app() -> Iterator[Celery]:
-    app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
+def echo_app() -> Iterator[Celery]:
+    echo_app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
 
-    @app.task(name="agentloop.test_echo", shared=False)
+    @echo_app.task(name="agentloop.test_echo", shared=False)
     def echo(secret: str) -> dict[str, str]:
         return {"echo": secret}
 
-    @app.task(name="agentloop.test_explode", shared=False)
+    @echo_app.task(name="agentloop.test_explode", shared=False)
     def explode(input: Any) -> None:
         raise ValueError(f"cannot handle {input!r}")
 
-    @app.task(name="other.echo", shared=False)
+    @echo_app.task(name="other.echo", shared=False)
     def other(secret: str) -> str:
         return secret
 
-    app.finalize()
-    yield app
-    app.close()
+    echo_app.finalize()
+    yield echo_app
+    echo_app.close()
 
 
 # -- producer: messages and the task-sent event ----------------------------------------------------
@@ -60,53 +60,53 @@ def _message(app: Celery, name: str, args: Any = (), kwargs: Any = None) -> Any:
     )
 
 
-def test_messages_of_agentloop_tasks_carry_redacted_reprs_in_headers_and_sent_event(app: Celery) -> None:
-    assert isinstance(app.amqp, PrivateAMQP)
-    message = _message(app, "agentloop.launch", kwargs={"runnable": "parity.count", "input": INPUT})
+def test_messages_of_agentloop_tasks_carry_redacted_reprs_in_headers_and_sent_event(echo_app: Celery) -> None:
+    assert isinstance(echo_app.amqp, PrivateAMQP)
+    message = _message(echo_app, "agentloop.launch", kwargs={"runnable": "parity.count", "input": INPUT})
     shown = (message.headers["argsrepr"], message.headers["kwargsrepr"], str(message.sent_event))
     assert SECRET not in " ".join(shown)
     assert "'runnable': 'parity.count'" in message.headers["kwargsrepr"]
     assert message.body[1]["input"] == INPUT  # the task itself still gets its input
 
-    stage = _message(app, "agentloop.stage", args=({"carried": INPUT}, NODE, 1, INPUT))
+    stage = _message(echo_app, "agentloop.stage", args=({"carried": INPUT}, NODE, 1, INPUT))
     assert stage.headers["argsrepr"].startswith("(previous=<hidden dict")
     assert SECRET not in stage.headers["argsrepr"]
 
 
-def test_messages_of_other_tasks_keep_celerys_repr(app: Celery) -> None:
-    message = _message(app, "other.echo", args=(SECRET,))
+def test_messages_of_other_tasks_keep_celerys_repr(echo_app: Celery) -> None:
+    message = _message(echo_app, "other.echo", args=(SECRET,))
     assert SECRET in message.headers["argsrepr"]
 
 
-def test_a_callers_own_reprs_of_an_agentloop_task_are_replaced_by_the_redacted_ones(app: Celery) -> None:
+def test_a_callers_own_reprs_of_an_agentloop_task_are_replaced_by_the_redacted_ones(echo_app: Celery) -> None:
     kwargs = {"runnable": "parity.count", "input": INPUT}
-    by_name = app.amqp.create_task_message(
+    by_name = echo_app.amqp.create_task_message(
         "id-1", "agentloop.launch", (), kwargs, create_sent_event=True, kwargsrepr=repr(kwargs)
     )
     positional = [None] * 30  # every parameter of as_task_v2 by position, argsrepr/kwargsrepr included
     positional[:4] = ["id-2", "agentloop.launch", (), kwargs]
-    by_position = app.amqp.as_task_v2(*positional[:27])
+    by_position = echo_app.amqp.as_task_v2(*positional[:27])
     for message in (by_name, by_position):
         assert SECRET not in message.headers["kwargsrepr"]
         assert message.headers["kwargsrepr"].startswith("{'runnable': 'parity.count', 'input': <hidden dict")
 
 
 def test_privacy_installed_on_any_app_before_its_first_message_redacts_it() -> None:
-    app = Celery("plain", set_as_current=False, broker="memory://")
-    install_privacy(app)
-    install_privacy(app)  # idempotent
-    message = _message(app, "agentloop.launch", kwargs={"runnable": "r", "input": INPUT})
+    echo_app = Celery("plain", set_as_current=False, broker="memory://")
+    install_privacy(echo_app)
+    install_privacy(echo_app)  # idempotent
+    message = _message(echo_app, "agentloop.launch", kwargs={"runnable": "r", "input": INPUT})
     assert SECRET not in message.headers["kwargsrepr"]
     assert SECRET not in str(message.sent_event)
-    app.close()
+    echo_app.close()
 
 
 def test_privacy_refuses_an_app_that_already_built_its_amqp_rather_than_leak() -> None:
-    app = Celery("late", set_as_current=False, broker="memory://")
-    _ = app.amqp.create_task_message  # built before privacy is installed: its class is chosen
+    echo_app = Celery("late", set_as_current=False, broker="memory://")
+    _ = echo_app.amqp.create_task_message  # built before privacy is installed: its class is chosen
     with pytest.raises(RuntimeError, match="before the app builds its AMQP"):
-        install_privacy(app)
-    app.close()
+        install_privacy(echo_app)
+    echo_app.close()
 
 
 # -- worker: the request -----------------------------------------------------------------------------
@@ -132,17 +132,17 @@ def _request(app: Celery, name: str, **message: Any) -> tuple[RedactingRequest, 
     return request, eventer
 
 
-def test_a_request_from_a_producer_without_privacy_shows_only_redacted_reprs(app: Celery) -> None:
+def test_a_request_from_a_producer_without_privacy_shows_only_redacted_reprs(echo_app: Celery) -> None:
     plain = {"runnable": "parity.count", "input": INPUT}
-    request, _ = _request(app, "agentloop.launch", kwargs=plain, argsrepr="()", kwargsrepr=repr(plain))
+    request, _ = _request(echo_app, "agentloop.launch", kwargs=plain, argsrepr="()", kwargsrepr=repr(plain))
     for text in (request.argsrepr, request.kwargsrepr, repr(request), str(request.info(safe=False))):
         assert SECRET not in text
     assert SECRET not in request.request_dict["kwargsrepr"]  # what the pool child logs
     assert request.kwargs["input"] == INPUT
 
 
-def test_a_requests_events_hide_the_result_and_scrub_exceptions(app: Celery) -> None:
-    request, eventer = _request(app, "agentloop.launch", kwargs={"runnable": "r", "input": INPUT})
+def test_a_requests_events_hide_the_result_and_scrub_exceptions(echo_app: Celery) -> None:
+    request, eventer = _request(echo_app, "agentloop.launch", kwargs={"runnable": "r", "input": INPUT})
     request.send_event("task-succeeded", result=repr({"carried": INPUT}), runtime=0.1)
     request.send_event("task-failed", exception=f"ValueError('{SECRET}')", traceback=f"...\n{SECRET}\n")
     assert SECRET not in str(eventer.sent)
@@ -150,8 +150,8 @@ def test_a_requests_events_hide_the_result_and_scrub_exceptions(app: Celery) -> 
     assert "<hidden>" in eventer.sent[1][1]["exception"]
 
 
-def test_requests_of_other_tasks_are_celerys(app: Celery) -> None:
-    request, eventer = _request(app, "other.echo", args=(SECRET,), argsrepr=repr((SECRET,)))
+def test_requests_of_other_tasks_are_celerys(echo_app: Celery) -> None:
+    request, eventer = _request(echo_app, "other.echo", args=(SECRET,), argsrepr=repr((SECRET,)))
     request.send_event("task-succeeded", result=repr(SECRET), runtime=0.1)
     assert SECRET in request.argsrepr
     assert SECRET in str(eventer.sent)
@@ -161,10 +161,10 @@ def test_requests_of_other_tasks_are_celerys(app: Celery) -> None:
 
 
 def test_the_success_line_of_an_agentloop_task_hides_its_return_value(
-    app: Celery, caplog: pytest.LogCaptureFixture
+    echo_app: Celery, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="celery.app.trace"):
-        assert app.tasks["agentloop.test_echo"].apply(args=(SECRET,)).get() == {"echo": SECRET}
+        assert echo_app.tasks["agentloop.test_echo"].apply(args=(SECRET,)).get() == {"echo": SECRET}
     lines = [record for record in caplog.records if "succeeded in" in record.getMessage()]
     assert len(lines) == 1
     assert lines[0].getMessage().endswith(": <hidden result, 29 chars>")
@@ -173,19 +173,19 @@ def test_the_success_line_of_an_agentloop_task_hides_its_return_value(
 
 
 def test_the_failure_line_and_traceback_lose_the_input_text(
-    app: Celery, caplog: pytest.LogCaptureFixture
+    echo_app: Celery, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="celery.app.trace"):
-        result = app.tasks["agentloop.test_explode"].apply(kwargs={"input": INPUT})
+        result = echo_app.tasks["agentloop.test_explode"].apply(kwargs={"input": INPUT})
     assert result.failed()
     assert "raised unexpected: ValueError(\"cannot handle {'question': '<hidden>'" in caplog.text
     assert "Traceback (most recent call last)" in caplog.text
     assert SECRET not in caplog.text
 
 
-def test_other_tasks_log_as_celery_does(app: Celery, caplog: pytest.LogCaptureFixture) -> None:
+def test_other_tasks_log_as_celery_does(echo_app: Celery, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="celery.app.trace"):
-        app.tasks["other.echo"].apply(args=(SECRET,))
+        echo_app.tasks["other.echo"].apply(args=(SECRET,))
     assert f"'{SECRET}'" in caplog.text
 
 

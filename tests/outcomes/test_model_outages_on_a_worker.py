@@ -61,7 +61,7 @@ def chaos(body: dict[str, Any]) -> Reply:
     return answer_like_the_offline_model(body)
 
 
-class Rig:
+class OutageRig:
     def __init__(
         self, app: Any, store: RunStore, worker: WorkerProcess, server: OpenAICompatibleServer
     ) -> None:
@@ -73,7 +73,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def outage_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutageRig]:
     with ExitStack() as stack:
         server = OpenAICompatibleServer(api_key=API_KEY, responder=chaos)
         services = WorkerEnvironment.start(
@@ -86,18 +86,21 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         )
         open_resources(services.database_url).dispose()  # the sample records and tools, before any task
         worker = services.start_worker(["agentloop.examples.record_search.workflows"], concurrency=4)
-        yield Rig(services.client(), services.store, worker, server)
+        yield OutageRig(services.client(), services.store, worker, server)
 
 
-def test_every_kind_of_model_outage_ends_the_run_degraded_with_the_error_recorded(rig: Rig) -> None:
+def test_every_kind_of_model_outage_ends_the_run_degraded_with_the_error_recorded(
+    outage_rig: OutageRig,
+) -> None:
     handles = {
-        tag: [rig.ask(f"Which software companies are in Germany? {tag}") for _ in range(2)] for tag in OUTAGES
+        tag: [outage_rig.ask(f"Which software companies are in Germany? {tag}") for _ in range(2)]
+        for tag in OUTAGES
     }
 
     for tag, reason in OUTAGES.items():
         for handle in handles[tag]:
             result = handle.wait_sync(timeout=120)
-            record = rig.store.get_run(handle.run_id)
+            record = outage_rig.store.get_run(handle.run_id)
             assert record is not None
             assert (tag, record.status) == (tag, "degraded")
             assert result["message"] == MODEL_UNAVAILABLE_MESSAGE != NO_PLAN_MESSAGE
@@ -109,7 +112,7 @@ def test_every_kind_of_model_outage_ends_the_run_degraded_with_the_error_recorde
             raw = handle.result.get(timeout=10)
             assert raw["__agentloop_degraded__"]["status"] == "degraded"
             assert DegradedResult.from_wire(raw) == DegradedResult(output=result, error=record.error)
-            events = [event for _, event in rig.store.events(handle.run_id)]
+            events = [event for _, event in outage_rig.store.events(handle.run_id)]
             assert (events[-1]["phase"], events[-1]["status"]) == ("degraded", "completed")
             # one terminal event per run: the root's own done before it is a progress event
             ends = [
@@ -117,14 +120,16 @@ def test_every_kind_of_model_outage_ends_the_run_degraded_with_the_error_recorde
             ]
             assert ends == [("start", "started"), ("degraded", "completed")], ends
 
-    log = rig.worker.log_text()
+    log = outage_rig.worker.log_text()
     assert log.count("; run degraded>") >= 2 * len(OUTAGES)  # the success lines keep the mark
     assert API_KEY not in log
 
 
-def test_a_healthy_model_still_succeeds_and_an_off_topic_question_still_asks_to_rephrase(rig: Rig) -> None:
-    found = rig.ask("Which software companies are in Germany?")
-    off_topic = rig.ask("What's the weather like today?")
+def test_a_healthy_model_still_succeeds_and_an_off_topic_question_still_asks_to_rephrase(
+    outage_rig: OutageRig,
+) -> None:
+    found = outage_rig.ask("Which software companies are in Germany?")
+    off_topic = outage_rig.ask("What's the weather like today?")
 
     assert found.wait_sync(timeout=120)["found_count"] > 0
     assert off_topic.wait_sync(timeout=120)["message"] == NO_PLAN_MESSAGE

@@ -11,25 +11,18 @@ from workflows.pydantic_agents import answer
 
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
 from tests.evals.eval_support import invoke, kept, write_dataset
-from tests.newcomer import MACHINE_SETTINGS
 
 API_KEY = "sk-test-pydantic-ai-eval-0123456789"
 
 
-def test_eval_scores_each_case_of_a_pydantic_ai_agent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name in MACHINE_SETTINGS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AGENTLOOP_HOME", str(tmp_path / "home"))
+def test_eval_scores_each_case_of_a_pydantic_ai_agent(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTLOOP_IMPORTS", "workflows.pydantic_agents")
-    monkeypatch.setenv("PAI_TOOL_LOG", str(tmp_path / "tools.log"))
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PAI_TOOL_LOG", str(home / "tools.log"))
     cases = [
         {"id": "right", "input": "invoice c-7", "expected": {"customer": "ACME GmbH", "total": 200}},
         {"id": "wrong", "input": "invoice c-8", "expected": {"customer": "ACME GmbH", "total": 999}},
     ]
-    write_dataset(tmp_path / "cases.jsonl", cases)
+    write_dataset(home / "cases.jsonl", cases)
     with OpenAICompatibleServer(api_key=API_KEY, responder=answer) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
@@ -40,7 +33,7 @@ def test_eval_scores_each_case_of_a_pydantic_ai_agent(
 
     assert result.exit_code == 0, result.output
     assert "passed 1 of 2 (50%)" in result.output
-    [report] = kept(tmp_path)
+    [report] = kept(home)
     right, wrong = report["cases"]
     assert (right["passed"], wrong["passed"]) == (True, False)
     assert right["output"] == {"customer": "ACME GmbH", "total": 200}

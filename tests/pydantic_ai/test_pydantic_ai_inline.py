@@ -41,7 +41,7 @@ API_KEY = "sk-test-pydantic-ai-0123456789"
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[OpenAICompatibleServer]:
+def agent_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[OpenAICompatibleServer]:
     with OpenAICompatibleServer(api_key=API_KEY, responder=answer) as running:
         monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
@@ -69,7 +69,7 @@ class MemoryCheckpointer:
 
 
 def test_the_agent_runs_as_a_runnable_with_a_progress_event_per_step(
-    server: OpenAICompatibleServer, tmp_path: Path
+    agent_server: OpenAICompatibleServer, tmp_path: Path
 ) -> None:
     events: list[ProgressEvent] = []
 
@@ -78,7 +78,7 @@ def test_the_agent_runs_as_a_runnable_with_a_progress_event_per_step(
     )
 
     assert result == {"customer": "ACME GmbH", "total": 200}
-    assert len(server.completion_requests) == 3
+    assert len(agent_server.completion_requests) == 3
     assert tools_run(tmp_path) == ["lookup_customer", "sum_lines"]
     steps = [(e.phase, e.data["step_status"], e.data["step"]) for e in events if "step" in e.data]
     assert steps == [
@@ -105,7 +105,7 @@ def test_the_agent_runs_as_a_runnable_with_a_progress_event_per_step(
 
 
 def test_a_run_taken_again_answers_every_finished_step_from_its_journal(
-    server: OpenAICompatibleServer, tmp_path: Path
+    agent_server: OpenAICompatibleServer, tmp_path: Path
 ) -> None:
     checkpointer = MemoryCheckpointer()
     scope = RunScope(run_id="run-pai-journal", checkpointer=checkpointer)
@@ -117,11 +117,13 @@ def test_a_run_taken_again_answers_every_finished_step_from_its_journal(
     import asyncio
 
     first = asyncio.run(take())
-    requests_after_first = len(server.completion_requests)
+    requests_after_first = len(agent_server.completion_requests)
     again = asyncio.run(take())
 
     assert first == again == {"customer": "ACME GmbH", "total": 200}
-    assert requests_after_first == 3 and len(server.completion_requests) == 3  # zero calls the second time
+    assert (
+        requests_after_first == 3 and len(agent_server.completion_requests) == 3
+    )  # zero calls the second time
     assert tools_run(tmp_path) == ["lookup_customer", "sum_lines"]  # no tool ran again
     iteration, state = checkpointer.saved[""]
     assert iteration == 5 and sorted(state[STATE_KEY]) == [
@@ -134,7 +136,7 @@ def test_a_run_taken_again_answers_every_finished_step_from_its_journal(
 
 
 def test_a_journal_cut_after_a_tool_call_resumes_at_the_next_model_request(
-    server: OpenAICompatibleServer, tmp_path: Path
+    agent_server: OpenAICompatibleServer, tmp_path: Path
 ) -> None:
     """What a worker killed after the first tool call leaves: the steps up to it, and no more."""
     import asyncio
@@ -146,7 +148,7 @@ def test_a_journal_cut_after_a_tool_call_resumes_at_the_next_model_request(
     kept = {key: steps[key] for key in ("model/1", "tool/1/call_1")}
     resumed = MemoryCheckpointer()
     resumed.saved[""] = (2, {STATE_KEY: kept})
-    before = len(server.completion_requests)
+    before = len(agent_server.completion_requests)
 
     async def resume() -> tuple[Any, StepJournal]:
         with use_scope(RunScope(run_id="run-pai-cut", checkpointer=resumed)) as scope:
@@ -155,28 +157,30 @@ def test_a_journal_cut_after_a_tool_call_resumes_at_the_next_model_request(
     result, journal = asyncio.run(resume())
 
     assert result == {"customer": "ACME GmbH", "total": 200}
-    assert len(server.completion_requests) - before == 2  # model/2 and model/3 only
+    assert len(agent_server.completion_requests) - before == 2  # model/2 and model/3 only
     assert tools_run(tmp_path) == ["lookup_customer", "sum_lines", "sum_lines"]  # lookup not again
     assert len(journal.steps) == 5
 
 
 def test_every_request_counts_against_the_token_budget(
-    server: OpenAICompatibleServer, tmp_path: Path
+    agent_server: OpenAICompatibleServer, tmp_path: Path
 ) -> None:
     runner = InlineAgentRunner.create(runnable=InvoiceAgent)
     first_request = runner.request_sync(input="invoice c-7")
     assert first_request  # the tokens a whole run uses, for scale
-    spent = len(server.completion_requests)
+    spent = len(agent_server.completion_requests)
 
     with pytest.raises(TokenBudgetExceededError):
         runner.request_sync(input="invoice c-7", token_budget=30)
 
     # the first request passed the budget: it is counted and nothing more is sent
-    assert len(server.completion_requests) - spent == 1
+    assert len(agent_server.completion_requests) - spent == 1
     assert tools_run(tmp_path) == ["lookup_customer", "sum_lines"]
 
 
-def test_a_tool_needing_approval_is_the_runs_question(server: OpenAICompatibleServer, tmp_path: Path) -> None:
+def test_a_tool_needing_approval_is_the_runs_question(
+    agent_server: OpenAICompatibleServer, tmp_path: Path
+) -> None:
     asked: list[Any] = []
 
     def approve(question: Any) -> bool:
@@ -193,7 +197,7 @@ def test_a_tool_needing_approval_is_the_runs_question(server: OpenAICompatibleSe
     assert tools_run(tmp_path) == ["refund"]
 
 
-def test_a_denied_tool_call_never_runs(server: OpenAICompatibleServer, tmp_path: Path) -> None:
+def test_a_denied_tool_call_never_runs(agent_server: OpenAICompatibleServer, tmp_path: Path) -> None:
     result = InlineAgentRunner.create(runnable=RefundAgent).request_sync(
         input="refund 40", on_question=lambda question: False
     )
@@ -202,7 +206,9 @@ def test_a_denied_tool_call_never_runs(server: OpenAICompatibleServer, tmp_path:
     assert tools_run(tmp_path) == []
 
 
-def test_cancel_stops_the_run_before_its_next_step(server: OpenAICompatibleServer, tmp_path: Path) -> None:
+def test_cancel_stops_the_run_before_its_next_step(
+    agent_server: OpenAICompatibleServer, tmp_path: Path
+) -> None:
     token = CancellationToken()
 
     def cancel_after_the_first_tool(event: ProgressEvent) -> None:
@@ -214,7 +220,7 @@ def test_cancel_stops_the_run_before_its_next_step(server: OpenAICompatibleServe
             input="invoice c-7", cancel=token, on_progress=cancel_after_the_first_tool
         )
 
-    assert len(server.completion_requests) == 1
+    assert len(agent_server.completion_requests) == 1
     assert tools_run(tmp_path) == ["lookup_customer"]
 
 
@@ -227,20 +233,20 @@ class TwoInvoices(BaseCompositeAgent):
 
 
 def test_the_agent_is_a_stage_of_a_pipeline_and_a_branch_of_a_composite(
-    server: OpenAICompatibleServer,
+    agent_server: OpenAICompatibleServer,
 ) -> None:
     line = InlineAgentRunner.create(runnable=InvoiceThenLine).request_sync(input="invoice c-7")
     both = InlineAgentRunner.create(runnable=TwoInvoices).request_sync(input=["invoice a", "invoice b"])
 
     assert line == "ACME GmbH: 200"
     assert both == [{"customer": "ACME GmbH", "total": 200}] * 2
-    assert len(server.completion_requests) == 9
+    assert len(agent_server.completion_requests) == 9
 
 
-def test_bad_input_is_a_clear_error(server: OpenAICompatibleServer) -> None:
+def test_bad_input_is_a_clear_error(agent_server: OpenAICompatibleServer) -> None:
     with pytest.raises(ValueError, match="takes a prompt string"):
         InlineAgentRunner.create(runnable=InvoiceAgent).request_sync(input=7)
-    assert server.completion_requests == []
+    assert agent_server.completion_requests == []
 
 
 def test_anthropics_sdk_under_pydantic_ais_anthropic_model(tmp_path: Path) -> None:
@@ -312,7 +318,7 @@ class CountedCalls:
 
 
 def test_each_request_sent_is_in_the_metrics_and_a_replayed_one_is_not(
-    server: OpenAICompatibleServer,
+    agent_server: OpenAICompatibleServer,
 ) -> None:
     from typing import cast
 
@@ -333,7 +339,9 @@ def test_each_request_sent_is_in_the_metrics_and_a_replayed_one_is_not(
     assert all(c["input_tokens"] > 0 for c in instruments.calls)
 
 
-def test_the_shared_rate_limit_holds_back_requests_not_replayed_steps(server: OpenAICompatibleServer) -> None:
+def test_the_shared_rate_limit_holds_back_requests_not_replayed_steps(
+    agent_server: OpenAICompatibleServer,
+) -> None:
     from agentloop import RateLimitTimeoutError
     from agentloop.orchestration.llm.limits.backends.memory import MemoryBackend
     from agentloop.orchestration.llm.limits.window import WindowRateLimiter
@@ -349,10 +357,12 @@ def test_the_shared_rate_limit_holds_back_requests_not_replayed_steps(server: Op
     with pytest.raises(RateLimitTimeoutError):
         runner.request_sync(input="invoice c-7")  # a fourth request in the window waits past max_wait
 
-    assert len(server.completion_requests) == 3
+    assert len(agent_server.completion_requests) == 3
 
 
-def test_a_recorded_run_replays_with_zero_model_calls(server: OpenAICompatibleServer, tmp_path: Path) -> None:
+def test_a_recorded_run_replays_with_zero_model_calls(
+    agent_server: OpenAICompatibleServer, tmp_path: Path
+) -> None:
     import asyncio
 
     from agentloop import InMemoryRecording
@@ -371,16 +381,16 @@ def test_a_recorded_run_replays_with_zero_model_calls(server: OpenAICompatibleSe
         output=result,
         entries=tuple(recording.entries),
     )
-    sent = len(server.completion_requests)
+    sent = len(agent_server.completion_requests)
 
     report = asyncio.run(replay(recorded, runnable=InvoiceAgent))
 
     assert report.ok, report.describe()
-    assert report.output == result and len(server.completion_requests) == sent  # no model call
+    assert report.output == result and len(agent_server.completion_requests) == sent  # no model call
 
 
 def test_a_replay_that_asks_what_the_recording_does_not_have_is_a_divergence(
-    server: OpenAICompatibleServer,
+    agent_server: OpenAICompatibleServer,
 ) -> None:
     import asyncio
 

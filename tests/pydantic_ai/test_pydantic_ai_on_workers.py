@@ -15,7 +15,6 @@ The workers keep the default ``AGENTLOOP_CHECKPOINT_SECONDS`` (0.5): a step is j
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -29,23 +28,20 @@ from typer.testing import CliRunner
 from workflows.pydantic_agents import InvoiceAgent, answer
 
 from agentloop import InlineAgentRunner
-from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.cli import app as cli
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.store import SqlRunStore
 from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
-from tests.services.private_services import redis_and_store
-from tests.services.worker import WorkerProcess, run_worker_process
+from tests.services.worker import WorkerProcess
+from tests.services.worker_environment import WorkerEnvironment
 
 pytestmark = pytest.mark.integration
 
-TESTS = Path(__file__).resolve().parents[1]
-ROOT = TESTS.parent
 API_KEY = "sk-test-pydantic-ai-workers-0123456789"
 
 
 @dataclass
-class Rig:
+class AgentRig:
     app: Any
     store: SqlRunStore
     server: OpenAICompatibleServer
@@ -61,13 +57,10 @@ class Rig:
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
+def agent_rig(tmp_path: Path) -> Iterator[AgentRig]:
     with ExitStack() as stack:
-        services = redis_and_store(stack, tmp_path)
         server = stack.enter_context(OpenAICompatibleServer(api_key=API_KEY, responder=answer))
         env = {
-            "DATABASE_URL": services.database_url,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
             "OPENAI_BASE_URL": server.base_url,
             "OPENAI_API_KEY": API_KEY,
             "PAI_TOOL_LOG": str(tmp_path / "tools.log"),
@@ -77,24 +70,13 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
             "AGENTLOOP_VISIBILITY_TIMEOUT": "26",
             "AGENTLOOP_UNACKED_RESTORE_SECONDS": "1",
         }
+        services = WorkerEnvironment.start(stack, tmp_path, env=env)
 
         def worker() -> AbstractContextManager[WorkerProcess]:
-            return run_worker_process(
-                broker_url=services.redis.url,
-                result_backend=services.redis.url,
-                imports=["workflows.pydantic_agents"],
-                env=env,
-                concurrency=1,
-            )
+            return services.worker(["workflows.pydantic_agents"])
 
-        app = create_app(overrides={"broker_url": services.redis.url, "result_backend": services.redis.url})
-        stack.callback(app.close)
-        cli_env = {
-            "DATABASE_URL": services.database_url,
-            "BROKER_URL": services.redis.url,
-            "RESULT_BACKEND": services.redis.url,
-        }
-        yield Rig(app, services.store, server, tmp_path, env, cli_env, worker)
+        app = services.client()
+        yield AgentRig(app, services.store, server, tmp_path, services.env, services.cli_env, worker)
 
 
 def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -105,31 +87,31 @@ def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def test_a_worker_killed_mid_run_is_resumed_by_another_repeating_no_finished_step(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+    agent_rig: AgentRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    hung = rig.folder / "hung"
-    with rig.worker() as first:
-        handle = CeleryAgentRunner.create(runnable="pai.invoicer", app=rig.app, store=rig.store).request_sync(
-            input="invoice c-7"
-        )
+    hung = agent_rig.folder / "hung"
+    with agent_rig.worker() as first:
+        handle = CeleryAgentRunner.create(
+            runnable="pai.invoicer", app=agent_rig.app, store=agent_rig.store
+        ).request_sync(input="invoice c-7")
         until(hung.exists, 60, "the second tool call")  # model/1, tool/1, model/2 done; tool/2 hangs
-        assert len(rig.server.completion_requests) == 2
+        assert len(agent_rig.server.completion_requests) == 2
         first.kill(signal.SIGKILL)
         first.wait(timeout=30)
     first_pid = int(hung.read_text())
 
-    with rig.worker():
+    with agent_rig.worker():
         result = handle.wait_sync(timeout=120)
 
     assert result == {"customer": "ACME GmbH", "total": 200}
-    assert len(rig.server.completion_requests) == 3  # model/3 only, after the resume
-    tools = rig.tools_run()
+    assert len(agent_rig.server.completion_requests) == 3  # model/3 only, after the resume
+    tools = agent_rig.tools_run()
     assert [name for name, _ in tools] == ["lookup_customer", "sum_lines"]  # each finished once
     assert tools[0][1] == first_pid and tools[1][1] != first_pid  # the second on the new worker
-    events = [event for _, event in rig.store.events(handle.run_id)]
+    events = [event for _, event in agent_rig.store.events(handle.run_id)]
     replayed = [e["data"]["step"] for e in events if e["data"].get("step_status") == "replayed"]
     assert replayed == ["model/1", "tool/1/call_1", "model/2"]
-    record = rig.store.get_run(handle.run_id)
+    record = agent_rig.store.get_run(handle.run_id)
     assert record is not None and record.status == "succeeded"
     completed = [
         e["data"]
@@ -142,26 +124,26 @@ def test_a_worker_killed_mid_run_is_resumed_by_another_repeating_no_finished_ste
 
     # the same result in this process
     for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "PAI_TOOL_LOG"):
-        monkeypatch.setenv(name, rig.env[name])
+        monkeypatch.setenv(name, agent_rig.env[name])
     assert InlineAgentRunner.create(runnable=InvoiceAgent).request_sync(input="invoice c-7") == result
 
 
 def test_an_approval_pauses_the_run_and_an_answer_through_the_cli_resumes_it(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+    agent_rig: AgentRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in rig.cli_env.items():
+    for name, value in agent_rig.cli_env.items():
         monkeypatch.setenv(name, value)
-    with rig.worker():
-        handle = CeleryAgentRunner.create(runnable="pai.refunder", app=rig.app, store=rig.store).request_sync(
-            input="refund 40"
-        )
+    with agent_rig.worker():
+        handle = CeleryAgentRunner.create(
+            runnable="pai.refunder", app=agent_rig.app, store=agent_rig.store
+        ).request_sync(input="refund 40")
 
         def waiting() -> bool:
-            record = rig.store.get_run(handle.run_id)
+            record = agent_rig.store.get_run(handle.run_id)
             return record is not None and record.status == "waiting"
 
         until(waiting, 60, "the approval question")
-        assert len(rig.server.completion_requests) == 1 and rig.tools_run() == []
+        assert len(agent_rig.server.completion_requests) == 1 and agent_rig.tools_run() == []
         shown = CliRunner().invoke(cli, ["resume", handle.run_id, "--json"])
         assert shown.exit_code == 0, shown.output
         assert '"approval"' in shown.stdout and "refund" in shown.stdout
@@ -171,11 +153,11 @@ def test_an_approval_pauses_the_run_and_an_answer_through_the_cli_resumes_it(
         result = handle.wait_sync(timeout=60)
 
         # the same worker: the agent as the first stage of a pipeline (a chain of two tasks)
-        rig.folder.joinpath("hung").write_text("0")  # its sum_lines does not hang
-        line = CeleryAgentRunner.create(runnable="pai.invoice_line", app=rig.app, store=rig.store)
+        agent_rig.folder.joinpath("hung").write_text("0")  # its sum_lines does not hang
+        line = CeleryAgentRunner.create(runnable="pai.invoice_line", app=agent_rig.app, store=agent_rig.store)
         assert line.request_sync(input="invoice c-7").wait_sync(timeout=60) == "ACME GmbH: 200"
 
     assert result == "done: refunded 40"
-    assert [name for name, _ in rig.tools_run()][:1] == ["refund"]
+    assert [name for name, _ in agent_rig.tools_run()][:1] == ["refund"]
     # the refunder's first request is not sent again; then the pipeline's agent's three
-    assert len(rig.server.completion_requests) == 2 + 3
+    assert len(agent_rig.server.completion_requests) == 2 + 3

@@ -35,7 +35,7 @@ class Recorded:
 
 
 @pytest.fixture
-def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorded]:
+def recorded_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorded]:
     """``Plan`` run once against the local server, recorded, kept in the CLI's run store."""
     for name in CLEARED:
         monkeypatch.delenv(name, raising=False)
@@ -66,16 +66,16 @@ def invoke(*args: str) -> Any:
 
 
 def test_a_fork_asks_the_model_only_from_its_point_on_as_a_new_run_naming_its_origin(
-    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+    recorded_plan: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert recorded.requests == 5  # outline, three research turns, polish
+    assert recorded_plan.requests == 5  # outline, three research turns, polish
     monkeypatch.setattr(workflows, "POLISH", "Rewrite the answer in one line.")  # the changed step
 
     result = invoke("replay", RECORDED_RUN, "--fork-at", "pipeline/1:1", "--json")
 
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    sent = recorded.server.completion_requests[recorded.requests :]
+    sent = recorded_plan.server.completion_requests[recorded_plan.requests :]
     assert len(sent) == report["live"] == 3  # research turns 1 and 2, and the changed polish step
     assert report["replayed"] == 2 and report["reached"] is True and report["divergences"] == []
     assert '\\"letters\\": 7' in json.dumps(sent[0]["messages"])  # it went on from iteration 1
@@ -94,11 +94,11 @@ def test_a_fork_asks_the_model_only_from_its_point_on_as_a_new_run_naming_its_or
     # the fork kept a whole recording of its own: it replays, with no model and no network
     replayed = invoke("replay", report["run_id"])
     assert replayed.exit_code == 0 and "matches its recording" in replayed.output, replayed.output
-    assert len(recorded.server.completion_requests) == recorded.requests + 3
+    assert len(recorded_plan.server.completion_requests) == recorded_plan.requests + 3
 
 
 def test_a_step_changed_before_the_fork_point_is_asked_live_and_reported(
-    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+    recorded_plan: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(workflows, "OUTLINE", "Outline the question in three words.")
 
@@ -107,7 +107,7 @@ def test_a_step_changed_before_the_fork_point_is_asked_live_and_reported(
     # the changed outline's request is not the recorded one: it is asked; the research turns
     # ask what they asked (the same outline came back) and get their recorded replies
     assert (report["live"], report["replayed"]) == (2, 3)
-    assert len(recorded.server.completion_requests) == recorded.requests + 2
+    assert len(recorded_plan.server.completion_requests) == recorded_plan.requests + 2
     assert [(d["path"], d["reason"]) for d in report["divergences"]] == [
         ("pipeline/0", "the request differs from the recorded one")
     ]
@@ -116,20 +116,20 @@ def test_a_step_changed_before_the_fork_point_is_asked_live_and_reported(
     assert "forked from run 0123456789abcdef0123456789abcdef at step 'pipeline/2', iteration 0" in text.output
 
 
-def test_a_fork_point_the_recording_lacks_is_refused_before_any_model_call(recorded: Recorded) -> None:
+def test_a_fork_point_the_recording_lacks_is_refused_before_any_model_call(recorded_plan: Recorded) -> None:
     unknown = invoke("replay", RECORDED_RUN, "--fork-at", "pipeline/1:7")
     malformed = invoke("replay", RECORDED_RUN, "--fork-at", "pipeline/1")
 
     assert unknown.exit_code == 2 and "recorded nothing at step 'pipeline/1', iteration 7" in unknown.output
     assert "'pipeline/1:2'" in unknown.output and "'pipeline/2:0'" in unknown.output
     assert malformed.exit_code == 2 and "a fork point is PATH:ITERATION" in malformed.output
-    assert len(recorded.server.completion_requests) == recorded.requests
+    assert len(recorded_plan.server.completion_requests) == recorded_plan.requests
     runs = json.loads(invoke("runs", "list", "--json").stdout)
     assert [run["id"] for run in runs] == [RECORDED_RUN]  # no new run
 
 
-async def test_the_python_call_forks_without_a_store(recorded: Recorded) -> None:
-    store, _ = open_store(f"sqlite:///{recorded.home / 'agentloop.sqlite3'}")
+async def test_the_python_call_forks_without_a_store(recorded_plan: Recorded) -> None:
+    store, _ = open_store(f"sqlite:///{recorded_plan.home / 'agentloop.sqlite3'}")
     try:
         recording = RunRecording.from_store(store, RECORDED_RUN)
     finally:
@@ -141,4 +141,4 @@ async def test_the_python_call_forks_without_a_store(recorded: Recorded) -> None
 
     assert (report.live, report.replayed, report.status) == (1, 4, "succeeded")
     assert report.forked_from == {"run_id": RECORDED_RUN, "path": "pipeline/2", "iteration": 0}
-    assert len(recorded.server.completion_requests) == recorded.requests + 1
+    assert len(recorded_plan.server.completion_requests) == recorded_plan.requests + 1

@@ -14,7 +14,7 @@ optionally a local model server, and then, on them, real worker processes and cl
 Every worker gets :attr:`WorkerEnvironment.env`: ``DATABASE_URL``, a ``PYTHONPATH`` with the project
 and ``tests/`` (so ``AGENTLOOP_IMPORTS`` can name ``workflows.*``), the model server's
 ``OPENAI_*`` settings, and what the test adds. Everything ends with the ``stack``; a machine
-without ``redis-server`` skips the test. The folders' rigs (``HumanRig``, ``ParityRig``, ``Rig``
+without ``redis-server`` skips the test. The folders' rigs (``HumanRig``, ``ParityRig``, ``CachingRig``
 ...) keep their own attributes and methods, built from one of these.
 """
 

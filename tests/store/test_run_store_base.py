@@ -3,12 +3,14 @@ keywords, and a store that gives only the primitives gets the checks and the met
 
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from agentloop.orchestration.store import InMemoryRunStore
+from agentloop.orchestration.store import InMemoryRunStore, RunStore, SqlRunStore
 from agentloop.orchestration.store.base import Ended, Finish, NewRun, Refused, RunStoreBase
 from agentloop.orchestration.store.protocol import RunOwner, RunRecord
 
@@ -69,3 +71,77 @@ def test_a_store_of_primitives_gets_the_checks_and_counts_starts_and_ends(
 
     assert [values["id"] for values in store.inserted] == ["a"]
     assert counted == [("started", "third.runnable"), ("ended", "third.runnable", "succeeded")]
+
+
+def _primitives_without_default() -> set[str]:
+    """The primitives the base leaves to a store: its ``_`` methods that only raise."""
+    return {
+        name
+        for name, member in vars(RunStoreBase).items()
+        if name.startswith("_")
+        and not name.startswith("__")
+        and callable(member)
+        and "raise NotImplementedError" in inspect.getsource(member)
+    }
+
+
+def test_every_store_gives_every_primitive_and_the_guide_names_them() -> None:
+    primitives = _primitives_without_default()
+    guide = (Path(__file__).parents[2] / "docs" / "development.md").read_text()
+
+    assert len(primitives) == 18
+    for store in (SqlRunStore, InMemoryRunStore):
+        assert {name for name in primitives if getattr(store, name) is getattr(RunStoreBase, name)} == set()
+    assert {name for name in primitives if f"`{name}" not in guide} == set()
+
+
+def test_the_public_surface_is_the_base_s_alone() -> None:
+    """No store spells a public method of the protocol again: each is the base's, over primitives."""
+    public = {name for name in vars(RunStore) if not name.startswith("_")}
+    for store in (SqlRunStore, InMemoryRunStore):
+        spelled = {name for name in public if name in vars(store)}
+        assert spelled == set(), store
+
+
+class Untouched(PrimitivesOnly):
+    """A store whose every read or write fails the test: the base must answer without it."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("_") and not name.startswith("__"):
+
+            def asked(*args: Any, **kwargs: Any) -> Any:
+                raise AssertionError(f"the base asked the store's {name}")
+
+            return asked
+        return super().__getattribute__(name)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda store: store.events("r", limit=-1),
+        lambda store: store.list_runs(limit=-1),
+        lambda store: store.list_runs(offset=True),
+        lambda store: store.finish_loop("r", "0", None, input_tokens=-1),
+        lambda store: store.finish_loops("r", [("0", None)], output_tokens=1.5),
+        lambda store: store.save_checkpoint("r", "0", -1, None),
+        lambda store: store.save_checkpoints("r", [("0", 2**40, None)]),
+        lambda store: store.add_usage("r", -1, 0),
+    ],
+    ids=["events", "list-limit", "list-offset", "finish-loop", "finish-loops", "save", "saves", "usage"],
+)
+def test_a_value_no_column_holds_is_refused_before_the_store_is_asked(call: Any) -> None:
+    with pytest.raises(ValueError):
+        call(Untouched())
+
+
+def test_what_needs_no_storage_is_answered_without_it() -> None:
+    store = Untouched()
+    unstorable = "x" * 1000
+
+    assert store.get_run(unstorable) is None
+    assert store.events(unstorable) == []
+    assert store.is_cancel_requested("nul\x00") is False
+    store.append_events("r", [])
+    store.save_checkpoints("r", [], events=[])
+    assert store.finish_loops("r", []) == []

@@ -23,7 +23,7 @@ PAYLOAD = {"name": "answer", "description": "Answer.", "parameters": {"type": "o
 
 
 @pytest.fixture
-def stores(pg_admin_url: str) -> Iterator[tuple[SqlRunStore, SqlToolStore, str]]:
+def pg_stores(pg_admin_url: str) -> Iterator[tuple[SqlRunStore, SqlToolStore, str]]:
     with private_database(pg_admin_url) as url:
         run_store, tool_store = open_store(url, retry=StoreRetry(10, initial=0.01))
         yield run_store, tool_store, pg_admin_url
@@ -57,8 +57,8 @@ def statements(engine: Engine) -> tuple[list[str], Callable[[], None]]:
     return seen, lambda: event.remove(engine, "before_cursor_execute", note)
 
 
-def test_a_store_call_is_one_statement_no_ping(stores: tuple[SqlRunStore, SqlToolStore, str]) -> None:
-    run_store, _, _ = stores
+def test_a_store_call_is_one_statement_no_ping(pg_stores: tuple[SqlRunStore, SqlToolStore, str]) -> None:
+    run_store, _, _ = pg_stores
     run_store.create_run(run_id="r1", runnable="x", input={})
     seen, stop = statements(run_store.engine)
     try:
@@ -70,9 +70,9 @@ def test_a_store_call_is_one_statement_no_ping(stores: tuple[SqlRunStore, SqlToo
 
 
 def test_every_store_rides_out_a_pooled_connection_the_server_killed(
-    stores: tuple[SqlRunStore, SqlToolStore, str],
+    pg_stores: tuple[SqlRunStore, SqlToolStore, str],
 ) -> None:
-    run_store, tool_store, admin_url = stores
+    run_store, tool_store, admin_url = pg_stores
     waits = wait_store_for(run_store)
     assert isinstance(waits, SqlWaitStore)
     run_id = f"killed-{uuid.uuid4().hex[:8]}"

@@ -45,7 +45,7 @@ def answer_like_the_offline_model(body: dict[str, Any]) -> Reply:
     return reply
 
 
-class Rig:
+class StreamingRig:
     def __init__(self, app: Any, store: RunStore, server: OpenAICompatibleServer, database_url: str) -> None:
         self.app, self.store, self.server, self.database_url = app, store, server, database_url
 
@@ -58,7 +58,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def streaming_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamingRig]:
     with ExitStack() as stack:
         server = OpenAICompatibleServer(
             api_key=API_KEY,
@@ -81,35 +81,35 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         )
         open_resources(services.database_url).dispose()  # the sample records and tools, before any task
         services.start_worker(["agentloop.examples.record_search.workflows"], concurrency=2)
-        yield Rig(services.client(), services.store, server, services.database_url)
+        yield StreamingRig(services.client(), services.store, server, services.database_url)
 
 
-async def unstreamed_result(rig: Rig, message: str) -> dict[str, Any]:
+async def unstreamed_result(streaming_rig: StreamingRig, message: str) -> dict[str, Any]:
     """What the same agent answers in this process, on the same server and records, not streaming."""
     processor = OpenAIProcessor(
-        api_key=API_KEY, base_url=rig.server.base_url, model="test-model", max_retries=0
+        api_key=API_KEY, base_url=streaming_rig.server.base_url, model="test-model", max_retries=0
     )
     async with (
         processor,
         RecordSearchGenerator.create_with_defaults(
-            database_url=rig.database_url, processor=processor
+            database_url=streaming_rig.database_url, processor=processor
         ) as made,
     ):
         return await made.generate_for_explicit_search(message=message)
 
 
-def test_deltas_reach_the_runs_event_feed_and_the_result_is_unchanged(rig: Rig) -> None:
-    handle = rig.ask(QUESTION)
+def test_deltas_reach_the_runs_event_feed_and_the_result_is_unchanged(streaming_rig: StreamingRig) -> None:
+    handle = streaming_rig.ask(QUESTION)
     result = handle.wait_sync(timeout=120)
-    expected = asyncio.run(unstreamed_result(rig, QUESTION))
+    expected = asyncio.run(unstreamed_result(streaming_rig, QUESTION))
 
     assert result == expected and result["found_count"] > 0
     assert handle.status == "succeeded"
-    streamed_bodies = [body for body in rig.server.completion_requests if body.get("stream")]
+    streamed_bodies = [body for body in streaming_rig.server.completion_requests if body.get("stream")]
     assert streamed_bodies and all(
         body["stream_options"] == {"include_usage": True} for body in streamed_bodies
     )
-    deltas = [event for event in rig.events(handle) if event["phase"] == "delta"]
+    deltas = [event for event in streaming_rig.events(handle) if event["phase"] == "delta"]
     assert {(event["runnable"], event["status"]) for event in deltas} == {("test-model", "progress")}
     assert [event["data"]["seq"] for event in deltas if event["data"]["seq"] == 1]  # one sequence per reply
     by_call: dict[str, str] = {}
@@ -123,14 +123,14 @@ def test_deltas_reach_the_runs_event_feed_and_the_result_is_unchanged(rig: Rig) 
     assert len(deltas) > len(by_call)  # throttled, yet more than one event per call at this pace
 
 
-def test_a_stream_broken_part_way_degrades_the_run_on_the_worker(rig: Rig) -> None:
-    handle = rig.ask(f"{QUESTION} [break]")
+def test_a_stream_broken_part_way_degrades_the_run_on_the_worker(streaming_rig: StreamingRig) -> None:
+    handle = streaming_rig.ask(f"{QUESTION} [break]")
     result = handle.wait_sync(timeout=120)
 
-    record = rig.store.get_run(handle.run_id)
+    record = streaming_rig.store.get_run(handle.run_id)
     assert record is not None and record.status == "degraded"
     assert result["message"] == MODEL_UNAVAILABLE_MESSAGE
     (failure,) = record.error["failures"]
     assert "stream broken" in failure["reason"] and API_KEY not in failure["reason"]
-    phases = [event["phase"] for event in rig.events(handle)]
+    phases = [event["phase"] for event in streaming_rig.events(handle)]
     assert "delta" in phases and phases.index("delta") < phases.index("model_unavailable")

@@ -18,7 +18,7 @@ from tests.services.worker_environment import embedded_app
 
 
 @pytest.fixture(scope="session")
-def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebRig]:
+def web_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebRig]:
     folder = tmp_path_factory.mktemp("web")
     store, _ = open_store(f"sqlite:///{folder / 'runs.sqlite3'}")
     registry = RunnableRegistry.from_modules(MODULES)

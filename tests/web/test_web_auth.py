@@ -25,8 +25,8 @@ def concrete(path: str) -> str:
     return path.replace("{run_id:str}", "some-run").replace("{name:str}", "web.echo")
 
 
-def test_every_data_route_is_listed(rig: WebRig) -> None:
-    assert data_routes(rig.web()) == [
+def test_every_data_route_is_listed(web_rig: WebRig) -> None:
+    assert data_routes(web_rig.web()) == [
         ("POST", "/runs"),
         ("GET", "/runs"),
         ("GET", "/runs/{run_id:str}"),
@@ -44,8 +44,8 @@ def test_every_data_route_is_listed(rig: WebRig) -> None:
     "headers",
     [{}, {"Authorization": "Bearer not-a-configured-token-xx"}, {"Authorization": "Basic dXNlcjpwYXNz"}],
 )
-def test_every_route_refuses_without_a_valid_token(rig: WebRig, headers: dict[str, str]) -> None:
-    app = rig.web()
+def test_every_route_refuses_without_a_valid_token(web_rig: WebRig, headers: dict[str, str]) -> None:
+    app = web_rig.web()
     with TestClient(app) as client:
         for method, path in data_routes(app):
             response = client.request(
@@ -56,17 +56,17 @@ def test_every_route_refuses_without_a_valid_token(rig: WebRig, headers: dict[st
             assert response.headers["www-authenticate"].startswith("Bearer")
 
 
-def test_nothing_is_open_when_no_token_is_configured(rig: WebRig) -> None:
-    with TestClient(rig.web(tokens=())) as client:
+def test_nothing_is_open_when_no_token_is_configured(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web(tokens=())) as client:
         for name in TOKENS:
             assert client.get("/runs", headers=auth(name)).status_code == 401
         assert client.get("/runs").status_code == 401
         assert client.get("/ui/").status_code == 200  # the viewer's page itself holds no data
 
 
-def test_each_scope_allows_only_its_own_actions(rig: WebRig) -> None:
+def test_each_scope_allows_only_its_own_actions(web_rig: WebRig) -> None:
     start = {"runnable": "web.echo", "input": {"secret": "the user's words"}}
-    with TestClient(rig.web()) as client:
+    with TestClient(web_rig.web()) as client:
         refused_start = [
             client.post("/runs", json=start, headers=auth(name)).status_code for name in ("read", "cancel")
         ]
@@ -83,9 +83,9 @@ def test_each_scope_allows_only_its_own_actions(rig: WebRig) -> None:
     assert allowed_cancel == 409  # allowed, but the run has ended
 
 
-def test_inputs_results_and_event_texts_only_for_the_read_scope(rig: WebRig) -> None:
+def test_inputs_results_and_event_texts_only_for_the_read_scope(web_rig: WebRig) -> None:
     start = {"runnable": "web.echo", "input": {"secret": "the user's words"}}
-    with TestClient(rig.web()) as client:
+    with TestClient(web_rig.web()) as client:
         run_id = client.post("/runs", json=start, headers=auth("start")).json()["id"]
         wait_for(lambda: client.get(f"/runs/{run_id}", headers=auth("read")).json()["finished"])
         hidden = client.get(f"/runs/{run_id}", headers=auth("start")).json()
@@ -105,8 +105,8 @@ def test_inputs_results_and_event_texts_only_for_the_read_scope(rig: WebRig) -> 
     assert "the user's words" not in hidden_events and '"status":"completed"' in hidden_events
 
 
-def test_anonymous_access_only_when_configured_and_a_wrong_token_never_falls_back(rig: WebRig) -> None:
-    with TestClient(rig.web(anonymous_scopes="read")) as client:
+def test_anonymous_access_only_when_configured_and_a_wrong_token_never_falls_back(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web(anonymous_scopes="read")) as client:
         assert client.get("/runs").status_code == 200
         assert client.post("/runs", json={"runnable": "web.echo"}).status_code == 403
         assert (
@@ -115,16 +115,16 @@ def test_anonymous_access_only_when_configured_and_a_wrong_token_never_falls_bac
         )
 
 
-def test_cors_is_off_by_default_and_on_for_the_listed_origins_only(rig: WebRig) -> None:
+def test_cors_is_off_by_default_and_on_for_the_listed_origins_only(web_rig: WebRig) -> None:
     preflight = {
         "Origin": "https://shop.example",
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization,content-type",
     }
-    with TestClient(rig.web()) as client:
+    with TestClient(web_rig.web()) as client:
         closed = client.options("/runs", headers=preflight)
         plain = client.get("/runs", headers={**auth("read"), "Origin": "https://shop.example"})
-    with TestClient(rig.web(cors_origins=("https://shop.example",))) as client:
+    with TestClient(web_rig.web(cors_origins=("https://shop.example",))) as client:
         opened = client.options("/runs", headers=preflight)
         other = client.options("/runs", headers={**preflight, "Origin": "https://evil.example"})
 
@@ -136,8 +136,8 @@ def test_cors_is_off_by_default_and_on_for_the_listed_origins_only(rig: WebRig) 
     assert "access-control-allow-origin" not in other.headers
 
 
-def test_a_post_needs_a_json_content_type(rig: WebRig) -> None:
-    with TestClient(rig.web()) as client:
+def test_a_post_needs_a_json_content_type(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web()) as client:
         form = client.post(
             "/runs",
             content=b'{"runnable": "web.echo"}',

@@ -29,12 +29,12 @@ def branch_statuses(rows_json: str) -> dict[str, str]:
     return {path.rsplit("/", 1)[1]: status for path, status in rows if "/branch/" in path}
 
 
-async def test_the_viewer_shows_a_composite_s_branches_go_from_running_to_done(rig: WebRig) -> None:
+async def test_the_viewer_shows_a_composite_s_branches_go_from_running_to_done(web_rig: WebRig) -> None:
     binary = chromium_binary()
     if binary is None:
         pytest.skip("no chromium on the PATH: apt-get install chromium (.ci/run does)")
-    gate = rig.gate()
-    app = rig.web()
+    gate = web_rig.gate()
+    app = web_rig.web()
     with live_server(app) as base:
         async with httpx.AsyncClient(base_url=base) as client:
             started = await client.post(
@@ -85,16 +85,16 @@ OVERLAPS = """(() => {
 
 
 @pytest.mark.parametrize("width", [1280, 1400])
-async def test_the_runs_list_does_not_overlap_the_run_pane(rig: WebRig, width: int) -> None:
+async def test_the_runs_list_does_not_overlap_the_run_pane(web_rig: WebRig, width: int) -> None:
     binary = chromium_binary()
     if binary is None:
         pytest.skip("no chromium on the PATH: apt-get install chromium (.ci/run does)")
     names = ["record_search.demo", "agentloop.examples.record_search.workflows.RecordSearchBatch"]
     run_ids = [f"layout-{width}-{n}-{uuid.uuid4().hex}" for n in range(len(names))]
     for run_id, name in zip(run_ids, names, strict=True):
-        rig.store.create_run(run_id=run_id, runnable=name, input=None, principal="web-tests")
-        rig.store.finish_run(run_id, status="succeeded", output=None)
-    with live_server(rig.web()) as base:
+        web_rig.store.create_run(run_id=run_id, runnable=name, input=None, principal="web-tests")
+        web_rig.store.finish_run(run_id, status="succeeded", output=None)
+    with live_server(web_rig.web()) as base:
         async with headless_chromium(binary, width=width, height=900) as page:
             await page.navigate(f"{base}/ui/#token={TOKENS['read']}&run={run_ids[0]}")
             await page.wait_for(

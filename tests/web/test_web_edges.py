@@ -18,14 +18,14 @@ def deep_json(depth: int) -> str:
     return "[" * depth + "1" + "]" * depth
 
 
-def test_deep_variables_are_a_clear_4xx_on_both_fronts(rig: WebRig) -> None:
+def test_deep_variables_are_a_clear_4xx_on_both_fronts(web_rig: WebRig) -> None:
     graphql_body = (
         '{"query": "mutation S($i: JSON) { startRun(runnable: \\"web.echo\\", input: $i) { id } }",'
         f' "variables": {{"i": {deep_json(DEEP)}}}}}'
     )
     rest_body = f'{{"runnable": "web.echo", "input": {deep_json(DEEP)}}}'
     headers = {**auth("all"), "Content-Type": "application/json"}
-    with TestClient(rig.web(), raise_server_exceptions=False) as client:
+    with TestClient(web_rig.web(), raise_server_exceptions=False) as client:
         graphql = client.post("/graphql", content=graphql_body, headers=headers)
         rest = client.post("/runs", content=rest_body, headers=headers)
 
@@ -35,11 +35,11 @@ def test_deep_variables_are_a_clear_4xx_on_both_fronts(rig: WebRig) -> None:
     assert "nested" in graphql.json()["errors"][0]["message"]
 
 
-def test_variables_deeper_than_the_input_limit_are_refused_before_they_are_used(rig: WebRig) -> None:
+def test_variables_deeper_than_the_input_limit_are_refused_before_they_are_used(web_rig: WebRig) -> None:
     query = 'mutation S($i: JSON) { startRun(runnable: "web.echo", input: $i) { id } }'
     body = json.dumps({"query": query, "variables": {"i": json.loads(deep_json(65))}})
     headers = {**auth("all"), "Content-Type": "application/json"}
-    with TestClient(rig.web()) as client:
+    with TestClient(web_rig.web()) as client:
         refused = client.post("/graphql", content=body, headers=headers)
 
     assert refused.status_code == 422
@@ -59,10 +59,10 @@ REFUSED_DOCUMENTS = {
 
 
 @pytest.mark.parametrize(("document", "code"), REFUSED_DOCUMENTS.values(), ids=REFUSED_DOCUMENTS.keys())
-def test_every_graphql_error_carries_a_code(rig: WebRig, document: str | None, code: str | None) -> None:
+def test_every_graphql_error_carries_a_code(web_rig: WebRig, document: str | None, code: str | None) -> None:
     headers = {**auth("all"), "Content-Type": "application/json"}
     body = "{not json" if document is None else json.dumps({"query": document})
-    with TestClient(rig.web(), raise_server_exceptions=False) as client:
+    with TestClient(web_rig.web(), raise_server_exceptions=False) as client:
         response = client.post("/graphql", content=body, headers=headers)
 
     assert 400 <= response.status_code < 500 or response.status_code == 200, response.text
@@ -82,9 +82,9 @@ START = """mutation S($runId: String, $input: JSON) {
 }"""
 
 
-def test_a_start_with_an_existing_run_id_and_another_input_is_a_conflict(rig: WebRig) -> None:
+def test_a_start_with_an_existing_run_id_and_another_input_is_a_conflict(web_rig: WebRig) -> None:
     run_id = f"web-{uuid.uuid4().hex}"
-    with TestClient(rig.web()) as client:
+    with TestClient(web_rig.web()) as client:
         first = client.post(
             "/runs", json={"runnable": "web.echo", "input": 1, "run_id": run_id}, headers=auth("all")
         )

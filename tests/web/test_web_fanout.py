@@ -66,10 +66,10 @@ async def follow(
     return got
 
 
-async def test_500_clients_of_one_run_cost_the_store_one_poller(rig: WebRig) -> None:
-    counting = CountingStore(rig.store)
-    app = rig.web(store=counting, poll_seconds=POLL_SECONDS, max_streams=CLIENTS + 10)  # type: ignore[arg-type]
-    gate = rig.gate()
+async def test_500_clients_of_one_run_cost_the_store_one_poller(web_rig: WebRig) -> None:
+    counting = CountingStore(web_rig.store)
+    app = web_rig.web(store=counting, poll_seconds=POLL_SECONDS, max_streams=CLIENTS + 10)  # type: ignore[arg-type]
+    gate = web_rig.gate()
     with live_server(app) as base:
         limits = httpx.Limits(max_connections=CLIENTS + 10, max_keepalive_connections=0)
         async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
@@ -79,7 +79,7 @@ async def test_500_clients_of_one_run_cost_the_store_one_poller(rig: WebRig) -> 
                 headers=auth("all"),
             )
             run_id = started.json()["id"]
-            wait_for(lambda: len(rig.store.events(run_id)) >= 3, what="the run's first events")
+            wait_for(lambda: len(web_rig.store.events(run_id)) >= 3, what="the run's first events")
             connected, count = asyncio.Event(), [0]
             clients = [asyncio.create_task(follow(client, run_id, connected, count)) for _ in range(CLIENTS)]
             await asyncio.wait_for(connected.wait(), 60)
@@ -93,7 +93,7 @@ async def test_500_clients_of_one_run_cost_the_store_one_poller(rig: WebRig) -> 
             gate.touch()
             results = await asyncio.wait_for(asyncio.gather(*clients), 120)
 
-    expected = [event_id for event_id, _ in rig.store.events(run_id)]
+    expected = [event_id for event_id, _ in web_rig.store.events(run_id)]
     for got in results:
         assert [int(f.id) for f in got if f.event == "progress"] == expected
         assert got[-1].event == "end" and got[-1].data["status"] == "succeeded"

@@ -38,8 +38,8 @@ def codes(response: Any) -> list[str]:
     return [error["extensions"]["code"] for error in response.errors or ()]
 
 
-def test_start_run_then_read_it_list_it_and_see_the_runnables(rig: WebRig) -> None:
-    with TestClient(rig.web()) as client:
+def test_start_run_then_read_it_list_it_and_see_the_runnables(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web()) as client:
         gql = graphql(client)
         started = gql.query(
             START, {"runnable": "web.echo", "input": {"q": 1}, "budget": 2**40}, headers=auth("start")
@@ -65,8 +65,8 @@ def test_start_run_then_read_it_list_it_and_see_the_runnables(rig: WebRig) -> No
     assert [child["label"] for child in graph["runnable"]["graph"]["children"]] == ["GatedFan", "Tally"]
 
 
-def test_refusals_are_errors_with_codes(rig: WebRig) -> None:
-    with TestClient(rig.web()) as client:
+def test_refusals_are_errors_with_codes(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web()) as client:
         gql = graphql(client)
         forbidden = gql.query(START, {"runnable": "web.echo"}, headers=auth("read"), assert_no_errors=False)
         unknown = gql.query(START, {"runnable": "no.such"}, headers=auth("start"), assert_no_errors=False)
@@ -88,10 +88,10 @@ def test_refusals_are_errors_with_codes(rig: WebRig) -> None:
     assert via_get.status_code == 405
 
 
-async def test_the_subscription_streams_events_then_the_end_through_strawberry(rig: WebRig) -> None:
-    app = rig.web()
+async def test_the_subscription_streams_events_then_the_end_through_strawberry(web_rig: WebRig) -> None:
+    app = web_rig.web()
     service = app.state.web.service
-    gate = rig.gate()
+    gate = web_rig.gate()
     view, _ = await service.start(
         Principal(name="t", scopes=frozenset({"start"})),
         {"runnable": "web.gated", "input": {"gate": str(gate), "keys": ["x", "y"]}},
@@ -115,14 +115,16 @@ async def test_the_subscription_streams_events_then_the_end_through_strawberry(r
         "run": {"result": {"count": 2, "done": ["x", "y"]}},
     }
     events = [item for item in items if item["__typename"] == "RunEvent"]
-    assert [int(item["id"]) for item in events] == [event_id for event_id, _ in rig.store.events(view["id"])]
+    assert [int(item["id"]) for item in events] == [
+        event_id for event_id, _ in web_rig.store.events(view["id"])
+    ]
     assert {"pipeline/0/branch/x", "pipeline/0/branch/y"} <= {item["path"] for item in events}
 
 
-async def test_the_subscription_over_a_real_websocket(rig: WebRig) -> None:
-    app = rig.web()
+async def test_the_subscription_over_a_real_websocket(web_rig: WebRig) -> None:
+    app = web_rig.web()
     with live_server(app) as base, TestClient(app) as client:
-        gate = rig.gate()
+        gate = web_rig.gate()
         started = (
             graphql(client)
             .query(
@@ -169,8 +171,8 @@ async def test_the_subscription_over_a_real_websocket(rig: WebRig) -> None:
 @pytest.mark.parametrize(
     "payload", [{}, {"Authorization": "Bearer wrong-token-wrong-token"}], ids=["none", "wrong"]
 )
-async def test_a_websocket_without_a_valid_token_is_closed(rig: WebRig, payload: dict[str, str]) -> None:
-    with live_server(rig.web()) as base:
+async def test_a_websocket_without_a_valid_token_is_closed(web_rig: WebRig, payload: dict[str, str]) -> None:
+    with live_server(web_rig.web()) as base:
         url = base.replace("http://", "ws://") + "/graphql"
         async with websockets.connect(url, subprotocols=["graphql-transport-ws"]) as socket:  # type: ignore[list-item]
             await socket.send(json.dumps({"type": "connection_init", "payload": payload}))
@@ -179,8 +181,8 @@ async def test_a_websocket_without_a_valid_token_is_closed(rig: WebRig, payload:
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
 
 
-async def test_a_websocket_from_a_page_of_another_origin_is_refused(rig: WebRig) -> None:
-    with live_server(rig.web()) as base:
+async def test_a_websocket_from_a_page_of_another_origin_is_refused(web_rig: WebRig) -> None:
+    with live_server(web_rig.web()) as base:
         url = base.replace("http://", "ws://") + "/graphql"
         with pytest.raises(websockets.InvalidStatus) as refused:
             await websockets.connect(

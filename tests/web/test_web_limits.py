@@ -19,8 +19,8 @@ def nested(depth: int) -> object:
     return value
 
 
-def test_a_body_over_the_limit_is_refused_before_it_is_read(rig: WebRig) -> None:
-    with TestClient(rig.web(max_body_bytes=512)) as client:
+def test_a_body_over_the_limit_is_refused_before_it_is_read(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web(max_body_bytes=512)) as client:
         big = {"runnable": "web.echo", "input": "x" * 600}
         declared = client.post("/runs", json=big, headers=auth("all"))
         streamed = client.post(
@@ -56,8 +56,8 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(rig: WebRig) -> None
         ([1, 2], "must be a JSON object"),
     ],
 )
-def test_a_malformed_start_is_refused_with_a_clear_error(rig: WebRig, body: object, message: str) -> None:
-    with TestClient(rig.web()) as client:
+def test_a_malformed_start_is_refused_with_a_clear_error(web_rig: WebRig, body: object, message: str) -> None:
+    with TestClient(web_rig.web()) as client:
         response = client.post(
             "/runs", content=json.dumps(body), headers={**auth("all"), "Content-Type": "application/json"}
         )
@@ -68,8 +68,8 @@ def test_a_malformed_start_is_refused_with_a_clear_error(rig: WebRig, body: obje
     )
 
 
-def test_json_deeper_than_python_can_parse_is_refused_too(rig: WebRig) -> None:
-    with TestClient(rig.web(max_body_bytes=100_000)) as client:
+def test_json_deeper_than_python_can_parse_is_refused_too(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web(max_body_bytes=100_000)) as client:
         response = client.post(
             "/runs",
             content=b'{"runnable": "web.echo", "input": ' + b"[" * 5000 + b"]" * 5000 + b"}",
@@ -79,8 +79,8 @@ def test_json_deeper_than_python_can_parse_is_refused_too(rig: WebRig) -> None:
 
 
 @pytest.mark.parametrize("query", ["limit=201", "limit=-1", "offset=10001", "limit=x", "status=a%20b"])
-def test_pages_and_filters_are_bounded(rig: WebRig, query: str) -> None:
-    with TestClient(rig.web()) as client:
+def test_pages_and_filters_are_bounded(web_rig: WebRig, query: str) -> None:
+    with TestClient(web_rig.web()) as client:
         assert client.get(f"/runs?{query}", headers=auth("read")).status_code == 422
 
 
@@ -90,8 +90,8 @@ def test_the_deepest_allowed_json_passes_the_check() -> None:
         check_json({"a": {1: 2}}, what="input")
 
 
-def test_streams_over_the_limit_are_refused_with_503(rig: WebRig) -> None:
-    app = rig.web(max_streams=1)
+def test_streams_over_the_limit_are_refused_with_503(web_rig: WebRig) -> None:
+    app = web_rig.web(max_streams=1)
     with TestClient(app) as client:
         run_id = client.post("/runs", json={"runnable": "web.echo"}, headers=auth("all")).json()["id"]
         app.state.web.service.slots.open = 1  # one stream is open

@@ -33,8 +33,8 @@ RUNS = '{ runs(filter: {runnable: "web.echo"}, page: {limit: 200}) { id } }'
 CANCEL = "mutation Cancel($id: String!) { cancelRun(id: $id) { id cancelRequested } }"
 
 
-def web(rig: WebRig, **http: Any) -> Starlette:
-    return rig.web(tokens=parse_tokens(http.pop("grants", GRANTS)), **http)
+def web(web_rig: WebRig, **http: Any) -> Starlette:
+    return web_rig.web(tokens=parse_tokens(http.pop("grants", GRANTS)), **http)
 
 
 def as_(name: str) -> dict[str, str]:
@@ -58,8 +58,8 @@ def codes(response: Any) -> list[str]:
     return [error["extensions"]["code"] for error in response.errors or ()]
 
 
-def test_a_token_reads_and_follows_only_its_own_runs_and_an_admin_every_run(rig: WebRig) -> None:
-    with TestClient(web(rig)) as client:
+def test_a_token_reads_and_follows_only_its_own_runs_and_an_admin_every_run(web_rig: WebRig) -> None:
+    with TestClient(web(web_rig)) as client:
         run_id = start(client, "shop")
         own = finished(client, run_id, "shop")
         foreign = client.get(f"/runs/{run_id}", headers=as_("other"))
@@ -87,15 +87,15 @@ def test_a_token_reads_and_follows_only_its_own_runs_and_an_admin_every_run(rig:
     assert by_admin == {"run": {"principal": own["principal"]}}
 
 
-def test_a_token_cancels_only_its_own_runs_and_an_admin_any(rig: WebRig) -> None:
-    gate = rig.gate()
-    with TestClient(web(rig)) as client:
+def test_a_token_cancels_only_its_own_runs_and_an_admin_any(web_rig: WebRig) -> None:
+    gate = web_rig.gate()
+    with TestClient(web(web_rig)) as client:
         gql = GraphQLTestClient(client, url="/graphql")
         run_id = start(client, "shop", "web.gated", input={"gate": str(gate), "keys": ["a"]})
-        wait_for(lambda: (record := rig.store.get_run(run_id)) and record.status == "running")
+        wait_for(lambda: (record := web_rig.store.get_run(run_id)) and record.status == "running")
         refused = client.post(f"/runs/{run_id}/cancel", json={}, headers=as_("other"))
         refused_gql = gql.query(CANCEL, {"id": run_id}, headers=as_("other"), assert_no_errors=False)
-        untouched = rig.store.get_run(run_id)
+        untouched = web_rig.store.get_run(run_id)
         own_gql = gql.query(CANCEL, {"id": run_id}, headers=as_("shop")).data
         by_admin = client.post(f"/runs/{run_id}/cancel", json={}, headers=as_("admin"))
         gate.touch()
@@ -108,8 +108,8 @@ def test_a_token_cancels_only_its_own_runs_and_an_admin_any(rig: WebRig) -> None
     assert by_admin.status_code == 200 and by_admin.json()["cancel_requested"] is True
 
 
-def test_listing_shows_a_token_only_its_own_runs_unless_admin(rig: WebRig) -> None:
-    with TestClient(web(rig)) as client:
+def test_listing_shows_a_token_only_its_own_runs_unless_admin(web_rig: WebRig) -> None:
+    with TestClient(web(web_rig)) as client:
         mine, theirs = start(client, "shop"), start(client, "other")
         finished(client, mine, "shop"), finished(client, theirs, "other")
         listed = {
@@ -127,9 +127,11 @@ def test_listing_shows_a_token_only_its_own_runs_unless_admin(rig: WebRig) -> No
         assert {mine, theirs} <= found["admin"]
 
 
-def test_runs_started_outside_http_reach_only_admin_tokens(rig: WebRig) -> None:
-    handle = CeleryAgentRunner.create(runnable="web.echo", app=rig.app, store=rig.store).request_sync(input=2)
-    with TestClient(web(rig)) as client:
+def test_runs_started_outside_http_reach_only_admin_tokens(web_rig: WebRig) -> None:
+    handle = CeleryAgentRunner.create(runnable="web.echo", app=web_rig.app, store=web_rig.store).request_sync(
+        input=2
+    )
+    with TestClient(web(web_rig)) as client:
         view = finished(client, handle.run_id, "admin")
         refused = {
             name: client.get(f"/runs/{handle.run_id}", headers=as_(name)).status_code for name in TOKENS
@@ -141,9 +143,9 @@ def test_runs_started_outside_http_reach_only_admin_tokens(rig: WebRig) -> None:
     assert view["status"] == "succeeded" and view["principal"] is None
 
 
-def test_a_run_id_another_principal_took_is_refused_without_saying_whose(rig: WebRig) -> None:
+def test_a_run_id_another_principal_took_is_refused_without_saying_whose(web_rig: WebRig) -> None:
     run_id = f"owned-{uuid.uuid4().hex}"
-    with TestClient(web(rig)) as client:
+    with TestClient(web(web_rig)) as client:
         start(client, "shop", run_id=run_id)
         finished(client, run_id, "shop")
         again = client.post(
@@ -162,9 +164,9 @@ def test_a_run_id_another_principal_took_is_refused_without_saying_whose(rig: We
     assert admin.status_code == 200 and admin.json()["id"] == run_id
 
 
-def test_a_run_launched_here_and_not_yet_recorded_is_its_starters_only(rig: WebRig) -> None:
+def test_a_run_launched_here_and_not_yet_recorded_is_its_starters_only(web_rig: WebRig) -> None:
     # this server reads a store no worker writes to: its runs stay pending, known only from the launch
-    with TestClient(web(rig, store=InMemoryRunStore())) as client:
+    with TestClient(web(web_rig, store=InMemoryRunStore())) as client:
         run_id = start(client, "shop")
         own = client.get(f"/runs/{run_id}", headers=as_("shop"))
         foreign = client.get(f"/runs/{run_id}", headers=as_("other"))
@@ -174,10 +176,10 @@ def test_a_run_launched_here_and_not_yet_recorded_is_its_starters_only(rig: WebR
     assert own.json()["status"] == "pending" and own.json()["principal"].startswith("token-")
 
 
-def test_tokens_naming_one_principal_share_its_runs(rig: WebRig) -> None:
+def test_tokens_naming_one_principal_share_its_runs(web_rig: WebRig) -> None:
     one, two, other = "svc-token-one-0123456789", "svc-token-two-0123456789", "else-token-0123456789ab"
     grants = f"{one}:read+start:svc,{two}:read:svc,{other}:read"
-    with TestClient(web(rig, grants=grants)) as client:
+    with TestClient(web(web_rig, grants=grants)) as client:
         run_id = start(client, one)
         view = finished(client, run_id, two)
         foreign = client.get(f"/runs/{run_id}", headers=as_(other))
@@ -186,8 +188,8 @@ def test_tokens_naming_one_principal_share_its_runs(rig: WebRig) -> None:
     assert foreign.status_code == 404
 
 
-async def test_a_subscription_to_another_principals_run_is_refused(rig: WebRig) -> None:
-    app = web(rig)
+async def test_a_subscription_to_another_principals_run_is_refused(web_rig: WebRig) -> None:
+    app = web(web_rig)
     service = app.state.web.service
     view, _ = await service.start(
         Principal(name="shop", scopes=frozenset({"start"})), {"runnable": "web.echo"}

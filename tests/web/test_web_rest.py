@@ -15,8 +15,8 @@ def finished(client: TestClient, run_id: str) -> dict[str, Any] | None:
     return view if view.get("finished") else None
 
 
-def test_a_run_started_over_http_runs_on_the_worker_and_reads_back(rig: WebRig) -> None:
-    with TestClient(rig.web()) as client:
+def test_a_run_started_over_http_runs_on_the_worker_and_reads_back(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web()) as client:
         response = client.post(
             "/runs", json={"runnable": "web.echo", "input": {"hello": "world"}}, headers=auth("all")
         )
@@ -42,10 +42,10 @@ def test_a_run_started_over_http_runs_on_the_worker_and_reads_back(rig: WebRig) 
     }
 
 
-def test_the_run_id_is_an_idempotency_key(rig: WebRig) -> None:
+def test_the_run_id_is_an_idempotency_key(web_rig: WebRig) -> None:
     run_id = f"web-{uuid.uuid4().hex}"
     request = {"runnable": "web.echo", "input": 1, "run_id": run_id}
-    with TestClient(rig.web()) as client:
+    with TestClient(web_rig.web()) as client:
         first = client.post("/runs", json=request, headers=auth("all"))
         again = client.post("/runs", json=request, headers=auth("all"))
         other = client.post("/runs", json={**request, "runnable": "record_search.ask"}, headers=auth("all"))
@@ -56,11 +56,11 @@ def test_the_run_id_is_an_idempotency_key(rig: WebRig) -> None:
     assert {first.json()["id"], again.json()["id"], after.json()["id"]} == {run_id}
     assert other.status_code == 409 and other.json()["error"]["code"] == "CONFLICT"
     assert after.json()["status"] == "succeeded"
-    assert len([r for r in rig.store.list_runs(limit=1000) if r.id == run_id]) == 1
+    assert len([r for r in web_rig.store.list_runs(limit=1000) if r.id == run_id]) == 1
 
 
-def test_runs_are_listed_newest_first_and_filtered(rig: WebRig) -> None:
-    with TestClient(rig.web()) as client:
+def test_runs_are_listed_newest_first_and_filtered(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web()) as client:
         ids = []
         for n in range(3):  # one after the other: a worker records them in this order
             run_id = client.post(
@@ -83,16 +83,18 @@ def test_runs_are_listed_newest_first_and_filtered(rig: WebRig) -> None:
     assert failed == {"runs": []}
 
 
-def test_cancel_stops_a_running_workflow_and_an_ended_run_cannot_be_cancelled(rig: WebRig) -> None:
-    gate = rig.gate()
-    with TestClient(rig.web()) as client:
+def test_cancel_stops_a_running_workflow_and_an_ended_run_cannot_be_cancelled(web_rig: WebRig) -> None:
+    gate = web_rig.gate()
+    with TestClient(web_rig.web()) as client:
         run_id = client.post(
             "/runs",
             json={"runnable": "web.gated", "input": {"gate": str(gate), "keys": ["a", "b"]}},
             headers=auth("all"),
         ).json()["id"]
         wait_for(
-            lambda: (rig.store.get_run(run_id) or None) and rig.store.get_run(run_id).status == "running"
+            lambda: (
+                (web_rig.store.get_run(run_id) or None) and web_rig.store.get_run(run_id).status == "running"
+            )
         )
         cancelled = client.post(f"/runs/{run_id}/cancel", json={}, headers=auth("cancel"))
         time.sleep(0.7)  # a worker reads the cancel flag at most every 0.5 s
@@ -105,8 +107,8 @@ def test_cancel_stops_a_running_workflow_and_an_ended_run_cannot_be_cancelled(ri
     assert again.status_code == 409
 
 
-def test_an_unknown_run_is_404_and_runnables_and_their_graphs_are_listed(rig: WebRig) -> None:
-    with TestClient(rig.web()) as client:
+def test_an_unknown_run_is_404_and_runnables_and_their_graphs_are_listed(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web()) as client:
         missing = client.get("/runs/no-such-run", headers=auth("read"))
         runnables = client.get("/runnables", headers=auth("read")).json()["runnables"]
         graph = client.get("/runnables/record_search.demo/graph", headers=auth("read")).json()
@@ -125,19 +127,19 @@ def test_an_unknown_run_is_404_and_runnables_and_their_graphs_are_listed(rig: We
     assert unknown.status_code == 404
 
 
-def test_a_forked_run_names_its_origin_over_rest_and_graphql(rig: WebRig) -> None:
+def test_a_forked_run_names_its_origin_over_rest_and_graphql(web_rig: WebRig) -> None:
     # a fork's record, as `agentloop replay --fork-at` writes it (tests/replay/test_fork.py)
     run_id, origin = (
         f"fork-{uuid.uuid4().hex}",
         {"run_id": "recorded-run", "path": "pipeline/1", "iteration": 1},
     )
-    rig.store.create_run(
+    web_rig.store.create_run(
         run_id=run_id, runnable="web.echo", input={"q": 1}, principal="web-tests", forked_from=origin
     )
     plain = f"plain-{uuid.uuid4().hex}"
-    rig.store.create_run(run_id=plain, runnable="web.echo", input={"q": 1}, principal="web-tests")
+    web_rig.store.create_run(run_id=plain, runnable="web.echo", input={"q": 1}, principal="web-tests")
     query = "query Run($id: String!) { run(id: $id) { forkedFrom } }"
-    with TestClient(rig.web()) as client:
+    with TestClient(web_rig.web()) as client:
         shown = client.get(f"/runs/{run_id}", headers=auth("start")).json()  # no read scope: still shown
         other = client.get(f"/runs/{plain}", headers=auth("read")).json()
         graphed = client.post(

@@ -10,8 +10,8 @@ from sse_client import Frame, collect, frames
 from web_support import WebRig, auth, live_server, wait_for
 
 
-def start_gated(client: httpx.Client, rig: WebRig, keys: list[str]) -> tuple[str, Any]:
-    gate = rig.gate()
+def start_gated(client: httpx.Client, web_rig: WebRig, keys: list[str]) -> tuple[str, Any]:
+    gate = web_rig.gate()
     response = client.post(
         "/runs",
         json={"runnable": "web.gated", "input": {"gate": str(gate), "keys": keys}},
@@ -25,15 +25,15 @@ def progress_ids(frames: list[Any]) -> list[int]:
     return [int(frame.id) for frame in frames if frame.event == "progress"]
 
 
-async def test_a_stream_follows_the_run_live_then_ends_with_its_status(rig: WebRig) -> None:
-    with live_server(rig.web()) as base, httpx.Client(base_url=base) as client:
-        run_id, gate = start_gated(client, rig, ["a", "b"])
+async def test_a_stream_follows_the_run_live_then_ends_with_its_status(web_rig: WebRig) -> None:
+    with live_server(web_rig.web()) as base, httpx.Client(base_url=base) as client:
+        run_id, gate = start_gated(client, web_rig, ["a", "b"])
         async with httpx.AsyncClient(base_url=base, timeout=30) as stream_client:
             first, status = await collect(stream_client, f"/runs/{run_id}/events", auth("read"), stop_after=1)
             assert status == 200 and first[0].event == "progress"
             wait_for(
                 lambda: (
-                    {e["path"] for _, e in rig.store.events(run_id)}
+                    {e["path"] for _, e in web_rig.store.events(run_id)}
                     >= {"pipeline/0/branch/a", "pipeline/0/branch/b"}
                 )
             )
@@ -41,7 +41,7 @@ async def test_a_stream_follows_the_run_live_then_ends_with_its_status(rig: WebR
             frames, _ = await collect(stream_client, f"/runs/{run_id}/events", auth("read"))
 
     ids = progress_ids(frames)
-    assert ids == [event_id for event_id, _ in rig.store.events(run_id)]  # the store's ids, all, in order
+    assert ids == [event_id for event_id, _ in web_rig.store.events(run_id)]  # the store's ids, all, in order
     assert frames[-1].event == "end" and frames[-1].data["status"] == "succeeded"
     assert frames[-1].data["result"] == {"count": 2, "done": ["a", "b"]}
     branch_statuses = [
@@ -50,11 +50,11 @@ async def test_a_stream_follows_the_run_live_then_ends_with_its_status(rig: WebR
     assert branch_statuses[0] == "started" and branch_statuses[-1] == "completed"
 
 
-async def test_last_event_id_resumes_after_the_last_event_seen(rig: WebRig) -> None:
-    with live_server(rig.web()) as base, httpx.Client(base_url=base) as client:
-        run_id, gate = start_gated(client, rig, ["a", "b", "c"])
+async def test_last_event_id_resumes_after_the_last_event_seen(web_rig: WebRig) -> None:
+    with live_server(web_rig.web()) as base, httpx.Client(base_url=base) as client:
+        run_id, gate = start_gated(client, web_rig, ["a", "b", "c"])
         async with httpx.AsyncClient(base_url=base, timeout=30) as stream_client:
-            wait_for(lambda: len(rig.store.events(run_id)) >= 4, what="a few events")
+            wait_for(lambda: len(web_rig.store.events(run_id)) >= 4, what="a few events")
             head, _ = await collect(stream_client, f"/runs/{run_id}/events", auth("read"), stop_after=3)
             gate.touch()
             seen = progress_ids(head)[-1]
@@ -68,18 +68,18 @@ async def test_last_event_id_resumes_after_the_last_event_seen(rig: WebRig) -> N
                 {**auth("read"), "Last-Event-ID": progress_ids(tail)[-1].__str__()},
             )
 
-    everything = [event_id for event_id, _ in rig.store.events(run_id)]
+    everything = [event_id for event_id, _ in web_rig.store.events(run_id)]
     assert progress_ids(head) + progress_ids(tail) == everything  # nothing lost, nothing twice
     assert progress_ids(from_query) == progress_ids(tail)
     assert tail[-1].event == "end"
     assert (done, status) == ([], 204)  # an ended run with nothing new: an EventSource stops here
 
 
-async def test_an_idle_stream_sends_keepalives_and_an_unknown_run_is_404(rig: WebRig) -> None:
-    with live_server(rig.web(keepalive_seconds=0.2)) as base, httpx.Client(base_url=base) as client:
-        run_id, gate = start_gated(client, rig, ["a"])
+async def test_an_idle_stream_sends_keepalives_and_an_unknown_run_is_404(web_rig: WebRig) -> None:
+    with live_server(web_rig.web(keepalive_seconds=0.2)) as base, httpx.Client(base_url=base) as client:
+        run_id, gate = start_gated(client, web_rig, ["a"])
         async with httpx.AsyncClient(base_url=base, timeout=30) as stream_client:
-            wait_for(lambda: any(e["path"] == "pipeline/0/branch/a" for _, e in rig.store.events(run_id)))
+            wait_for(lambda: any(e["path"] == "pipeline/0/branch/a" for _, e in web_rig.store.events(run_id)))
             async with stream_client.stream(
                 "GET", f"/runs/{run_id}/events", headers=auth("read")
             ) as response:
@@ -100,11 +100,11 @@ async def test_an_idle_stream_sends_keepalives_and_an_unknown_run_is_404(rig: We
     assert missing.status_code == 404 and bad.status_code == 422
 
 
-async def test_a_client_that_leaves_gives_its_follower_and_stream_slot_back_at_once(rig: WebRig) -> None:
-    app = rig.web(keepalive_seconds=60)
+async def test_a_client_that_leaves_gives_its_follower_and_stream_slot_back_at_once(web_rig: WebRig) -> None:
+    app = web_rig.web(keepalive_seconds=60)
     service = app.state.web.service
     with live_server(app) as base, httpx.Client(base_url=base) as client:
-        run_id, gate = start_gated(client, rig, ["a"])
+        run_id, gate = start_gated(client, web_rig, ["a"])
         async with httpx.AsyncClient(base_url=base, timeout=30) as stream_client:
             head, _ = await collect(stream_client, f"/runs/{run_id}/events", auth("read"), stop_after=1)
             assert head  # the client read one event, then closed its connection
@@ -117,10 +117,10 @@ async def test_a_client_that_leaves_gives_its_follower_and_stream_slot_back_at_o
 
 
 async def test_a_client_resuming_while_another_follows_gets_exactly_the_events_after_its_id(
-    rig: WebRig,
+    web_rig: WebRig,
 ) -> None:
-    with live_server(rig.web()) as base, httpx.Client(base_url=base) as client:
-        run_id, gate = start_gated(client, rig, ["a", "b", "c"])
+    with live_server(web_rig.web()) as base, httpx.Client(base_url=base) as client:
+        run_id, gate = start_gated(client, web_rig, ["a", "b", "c"])
         url = f"/runs/{run_id}/events"
         async with (
             httpx.AsyncClient(base_url=base, timeout=30) as follower_client,
@@ -139,8 +139,8 @@ async def test_a_client_resuming_while_another_follows_gets_exactly_the_events_a
 
             follower = asyncio.create_task(follow())
             await asyncio.wait_for(following.wait(), 30)  # the run's poller serves the follower
-            wait_for(lambda: len(rig.store.events(run_id)) >= 4, what="a few events")
-            seen = rig.store.events(run_id)[1][0]
+            wait_for(lambda: len(web_rig.store.events(run_id)) >= 4, what="a few events")
+            seen = web_rig.store.events(run_id)[1][0]
             resuming = asyncio.create_task(
                 collect(resumer_client, url, {**auth("read"), "Last-Event-ID": str(seen)})
             )
@@ -149,7 +149,7 @@ async def test_a_client_resuming_while_another_follows_gets_exactly_the_events_a
             resumed, status = await asyncio.wait_for(resuming, 60)
             await asyncio.wait_for(follower, 60)
 
-    everything = [event_id for event_id, _ in rig.store.events(run_id)]
+    everything = [event_id for event_id, _ in web_rig.store.events(run_id)]
     assert status == 200
     assert progress_ids(resumed) == [event_id for event_id in everything if event_id > seen]
     assert progress_ids(follower_frames) == everything

@@ -35,11 +35,11 @@ async def ask(client: httpx.AsyncClient, run_id: str, opened: asyncio.Event) -> 
 
 
 async def test_streams_past_the_limit_get_503_before_anything_is_streamed(
-    rig: WebRig, caplog: pytest.LogCaptureFixture
+    web_rig: WebRig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    app = rig.web(max_streams=SLOTS)
+    app = web_rig.web(max_streams=SLOTS)
     slots = app.state.web.service.slots
-    gate = rig.gate()
+    gate = web_rig.gate()
     caplog.set_level(logging.ERROR)
     with live_server(app) as base:
         limits = httpx.Limits(max_connections=CLIENTS + 5, max_keepalive_connections=0)
@@ -50,7 +50,7 @@ async def test_streams_past_the_limit_get_503_before_anything_is_streamed(
                 headers=auth("all"),
             )
             run_id = started.json()["id"]
-            wait_for(lambda: rig.store.events(run_id), what="the run's first event")
+            wait_for(lambda: web_rig.store.events(run_id), what="the run's first event")
             opened = asyncio.Event()
             asked = [asyncio.create_task(ask(client, run_id, opened)) for _ in range(CLIENTS)]
             refused = 0

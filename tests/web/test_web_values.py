@@ -12,16 +12,16 @@ from web_support import WebRig, auth
 RUN = "query Run($id: String!) { run(id: $id) { id status result input } }"
 
 
-def a_run_that_returned_null(rig: WebRig) -> str:
+def a_run_that_returned_null(web_rig: WebRig) -> str:
     run_id = f"null-{uuid.uuid4().hex}"
-    rig.store.create_run(run_id=run_id, runnable="web.echo", input=None, principal="web-tests")
-    rig.store.finish_run(run_id, status="succeeded", output=None)
+    web_rig.store.create_run(run_id=run_id, runnable="web.echo", input=None, principal="web-tests")
+    web_rig.store.finish_run(run_id, status="succeeded", output=None)
     return run_id
 
 
-def test_a_null_result_is_null_over_rest_and_graphql_for_every_caller(rig: WebRig) -> None:
-    run_id = a_run_that_returned_null(rig)
-    with TestClient(rig.web()) as client:
+def test_a_null_result_is_null_over_rest_and_graphql_for_every_caller(web_rig: WebRig) -> None:
+    run_id = a_run_that_returned_null(web_rig)
+    with TestClient(web_rig.web()) as client:
         gql = GraphQLTestClient(client, url="/graphql")
         rest = {
             token: client.get(f"/runs/{run_id}", headers=auth(token)).json() for token in ("read", "start")
@@ -36,8 +36,8 @@ def test_a_null_result_is_null_over_rest_and_graphql_for_every_caller(rig: WebRi
         assert (graph[token]["result"], graph[token]["input"]) == (None, None), token
 
 
-def test_post_runs_answers_with_the_input_it_accepted(rig: WebRig) -> None:
-    with TestClient(rig.web()) as client:
+def test_post_runs_answers_with_the_input_it_accepted(web_rig: WebRig) -> None:
+    with TestClient(web_rig.web()) as client:
         reader = client.post(
             "/runs", json={"runnable": "web.echo", "input": {"q": [1, 2]}}, headers=auth("all")
         )

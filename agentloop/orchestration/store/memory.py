@@ -1,9 +1,9 @@
 """``InMemoryRunStore``: the run store's in-process twin, for tests and offline runs.
 
-It keeps the same promises as :class:`~agentloop.orchestration.store.SqlRunStore`
-(same validation, same errors, values read back as JSON would return them)
-behind one lock, so it is safe across threads but not shared between
-processes.
+It gives the same primitives of :class:`~agentloop.orchestration.store.base.RunStoreBase` as
+:class:`~agentloop.orchestration.store.SqlRunStore` (the base checks the values and counts the
+metrics, so both accept and refuse the same; values are read back as JSON would return them)
+behind one lock, so it is safe across threads but not shared between processes.
 """
 
 from __future__ import annotations
@@ -18,18 +18,20 @@ from datetime import datetime
 from typing import Any
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
-from agentloop.orchestration.store.base import Ended, Finish, Refused, RunStoreBase
-from agentloop.orchestration.store.checks import (
-    check_count,
-    event_columns,
-    event_payloads,
-    loop_row,
+from agentloop.orchestration.store.base import (
+    Ended,
+    EventQuery,
+    Finish,
+    LoopEnds,
+    Refused,
+    Rows,
+    RunQuery,
+    RunStoreBase,
 )
 from agentloop.orchestration.store.concurrency import InMemoryConcurrencySlots
 from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
-    OPEN_STATUSES,
     TERMINAL_STATUSES,
     LoopRecord,
     RunOwner,
@@ -39,7 +41,6 @@ from agentloop.orchestration.store.protocol import (
 )
 from agentloop.orchestration.store.recordings import InMemoryRecordingStore
 from agentloop.orchestration.store.tables import utcnow
-from agentloop.orchestration.store.unless_open import root_run_values
 
 
 @dataclass(kw_only=True, slots=True)
@@ -67,7 +68,7 @@ class InMemoryRunStore(RunStoreBase):
         self._lock = threading.Lock()
         self._runs: dict[str, RunRecord] = {}
         self._owners: dict[str, RunOwner] = {}
-        self._events: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self._kept_events: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self._event_ids = itertools.count(1)
         self._checkpoints: dict[tuple[str, str], _Checkpoint] = {}
         #: The entries of recorded runs.
@@ -86,11 +87,8 @@ class InMemoryRunStore(RunStoreBase):
                 self._owners[record.id] = owner
             return _copied(record)
 
-    def create_run_unless_open(
-        self, *, run_id: str, runnable: str, input: JsonValue, celery_task_id: str | None = None
-    ) -> RunRecord:
-        """Record pending run ``run_id`` unless a run of ``runnable`` is open; see the protocol."""
-        values = root_run_values(run_id, runnable, input, celery_task_id)
+    def _insert_unless_open(self, values: dict[str, Any]) -> RunRecord:
+        run_id, runnable = values["id"], values["runnable"]
         with self._lock:
             open_runs = [r for r in self._runs.values() if r.runnable == runnable and not r.is_finished]
             if run_id not in self._runs and not open_runs:
@@ -98,8 +96,7 @@ class InMemoryRunStore(RunStoreBase):
             chosen = self._runs.get(run_id) or min(open_runs, key=lambda r: r.created_at)
             return _copied(chosen)
 
-    def run_owner(self, run_id: str) -> RunOwner | None:
-        """The owner the run was created with (``None``: anyone may end it)."""
+    def _run_owner(self, run_id: str) -> RunOwner | None:
         with self._lock:
             self._get(run_id)
             return self._owners.get(run_id)
@@ -145,109 +142,62 @@ class InMemoryRunStore(RunStoreBase):
             )
         return Ended(record.runnable, record.started_at or record.created_at)
 
-    def count_open_runs(self) -> dict[tuple[str, str], int]:
-        """Runs not ended (pending, running, waiting), by ``(runnable, status)``."""
+    def _count_runs(self, statuses: frozenset[str]) -> dict[tuple[str, str], int]:
         with self._lock:
-            keys = [(r.runnable, r.status) for r in self._runs.values() if r.status in OPEN_STATUSES]
+            keys = [(r.runnable, r.status) for r in self._runs.values() if r.status in statuses]
         return dict(Counter(keys))
 
-    def get_run(self, run_id: str) -> RunRecord | None:
-        """The run, or ``None``."""
+    def _get_run(self, run_id: str) -> RunRecord | None:
         with self._lock:
             record = self._runs.get(run_id)
             return None if record is None else _copied(record)
 
-    def list_runs(
-        self,
-        *,
-        limit: int = 50,
-        status: str | None = None,
-        runnable: str | None = None,
-        parent_run_id: str | None = None,
-        principal: str | None = None,
-        offset: int = 0,
-    ) -> list[RunRecord]:
-        """The most recently created runs first, optionally filtered, after skipping ``offset``."""
-        check_count(limit, "limit")
-        check_count(offset, "offset")
+    def _list_runs(self, query: RunQuery) -> list[RunRecord]:
         with self._lock:
-            records = [
-                r
-                for r in self._runs.values()
-                if (status is None or r.status == status)
-                and (runnable is None or r.runnable == runnable)
-                and (parent_run_id is None or r.parent_run_id == parent_run_id)
-                and (principal is None or r.principal == principal)
-            ]
+            records = [record for record in self._runs.values() if query.matches(record)]
         records.sort(key=lambda record: (record.created_at, record.id), reverse=True)
-        return [_copied(record) for record in records[offset : offset + limit]]
+        return [_copied(record) for record in records[query.offset : query.offset + query.limit]]
 
-    def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
-        """Counts per status, and summed token and step-cache use, of the runs whose parent is
-        ``parent_run_id``."""
-        by_status: dict[str, int] = {}
-        totals = dict.fromkeys(CHILD_SUMS, 0)
+    def _child_counts(self, parent_run_id: str) -> list[tuple[str, int, list[int]]]:
         with self._lock:
-            for record in self._runs.values():
-                if record.parent_run_id == parent_run_id:
-                    by_status[record.status] = by_status.get(record.status, 0) + 1
-                    for name in CHILD_SUMS:
-                        totals[name] += getattr(record, name)
-        return {"total": sum(by_status.values()), "by_status": by_status, **totals}
+            children = [record for record in self._runs.values() if record.parent_run_id == parent_run_id]
+        return [(child.status, 1, [getattr(child, name) for name in CHILD_SUMS]) for child in children]
 
-    def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
-        """Store progress events under ``root_run_id``, in order (a path's second ``failed`` event is
-        left out)."""
-        payloads = event_payloads(root_run_id, events)
+    def _append_events(self, root_run_id: str, rows: Rows) -> None:
         with self._lock:
-            self._append_events(root_run_id, payloads)
+            self._append_failing_once(root_run_id, rows)
 
-    def _append_events(self, root_run_id: str, payloads: list[dict[str, Any]]) -> None:
-        """Keep ``payloads``, a path's second ``failed`` event left out (the caller holds the lock)."""
-        if any(payload.get("status") == "failed" for payload in payloads):
-            payloads = self._first_failures(root_run_id, payloads)
-        self._keep_events(root_run_id, payloads)
+    def _append_failing_once(self, root_run_id: str, rows: list[dict[str, Any]]) -> None:
+        """Keep event ``rows``, a path's second ``failed`` event left out (the caller holds the lock)."""
+        if any(row["status"] == "failed" for row in rows):
+            rows = self._first_failures(root_run_id, rows)
+        self._keep_events(root_run_id, rows)
 
-    def _first_failures(self, root_run_id: str, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``payloads`` without a ``failed`` event for a path that has one (the caller holds the lock)."""
-        stored = self._events.get(root_run_id, [])
-        failed = {event.get("path") for _, event in stored if event.get("status") == "failed"}
+    def _first_failures(self, root_run_id: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` without a ``failed`` event for a path that has one (the caller holds the lock)."""
+        stored = self._kept_events.get(root_run_id, [])
+        failed = {event["path"] for _, event in stored if event["status"] == "failed"}
         kept = []
-        for payload in payloads:
-            if payload.get("status") == "failed":
-                if payload.get("path") in failed:
+        for row in rows:
+            if row["status"] == "failed":
+                if row["path"] in failed:
                     continue
-                failed.add(payload.get("path"))
-            kept.append(payload)
+                failed.add(row["path"])
+            kept.append(row)
         return kept
 
-    def _keep_events(self, root_run_id: str, payloads: list[dict[str, Any]]) -> None:
-        stored = self._events.setdefault(root_run_id, [])
-        stored.extend((next(self._event_ids), payload) for payload in payloads)
+    def _keep_events(self, root_run_id: str, rows: list[dict[str, Any]]) -> None:
+        stored = self._kept_events.setdefault(root_run_id, [])
+        stored.extend((next(self._event_ids), row) for row in rows)
 
-    def events(
-        self,
-        run_id: str,
-        *,
-        after_id: int = 0,
-        limit: int | None = None,
-        phase: str | Sequence[str] | None = None,
-        status: str | None = None,
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """The events of root run ``run_id`` with an id above ``after_id``, oldest first (only
-        those of ``phase``, or of any of several, and ``status`` when given)."""
-        if limit is not None:
-            check_count(limit, "limit")
-        phases = None if phase is None else {phase} if isinstance(phase, str) else set(phase)
+    def _events(self, query: EventQuery) -> list[tuple[int, dict[str, Any]]]:
         with self._lock:
             selected = [
-                (i, copy.deepcopy(e))
-                for i, e in self._events.get(run_id, [])
-                if i > after_id
-                and (phases is None or event_columns(e)["phase"] in phases)
-                and (status is None or event_columns(e)["status"] == status)
+                (event_id, copy.deepcopy(row["payload"]))
+                for event_id, row in self._kept_events.get(query.run_id, [])
+                if query.matches(event_id, row)
             ]
-        return selected if limit is None else selected[:limit]
+        return selected if query.limit is None else selected[: query.limit]
 
     def prune_workflows(
         self, *, before: datetime, dry_run: bool = False
@@ -274,14 +224,14 @@ class InMemoryRunStore(RunStoreBase):
             root_ids = [r.id for r in roots]
             chosen = set(root_ids)
             members = {r.id for r in self._runs.values() if r.root_run_id in chosen}
-            events = sum(len(self._events.get(root, ())) for root in root_ids)
+            events = sum(len(self._kept_events.get(root, ())) for root in root_ids)
             loops = [key for key in self._checkpoints if key[0] in members]
             if not dry_run:
                 for run_id in members:
                     del self._runs[run_id]
                     self._owners.pop(run_id, None)
                 for root in root_ids:
-                    self._events.pop(root, None)
+                    self._kept_events.pop(root, None)
                 for key in loops:
                     del self._checkpoints[key]
         return root_ids, members, (len(members), events, len(loops))
@@ -292,8 +242,7 @@ class InMemoryRunStore(RunStoreBase):
             return []
         return [run_id] if record.root_run_id not in self._runs else [run_id, record.root_run_id]
 
-    def request_cancel(self, run_id: str) -> None:
-        """Ask the whole workflow of ``run_id`` to stop: flags the run and its root run."""
+    def _request_cancel(self, run_id: str) -> None:
         with self._lock:
             targets = self._run_and_root(run_id)
             if not targets:
@@ -301,8 +250,7 @@ class InMemoryRunStore(RunStoreBase):
             for target in targets:
                 self._runs[target] = replace(self._runs[target], cancel_requested=True)
 
-    def is_cancel_requested(self, run_id: str) -> bool:
-        """Whether cancellation was requested for the run or its root run (``False`` if unknown)."""
+    def _is_cancel_requested(self, run_id: str) -> bool:
         with self._lock:
             return any(self._runs[target].cancel_requested for target in self._run_and_root(run_id))
 
@@ -318,55 +266,27 @@ class InMemoryRunStore(RunStoreBase):
         self._runs[record.id] = record
         return record
 
-    def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
-        """Replace the loop's checkpoint with ``(iteration, state)`` (a finished loop's record stays)."""
-        row = loop_row(run_id, path, checkpoint=(iteration, state))
+    def _save_checkpoints(self, run_id: str, rows: Rows, events: Rows) -> None:
         with self._lock:
-            checkpoint = self._checkpoints.setdefault((run_id, path), _Checkpoint())
-            if not checkpoint.finished:
-                checkpoint.iteration, checkpoint.state = row["iteration"], row["state"]
-                checkpoint.deliveries = 0
-
-    def save_checkpoints(
-        self,
-        run_id: str,
-        checkpoints: Sequence[tuple[str, int, JsonValue]],
-        *,
-        events: Sequence[Mapping[str, Any]] = (),
-    ) -> None:
-        """:meth:`save_checkpoint` for each ``(path, iteration, state)`` with ``events`` appended
-        first, at once."""
-        rows = [
-            loop_row(run_id, path, checkpoint=(iteration, state)) for path, iteration, state in checkpoints
-        ]
-        payloads = event_payloads(run_id, events)
-        with self._lock:
-            self._append_events(run_id, payloads)
+            self._append_failing_once(run_id, events)
             for row in rows:
                 checkpoint = self._checkpoints.setdefault((run_id, row["path"]), _Checkpoint())
                 if not checkpoint.finished:
                     checkpoint.iteration, checkpoint.state = row["iteration"], row["state"]
-                checkpoint.deliveries = 0
+                    checkpoint.deliveries = 0
 
-    def loop_record(self, run_id: str, path: str) -> LoopRecord:
-        """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
+    def _loop_records(self, run_id: str, paths: Sequence[str]) -> list[LoopRecord]:
         with self._lock:
-            return self._loop_record(run_id, path)
+            return [self._record_of_loop(run_id, path) for path in paths]
 
-    def loop_records(self, run_id: str, paths: Sequence[str]) -> list[LoopRecord]:
-        """:meth:`loop_record` of each of ``paths``, in their order, in one read."""
-        with self._lock:
-            return [self._loop_record(run_id, path) for path in paths]
-
-    def start_loops(self, run_id: str, paths: Sequence[str]) -> list[StartedLoop]:
-        """Count one more delivery of each loop at ``paths`` and return its record, at once."""
+    def _start_loops(self, run_id: str, paths: Sequence[str]) -> list[StartedLoop]:
         with self._lock:
             kept = {path: self._checkpoints.setdefault((run_id, path), _Checkpoint()) for path in paths}
             for checkpoint in kept.values():
                 checkpoint.deliveries += 1
-            return [StartedLoop(self._loop_record(run_id, path), kept[path].deliveries) for path in paths]
+            return [StartedLoop(self._record_of_loop(run_id, path), kept[path].deliveries) for path in paths]
 
-    def _loop_record(self, run_id: str, path: str) -> LoopRecord:
+    def _record_of_loop(self, run_id: str, path: str) -> LoopRecord:
         """The loop's record (the caller holds the lock)."""
         kept = self._checkpoints.get((run_id, path))
         if kept is None:
@@ -377,55 +297,15 @@ class InMemoryRunStore(RunStoreBase):
             checkpoint=None if kept.iteration is None else (kept.iteration, copy.deepcopy(kept.state)),
         )
 
-    def finish_loop(
-        self,
-        run_id: str,
-        path: str,
-        result: JsonValue,
-        *,
-        events: Sequence[Mapping[str, Any]] = (),
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-    ) -> JsonValue:
-        """Record the loop's result (its checkpoint is kept), append ``events`` under ``run_id``
-        and add the tokens to the run's usage, at once; the first result recorded stands and is
-        returned."""
-        row = loop_row(run_id, path, result=result)
-        check_count(input_tokens, "input_tokens")
-        check_count(output_tokens, "output_tokens")
-        payloads = event_payloads(run_id, events)
-        with self._lock:
-            self._keep_events(run_id, payloads)
-            run = self._runs.get(run_id)
-            if run is not None and (input_tokens or output_tokens):
-                self._with_counts(run, {"input_tokens": input_tokens, "output_tokens": output_tokens})
-            kept = self._checkpoints.setdefault((run_id, path), _Checkpoint())
-            if not kept.finished:
-                kept.finished, kept.result = True, row["result"]
-            return copy.deepcopy(kept.result)
-
-    def finish_loops(
-        self,
-        run_id: str,
-        results: Sequence[tuple[str, JsonValue]],
-        *,
-        events: Sequence[Mapping[str, Any]] = (),
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-    ) -> list[JsonValue]:
-        """:meth:`finish_loop` for each ``(path, result)``, at once; the results as recorded."""
-        rows = [loop_row(run_id, path, result=result) for path, result in results]
-        check_count(input_tokens, "input_tokens")
-        check_count(output_tokens, "output_tokens")
-        payloads = event_payloads(run_id, events)
+    def _finish_loops(self, ends: LoopEnds) -> list[JsonValue]:
         recorded = []
         with self._lock:
-            self._keep_events(run_id, payloads)
-            run = self._runs.get(run_id)
-            if run is not None and (input_tokens or output_tokens):
-                self._with_counts(run, {"input_tokens": input_tokens, "output_tokens": output_tokens})
-            for row in rows:
-                kept = self._checkpoints.setdefault((run_id, row["path"]), _Checkpoint())
+            self._keep_events(ends.run_id, ends.events)
+            run = self._runs.get(ends.run_id)
+            if run is not None and ends.used:
+                self._with_counts(run, ends.tokens)
+            for row in ends.loops:
+                kept = self._checkpoints.setdefault((ends.run_id, row["path"]), _Checkpoint())
                 if not kept.finished:
                     kept.finished, kept.result = True, row["result"]
                 recorded.append(copy.deepcopy(kept.result))

@@ -3,7 +3,9 @@
 :class:`RunStore` is satisfied by :class:`~agentloop.orchestration.store.SqlRunStore`
 (SQLite/PostgreSQL) and by its in-memory twin
 :class:`~agentloop.orchestration.store.InMemoryRunStore`; code that needs a run store
-should ask for the protocol.
+should ask for the protocol. Both inherit every method from
+:class:`~agentloop.orchestration.store.base.RunStoreBase`, which keeps the promises below over
+each store's primitives (``docs/development.md``, "Adding a run store").
 
 A run id is an idempotency key: :meth:`RunStore.create_run` refuses an id that
 exists (:class:`RunExistsError`, carrying the stored run), and a run that has

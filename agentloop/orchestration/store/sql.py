@@ -1,4 +1,6 @@
-"""``SqlRunStore``: runs, progress events, usage, cancellation and checkpoints in SQL.
+"""``SqlRunStore``: runs, progress events, usage, cancellation and checkpoints in SQL: the
+primitives of :class:`~agentloop.orchestration.store.base.RunStoreBase`, which owns the public
+methods, their checks and their metrics.
 
 SQLAlchemy Core on plain connections, no ORM session. Every write is one
 atomic statement (``INSERT ... ON CONFLICT``, ``UPDATE ... SET x = x + :n ...
@@ -29,12 +31,15 @@ from sqlalchemy import (
 )
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
-from agentloop.orchestration.store.base import Ended, Finish, Refused, RunStoreBase
-from agentloop.orchestration.store.checks import (
-    check_count,
-    event_rows,
-    is_storable_id,
-    loop_row,
+from agentloop.orchestration.store.base import (
+    Ended,
+    EventQuery,
+    Finish,
+    LoopEnds,
+    Refused,
+    Rows,
+    RunQuery,
+    RunStoreBase,
 )
 from agentloop.orchestration.store.concurrency import SqlConcurrencySlots
 from agentloop.orchestration.store.dialects import (
@@ -51,7 +56,6 @@ from agentloop.orchestration.store.dialects import (
 from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
-    OPEN_STATUSES,
     TERMINAL_STATUSES,
     LoopRecord,
     RunOwner,
@@ -62,7 +66,7 @@ from agentloop.orchestration.store.protocol import (
 from agentloop.orchestration.store.recordings import SqlRecordingStore
 from agentloop.orchestration.store.retry import StoreRetry, retried
 from agentloop.orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
-from agentloop.orchestration.store.unless_open import insert_unless_open, root_run_values
+from agentloop.orchestration.store.unless_open import insert_unless_open
 
 _RUN_COLUMNS = tuple(runs.c[field.name] for field in fields(RunRecord))
 _LOOP_RECORD = select(
@@ -70,7 +74,7 @@ _LOOP_RECORD = select(
 )
 
 
-def _loop_record(row: Sequence[Any] | None) -> LoopRecord:
+def _record_of_loop(row: Sequence[Any] | None) -> LoopRecord:
     """A loop's record from a :data:`_LOOP_RECORD` row (``None``: nothing recorded yet)."""
     if row is None:
         return LoopRecord(finished=False, result=None, checkpoint=None)
@@ -84,7 +88,7 @@ def _loop_record(row: Sequence[Any] | None) -> LoopRecord:
 
 def _started(row: Row[Any]) -> StartedLoop:
     """A loop's record, with its count of deliveries, from a ``start_loops`` row."""
-    record = _loop_record((row.finished, row.result, row.iteration, row.state))
+    record = _record_of_loop((row.finished, row.result, row.iteration, row.state))
     return StartedLoop(record, int(row.deliveries))
 
 
@@ -144,17 +148,12 @@ class SqlRunStore(RunStoreBase):
         return record
 
     @retried
-    def create_run_unless_open(
-        self, *, run_id: str, runnable: str, input: JsonValue, celery_task_id: str | None = None
-    ) -> RunRecord:
-        """Record pending run ``run_id`` unless a run of ``runnable`` is open; see the protocol."""
-        values = root_run_values(run_id, runnable, input, celery_task_id)
+    def _insert_unless_open(self, values: dict[str, Any]) -> RunRecord:
         with self.engine.begin() as connection:
             return _record(insert_unless_open(connection, self.dialect, values))
 
     @retried
-    def run_owner(self, run_id: str) -> RunOwner | None:
-        """The owner the run was created with (``None``: anyone may end it)."""
+    def _run_owner(self, run_id: str) -> RunOwner | None:
         statement = select(runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
         with one_statement(self.engine) as connection:
             row = connection.execute(statement).first()
@@ -213,82 +212,55 @@ class SqlRunStore(RunStoreBase):
         return Refused(None, None) if row is None else Refused(*_record_and_owner(row._mapping))
 
     @retried
-    def get_run(self, run_id: str) -> RunRecord | None:
-        """The run, or ``None``."""
-        if not is_storable_id(run_id):
-            return None
+    def _get_run(self, run_id: str) -> RunRecord | None:
         with one_statement(self.engine) as connection:
             row = connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == run_id)).first()
         return None if row is None else _record(row)
 
     @retried
-    def list_runs(
-        self,
-        *,
-        limit: int = 50,
-        status: str | None = None,
-        runnable: str | None = None,
-        parent_run_id: str | None = None,
-        principal: str | None = None,
-        offset: int = 0,
-    ) -> list[RunRecord]:
-        """The most recently created runs first, optionally filtered, after skipping ``offset``."""
+    def _list_runs(self, query: RunQuery) -> list[RunRecord]:
         statement = (
             select(*_RUN_COLUMNS)
             .order_by(runs.c.created_at.desc(), runs.c.id.desc())
-            .limit(check_count(limit, "limit"))
-            .offset(check_count(offset, "offset"))
+            .limit(query.limit)
+            .offset(query.offset)
         )
-        if status is not None:
-            statement = statement.where(runs.c.status == str(status))
-        if runnable is not None:
-            statement = statement.where(runs.c.runnable == str(runnable))
-        if parent_run_id is not None:
-            statement = statement.where(runs.c.parent_run_id == str(parent_run_id))
-        if principal is not None:
-            statement = statement.where(runs.c.principal == str(principal))
+        for name in ("status", "runnable", "parent_run_id", "principal"):
+            wanted = getattr(query, name)
+            if wanted is not None:
+                statement = statement.where(runs.c[name] == wanted)
         with one_statement(self.engine) as connection:
             return [_record(row) for row in connection.execute(statement)]
 
     @retried
-    def summarize_children(self, parent_run_id: str) -> dict[str, Any]:
-        """Counts per status, and the :data:`CHILD_SUMS`, of the runs whose parent is ``parent_run_id``."""
+    def _child_counts(self, parent_run_id: str) -> list[tuple[str, int, list[int]]]:
         sums = [func.sum(runs.c[name]) for name in CHILD_SUMS]
         statement = (
             select(runs.c.status, func.count(), *sums)
-            .where(runs.c.parent_run_id == str(parent_run_id))
+            .where(runs.c.parent_run_id == parent_run_id)
             .group_by(runs.c.status)
         )
-        by_status: dict[str, int] = {}
-        totals = dict.fromkeys(CHILD_SUMS, 0)
         with one_statement(self.engine) as connection:
-            for status, count, *values in connection.execute(statement):
-                by_status[str(status)] = int(count)
-                for name, value in zip(CHILD_SUMS, values, strict=True):
-                    totals[name] += int(value or 0)
-        return {"total": sum(by_status.values()), "by_status": by_status, **totals}
+            return [
+                (str(status), int(count), [int(value or 0) for value in values])
+                for status, count, *values in connection.execute(statement)
+            ]
 
-    def count_open_runs(self) -> dict[tuple[str, str], int]:
-        """Runs not ended (pending, running, waiting), by ``(runnable, status)``. Tried once, not
-        retried: a scrape answers now or leaves the gauge out (``orchestration/metrics/fleet.py``)."""
+    def _count_runs(self, statuses: frozenset[str]) -> dict[tuple[str, str], int]:
+        """Not retried (``RunStoreBase.count_open_runs``)."""
         statement = (
             select(runs.c.runnable, runs.c.status, func.count())
-            .where(runs.c.status.in_(sorted(OPEN_STATUSES)))
+            .where(runs.c.status.in_(sorted(statuses)))
             .group_by(runs.c.runnable, runs.c.status)
         )
         with one_statement(self.engine) as connection:
             return {(str(name), str(status)): int(n) for name, status, n in connection.execute(statement)}
 
     @retried
-    def append_events(self, root_run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
-        """Store progress events under ``root_run_id`` in one transaction, in order (a path's second
-        ``failed`` event is left out: ``dialects.insert_events_failing_once``)."""
-        rows = event_rows(root_run_id, events)
-        if not rows:
-            return
-        if self.dialect == "postgresql" and not _fails(
-            rows
-        ):  # one statement under the run's lock (dialects.py)
+    def _append_events(self, root_run_id: str, rows: Rows) -> None:
+        """One transaction; on PostgreSQL one statement under the run's lock when none fails
+        (``dialects.py``), else ``dialects.insert_events_failing_once``."""
+        if self.dialect == "postgresql" and not _fails(rows):
             with one_statement(self.engine) as connection, connection.begin():
                 connection.execute(PG_APPEND_EVENTS, pg_event_batch(root_run_id, rows))
             return
@@ -296,32 +268,21 @@ class SqlRunStore(RunStoreBase):
             _insert_events(connection, root_run_id, rows)
 
     @retried
-    def events(
-        self,
-        run_id: str,
-        *,
-        after_id: int = 0,
-        limit: int | None = None,
-        phase: str | Sequence[str] | None = None,
-        status: str | None = None,
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """The events of root run ``run_id`` with an id above ``after_id``, oldest first (only
-        those of ``phase``, or of any of several, and ``status`` when given, chosen by the database)."""
-        if not is_storable_id(run_id):
-            return []
+    def _events(self, query: EventQuery) -> list[tuple[int, dict[str, Any]]]:
+        """Filtered by the database."""
         statement = (
             select(run_events.c.id, run_events.c.payload)
-            .where(run_events.c.run_id == run_id, run_events.c.id > after_id)
+            .where(run_events.c.run_id == query.run_id, run_events.c.id > query.after_id)
             .order_by(run_events.c.id)
         )
-        if isinstance(phase, str):
-            statement = statement.where(run_events.c.phase == phase)
-        elif phase is not None:
-            statement = statement.where(run_events.c.phase.in_(list(phase)))
-        if status is not None:
-            statement = statement.where(run_events.c.status == status)
-        if limit is not None:
-            statement = statement.limit(check_count(limit, "limit"))
+        if query.phases is not None and len(query.phases) == 1:
+            statement = statement.where(run_events.c.phase == query.phases[0])
+        elif query.phases is not None:
+            statement = statement.where(run_events.c.phase.in_(query.phases))
+        if query.status is not None:
+            statement = statement.where(run_events.c.status == query.status)
+        if query.limit is not None:
+            statement = statement.limit(query.limit)
         with one_statement(self.engine) as connection:
             return [(int(event_id), payload) for event_id, payload in connection.execute(statement)]
 
@@ -331,18 +292,14 @@ class SqlRunStore(RunStoreBase):
         return or_(runs.c.id == run_id, runs.c.id == root)
 
     @retried
-    def request_cancel(self, run_id: str) -> None:
-        """Ask the whole workflow of ``run_id`` to stop: flags the run and its root run."""
+    def _request_cancel(self, run_id: str) -> None:
         statement = update(runs).where(self._run_and_root(run_id)).values(cancel_requested=True)
         with self.engine.begin() as connection:
             if connection.execute(statement.returning(runs.c.id)).first() is None:
                 raise RunNotFoundError(run_id)
 
     @retried
-    def is_cancel_requested(self, run_id: str) -> bool:
-        """Whether cancellation was requested for the run or its root run (``False`` if unknown)."""
-        if not is_storable_id(run_id):
-            return False
+    def _is_cancel_requested(self, run_id: str) -> bool:
         statement = select(runs.c.id).where(self._run_and_root(run_id), runs.c.cancel_requested).limit(1)
         with one_statement(self.engine) as connection:
             return connection.execute(statement).first() is not None
@@ -358,32 +315,18 @@ class SqlRunStore(RunStoreBase):
         return {name: int(value) for name, value in zip(counts, row, strict=True)}
 
     @retried
-    def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
-        """Replace the loop's checkpoint with ``(iteration, state)``: one row per (run, path)."""
-        row = loop_row(run_id, path, checkpoint=(iteration, state))
+    def _save_checkpoint(self, row: dict[str, Any]) -> None:
+        """One upsert: one row per (run, path)."""
         with one_statement(self.engine) as connection, connection.begin():
             connection.execute(self._upserts.save_checkpoint, row)
 
     @retried
-    def save_checkpoints(
-        self,
-        run_id: str,
-        checkpoints: Sequence[tuple[str, int, JsonValue]],
-        *,
-        events: Sequence[Mapping[str, Any]] = (),
-    ) -> None:
-        """:meth:`save_checkpoint` for each ``(path, iteration, state)`` with ``events`` appended
-        first: one transaction; on PostgreSQL one statement."""
-        rows = [
-            loop_row(run_id, path, checkpoint=(iteration, state)) for path, iteration, state in checkpoints
-        ]
-        event_batch = event_rows(run_id, events)
-        if not rows and not event_batch:
-            return
-        if self.dialect == "postgresql" and not _fails(event_batch):  # one statement (dialects.py)
+    def _save_checkpoints(self, run_id: str, rows: Rows, events: Rows) -> None:
+        """One transaction; on PostgreSQL one statement."""
+        if self.dialect == "postgresql" and not _fails(events):  # one statement (dialects.py)
             saved = [{key: row[key] for key in ("path", "iteration", "state")} for row in rows]
             params = {
-                **pg_event_batch(run_id, event_batch),
+                **pg_event_batch(run_id, events),
                 "run_id": run_id,
                 "checkpoints": saved,
                 "updated_at": rows[0]["updated_at"] if rows else utcnow(),
@@ -392,21 +335,20 @@ class SqlRunStore(RunStoreBase):
                 connection.execute(PG_SAVE_CHECKPOINTS, params)
             return
         with self.engine.begin() as connection:  # the events, then the checkpoints: one transaction
-            _insert_events(connection, run_id, event_batch)
+            _insert_events(connection, run_id, events)
             if rows:
                 connection.execute(self._upserts.save_checkpoint, rows)
 
     @retried
-    def loop_record(self, run_id: str, path: str) -> LoopRecord:
-        """Whether the loop at ``path`` finished, its result, and its latest checkpoint, in one read."""
+    def _loop_record(self, run_id: str, path: str) -> LoopRecord:
         statement = _LOOP_RECORD.where(checkpoints.c.run_id == run_id, checkpoints.c.path == path)
         with one_statement(self.engine) as connection:
             row = connection.execute(statement).first()
-        return _loop_record(row)
+        return _record_of_loop(row)
 
     @retried
-    def loop_records(self, run_id: str, paths: Sequence[str]) -> list[LoopRecord]:
-        """:meth:`loop_record` of each of ``paths``, in their order: one read per 500 paths."""
+    def _loop_records(self, run_id: str, paths: Sequence[str]) -> list[LoopRecord]:
+        """One read per 500 paths."""
         rows: dict[str, Sequence[Any]] = {}
         with one_statement(self.engine) as connection:
             for start in range(0, len(paths), 500):
@@ -415,12 +357,11 @@ class SqlRunStore(RunStoreBase):
                     checkpoints.c.run_id == run_id, checkpoints.c.path.in_(chunk)
                 )
                 rows.update((row.path, row) for row in connection.execute(statement))
-        return [_loop_record(rows.get(path)) for path in paths]
+        return [_record_of_loop(rows.get(path)) for path in paths]
 
     @retried
-    def start_loops(self, run_id: str, paths: Sequence[str]) -> list[StartedLoop]:
-        """Count one more delivery of each loop at ``paths`` and return its record, in their order:
-        one ``INSERT ... ON CONFLICT ... RETURNING`` per 500 paths, in one transaction (retried
+    def _start_loops(self, run_id: str, paths: Sequence[str]) -> list[StartedLoop]:
+        """One ``INSERT ... ON CONFLICT ... RETURNING`` per 500 paths, in one transaction (retried
         after a lost connection, a delivery may be counted twice: the limit then comes sooner)."""
         rows: dict[str, Row[Any]] = {}
         unique = list(dict.fromkeys(paths))
@@ -435,64 +376,32 @@ class SqlRunStore(RunStoreBase):
         return [_started(rows[path]) for path in paths]
 
     @retried
-    def finish_loop(
-        self,
-        run_id: str,
-        path: str,
-        result: JsonValue,
-        *,
-        events: Sequence[Mapping[str, Any]] = (),
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-    ) -> JsonValue:
-        """Record the loop's result (its checkpoint is kept), append ``events`` under ``run_id``
-        and add the tokens to the run's usage, in one transaction; the first result recorded
-        stands and is returned."""
-        row = loop_row(run_id, path, result=result)
-        rows = event_rows(run_id, events)
-        tokens = {
-            "input_tokens": check_count(input_tokens, "input_tokens"),
-            "output_tokens": check_count(output_tokens, "output_tokens"),
-        }
-        if self.dialect != "postgresql":  # SQLite: the events, the usage and the result, one transaction
+    def _finish_loop(self, ends: LoopEnds) -> JsonValue:
+        """SQLite: the events, the usage and the result in one transaction; PostgreSQL: one statement."""
+        (row,) = ends.loops
+        if self.dialect != "postgresql":
             with self.engine.begin() as connection:
-                if rows:
-                    connection.execute(run_events.insert(), rows)
-                if input_tokens or output_tokens:
-                    connection.execute(_added_counts(run_id, tokens))
+                if ends.events:
+                    connection.execute(run_events.insert(), ends.events)
+                if ends.used:
+                    connection.execute(_added_counts(ends.run_id, ends.tokens))
                 return connection.execute(self._upserts.finish_loop, row).scalar_one()
         with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
-            if not rows and not (input_tokens or output_tokens):
+            if not ends.events and not ends.used:
                 return connection.execute(self._upserts.finish_loop, row).scalar_one()
-            batch = pg_event_batch(run_id, rows)
-            return connection.execute(PG_FINISH_LOOP, {**row, **batch, **tokens}).scalar_one()
+            batch = pg_event_batch(ends.run_id, ends.events)
+            return connection.execute(PG_FINISH_LOOP, {**row, **batch, **ends.tokens}).scalar_one()
 
     @retried
-    def finish_loops(
-        self,
-        run_id: str,
-        results: Sequence[tuple[str, JsonValue]],
-        *,
-        events: Sequence[Mapping[str, Any]] = (),
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-    ) -> list[JsonValue]:
-        """Record several loops' results (a first result stands, per loop), append ``events``
-        under ``run_id`` and add the tokens to the run's usage, in one transaction: the events in
-        one statement, the results in one multi-row upsert; the results as recorded, in order."""
-        loops = [loop_row(run_id, path, result=result) for path, result in results]
-        rows = event_rows(run_id, events)
-        tokens = {
-            "input_tokens": check_count(input_tokens, "input_tokens"),
-            "output_tokens": check_count(output_tokens, "output_tokens"),
-        }
+    def _finish_loops(self, ends: LoopEnds) -> list[JsonValue]:
+        """One transaction: the events in one statement, the results in one multi-row upsert; on
+        PostgreSQL all in one statement."""
+        run_id, loops, rows = ends.run_id, ends.loops, ends.events
         recorded: dict[str, JsonValue] = {}
-        if not (loops or rows or input_tokens or output_tokens):
-            return []
         if self.dialect == "postgresql":  # one statement (dialects.py)
             params = {
                 **pg_event_batch(run_id, rows),
-                **tokens,
+                **ends.tokens,
                 "run_id": run_id,
                 "loops": [{"path": row["path"], "result": row["result"]} for row in loops],
                 "updated_at": loops[0]["updated_at"] if loops else utcnow(),
@@ -503,8 +412,8 @@ class SqlRunStore(RunStoreBase):
         with self.engine.begin() as connection:
             if rows:
                 connection.execute(run_events.insert(), rows)
-            if input_tokens or output_tokens:
-                connection.execute(_added_counts(run_id, tokens))
+            if ends.used:
+                connection.execute(_added_counts(run_id, ends.tokens))
             if loops:
                 returned = connection.execute(self._upserts.finish_loops, loops)
                 recorded.update((path, value) for path, value in returned)

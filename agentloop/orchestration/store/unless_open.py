@@ -16,29 +16,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, exists, literal, select
 
-from agentloop.orchestration.store.checks import new_run_values
 from agentloop.orchestration.store.dialects import advisory_lock, insert
-from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import TERMINAL_STATUSES, RunRecord
 from agentloop.orchestration.store.tables import runs
 
-__all__ = ["insert_unless_open", "root_run_values"]
-
-
-def root_run_values(
-    run_id: str, runnable: str, input: JsonValue, celery_task_id: str | None
-) -> dict[str, Any]:
-    """The checked columns of a new pending root run."""
-    return new_run_values(
-        run_id=run_id,
-        runnable=runnable,
-        input=input,
-        root_run_id=None,
-        parent_run_id=None,
-        path="",
-        token_budget=None,
-        celery_task_id=celery_task_id,
-    )
+__all__ = ["insert_unless_open"]
 
 
 def insert_unless_open(connection: Connection, dialect: str, values: dict[str, Any]) -> Row[Any]:
