@@ -36,10 +36,13 @@ from agentloop.orchestration.errors import (
     StoreUnavailableError,
 )
 from agentloop.orchestration.packing.rule import why_not_packed
-from agentloop.orchestration.runtime.engine import WorkflowEngine
-from agentloop.orchestration.runtime.launches import claim_launch
+from agentloop.orchestration.runtime.engine import RUN_END_PHASES, WorkflowEngine
+from agentloop.orchestration.runtime.launches import LaunchClaim, claim_launch, claim_recorded
 from agentloop.orchestration.runtime.next_step import Done
 from agentloop.orchestration.runtime.run_end import end_with_failure
+from agentloop.orchestration.store.batch_rounds import BatchRounds
+from agentloop.orchestration.store.bulk import BulkRunStoreBase
+from agentloop.orchestration.store.seams import StoreCancelSignal
 from agentloop.orchestration.wire import LAUNCH, PACK_WIRE_VERSION, WorkflowNode
 from agentloop.pipelines.composite import BaseCompositeAgent
 from agentloop.pipelines.pipeline import BaseAgentPipeline
@@ -58,6 +61,8 @@ def batch_pack_size(task: Task, runnable: str, chunk: int) -> int:
     chosen = deps.settings.pack_size
     if app_wire_version(task.app) < PACK_WIRE_VERSION or chosen == 1:
         return 1
+    if not isinstance(deps.store, BulkRunStoreBase):  # a store without bulk steps (store/bulk.py)
+        return 1
     if isinstance(registered, type) and issubclass(registered, BaseAgentPipeline | BaseCompositeAgent):
         return 1
     if chosen is not None:
@@ -67,15 +72,39 @@ def batch_pack_size(task: Task, runnable: str, chunk: int) -> int:
     return max(1, chunk)
 
 
+async def _claim(
+    task: Task, rounds: BatchRounds, kwargs: dict[str, Any], run_id: str
+) -> tuple[LaunchClaim, bool]:
+    """A packed run's claim, as ``agentloop.launch`` makes it: read with the other runs' (the
+    chunk recorded each run, owned by its launch), or inserted where no run has the id (a pack
+    that was sent by hand); and whether the run holds no events yet (it never started)."""
+    deps = dependencies_of(task.app)
+    found = await rounds.claim(run_id)
+    if found is None:
+        claim = claim_launch(deps.store, kwargs, task_id=run_id, registered=deps.registry)
+        return claim, claim.created
+    record, owner = found
+    claim = claim_recorded(kwargs, task_id=run_id, registered=deps.registry, record=record, owner=owner)
+    if record.root_run_id == record.id:  # its cancel flag came with it: the run's first check asks nothing
+        StoreCancelSignal.remember(deps.store, run_id, record.cancel_requested)
+    return claim, record.started_at is None
+
+
 async def _one(
-    task: Task, engine: WorkflowEngine, kwargs: dict[str, Any], fresh: bool, priority: int
+    task: Task,
+    engine: WorkflowEngine,
+    rounds: BatchRounds,
+    kwargs: dict[str, Any],
+    fresh: bool,
+    priority: int,
 ) -> tuple[str, Any]:
-    """One run of the pack, as ``agentloop.launch`` runs it: ``(how, value)``, ``how`` one of
-    ``done``, ``failed``, ``paused``, ``skipped`` (another launch owns it, or it ended)."""
+    """One run of the pack, as ``agentloop.launch`` runs it, each store step made with the other
+    runs' due (``rounds``): ``(how, value)``, ``how`` one of ``done``, ``failed``, ``paused``,
+    ``skipped`` (another launch owns it, or it ended)."""
     deps = dependencies_of(task.app)
     run_id = str(kwargs["run_id"])
     try:
-        claim = claim_launch(deps.store, kwargs, task_id=run_id, registered=deps.registry)
+        claim, unstarted = await _claim(task, rounds, kwargs, run_id)
     except RunIdTakenError as taken:
         logger.warning("%s: this packed run is left to its owner", taken)
         return "skipped", None
@@ -85,7 +114,7 @@ async def _one(
             end_with_failure(deps.store, run_id, problem, owner_token=claim.owner_token)
         return "skipped", None
     request = claim.request
-    if not deps.store.mark_running(run_id):
+    if not await rounds.mark_running(run_id):
         return "skipped", None
     node = WorkflowNode(
         run_id=run_id,
@@ -96,8 +125,12 @@ async def _one(
         record=request.record or deps.settings.record_runs,
     )
     engine.record_start(node)
+    # A run that had not started when it was claimed holds no events: its end asks nothing more.
+    publisher = engine.publisher(node, stored_failures=False if unstarted else None)
     try:
-        outcome = await engine.start(node, request.input)
+        record = await rounds.start_loop((run_id, node.path))
+        writes = rounds.writes(run_id, publisher)
+        outcome = await engine.start(node, request.input, publisher, writes, record)
     except RunPaused as paused:  # it leaves the pack: its own launch is what the answer sends
         launch = task.app.signature(LAUNCH, kwargs=kwargs, task_id=run_id, priority=priority)
         record_pause(task, paused, run_id, dict(launch))
@@ -106,14 +139,17 @@ async def _one(
         raise
     except Exception as error:  # the engine recorded the run's end (``WorkflowEngine.fail``)
         return "failed", error
+    finally:
+        publisher.flush(final=True)
     if not isinstance(outcome, Done):  # the rule packs only loops and stages, which never expand
         expanded = RuntimeError(f"{request.runnable} expanded into tasks inside a batch pack")
         end_with_failure(deps.store, run_id, expanded, owner_token=claim.owner_token)
         return "failed", expanded
     try:
-        return "done", await engine.finish(run_id, outcome.value, owner_token=claim.owner_token)
+        value = await engine.finish(run_id, outcome.value, owner_token=claim.owner_token, rounds=rounds)
     except RunAlreadyEndedError:
         return "skipped", None
+    return "done", value
 
 
 #: What each run of a pack came to: ``(how, value)``, or what its coroutine raised.
@@ -123,7 +159,8 @@ Outcomes = list[tuple[str, Any] | BaseException]
 async def _all(
     task: Task, engine: WorkflowEngine, launches: Sequence[dict[str, Any]], fresh: bool, priority: int
 ) -> Outcomes:
-    runs = (_one(task, engine, kwargs, fresh, priority) for kwargs in launches)
+    rounds = BatchRounds(dependencies_of(task.app).store, end_phases=RUN_END_PHASES)
+    runs = (_one(task, engine, rounds, kwargs, fresh, priority) for kwargs in launches)
     return await asyncio.gather(*runs, return_exceptions=True)
 
 

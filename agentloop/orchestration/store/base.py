@@ -38,7 +38,7 @@ from agentloop.orchestration.store.json_values import JsonValue, to_json_value
 from agentloop.orchestration.store.protocol import RunOwner, RunRecord
 from agentloop.orchestration.store.tables import utcnow
 
-__all__ = ["Ended", "Finish", "NewRun", "Outcome", "Refused", "RunStoreBase"]
+__all__ = ["Ended", "Finish", "NewRun", "Outcome", "Refused", "RunStoreBase", "asked_finish", "settle_finish"]
 
 #: A checked end of a run: its terminal status, stored output and stored error.
 Outcome = tuple[str, JsonValue, JsonValue]
@@ -107,6 +107,37 @@ class Refused:
     owner: RunOwner | None
 
 
+def asked_finish(
+    run_id: str,
+    *,
+    status: str,
+    output: JsonValue = None,
+    error: JsonValue | BaseException = None,
+    owner_token: str | None = None,
+    stopped_by: str | None = None,
+) -> Finish:
+    """The end asked of run ``run_id`` (:meth:`RunStoreBase.finish_run`'s arguments), checked."""
+    outcome: Outcome = (
+        check_terminal_status(status),
+        to_json_value(output, what=f"output of run {run_key(run_id)}"),
+        to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
+    )
+    return Finish(
+        run_id=run_id, outcome=outcome, ended=utcnow(), owner_token=owner_token, stopped_by=stopped_by
+    )
+
+
+def settle_finish(asked: Finish, done: Ended | Refused) -> None:
+    """What a store's answer to ``asked`` comes to: the run's end counted once, where this call
+    ended it (``orchestration/metrics/``), else the refusal raised (``check_finish``)."""
+    if isinstance(done, Ended):  # ended here, now: counted once, whoever else tries
+        metrics.run_ended(done.runnable, asked.outcome[0], done.started_at, asked.ended)
+        return
+    check_finish(
+        done.record, done.owner, run_id=asked.run_id, owner_token=asked.owner_token, outcome=asked.outcome
+    )
+
+
 class RunStoreBase:
     """The public lifecycle methods of a run store, their checks and their metrics (module doc)."""
 
@@ -169,20 +200,10 @@ class RunStoreBase:
 
         Only a run that has not ended, and only with its owner's token when it has one.
         """
-        outcome: Outcome = (
-            check_terminal_status(status),
-            to_json_value(output, what=f"output of run {run_key(run_id)}"),
-            to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
+        asked = asked_finish(
+            run_id, status=status, output=output, error=error, owner_token=owner_token, stopped_by=stopped_by
         )
-        ended = utcnow()
-        asked = Finish(
-            run_id=run_id, outcome=outcome, ended=ended, owner_token=owner_token, stopped_by=stopped_by
-        )
-        done = self._finish_run(asked)
-        if isinstance(done, Ended):  # ended here, now: counted once, whoever else tries
-            metrics.run_ended(done.runnable, outcome[0], done.started_at, ended)
-            return
-        check_finish(done.record, done.owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
+        settle_finish(asked, self._finish_run(asked))
 
     def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
         """Atomically add token usage to the run; returns its new ``(input, output)`` totals."""

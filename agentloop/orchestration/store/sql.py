@@ -29,7 +29,16 @@ from sqlalchemy import (
 )
 
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
-from agentloop.orchestration.store.base import Ended, Finish, Refused, RunStoreBase
+from agentloop.orchestration.store.base import Ended, Finish, Refused
+from agentloop.orchestration.store.bulk import BulkRunStoreBase, LoopEnd
+from agentloop.orchestration.store.bulk_sql import (
+    FINISH_ONE_RUN,
+    bulk_upserts,
+    finish_one_run,
+    finish_runs_statement,
+    id_chunks,
+    lock_runs_events,
+)
 from agentloop.orchestration.store.checks import (
     check_count,
     event_rows,
@@ -113,7 +122,7 @@ def _record_and_owner(columns: RowMapping) -> tuple[RunRecord, RunOwner | None]:
     return RunRecord(**values), owner
 
 
-class SqlRunStore(RunStoreBase):
+class SqlRunStore(BulkRunStoreBase):
     """The :class:`~agentloop.orchestration.store.RunStore` on SQLite or PostgreSQL.
 
     Build it on an engine of a migrated database
@@ -509,6 +518,118 @@ class SqlRunStore(RunStoreBase):
                 returned = connection.execute(self._upserts.finish_loops, loops)
                 recorded.update((path, value) for path, value in returned)
         return [recorded[row["path"]] for row in loops]
+
+    # the bulk steps of a packed batch (store/bulk.py): one statement, or one transaction, each
+
+    @retried
+    def _insert_runs(self, rows: list[tuple[dict[str, Any], RunOwner | None]]) -> list[bool]:
+        params = [
+            {
+                **values,
+                "launch_digest": None if owner is None else owner.launch_digest,
+                "owner_token": None if owner is None else owner.token,
+            }
+            for values, owner in rows
+        ]
+        with self.engine.begin() as connection:
+            created = {str(row.id) for row in connection.execute(self._upserts.create_run, params)}
+        return [values["id"] in created for values, _ in rows]
+
+    @retried
+    def _runs_and_owners(self, run_ids: list[str]) -> dict[str, tuple[RunRecord, RunOwner | None]]:
+        read = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token)
+        found: dict[str, tuple[RunRecord, RunOwner | None]] = {}
+        with one_statement(self.engine) as connection:
+            for chunk in id_chunks(run_ids):
+                for row in connection.execute(read.where(runs.c.id.in_(chunk))):
+                    found[str(row.id)] = _record_and_owner(row._mapping)
+        return found
+
+    @retried
+    def _mark_runs_running(self, run_ids: list[str]) -> tuple[set[str], list[str]]:
+        marked: set[str] = set()
+        first_starts: list[str] = []
+        now = literal(utcnow(), UtcDateTime())
+        with self.engine.begin() as connection:
+            for chunk in id_chunks(run_ids):
+                open_runs = (runs.c.id.in_(chunk), runs.c.status.not_in(sorted(TERMINAL_STATUSES)))
+                first = (
+                    update(runs)
+                    .where(*open_runs, runs.c.started_at.is_(None))
+                    .values(status=RunStatus.RUNNING.value, started_at=now)
+                    .returning(runs.c.runnable)
+                )
+                again = update(runs).where(*open_runs).values(status=RunStatus.RUNNING.value)
+                first_starts += [str(row.runnable) for row in connection.execute(first)]
+                marked.update(str(row.id) for row in connection.execute(again.returning(runs.c.id)))
+        return marked, first_starts
+
+    @retried
+    def _start_runs_loops(self, loops: list[tuple[str, str]]) -> list[StartedLoop]:
+        rows = [
+            {"run_id": run_id, "path": path, "deliveries": 1, "updated_at": utcnow()}
+            for run_id, path in loops
+        ]
+        with self.engine.begin() as connection:
+            started = {
+                (str(row.run_id), str(row.path)): _started(row)
+                for row in connection.execute(bulk_upserts(self.dialect).start_runs_loops, rows)
+            }
+        return [started[loop] for loop in loops]
+
+    @retried
+    def _finish_runs_loops(self, ends: list[LoopEnd]) -> list[JsonValue]:
+        events = [event_rows(end.run_id, end.events) for end in ends]
+        loops = [loop_row(end.run_id, end.path, result=end.result) for end in ends]
+        with self.engine.begin() as connection:
+            if any(_fails(rows) for rows in events):  # each level fails once: run by run
+                for end, rows in zip(ends, events, strict=True):
+                    _insert_events(connection, end.run_id, rows)
+            elif any(events):  # every run's event lock, in one order, then the events in one insert
+                if self.dialect == "postgresql":
+                    writers = [end.run_id for end, rows in zip(ends, events, strict=True) if rows]
+                    connection.execute(*lock_runs_events(writers))
+                connection.execute(run_events.insert(), [row for rows in events for row in rows])
+            for end in ends:
+                if end.input_tokens or end.output_tokens:
+                    tokens = {"input_tokens": end.input_tokens, "output_tokens": end.output_tokens}
+                    connection.execute(_added_counts(end.run_id, tokens))
+            returned = connection.execute(bulk_upserts(self.dialect).finish_runs_loops, loops)
+            recorded = {(str(row.run_id), str(row.path)): row.result for row in returned}
+        return [recorded[(end.run_id, end.path)] for end in ends]
+
+    @retried
+    def _runs_events(self, run_ids: list[str], phase: list[str]) -> dict[str, list[dict[str, Any]]]:
+        found: dict[str, list[dict[str, Any]]] = {}
+        read = select(run_events.c.run_id, run_events.c.payload).order_by(run_events.c.id)
+        with one_statement(self.engine) as connection:
+            for chunk in id_chunks([run_id for run_id in run_ids if is_storable_id(run_id)]):
+                statement = read.where(run_events.c.run_id.in_(chunk), run_events.c.phase.in_(phase))
+                for run_id, payload in connection.execute(statement):
+                    found.setdefault(str(run_id), []).append(payload)
+        return found
+
+    @retried
+    def _finish_runs(self, asked: list[Finish]) -> list[Ended | Refused]:
+        ended: dict[str, Ended] = {}
+        refused: dict[str, Refused] = {}
+        read = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token)
+        with self.engine.begin() as connection:
+            for start in range(0, len(asked), 500):
+                some = asked[start : start + 500]
+                if self.dialect == "postgresql":
+                    rows = list(connection.execute(finish_runs_statement(some)))
+                else:
+                    rows = [
+                        row for one in some for row in connection.execute(FINISH_ONE_RUN, finish_one_run(one))
+                    ]
+                for row in rows:
+                    ended[str(row.id)] = Ended(row.runnable, row.started_at or row.created_at)
+                left = [one.run_id for one in some if one.run_id not in ended]
+                if left:
+                    for row in connection.execute(read.where(runs.c.id.in_(left))):
+                        refused[str(row.id)] = Refused(*_record_and_owner(row._mapping))
+        return [ended.get(one.run_id) or refused.get(one.run_id) or Refused(None, None) for one in asked]
 
 
 def _added_counts(run_id: str, counts: Mapping[str, int]) -> Update:
