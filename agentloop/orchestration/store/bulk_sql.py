@@ -11,20 +11,20 @@ from typing import cast as typed
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Executable,
+    Integer,
     String,
-    TextClause,
+    TextualSelect,
     bindparam,
-    cast,
     column,
-    func,
     or_,
     text,
     update,
 )
-from sqlalchemy import values as values_of
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.dml import Insert, ReturningUpdate
+from sqlalchemy.sql.elements import BindParameter
 
 from agentloop.orchestration.store.base import Finish
 from agentloop.orchestration.store.dialects import _lock_key, upserts
@@ -36,9 +36,13 @@ CHUNK = 500
 
 
 def id_chunks(ids: Sequence[str]) -> Iterator[list[str]]:
-    """``ids`` in lists of at most :data:`CHUNK`."""
+    """``ids`` in lists of at most :data:`CHUNK` (each an ``expanding`` ``ids`` parameter)."""
     for start in range(0, len(ids), CHUNK):
         yield list(ids[start : start + CHUNK])
+
+
+#: The ids of a bulk step, one list (:func:`id_chunks`): ``column.in_(IDS)``, compiled once.
+IDS: BindParameter[str] = bindparam("ids", expanding=True)
 
 
 @dataclass(frozen=True)
@@ -62,17 +66,128 @@ def bulk_upserts(dialect: str) -> BulkUpserts:
     )
 
 
-_PG_LOCK_RUNS: TextClause = text(
-    "SELECT count(pg_advisory_xact_lock(key)) FROM "
-    "(SELECT DISTINCT key FROM unnest(:keys) AS key ORDER BY key) AS sorted"
-).bindparams(bindparam("keys", type_=postgresql.ARRAY(BigInteger())))
+_PG_LOCK_RUNS = (
+    "SELECT count(pg_advisory_xact_lock(key)) AS locked "
+    "FROM (SELECT DISTINCT key FROM unnest(:lock_keys) AS key ORDER BY key) AS sorted"
+)
+
+PG_FINISH_RUNS_LOOPS: TextualSelect = (
+    text(
+        f"""WITH event_lock AS ({_PG_LOCK_RUNS}),
+new_events AS (
+    INSERT INTO run_events (run_id, payload, created_at, path, status, phase, iteration)
+    SELECT e.value ->> 'run_id', e.value -> 'payload', :created_at, e.value ->> 'path',
+           e.value ->> 'status', e.value ->> 'phase', CAST(e.value ->> 'iteration' AS INTEGER)
+    FROM (
+        SELECT batch.value, batch.ordinal
+        FROM event_lock, jsonb_array_elements(:events) WITH ORDINALITY AS batch(value, ordinal)
+        ORDER BY batch.ordinal
+    ) AS e
+),
+used AS (
+    UPDATE runs SET input_tokens = runs.input_tokens + used.input_tokens,
+                    output_tokens = runs.output_tokens + used.output_tokens
+    FROM jsonb_to_recordset(:usage) AS used(id text, input_tokens bigint, output_tokens bigint)
+    WHERE runs.id = used.id
+)
+INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
+SELECT loop.value ->> 'run_id', loop.value ->> 'path', NULL, NULL, true,
+       NULLIF(loop.value -> 'result', 'null'::jsonb), :updated_at
+FROM jsonb_array_elements(:loops) AS loop(value)
+ON CONFLICT (run_id, path) DO UPDATE
+SET finished = true,
+    result = CASE WHEN checkpoints.finished THEN checkpoints.result ELSE EXCLUDED.result END,
+    updated_at = CASE WHEN checkpoints.finished THEN checkpoints.updated_at ELSE EXCLUDED.updated_at END
+RETURNING checkpoints.run_id, checkpoints.path, checkpoints.result"""
+    )
+    .bindparams(
+        bindparam("lock_keys", type_=postgresql.ARRAY(BigInteger())),
+        bindparam("created_at", type_=UtcDateTime()),
+        bindparam("events", type_=postgresql.JSONB()),
+        bindparam("usage", type_=postgresql.JSONB()),
+        bindparam("loops", type_=postgresql.JSONB()),
+        bindparam("updated_at", type_=UtcDateTime()),
+    )
+    .columns(
+        column("run_id", String()),
+        column("path", String()),
+        column("result", postgresql.JSONB(none_as_null=True)),
+    )
+)
+"""Loops' results of several runs (``loops``: ``[{"run_id", "path", "result"}, ...]``, each loop
+once; a first result stands), their events (``events``: ``[{"run_id", "payload", "path", "status",
+"phase", "iteration"}, ...]``, in order, under each run's event lock, taken in one order) and their
+usage (``usage``: ``[{"id", "input_tokens", "output_tokens"}, ...]``), as one statement whose text
+never changes (compiled and prepared once, where a multi-row ``VALUES`` is a new text per pack)."""
+
+PG_START_RUNS_LOOPS: TextualSelect = (
+    text(
+        """INSERT INTO checkpoints (run_id, path, finished, updated_at, deliveries)
+SELECT loop.value ->> 'run_id', loop.value ->> 'path', false, :updated_at, 1
+FROM jsonb_array_elements(:loops) AS loop(value)
+ON CONFLICT (run_id, path) DO UPDATE SET deliveries = checkpoints.deliveries + 1
+RETURNING checkpoints.run_id, checkpoints.path, checkpoints.finished, checkpoints.result,
+          checkpoints.iteration, checkpoints.state, checkpoints.deliveries"""
+    )
+    .bindparams(bindparam("loops", type_=postgresql.JSONB()), bindparam("updated_at", type_=UtcDateTime()))
+    .columns(
+        column("run_id", String()),
+        column("path", String()),
+        column("finished", Boolean()),
+        column("result", postgresql.JSONB(none_as_null=True)),
+        column("iteration", Integer()),
+        column("state", postgresql.JSONB(none_as_null=True)),
+        column("deliveries", Integer()),
+    )
+)
+"""``start_loops`` for loops of several runs (``loops``: ``[{"run_id", "path"}, ...]``, each once)."""
+
+PG_FINISH_RUNS: TextualSelect = (
+    text(
+        f"""UPDATE runs
+SET status = asked.status, output = NULLIF(asked.output, 'null'::jsonb),
+    error = NULLIF(asked.error, 'null'::jsonb), finished_at = asked.finished_at, stopped_by = asked.stopped_by
+FROM jsonb_to_recordset(:asked) AS asked(
+    id text, status text, output jsonb, error jsonb, finished_at timestamptz, stopped_by text,
+    owner_token text
+)
+WHERE runs.id = asked.id
+  AND runs.status NOT IN ({", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))})
+  AND (runs.owner_token IS NULL OR runs.owner_token = coalesce(asked.owner_token, ''))
+RETURNING runs.id, runs.runnable, runs.started_at, runs.created_at"""
+    )
+    .bindparams(bindparam("asked", type_=postgresql.JSONB()))
+    .columns(
+        column("id", String()),
+        column("runnable", String()),
+        column("started_at", UtcDateTime()),
+        column("created_at", UtcDateTime()),
+    )
+)
+""":data:`FINISH_ONE_RUN` for several runs (``asked``: :func:`pg_finish_runs`), one statement."""
 
 
-def lock_runs_events(run_ids: Sequence[str]) -> tuple[Executable, dict[str, Any]]:
-    """PostgreSQL: the statement and parameters that take the event lock of each of ``run_ids``
-    (``dialects.PG_APPEND_EVENTS``'s) for the transaction, in one order (no two writers wait on
-    each other), so each run's event ids commit in order."""
-    return _PG_LOCK_RUNS, {"keys": [_lock_key(run_id) for run_id in run_ids]}
+def pg_finish_runs(asked: Sequence[Finish]) -> dict[str, Any]:
+    """:data:`PG_FINISH_RUNS`'s parameters."""
+    return {
+        "asked": [
+            {
+                "id": one.run_id,
+                "status": one.outcome[0],
+                "output": one.outcome[1],
+                "error": one.outcome[2],
+                "finished_at": one.ended.isoformat(),
+                "stopped_by": one.stopped_by,
+                "owner_token": one.owner_token,
+            }
+            for one in asked
+        ]
+    }
+
+
+def pg_lock_keys(run_ids: Sequence[str]) -> list[int]:
+    """The event-lock keys of ``run_ids`` (``dialects.PG_APPEND_EVENTS``'s, one per run)."""
+    return [_lock_key(run_id) for run_id in run_ids]
 
 
 _ENDED = (runs.c.id, runs.c.runnable, runs.c.started_at, runs.c.created_at)
@@ -109,51 +224,3 @@ def finish_one_run(asked: Finish) -> dict[str, Any]:
         "asked_at": asked.ended,
         "asked_stop": asked.stopped_by,
     }
-
-
-def finish_runs_statement(asked: Sequence[Finish]) -> ReturningUpdate[Any]:
-    """PostgreSQL: ``UPDATE runs ... FROM (VALUES ...)``, :data:`FINISH_ONE_RUN` for each of
-    ``asked`` in one statement; returns each run ended."""
-    asked_runs = values_of(
-        column("id", String()),
-        column("status", String()),
-        column("output", runs.c.output.type),
-        column("error", runs.c.error.type),
-        column("finished_at", UtcDateTime()),
-        column("stopped_by", String()),
-        column("owner_token", String()),
-        name="asked",
-    ).data(
-        [
-            (
-                one.run_id,
-                one.outcome[0],
-                one.outcome[1],
-                one.outcome[2],
-                one.ended,
-                one.stopped_by,
-                one.owner_token,
-            )
-            for one in asked
-        ]
-    )
-    return (
-        update(runs)
-        .where(
-            runs.c.id == asked_runs.c.id,
-            runs.c.status.not_in(sorted(TERMINAL_STATUSES)),
-            or_(
-                runs.c.owner_token.is_(None),
-                runs.c.owner_token == func.coalesce(asked_runs.c.owner_token, ""),
-            ),
-        )
-        .values(
-            status=asked_runs.c.status,
-            # a column all NULL has no type in ``VALUES``: each is cast to its column's
-            output=cast(asked_runs.c.output, runs.c.output.type),
-            error=cast(asked_runs.c.error, runs.c.error.type),
-            finished_at=cast(asked_runs.c.finished_at, UtcDateTime()),
-            stopped_by=cast(asked_runs.c.stopped_by, String()),
-        )
-        .returning(*_ENDED)
-    )

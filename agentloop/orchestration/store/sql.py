@@ -21,6 +21,7 @@ from sqlalchemy import (
     Row,
     RowMapping,
     Update,
+    bindparam,
     func,
     literal,
     or_,
@@ -32,12 +33,17 @@ from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
 from agentloop.orchestration.store.base import Ended, Finish, Refused
 from agentloop.orchestration.store.bulk import BulkRunStoreBase, LoopEnd
 from agentloop.orchestration.store.bulk_sql import (
+    CHUNK,
     FINISH_ONE_RUN,
+    IDS,
+    PG_FINISH_RUNS,
+    PG_FINISH_RUNS_LOOPS,
+    PG_START_RUNS_LOOPS,
     bulk_upserts,
     finish_one_run,
-    finish_runs_statement,
     id_chunks,
-    lock_runs_events,
+    pg_finish_runs,
+    pg_lock_keys,
 )
 from agentloop.orchestration.store.checks import (
     check_count,
@@ -519,7 +525,8 @@ class SqlRunStore(BulkRunStoreBase):
                 recorded.update((path, value) for path, value in returned)
         return [recorded[row["path"]] for row in loops]
 
-    # the bulk steps of a packed batch (store/bulk.py): one statement, or one transaction, each
+    # the bulk steps of a packed batch (store/bulk.py): one statement, or one transaction, each;
+    # on PostgreSQL each statement's text is the same for any number of runs
 
     @retried
     def _insert_runs(self, rows: list[tuple[dict[str, Any], RunOwner | None]]) -> list[bool]:
@@ -537,11 +544,10 @@ class SqlRunStore(BulkRunStoreBase):
 
     @retried
     def _runs_and_owners(self, run_ids: list[str]) -> dict[str, tuple[RunRecord, RunOwner | None]]:
-        read = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token)
         found: dict[str, tuple[RunRecord, RunOwner | None]] = {}
         with one_statement(self.engine) as connection:
             for chunk in id_chunks(run_ids):
-                for row in connection.execute(read.where(runs.c.id.in_(chunk))):
+                for row in connection.execute(_RUNS_AND_OWNERS, {"ids": chunk}):
                     found[str(row.id)] = _record_and_owner(row._mapping)
         return found
 
@@ -549,47 +555,37 @@ class SqlRunStore(BulkRunStoreBase):
     def _mark_runs_running(self, run_ids: list[str]) -> tuple[set[str], list[str]]:
         marked: set[str] = set()
         first_starts: list[str] = []
-        now = literal(utcnow(), UtcDateTime())
         with self.engine.begin() as connection:
             for chunk in id_chunks(run_ids):
-                open_runs = (runs.c.id.in_(chunk), runs.c.status.not_in(sorted(TERMINAL_STATUSES)))
-                first = (
-                    update(runs)
-                    .where(*open_runs, runs.c.started_at.is_(None))
-                    .values(status=RunStatus.RUNNING.value, started_at=now)
-                    .returning(runs.c.runnable)
-                )
-                again = update(runs).where(*open_runs).values(status=RunStatus.RUNNING.value)
-                first_starts += [str(row.runnable) for row in connection.execute(first)]
-                marked.update(str(row.id) for row in connection.execute(again.returning(runs.c.id)))
+                params = {"ids": chunk, "now": utcnow()}
+                first_starts += [str(row.runnable) for row in connection.execute(_FIRST_STARTS, params)]
+                marked.update(str(row.id) for row in connection.execute(_MARK_RUNNING, params))
         return marked, first_starts
 
     @retried
     def _start_runs_loops(self, loops: list[tuple[str, str]]) -> list[StartedLoop]:
-        rows = [
-            {"run_id": run_id, "path": path, "deliveries": 1, "updated_at": utcnow()}
-            for run_id, path in loops
-        ]
+        now = utcnow()
         with self.engine.begin() as connection:
-            started = {
-                (str(row.run_id), str(row.path)): _started(row)
-                for row in connection.execute(bulk_upserts(self.dialect).start_runs_loops, rows)
-            }
+            if self.dialect == "postgresql":
+                listed = [{"run_id": run_id, "path": path} for run_id, path in loops]
+                returned = connection.execute(PG_START_RUNS_LOOPS, {"loops": listed, "updated_at": now})
+            else:
+                rows = [
+                    {"run_id": run, "path": path, "deliveries": 1, "updated_at": now} for run, path in loops
+                ]
+                returned = connection.execute(bulk_upserts(self.dialect).start_runs_loops, rows)
+            started = {(str(row.run_id), str(row.path)): _started(row) for row in returned}
         return [started[loop] for loop in loops]
 
     @retried
     def _finish_runs_loops(self, ends: list[LoopEnd]) -> list[JsonValue]:
         events = [event_rows(end.run_id, end.events) for end in ends]
         loops = [loop_row(end.run_id, end.path, result=end.result) for end in ends]
+        if self.dialect == "postgresql" and not any(_fails(rows) for rows in events):
+            return self._pg_finish_runs_loops(ends, events, loops)
         with self.engine.begin() as connection:
-            if any(_fails(rows) for rows in events):  # each level fails once: run by run
-                for end, rows in zip(ends, events, strict=True):
-                    _insert_events(connection, end.run_id, rows)
-            elif any(events):  # every run's event lock, in one order, then the events in one insert
-                if self.dialect == "postgresql":
-                    writers = [end.run_id for end, rows in zip(ends, events, strict=True) if rows]
-                    connection.execute(*lock_runs_events(writers))
-                connection.execute(run_events.insert(), [row for rows in events for row in rows])
+            for end, rows in zip(ends, events, strict=True):  # each level fails once: run by run
+                _insert_events(connection, end.run_id, rows)
             for end in ends:
                 if end.input_tokens or end.output_tokens:
                     tokens = {"input_tokens": end.input_tokens, "output_tokens": end.output_tokens}
@@ -598,14 +594,35 @@ class SqlRunStore(BulkRunStoreBase):
             recorded = {(str(row.run_id), str(row.path)): row.result for row in returned}
         return [recorded[(end.run_id, end.path)] for end in ends]
 
+    def _pg_finish_runs_loops(
+        self, ends: list[LoopEnd], events: list[list[dict[str, Any]]], loops: list[dict[str, Any]]
+    ) -> list[JsonValue]:
+        """:meth:`_finish_runs_loops` on PostgreSQL: one statement (``bulk_sql.PG_FINISH_RUNS_LOOPS``)."""
+        columns = ("run_id", "payload", "path", "status", "phase", "iteration")
+        now = utcnow()
+        params = {
+            "lock_keys": pg_lock_keys([end.run_id for end, rows in zip(ends, events, strict=True) if rows]),
+            "created_at": now,
+            "events": [{name: row[name] for name in columns} for rows in events for row in rows],
+            "usage": [
+                {"id": end.run_id, "input_tokens": end.input_tokens, "output_tokens": end.output_tokens}
+                for end in ends
+                if end.input_tokens or end.output_tokens
+            ],
+            "loops": [{key: row[key] for key in ("run_id", "path", "result")} for row in loops],
+            "updated_at": now,
+        }
+        with one_statement(self.engine) as connection, connection.begin():
+            returned = connection.execute(PG_FINISH_RUNS_LOOPS, params)
+            recorded = {(str(row.run_id), str(row.path)): row.result for row in returned}
+        return [recorded[(end.run_id, end.path)] for end in ends]
+
     @retried
     def _runs_events(self, run_ids: list[str], phase: list[str]) -> dict[str, list[dict[str, Any]]]:
         found: dict[str, list[dict[str, Any]]] = {}
-        read = select(run_events.c.run_id, run_events.c.payload).order_by(run_events.c.id)
         with one_statement(self.engine) as connection:
             for chunk in id_chunks([run_id for run_id in run_ids if is_storable_id(run_id)]):
-                statement = read.where(run_events.c.run_id.in_(chunk), run_events.c.phase.in_(phase))
-                for run_id, payload in connection.execute(statement):
+                for run_id, payload in connection.execute(_RUNS_EVENTS, {"ids": chunk, "phases": phase}):
                     found.setdefault(str(run_id), []).append(payload)
         return found
 
@@ -613,12 +630,11 @@ class SqlRunStore(BulkRunStoreBase):
     def _finish_runs(self, asked: list[Finish]) -> list[Ended | Refused]:
         ended: dict[str, Ended] = {}
         refused: dict[str, Refused] = {}
-        read = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token)
         with self.engine.begin() as connection:
-            for start in range(0, len(asked), 500):
-                some = asked[start : start + 500]
+            for start in range(0, len(asked), CHUNK):
+                some = asked[start : start + CHUNK]
                 if self.dialect == "postgresql":
-                    rows = list(connection.execute(finish_runs_statement(some)))
+                    rows = list(connection.execute(PG_FINISH_RUNS, pg_finish_runs(some)))
                 else:
                     rows = [
                         row for one in some for row in connection.execute(FINISH_ONE_RUN, finish_one_run(one))
@@ -627,9 +643,25 @@ class SqlRunStore(BulkRunStoreBase):
                     ended[str(row.id)] = Ended(row.runnable, row.started_at or row.created_at)
                 left = [one.run_id for one in some if one.run_id not in ended]
                 if left:
-                    for row in connection.execute(read.where(runs.c.id.in_(left))):
+                    for row in connection.execute(_RUNS_AND_OWNERS, {"ids": left}):
                         refused[str(row.id)] = Refused(*_record_and_owner(row._mapping))
         return [ended.get(one.run_id) or refused.get(one.run_id) or Refused(None, None) for one in asked]
+
+
+_RUNS_AND_OWNERS = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token).where(runs.c.id.in_(IDS))
+_OPEN_RUNS = (runs.c.id.in_(IDS), runs.c.status.not_in(sorted(TERMINAL_STATUSES)))
+_FIRST_STARTS = (
+    update(runs)
+    .where(*_OPEN_RUNS, runs.c.started_at.is_(None))
+    .values(status=RunStatus.RUNNING.value, started_at=bindparam("now", type_=UtcDateTime()))
+    .returning(runs.c.runnable)
+)
+_MARK_RUNNING = update(runs).where(*_OPEN_RUNS).values(status=RunStatus.RUNNING.value).returning(runs.c.id)
+_RUNS_EVENTS = (
+    select(run_events.c.run_id, run_events.c.payload)
+    .where(run_events.c.run_id.in_(IDS), run_events.c.phase.in_(bindparam("phases", expanding=True)))
+    .order_by(run_events.c.id)
+)
 
 
 def _added_counts(run_id: str, counts: Mapping[str, int]) -> Update:
