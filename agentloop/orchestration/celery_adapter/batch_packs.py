@@ -27,6 +27,7 @@ from celery import Task, states
 from agentloop.actions.human import RunPaused
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.pack_policy import this_deployment
+from agentloop.orchestration.celery_adapter.pack_results import store_results
 from agentloop.orchestration.celery_adapter.pause import record_pause
 from agentloop.orchestration.celery_adapter.wire_versions import app_wire_version
 from agentloop.orchestration.errors import (
@@ -178,6 +179,7 @@ def run_batch_pack(
     outcomes = run(_all(task, engine, launches, fresh, priority))
     counts = {"done": 0, "failed": 0, "paused": 0, "skipped": 0}
     away: BaseException | None = None
+    results: list[tuple[str, Any, str]] = []
     for kwargs, outcome in zip(launches, outcomes, strict=True):
         run_id = str(kwargs["run_id"])
         if isinstance(outcome, BaseException):
@@ -185,10 +187,9 @@ def run_batch_pack(
             continue
         how, value = outcome
         counts[how] += 1
-        if how == "done":
-            task.backend.store_result(run_id, value, states.SUCCESS)
-        elif how == "failed":
-            task.backend.store_result(run_id, value, states.FAILURE)
+        if how in ("done", "failed"):
+            results.append((run_id, value, states.SUCCESS if how == "done" else states.FAILURE))
+    store_results(task.backend, results)  # together (pack_results.py)
     if away is not None:
         raise away
     return counts
