@@ -41,6 +41,7 @@ from agentloop.orchestration.runtime.engine import RUN_END_PHASES, WorkflowEngin
 from agentloop.orchestration.runtime.launches import LaunchClaim, claim_launch, claim_recorded
 from agentloop.orchestration.runtime.next_step import Done
 from agentloop.orchestration.runtime.run_end import end_with_failure
+from agentloop.orchestration.store import RunRecord
 from agentloop.orchestration.store.batch_rounds import BatchRounds
 from agentloop.orchestration.store.bulk import BulkRunStoreBase
 from agentloop.orchestration.store.seams import StoreCancelSignal
@@ -75,20 +76,18 @@ def batch_pack_size(task: Task, runnable: str, chunk: int) -> int:
 
 async def _claim(
     task: Task, rounds: BatchRounds, kwargs: dict[str, Any], run_id: str
-) -> tuple[LaunchClaim, bool]:
+) -> tuple[LaunchClaim, RunRecord | None]:
     """A packed run's claim, as ``agentloop.launch`` makes it: read with the other runs' (the
-    chunk recorded each run, owned by its launch), or inserted where no run has the id (a pack
-    that was sent by hand); and whether the run holds no events yet (it never started)."""
+    chunk recorded each run, owned by its launch; the record read is returned too), or inserted
+    where no run has the id (a pack that was sent by hand)."""
     deps = dependencies_of(task.app)
     found = await rounds.claim(run_id)
     if found is None:
-        claim = claim_launch(deps.store, kwargs, task_id=run_id, registered=deps.registry)
-        return claim, claim.created
+        return claim_launch(deps.store, kwargs, task_id=run_id, registered=deps.registry), None
     record, owner = found
-    claim = claim_recorded(kwargs, task_id=run_id, registered=deps.registry, record=record, owner=owner)
-    if record.root_run_id == record.id:  # its cancel flag came with it: the run's first check asks nothing
-        StoreCancelSignal.remember(deps.store, run_id, record.cancel_requested)
-    return claim, record.started_at is None
+    return claim_recorded(
+        kwargs, task_id=run_id, registered=deps.registry, record=record, owner=owner
+    ), record
 
 
 async def _one(
@@ -105,7 +104,7 @@ async def _one(
     deps = dependencies_of(task.app)
     run_id = str(kwargs["run_id"])
     try:
-        claim, unstarted = await _claim(task, rounds, kwargs, run_id)
+        claim, read = await _claim(task, rounds, kwargs, run_id)
     except RunIdTakenError as taken:
         logger.warning("%s: this packed run is left to its owner", taken)
         return "skipped", None
@@ -127,9 +126,12 @@ async def _one(
     )
     engine.record_start(node)
     # A run that had not started when it was claimed holds no events: its end asks nothing more.
+    unstarted = claim.created if read is None else read.started_at is None
     publisher = engine.publisher(node, stored_failures=False if unstarted else None)
     try:
         record = await rounds.start_loop((run_id, node.path))
+        if read is not None and read.root_run_id == read.id:  # its cancel flag came with its claim
+            StoreCancelSignal.remember(deps.store, run_id, read.cancel_requested)
         writes = rounds.writes(run_id, publisher)
         outcome = await engine.start(node, request.input, publisher, writes, record)
     except RunPaused as paused:  # it leaves the pack: its own launch is what the answer sends

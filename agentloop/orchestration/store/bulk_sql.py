@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from typing import cast as typed
 
@@ -30,6 +31,9 @@ from agentloop.orchestration.store.base import Finish
 from agentloop.orchestration.store.dialects import _lock_key, upserts
 from agentloop.orchestration.store.protocol import TERMINAL_STATUSES
 from agentloop.orchestration.store.tables import UtcDateTime, checkpoints, runs
+
+#: The terminal statuses, as SQL text (the statements below are text).
+_TERMINAL = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
 
 #: How many ids one ``IN`` list of a bulk step holds.
 CHUNK = 500
@@ -152,7 +156,7 @@ FROM jsonb_to_recordset(:asked) AS asked(
     owner_token text
 )
 WHERE runs.id = asked.id
-  AND runs.status NOT IN ({", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))})
+  AND runs.status NOT IN ({_TERMINAL})
   AND (runs.owner_token IS NULL OR runs.owner_token = coalesce(asked.owner_token, ''))
 RETURNING runs.id, runs.runnable, runs.started_at, runs.created_at"""
     )
@@ -165,6 +169,44 @@ RETURNING runs.id, runs.runnable, runs.started_at, runs.created_at"""
     )
 )
 """:data:`FINISH_ONE_RUN` for several runs (``asked``: :func:`pg_finish_runs`), one statement."""
+
+
+PG_INSERT_RUNS: TextualSelect = (
+    text(
+        """INSERT INTO runs SELECT * FROM jsonb_populate_recordset(NULL::runs, :rows)
+ON CONFLICT (id) DO NOTHING
+RETURNING runs.id"""
+    )
+    .bindparams(bindparam("rows", type_=postgresql.JSONB()))
+    .columns(column("id", String()))
+)
+"""Insert runs unless their id exists (``rows``: :func:`pg_run_rows`); returns each run inserted."""
+
+
+def pg_run_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """:data:`PG_INSERT_RUNS`'s parameters: each row's checked columns, its times as ISO text."""
+    return {
+        "rows": [
+            {name: value.isoformat() if isinstance(value, datetime) else value for name, value in row.items()}
+            for row in rows
+        ]
+    }
+
+
+PG_MARK_RUNS_RUNNING: TextualSelect = (
+    text(
+        f"""UPDATE runs SET status = 'running', started_at = coalesce(before.started_at, :now)
+FROM (
+    SELECT id, started_at FROM runs WHERE id = ANY(:ids) AND status NOT IN ({_TERMINAL}) FOR UPDATE
+) AS before
+WHERE runs.id = before.id
+RETURNING runs.id, runs.runnable, before.started_at IS NULL AS first_start"""
+    )
+    .bindparams(bindparam("ids", type_=postgresql.ARRAY(String())), bindparam("now", type_=UtcDateTime()))
+    .columns(column("id", String()), column("runnable", String()), column("first_start", Boolean()))
+)
+"""Mark the runs ``ids`` that have not ended running, keeping a first start time; returns each run
+marked, and whether this was its first start."""
 
 
 def pg_finish_runs(asked: Sequence[Finish]) -> dict[str, Any]:

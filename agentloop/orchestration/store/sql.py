@@ -33,17 +33,19 @@ from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
 from agentloop.orchestration.store.base import Ended, Finish, Refused
 from agentloop.orchestration.store.bulk import BulkRunStoreBase, LoopEnd
 from agentloop.orchestration.store.bulk_sql import (
-    CHUNK,
     FINISH_ONE_RUN,
     IDS,
     PG_FINISH_RUNS,
     PG_FINISH_RUNS_LOOPS,
+    PG_INSERT_RUNS,
+    PG_MARK_RUNS_RUNNING,
     PG_START_RUNS_LOOPS,
     bulk_upserts,
     finish_one_run,
     id_chunks,
     pg_finish_runs,
     pg_lock_keys,
+    pg_run_rows,
 )
 from agentloop.orchestration.store.checks import (
     check_count,
@@ -538,8 +540,12 @@ class SqlRunStore(BulkRunStoreBase):
             }
             for values, owner in rows
         ]
-        with self.engine.begin() as connection:
-            created = {str(row.id) for row in connection.execute(self._upserts.create_run, params)}
+        if self.dialect == "postgresql":
+            with one_statement(self.engine) as connection, connection.begin():
+                created = {str(row.id) for row in connection.execute(PG_INSERT_RUNS, pg_run_rows(params))}
+        else:
+            with self.engine.begin() as connection:
+                created = {str(row.id) for row in connection.execute(self._upserts.create_run, params)}
         return [values["id"] in created for values, _ in rows]
 
     @retried
@@ -555,6 +561,13 @@ class SqlRunStore(BulkRunStoreBase):
     def _mark_runs_running(self, run_ids: list[str]) -> tuple[set[str], list[str]]:
         marked: set[str] = set()
         first_starts: list[str] = []
+        if self.dialect == "postgresql":
+            with one_statement(self.engine) as connection, connection.begin():
+                for row in connection.execute(PG_MARK_RUNS_RUNNING, {"ids": run_ids, "now": utcnow()}):
+                    marked.add(str(row.id))
+                    if row.first_start:
+                        first_starts.append(str(row.runnable))
+            return marked, first_starts
         with self.engine.begin() as connection:
             for chunk in id_chunks(run_ids):
                 params = {"ids": chunk, "now": utcnow()}
@@ -565,15 +578,15 @@ class SqlRunStore(BulkRunStoreBase):
     @retried
     def _start_runs_loops(self, loops: list[tuple[str, str]]) -> list[StartedLoop]:
         now = utcnow()
-        with self.engine.begin() as connection:
-            if self.dialect == "postgresql":
-                listed = [{"run_id": run_id, "path": path} for run_id, path in loops]
+        if self.dialect == "postgresql":
+            listed = [{"run_id": run_id, "path": path} for run_id, path in loops]
+            with one_statement(self.engine) as connection, connection.begin():
                 returned = connection.execute(PG_START_RUNS_LOOPS, {"loops": listed, "updated_at": now})
-            else:
-                rows = [
-                    {"run_id": run, "path": path, "deliveries": 1, "updated_at": now} for run, path in loops
-                ]
-                returned = connection.execute(bulk_upserts(self.dialect).start_runs_loops, rows)
+                started = {(str(row.run_id), str(row.path)): _started(row) for row in returned}
+            return [started[loop] for loop in loops]
+        rows = [{"run_id": run, "path": path, "deliveries": 1, "updated_at": now} for run, path in loops]
+        with self.engine.begin() as connection:
+            returned = connection.execute(bulk_upserts(self.dialect).start_runs_loops, rows)
             started = {(str(row.run_id), str(row.path)): _started(row) for row in returned}
         return [started[loop] for loop in loops]
 
@@ -629,23 +642,18 @@ class SqlRunStore(BulkRunStoreBase):
     @retried
     def _finish_runs(self, asked: list[Finish]) -> list[Ended | Refused]:
         ended: dict[str, Ended] = {}
-        refused: dict[str, Refused] = {}
-        with self.engine.begin() as connection:
-            for start in range(0, len(asked), CHUNK):
-                some = asked[start : start + CHUNK]
-                if self.dialect == "postgresql":
-                    rows = list(connection.execute(PG_FINISH_RUNS, pg_finish_runs(some)))
-                else:
-                    rows = [
-                        row for one in some for row in connection.execute(FINISH_ONE_RUN, finish_one_run(one))
-                    ]
-                for row in rows:
+        if self.dialect == "postgresql":  # one statement, in autocommit
+            with one_statement(self.engine) as connection, connection.begin():
+                for row in connection.execute(PG_FINISH_RUNS, pg_finish_runs(asked)):
                     ended[str(row.id)] = Ended(row.runnable, row.started_at or row.created_at)
-                left = [one.run_id for one in some if one.run_id not in ended]
-                if left:
-                    for row in connection.execute(_RUNS_AND_OWNERS, {"ids": left}):
-                        refused[str(row.id)] = Refused(*_record_and_owner(row._mapping))
-        return [ended.get(one.run_id) or refused.get(one.run_id) or Refused(None, None) for one in asked]
+        else:
+            with self.engine.begin() as connection:
+                for one in asked:
+                    for row in connection.execute(FINISH_ONE_RUN, finish_one_run(one)):
+                        ended[str(row.id)] = Ended(row.runnable, row.started_at or row.created_at)
+        left = [one.run_id for one in asked if one.run_id not in ended]
+        refused = self._runs_and_owners(left) if left else {}  # what each refusal is checked against
+        return [ended.get(one.run_id) or Refused(*refused.get(one.run_id, (None, None))) for one in asked]
 
 
 _RUNS_AND_OWNERS = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token).where(runs.c.id.in_(IDS))
