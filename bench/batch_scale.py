@@ -157,7 +157,12 @@ def run(args: argparse.Namespace) -> bool:
         began = time.perf_counter()
         started = app.send_task(
             BATCH,
-            kwargs={"runnable": args.runnable, "inputs": [None] * args.inputs, "poll_seconds": 1.0},
+            kwargs={
+                "runnable": args.runnable,
+                "inputs": [None] * args.inputs,
+                "poll_seconds": 1.0,
+                **({"chunk_size": args.chunk_size} if args.chunk_size else {}),
+            },
         ).get(timeout=args.timeout)
         started_id = started["batch_id"]
         state, samples = _wait_for_batch(store, started_id, worker.pid, args.timeout)
@@ -224,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--imports", default="bench.workflows_celery", help="the module registering it")
     parser.add_argument("--ideal", type=float, default=0.0, help="one run's latency ideal, seconds")
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument(
+        "--chunk-size", type=int, default=0, help="agentloop.batch's chunk_size (0: its default)"
+    )
     parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
     parser.add_argument("--expires", type=int, default=20, help="result expiry of the worker, seconds")
     parser.add_argument("--rss-growth", type=float, default=1.25)
