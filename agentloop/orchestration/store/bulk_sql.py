@@ -171,20 +171,25 @@ RETURNING runs.id, runs.runnable, runs.started_at, runs.created_at"""
 """:data:`FINISH_ONE_RUN` for several runs (``asked``: :func:`pg_finish_runs`), one statement."""
 
 
-PG_INSERT_RUNS: TextualSelect = (
-    text(
-        """INSERT INTO runs SELECT * FROM jsonb_populate_recordset(NULL::runs, :rows)
+@functools.cache
+def pg_insert_runs(columns: tuple[str, ...]) -> TextualSelect:
+    """Insert runs unless their id exists, each given by the ``columns`` named (the others take
+    their defaults; ``rows``: :func:`pg_run_rows`), one statement; returns each run inserted."""
+    named = ", ".join(columns)
+    return (
+        text(
+            f"""INSERT INTO runs ({named})
+SELECT {named} FROM jsonb_populate_recordset(NULL::runs, :rows)
 ON CONFLICT (id) DO NOTHING
 RETURNING runs.id"""
+        )
+        .bindparams(bindparam("rows", type_=postgresql.JSONB()))
+        .columns(column("id", String()))
     )
-    .bindparams(bindparam("rows", type_=postgresql.JSONB()))
-    .columns(column("id", String()))
-)
-"""Insert runs unless their id exists (``rows``: :func:`pg_run_rows`); returns each run inserted."""
 
 
 def pg_run_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """:data:`PG_INSERT_RUNS`'s parameters: each row's checked columns, its times as ISO text."""
+    """:func:`pg_insert_runs`'s parameters: each row's checked columns, its times as ISO text."""
     return {
         "rows": [
             {name: value.isoformat() if isinstance(value, datetime) else value for name, value in row.items()}

@@ -37,13 +37,13 @@ from agentloop.orchestration.store.bulk_sql import (
     IDS,
     PG_FINISH_RUNS,
     PG_FINISH_RUNS_LOOPS,
-    PG_INSERT_RUNS,
     PG_MARK_RUNS_RUNNING,
     PG_START_RUNS_LOOPS,
     bulk_upserts,
     finish_one_run,
     id_chunks,
     pg_finish_runs,
+    pg_insert_runs,
     pg_lock_keys,
     pg_run_rows,
 )
@@ -542,7 +542,8 @@ class SqlRunStore(BulkRunStoreBase):
         ]
         if self.dialect == "postgresql":
             with one_statement(self.engine) as connection, connection.begin():
-                created = {str(row.id) for row in connection.execute(PG_INSERT_RUNS, pg_run_rows(params))}
+                statement = pg_insert_runs(tuple(params[0]))  # every row has the same columns
+                created = {str(row.id) for row in connection.execute(statement, pg_run_rows(params))}
         else:
             with self.engine.begin() as connection:
                 created = {str(row.id) for row in connection.execute(self._upserts.create_run, params)}
