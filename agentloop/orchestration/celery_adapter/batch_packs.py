@@ -13,6 +13,12 @@ runs and ends, and the answered run resumes alone from its checkpoint (several r
 may wait at once, each for its own answer). A run
 store that stays away is raised once every other run has ended: Celery tries the pack again, and
 it runs only the runs that have not ended.
+
+The runs make their store steps together: each step (the claim, which reads the run the chunk
+recorded, the start, the loop's start and result, the read the run's end is judged on, the end)
+waits for the end of the event loop's round and is made for every run due then with one bulk
+call (``store/batch_rounds.py``); a run goes on only once its own step is recorded. The pack's
+results go to the result backend together at its end (``pack_results.py``).
 """
 
 from __future__ import annotations
