@@ -202,3 +202,17 @@ def test_a_store_outage_in_one_round_fails_the_pack_and_its_retry_ends_the_runs(
             assert [e["phase"] for e in rig.events(run_id)].count("done") == 1, rig.events(run_id)
     finally:
         rig.app.close()
+
+
+def test_a_run_twice_in_one_pack_runs_once(rig: Rig) -> None:
+    (launches,) = rig.chunk("twice", list(range(3)))
+
+    assert rig.pack([*launches, launches[0], launches[2]]) == {
+        "done": 3,
+        "failed": 0,
+        "paused": 0,
+        "skipped": 2,
+    }
+
+    assert dict(STEPS) == dict.fromkeys(range(3), 1)
+    assert {run.status for run in rig.runs("twice").values()} == {"succeeded"}

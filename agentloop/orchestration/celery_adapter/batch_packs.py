@@ -169,8 +169,19 @@ async def _all(
     task: Task, engine: WorkflowEngine, launches: Sequence[dict[str, Any]], fresh: bool, priority: int
 ) -> Outcomes:
     rounds = BatchRounds(dependencies_of(task.app).store, end_phases=RUN_END_PHASES)
-    runs = (_one(task, engine, rounds, kwargs, fresh, priority) for kwargs in launches)
+    seen: set[str] = set()
+    runs = []
+    for kwargs in launches:
+        run_id = str(kwargs["run_id"])
+        # a run id twice in one pack (sent by hand): the first copy runs it, the second is its twin
+        runs.append(_one(task, engine, rounds, kwargs, fresh, priority) if run_id not in seen else _twin())
+        seen.add(run_id)
     return await asyncio.gather(*runs, return_exceptions=True)
+
+
+async def _twin() -> tuple[str, Any]:
+    """A second copy of a run in one pack: skipped (its first copy runs it)."""
+    return "skipped", None
 
 
 def run_batch_pack(

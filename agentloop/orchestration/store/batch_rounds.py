@@ -43,8 +43,6 @@ class _Round(Generic[A, V]):
     def __init__(self, make: Callable[[list[A]], Sequence[V | Exception]]) -> None:
         self.make = make
         self._asks: list[tuple[A, asyncio.Future[V]]] = []
-        #: How many asks went out, and in how many store calls (for the tests and the bench).
-        self.asks = self.calls = 0
 
     def __call__(self, ask: A) -> asyncio.Future[V]:
         done: asyncio.Future[V] = asyncio.get_running_loop().create_future()
@@ -55,7 +53,6 @@ class _Round(Generic[A, V]):
 
     def _make(self) -> None:
         asks, self._asks = self._asks, []
-        self.asks, self.calls = self.asks + len(asks), self.calls + 1
         try:
             answers = self.make([ask for ask, _ in asks])
         except Exception as error:  # the store away: every run that waited on this call
@@ -74,8 +71,8 @@ class _Round(Generic[A, V]):
 
 class BatchRounds:
     """The steps of a batch pack's runs on ``store``, each kind made together per event-loop
-    round (the module doc); a run's end is judged on its events of ``end_phases``. Used from one
-    event loop."""
+    round (the module doc); a run's end is judged on its events of ``end_phases``. Each run asks
+    for each of its steps once (a pack holds a run id once). Used from one event loop."""
 
     def __init__(self, store: RunStore, *, end_phases: Sequence[str]) -> None:
         self.store, self.end_phases = store, tuple(end_phases)
@@ -92,11 +89,6 @@ class BatchRounds:
         """The events of ``end_phases`` a run's end is judged on (``WorkflowEngine.finish``)."""
         self.end: _Round[RunEnd, None] = _Round(bulk.finish_runs)
         """:meth:`~agentloop.orchestration.store.RunStore.finish_run` of a run (its refusal raised)."""
-
-    def rounds(self) -> dict[str, _Round[Any, Any]]:
-        """Each kind of step by name (what the tests and the bench count)."""
-        names = ("claim", "mark_running", "start_loop", "finish_loop", "ends", "end")
-        return {name: getattr(self, name) for name in names}
 
     def _claims(self, run_ids: list[str]) -> list[Claimed]:
         found = self.bulk.runs_and_owners(run_ids)
