@@ -17,6 +17,7 @@ Each input is one ``bench.trivial`` loop (``bench/workflows_celery.py``). Only
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from contextlib import ExitStack
@@ -33,6 +34,16 @@ def _rss_mib(pid: int) -> float:
             return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
     except (OSError, StopIteration):
         return 0.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` has used so far (0 where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_for_batch(
@@ -142,14 +153,22 @@ def run(args: argparse.Namespace) -> bool:
 
         keys_before, rss_before = client.dbsize(), _rss_mib(worker.pid)
         commits_before = _commits(store)
+        cpu_before = _cpu_seconds(worker.pid)
         began = time.perf_counter()
         started = app.send_task(
             BATCH,
-            kwargs={"runnable": args.runnable, "inputs": [None] * args.inputs, "poll_seconds": 1.0},
+            kwargs={
+                "runnable": args.runnable,
+                "inputs": [None] * args.inputs,
+                "poll_seconds": 1.0,
+                **({"chunk_size": args.chunk_size} if args.chunk_size else {}),
+            },
         ).get(timeout=args.timeout)
         started_id = started["batch_id"]
         state, samples = _wait_for_batch(store, started_id, worker.pid, args.timeout)
         seconds = time.perf_counter() - began
+        worker_cpu = _cpu_seconds(worker.pid) - cpu_before
+        load = os.getloadavg()
         writes = _durable_writes(store, started_id)
         commits = _commits(store) - commits_before
         keys_peak = client.dbsize()
@@ -173,6 +192,11 @@ def run(args: argparse.Namespace) -> bool:
         f"({writes['events'] / seconds:.0f}/s); checkpoint rows left: {writes['checkpoints']}; "
         f"store: {writes['store']}; database commits: {commits} ({commits / seconds:.0f}/s, "
         f"{commits / max(1, ended):.1f} a run)"
+    )
+    print(
+        f"  worker CPU: {worker_cpu:.1f} s, {worker_cpu / max(1, ended) * 1000:.2f} ms a run "
+        f"(the worker process, all its threads); load average at the end: "
+        + ", ".join(f"{value:.1f}" for value in load)
     )
     if args.ideal:
         capacity = args.inputs * args.ideal / args.concurrency  # every thread busy waiting, no gap
@@ -205,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--imports", default="bench.workflows_celery", help="the module registering it")
     parser.add_argument("--ideal", type=float, default=0.0, help="one run's latency ideal, seconds")
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument(
+        "--chunk-size", type=int, default=0, help="agentloop.batch's chunk_size (0: its default)"
+    )
     parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
     parser.add_argument("--expires", type=int, default=20, help="result expiry of the worker, seconds")
     parser.add_argument("--rss-growth", type=float, default=1.25)

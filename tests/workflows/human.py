@@ -141,6 +141,15 @@ class PackedApprovals(FanWithApproval):
         ]
 
 
+class ApproveIfTold(Approve):
+    """:class:`Approve` for an input starting ``ask``; any other input's run asks nothing."""
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        if str(state["input"]).startswith("ask"):
+            return await super().advance_state(state=state, iteration=iteration)
+        return {**state, "steps": [*state["steps"], f"step{iteration}"]}
+
+
 class StageThenApprove(BaseAgentPipeline):
     """A plain stage, then one that asks."""
 
@@ -157,5 +166,6 @@ for _name, _runnable in {
     "human.fan_of_two_questions": FanWithTwoApprovals,
     "human.pipeline": StageThenApprove,
     "human.packed_approvals": PackedApprovals,
+    "human.approve_if_told": ApproveIfTold,
 }.items():
     register(_name, _runnable)

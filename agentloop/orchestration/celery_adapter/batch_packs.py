@@ -13,6 +13,12 @@ runs and ends, and the answered run resumes alone from its checkpoint (several r
 may wait at once, each for its own answer). A run
 store that stays away is raised once every other run has ended: Celery tries the pack again, and
 it runs only the runs that have not ended.
+
+The runs make their store steps together: each step (the claim, which reads the run the chunk
+recorded, the start, the loop's start and result, the read the run's end is judged on, the end)
+waits for the end of the event loop's round and is made for every run due then with one bulk
+call (``store/batch_rounds.py``); a run goes on only once its own step is recorded. The pack's
+results go to the result backend together at its end (``pack_results.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from celery import Task, states
 from agentloop.actions.human import RunPaused
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.pack_policy import this_deployment
+from agentloop.orchestration.celery_adapter.pack_results import store_results
 from agentloop.orchestration.celery_adapter.pause import record_pause
 from agentloop.orchestration.celery_adapter.wire_versions import app_wire_version
 from agentloop.orchestration.errors import (
@@ -36,10 +43,14 @@ from agentloop.orchestration.errors import (
     StoreUnavailableError,
 )
 from agentloop.orchestration.packing.rule import why_not_packed
-from agentloop.orchestration.runtime.engine import WorkflowEngine
-from agentloop.orchestration.runtime.launches import claim_launch
+from agentloop.orchestration.runtime.engine import RUN_END_PHASES, WorkflowEngine
+from agentloop.orchestration.runtime.launches import LaunchClaim, claim_launch, claim_recorded
 from agentloop.orchestration.runtime.next_step import Done
 from agentloop.orchestration.runtime.run_end import end_with_failure
+from agentloop.orchestration.store import RunRecord
+from agentloop.orchestration.store.batch_rounds import BatchRounds
+from agentloop.orchestration.store.bulk import BulkRunStoreBase
+from agentloop.orchestration.store.seams import StoreCancelSignal
 from agentloop.orchestration.wire import LAUNCH, PACK_WIRE_VERSION, WorkflowNode
 from agentloop.pipelines.composite import BaseCompositeAgent
 from agentloop.pipelines.pipeline import BaseAgentPipeline
@@ -58,6 +69,8 @@ def batch_pack_size(task: Task, runnable: str, chunk: int) -> int:
     chosen = deps.settings.pack_size
     if app_wire_version(task.app) < PACK_WIRE_VERSION or chosen == 1:
         return 1
+    if not isinstance(deps.store, BulkRunStoreBase):  # a store without bulk steps (store/bulk.py)
+        return 1
     if isinstance(registered, type) and issubclass(registered, BaseAgentPipeline | BaseCompositeAgent):
         return 1
     if chosen is not None:
@@ -67,15 +80,37 @@ def batch_pack_size(task: Task, runnable: str, chunk: int) -> int:
     return max(1, chunk)
 
 
+async def _claim(
+    task: Task, rounds: BatchRounds, kwargs: dict[str, Any], run_id: str
+) -> tuple[LaunchClaim, RunRecord | None]:
+    """A packed run's claim, as ``agentloop.launch`` makes it: read with the other runs' (the
+    chunk recorded each run, owned by its launch; the record read is returned too), or inserted
+    where no run has the id (a pack that was sent by hand)."""
+    deps = dependencies_of(task.app)
+    found = await rounds.claim(run_id)
+    if found is None:
+        return claim_launch(deps.store, kwargs, task_id=run_id, registered=deps.registry), None
+    record, owner = found
+    return claim_recorded(
+        kwargs, task_id=run_id, registered=deps.registry, record=record, owner=owner
+    ), record
+
+
 async def _one(
-    task: Task, engine: WorkflowEngine, kwargs: dict[str, Any], fresh: bool, priority: int
+    task: Task,
+    engine: WorkflowEngine,
+    rounds: BatchRounds,
+    kwargs: dict[str, Any],
+    fresh: bool,
+    priority: int,
 ) -> tuple[str, Any]:
-    """One run of the pack, as ``agentloop.launch`` runs it: ``(how, value)``, ``how`` one of
-    ``done``, ``failed``, ``paused``, ``skipped`` (another launch owns it, or it ended)."""
+    """One run of the pack, as ``agentloop.launch`` runs it, each store step made with the other
+    runs' due (``rounds``): ``(how, value)``, ``how`` one of ``done``, ``failed``, ``paused``,
+    ``skipped`` (another launch owns it, or it ended)."""
     deps = dependencies_of(task.app)
     run_id = str(kwargs["run_id"])
     try:
-        claim = claim_launch(deps.store, kwargs, task_id=run_id, registered=deps.registry)
+        claim, read = await _claim(task, rounds, kwargs, run_id)
     except RunIdTakenError as taken:
         logger.warning("%s: this packed run is left to its owner", taken)
         return "skipped", None
@@ -85,7 +120,7 @@ async def _one(
             end_with_failure(deps.store, run_id, problem, owner_token=claim.owner_token)
         return "skipped", None
     request = claim.request
-    if not deps.store.mark_running(run_id):
+    if not await rounds.mark_running(run_id):
         return "skipped", None
     node = WorkflowNode(
         run_id=run_id,
@@ -96,8 +131,15 @@ async def _one(
         record=request.record or deps.settings.record_runs,
     )
     engine.record_start(node)
+    # A run that had not started when it was claimed holds no events: its end asks nothing more.
+    unstarted = claim.created if read is None else read.started_at is None
+    publisher = engine.publisher(node, stored_failures=False if unstarted else None)
     try:
-        outcome = await engine.start(node, request.input)
+        record = await rounds.start_loop((run_id, node.path))
+        if read is not None and read.root_run_id == read.id:  # its cancel flag came with its claim
+            StoreCancelSignal.remember(deps.store, run_id, read.cancel_requested)
+        writes = rounds.writes(run_id, publisher)
+        outcome = await engine.start(node, request.input, publisher, writes, record)
     except RunPaused as paused:  # it leaves the pack: its own launch is what the answer sends
         launch = task.app.signature(LAUNCH, kwargs=kwargs, task_id=run_id, priority=priority)
         record_pause(task, paused, run_id, dict(launch))
@@ -106,14 +148,17 @@ async def _one(
         raise
     except Exception as error:  # the engine recorded the run's end (``WorkflowEngine.fail``)
         return "failed", error
+    finally:
+        publisher.flush(final=True)
     if not isinstance(outcome, Done):  # the rule packs only loops and stages, which never expand
         expanded = RuntimeError(f"{request.runnable} expanded into tasks inside a batch pack")
         end_with_failure(deps.store, run_id, expanded, owner_token=claim.owner_token)
         return "failed", expanded
     try:
-        return "done", await engine.finish(run_id, outcome.value, owner_token=claim.owner_token)
+        value = await engine.finish(run_id, outcome.value, owner_token=claim.owner_token, rounds=rounds)
     except RunAlreadyEndedError:
         return "skipped", None
+    return "done", value
 
 
 #: What each run of a pack came to: ``(how, value)``, or what its coroutine raised.
@@ -123,8 +168,20 @@ Outcomes = list[tuple[str, Any] | BaseException]
 async def _all(
     task: Task, engine: WorkflowEngine, launches: Sequence[dict[str, Any]], fresh: bool, priority: int
 ) -> Outcomes:
-    runs = (_one(task, engine, kwargs, fresh, priority) for kwargs in launches)
+    rounds = BatchRounds(dependencies_of(task.app).store, end_phases=RUN_END_PHASES)
+    seen: set[str] = set()
+    runs = []
+    for kwargs in launches:
+        run_id = str(kwargs["run_id"])
+        # a run id twice in one pack (sent by hand): the first copy runs it, the second is its twin
+        runs.append(_one(task, engine, rounds, kwargs, fresh, priority) if run_id not in seen else _twin())
+        seen.add(run_id)
     return await asyncio.gather(*runs, return_exceptions=True)
+
+
+async def _twin() -> tuple[str, Any]:
+    """A second copy of a run in one pack: skipped (its first copy runs it)."""
+    return "skipped", None
 
 
 def run_batch_pack(
@@ -141,6 +198,7 @@ def run_batch_pack(
     outcomes = run(_all(task, engine, launches, fresh, priority))
     counts = {"done": 0, "failed": 0, "paused": 0, "skipped": 0}
     away: BaseException | None = None
+    results: list[tuple[str, Any, str]] = []
     for kwargs, outcome in zip(launches, outcomes, strict=True):
         run_id = str(kwargs["run_id"])
         if isinstance(outcome, BaseException):
@@ -148,10 +206,9 @@ def run_batch_pack(
             continue
         how, value = outcome
         counts[how] += 1
-        if how == "done":
-            task.backend.store_result(run_id, value, states.SUCCESS)
-        elif how == "failed":
-            task.backend.store_result(run_id, value, states.FAILURE)
+        if how in ("done", "failed"):
+            results.append((run_id, value, states.SUCCESS if how == "done" else states.FAILURE))
+    store_results(task.backend, results)  # together (pack_results.py)
     if away is not None:
         raise away
     return counts

@@ -31,6 +31,8 @@ from agentloop.orchestration.errors import RunExistsError
 from agentloop.orchestration.runtime.launches import launch_digest
 from agentloop.orchestration.settings.broker import Broker
 from agentloop.orchestration.store import CHILD_SUMS, TERMINAL_STATUSES, RunOwner, RunStore
+from agentloop.orchestration.store.base import NewRun
+from agentloop.orchestration.store.bulk import BulkRunStoreBase
 from agentloop.orchestration.wire import BATCH, BATCH_CHUNK, BATCH_PACK, BATCH_SUMMARY, LAUNCH
 
 
@@ -181,16 +183,17 @@ def batch_chunk(
         or dependencies_of(self.app).registry.get(runnable).concurrency is not None
     )
     size = 1 if keyed else batch_pack_size(self, runnable, len(inputs))
-    packed: list[dict[str, Any]] = []
+    launches: list[dict[str, Any]] = []
+    news: list[NewRun] = []
     for index, item in enumerate(inputs, start=int(offset)):
         run_id = f"{batch_id}-{index}"
         kwargs = {"runnable": runnable, "input": item, "context": context, "run_id": run_id}
         if concurrency_key is not None:
             kwargs["concurrency_key"] = concurrency_key
-        # owned by the launch sent next, which claims it as its own (orchestration/runtime/launches.py); when
-        # this chunk is redelivered, its first delivery recorded the run
-        with suppress(RunExistsError):
-            store.create_run(
+        launches.append(kwargs)
+        # owned by the launch sent next, which claims it as its own (orchestration/runtime/launches.py)
+        news.append(
+            NewRun(
                 run_id=run_id,
                 runnable=runnable,
                 input=item,
@@ -199,13 +202,35 @@ def batch_chunk(
                 celery_task_id=run_id,
                 owner=RunOwner.new(launch_digest(kwargs)),
             )
-        if size == 1:
-            self.app.send_task(LAUNCH, kwargs=kwargs, task_id=run_id, priority=BATCH_PRIORITY)
-        else:
-            packed.append(kwargs)
-    for start in range(0, len(packed), size):
-        self.app.send_task(BATCH_PACK, args=(packed[start : start + size],), priority=BATCH_PRIORITY)
+        )
+    # Every run recorded before any is sent, in one transaction where the store can (when this
+    # chunk is redelivered, its first delivery recorded them: those are left as they are).
+    _record_runs(store, news)
+    if size == 1:
+        for kwargs in launches:
+            self.app.send_task(LAUNCH, kwargs=kwargs, task_id=kwargs["run_id"], priority=BATCH_PRIORITY)
+    else:
+        for start in range(0, len(launches), size):
+            self.app.send_task(BATCH_PACK, args=(launches[start : start + size],), priority=BATCH_PRIORITY)
     return len(inputs)
+
+
+def _record_runs(store: RunStore, news: list[NewRun]) -> None:
+    """Record each of ``news`` unless its id exists (a redelivered chunk's first delivery recorded it)."""
+    if isinstance(store, BulkRunStoreBase):
+        store.insert_runs(news)
+        return
+    for new in news:
+        with suppress(RunExistsError):
+            store.create_run(
+                run_id=new.run_id,
+                runnable=new.runnable,
+                input=new.input,
+                parent_run_id=new.parent_run_id,
+                token_budget=new.token_budget,
+                celery_task_id=new.celery_task_id,
+                owner=new.owner,
+            )
 
 
 def batch_summary(

@@ -53,6 +53,8 @@ from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, LeavesPack, Outcome
 from agentloop.orchestration.runtime.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from agentloop.orchestration.store import RunStore, StartedLoop
+from agentloop.orchestration.store.batch_rounds import BatchRounds
+from agentloop.orchestration.store.bulk import RunEnd
 from agentloop.orchestration.store.human_channel import StoreHumanChannel
 from agentloop.orchestration.store.pack_writes import PackWrites
 from agentloop.orchestration.store.recordings import recording_store_for
@@ -70,6 +72,9 @@ from agentloop.pipelines.pipeline import BaseAgentPipeline
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
+
+#: The phases of the events a run's end is judged on: its model failures and its loops' ends.
+RUN_END_PHASES = (MODEL_UNAVAILABLE, "done")
 
 #: The phase of the event a packed branch gets when it blocked its pack's event loop.
 LOOP_BLOCKED = "loop_blocked"
@@ -134,8 +139,11 @@ class WorkflowEngine:
             entry = RecordedEntry(path=node.path, iteration=0, kind=RUN, seq=0, data={"context": spec})
             recordings.add(node.run_id, [entry])
 
-    def publisher(self, node: WorkflowNode) -> ProgressPublisher:
+    def publisher(self, node: WorkflowNode, *, stored_failures: bool | None = None) -> ProgressPublisher:
+        """The task's publisher of ``node``'s events (``stored_failures``: whether the store holds a
+        model failure of the run, when the caller knows; ``ProgressPublisher``)."""
         return ProgressPublisher(
+            stored_failures=stored_failures,
             store=self.store,
             run_id=node.run_id,
             update_state=self.update_state,
@@ -570,19 +578,32 @@ class WorkflowEngine:
 
     # ----- the run's end ------------------------------------------------------------------------
 
-    async def finish(self, run_id: str, result: Any, *, owner_token: str | None = None) -> Any:
+    async def finish(
+        self, run_id: str, result: Any, *, owner_token: str | None = None, rounds: BatchRounds | None = None
+    ) -> Any:
         """Record the run's end with its ``result`` and return what its task returns: ``succeeded``
         and the result, or ``degraded`` (model failures among its events) and a
         :class:`~agentloop.orchestration.wire.DegradedResult` on the wire, after a last ``degraded`` event.
         The record says how it ended (``stopped_by``: ``"bound"`` when a loop's ``done`` event says
-        it hit its bound, else ``"complete"``)."""
-        ends = [event for _, event in self.store.events(run_id, phase=(MODEL_UNAVAILABLE, "done"))]
+        it hit its bound, else ``"complete"``). A packed batch's run reads its events and ends with
+        the other runs' due (``rounds``: ``store/batch_rounds.py``)."""
+        if rounds is None:
+            ends = [event for _, event in self.store.events(run_id, phase=RUN_END_PHASES)]
+        else:
+            ends = await rounds.ends(run_id)
         failures, bounded = failures_in(ends), bounded_paths(ends)  # one read for both
         stopped_by = STOPPED_BY_BOUND if bounded else STOPPED_COMPLETE
         if not failures:
-            self.store.finish_run(
-                run_id, status="succeeded", output=result, owner_token=owner_token, stopped_by=stopped_by
-            )
+            ended: dict[str, Any] = {
+                "status": "succeeded",
+                "output": result,
+                "owner_token": owner_token,
+                "stopped_by": stopped_by,
+            }
+            if rounds is None:
+                self.store.finish_run(run_id, **ended)
+            else:
+                await rounds.end(RunEnd(run_id=run_id, **ended))
             return result
         error, publisher = (
             degradation_error(failures),

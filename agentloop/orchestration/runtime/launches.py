@@ -60,6 +60,7 @@ __all__ = [
     "LaunchClaim",
     "attached_result",
     "claim_launch",
+    "claim_recorded",
     "launch_digest",
 ]
 
@@ -129,6 +130,22 @@ def _request_of(
     return request, None
 
 
+def _asked(
+    kwargs: Mapping[str, Any], task_id: str, registered: RunnableRegistry
+) -> tuple[str, LaunchRequest | None, Exception | None, RunOwner]:
+    """The run id a launch claims, its request (or why it is invalid) and the owner it would
+    create the run with."""
+    given = kwargs.get("run_id")
+    try:
+        run_id = check_name(str(given) if type(given) is int else given or task_id, "run_id")
+        check_name(task_id, "the launch's task id")
+    except LaunchRequestError as error:
+        raise refused(error, kwargs) from None
+    request, problem = _request_of(kwargs, run_id, registered)
+    owner = RunOwner.new(launch_digest({**kwargs, "run_id": run_id}))  # a given id or the task's: one run
+    return run_id, request, problem, owner
+
+
 def claim_launch(
     store: RunStore, kwargs: Mapping[str, Any], *, task_id: str, registered: RunnableRegistry
 ) -> LaunchClaim:
@@ -138,14 +155,7 @@ def claim_launch(
     Raises :class:`~agentloop.orchestration.errors.LaunchRequestError` for a run id the store
     cannot hold, :class:`RunIdTakenError` for an id another launch owns.
     """
-    given = kwargs.get("run_id")
-    try:
-        run_id = check_name(str(given) if type(given) is int else given or task_id, "run_id")
-        check_name(task_id, "the launch's task id")
-    except LaunchRequestError as error:
-        raise refused(error, kwargs) from None
-    request, problem = _request_of(kwargs, run_id, registered)
-    owner = RunOwner.new(launch_digest({**kwargs, "run_id": run_id}))  # a given id or the task's: one run
+    run_id, request, problem, owner = _asked(kwargs, task_id, registered)
     try:
         record = store.create_run(
             run_id=run_id,
@@ -157,22 +167,38 @@ def claim_launch(
             principal=request.principal if request else None,
         )
     except RunExistsError as exists:
-        return _claim_existing(store, exists.record, owner, task_id, request, problem)
+        stored = store.run_owner(exists.record.id)
+        return _claim_existing(exists.record, stored, owner, task_id, request, problem)
     return LaunchClaim(
         run_id=run_id, request=request, problem=problem, record=record, owner_token=owner.token, created=True
     )
 
 
-def _claim_existing(
-    store: RunStore,
+def claim_recorded(
+    kwargs: Mapping[str, Any],
+    *,
+    task_id: str,
+    registered: RunnableRegistry,
     record: RunRecordLike,
+    owner: RunOwner | None,
+) -> LaunchClaim:
+    """:func:`claim_launch` of a launch whose run id names ``record``, read with its ``owner``
+    already (a packed batch reads its runs' together: ``store/batch_rounds.py``): the same launch
+    goes on, any other is refused, and nothing is written."""
+    _, request, problem, mine = _asked(kwargs, task_id, registered)
+    return _claim_existing(record, owner, mine, task_id, request, problem)
+
+
+def _claim_existing(
+    record: RunRecordLike,
+    owner: RunOwner | None,
     mine: RunOwner,
     task_id: str,
     request: LaunchRequest | None,
     problem: Exception | None,
 ) -> LaunchClaim:
-    """The claim on a run that exists: the same launch goes on, any other is refused."""
-    owner = store.run_owner(record.id)
+    """The claim on a run that exists, created by ``owner``: the same launch goes on, any other
+    is refused."""
     if owner is not None:
         same_launch = owner.launch_digest == mine.launch_digest
     else:  # created without an owner (e.g. by an older release): its runnable must agree

@@ -66,6 +66,8 @@ __all__ = [
     "Rows",
     "RunQuery",
     "RunStoreBase",
+    "asked_finish",
+    "settle_finish",
 ]
 
 #: A checked end of a run: its terminal status, stored output and stored error.
@@ -212,6 +214,37 @@ def _phases(phase: str | Sequence[str] | None) -> tuple[str, ...] | None:
     return (phase,) if isinstance(phase, str) else tuple(phase)
 
 
+def asked_finish(
+    run_id: str,
+    *,
+    status: str,
+    output: JsonValue = None,
+    error: JsonValue | BaseException = None,
+    owner_token: str | None = None,
+    stopped_by: str | None = None,
+) -> Finish:
+    """The end asked of run ``run_id`` (:meth:`RunStoreBase.finish_run`'s arguments), checked."""
+    outcome: Outcome = (
+        check_terminal_status(status),
+        to_json_value(output, what=f"output of run {run_key(run_id)}"),
+        to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
+    )
+    return Finish(
+        run_id=run_id, outcome=outcome, ended=utcnow(), owner_token=owner_token, stopped_by=stopped_by
+    )
+
+
+def settle_finish(asked: Finish, done: Ended | Refused) -> None:
+    """What a store's answer to ``asked`` comes to: the run's end counted once, where this call
+    ended it (``orchestration/metrics/``), else the refusal raised (``check_finish``)."""
+    if isinstance(done, Ended):  # ended here, now: counted once, whoever else tries
+        metrics.run_ended(done.runnable, asked.outcome[0], done.started_at, asked.ended)
+        return
+    check_finish(
+        done.record, done.owner, run_id=asked.run_id, owner_token=asked.owner_token, outcome=asked.outcome
+    )
+
+
 class RunStoreBase:
     """The public methods of a run store, their checks and their metrics, over its primitives
     (module doc). Each method's promise is documented on
@@ -289,20 +322,10 @@ class RunStoreBase:
 
         Only a run that has not ended, and only with its owner's token when it has one.
         """
-        outcome: Outcome = (
-            check_terminal_status(status),
-            to_json_value(output, what=f"output of run {run_key(run_id)}"),
-            to_json_value(error_value(error), what=f"error of run {run_key(run_id)}"),
+        asked = asked_finish(
+            run_id, status=status, output=output, error=error, owner_token=owner_token, stopped_by=stopped_by
         )
-        ended = utcnow()
-        asked = Finish(
-            run_id=run_id, outcome=outcome, ended=ended, owner_token=owner_token, stopped_by=stopped_by
-        )
-        done = self._finish_run(asked)
-        if isinstance(done, Ended):  # ended here, now: counted once, whoever else tries
-            metrics.run_ended(done.runnable, outcome[0], done.started_at, ended)
-            return
-        check_finish(done.record, done.owner, run_id=run_id, owner_token=owner_token, outcome=outcome)
+        settle_finish(asked, self._finish_run(asked))
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or ``None``."""

@@ -26,8 +26,8 @@ from agentloop.orchestration.store.base import (
     Refused,
     Rows,
     RunQuery,
-    RunStoreBase,
 )
+from agentloop.orchestration.store.bulk import BulkRunStoreBase, LoopEnd
 from agentloop.orchestration.store.concurrency import InMemoryConcurrencySlots
 from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import (
@@ -61,7 +61,7 @@ def _copied(record: RunRecord) -> RunRecord:
     )
 
 
-class InMemoryRunStore(RunStoreBase):
+class InMemoryRunStore(BulkRunStoreBase):
     """A dict-backed :class:`~agentloop.orchestration.store.RunStore` (thread-safe, one process)."""
 
     def __init__(self) -> None:
@@ -310,3 +310,59 @@ class InMemoryRunStore(RunStoreBase):
                     kept.finished, kept.result = True, row["result"]
                 recorded.append(copy.deepcopy(kept.result))
         return recorded
+
+    # the bulk steps of a packed batch (store/bulk.py): one run at a time, each under the lock
+
+    def _insert_runs(self, rows: list[tuple[dict[str, Any], RunOwner | None]]) -> list[bool]:
+        created = []
+        for values, owner in rows:
+            try:
+                self._insert_run(values, owner)
+            except RunExistsError:
+                created.append(False)
+            else:
+                created.append(True)
+        return created
+
+    def _runs_and_owners(self, run_ids: list[str]) -> dict[str, tuple[RunRecord, RunOwner | None]]:
+        with self._lock:
+            return {
+                run_id: (_copied(self._runs[run_id]), self._owners.get(run_id))
+                for run_id in run_ids
+                if run_id in self._runs
+            }
+
+    def _mark_runs_running(self, run_ids: list[str]) -> tuple[set[str], list[str]]:
+        marked, first_starts = set(), []
+        for run_id in run_ids:
+            try:
+                was_marked, first_start = self._mark_running(run_id)
+            except RunNotFoundError:
+                continue
+            if was_marked:
+                marked.add(run_id)
+            if first_start is not None:
+                first_starts.append(first_start)
+        return marked, first_starts
+
+    def _start_runs_loops(self, loops: list[tuple[str, str]]) -> list[StartedLoop]:
+        return [self.start_loops(run_id, [path])[0] for run_id, path in loops]
+
+    def _finish_runs_loops(self, ends: list[LoopEnd]) -> list[JsonValue]:
+        return [
+            self.finish_loop(
+                end.run_id,
+                end.path,
+                end.result,
+                events=end.events,
+                input_tokens=end.input_tokens,
+                output_tokens=end.output_tokens,
+            )
+            for end in ends
+        ]
+
+    def _runs_events(self, run_ids: list[str], phase: list[str]) -> dict[str, list[dict[str, Any]]]:
+        return {run_id: [event for _, event in self.events(run_id, phase=phase)] for run_id in run_ids}
+
+    def _finish_runs(self, asked: list[Finish]) -> list[Ended | Refused]:
+        return [self._finish_run(one) for one in asked]

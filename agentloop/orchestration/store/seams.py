@@ -56,6 +56,13 @@ class StoreCancelSignal:
     def __init__(self, store: RunStore, run_id: str, *, interval: float = 0.5) -> None:
         self.store, self.run_id, self.interval = store, run_id, interval
 
+    @classmethod
+    def remember(cls, store: RunStore, run_id: str, cancelled: bool) -> None:
+        """Take ``cancelled`` as root run ``run_id``'s flag, read just now with its record (a
+        packed batch's claim), for ``interval`` seconds as an answer asked of the store."""
+        with cls._seen_lock:
+            _answers_of(cls._seen, store)[run_id] = (time.monotonic(), cancelled)
+
     def is_cancelled(self) -> bool:
         now = time.monotonic()
         with self._seen_lock:
@@ -266,7 +273,10 @@ class ProgressPublisher:
     progress more often than it writes events, or less. A step that takes
     seconds shows its progress within ``state_interval``; a fast task costs one
     write and no state. A failing write is logged and dropped: progress never
-    fails a run. The task's soft time limit is never dropped (``orchestration/interruptions.py``):
+    fails a run. A degraded run's root ends with a ``progress`` event, not ``completed``: whether
+    the store holds a model failure of the run is read then, unless the caller said
+    (``stored_failures``: a packed batch's run that had not started when its pack claimed it holds
+    no events). The task's soft time limit is never dropped (``orchestration/interruptions.py``):
     raised during a write, it goes on up (raised into a timer's write, it is raised by the next
     event), and the events are kept for the task's end.
     """
@@ -281,8 +291,10 @@ class ProgressPublisher:
         state_interval: float | None = None,
         secrets: Sequence[str] = (),
         failure_secrets: Callable[[], Sequence[str]] | None = None,
+        stored_failures: bool | None = None,
     ) -> None:
         self.store, self.run_id, self.update_state, self.interval = store, run_id, update_state, interval
+        self.stored_failures = stored_failures
         self.state_interval = interval if state_interval is None else state_interval
         self.secrets = tuple(secrets)  # texts never written: the node's context spec, as errors quote it
         self.failure_secrets = failure_secrets  # and in a failure's message: the task's hidden arguments
@@ -305,6 +317,8 @@ class ProgressPublisher:
                 payload["data"] = scrub_values(payload["data"], self.secrets)
         if self.failure_secrets is not None and payload.get("status") == "failed":
             payload["message"] = scrub(payload["message"], self.failure_secrets())
+        if payload.get("phase") == MODEL_UNAVAILABLE and self.stored_failures is not None:
+            self.stored_failures = True  # what this task emits, the store holds by its end
         if _ends_the_root(payload) and self._run_degraded():
             # one terminal event per run: a degraded run's is the ``degraded`` event after this
             payload["status"] = ProgressStatus.PROGRESS.value
@@ -327,6 +341,8 @@ class ProgressPublisher:
         stored); a store that cannot say is taken as no."""
         if any(event.get("phase") == MODEL_UNAVAILABLE for event in self._pending):
             return True
+        if self.stored_failures is not None:
+            return self.stored_failures
         try:
             return bool(self.store.events(self.run_id, phase=MODEL_UNAVAILABLE))
         except Exception:

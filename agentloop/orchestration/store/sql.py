@@ -23,6 +23,7 @@ from sqlalchemy import (
     Row,
     RowMapping,
     Update,
+    bindparam,
     func,
     literal,
     or_,
@@ -39,7 +40,27 @@ from agentloop.orchestration.store.base import (
     Refused,
     Rows,
     RunQuery,
-    RunStoreBase,
+)
+from agentloop.orchestration.store.bulk import BulkRunStoreBase, LoopEnd
+from agentloop.orchestration.store.bulk_sql import (
+    FINISH_ONE_RUN,
+    IDS,
+    PG_FINISH_RUNS,
+    PG_FINISH_RUNS_LOOPS,
+    PG_MARK_RUNS_RUNNING,
+    PG_START_RUNS_LOOPS,
+    bulk_upserts,
+    finish_one_run,
+    id_chunks,
+    pg_finish_runs,
+    pg_insert_runs,
+    pg_lock_keys,
+    pg_run_rows,
+)
+from agentloop.orchestration.store.checks import (
+    event_rows,
+    is_storable_id,
+    loop_row,
 )
 from agentloop.orchestration.store.concurrency import SqlConcurrencySlots
 from agentloop.orchestration.store.dialects import (
@@ -117,7 +138,7 @@ def _record_and_owner(columns: RowMapping) -> tuple[RunRecord, RunOwner | None]:
     return RunRecord(**values), owner
 
 
-class SqlRunStore(RunStoreBase):
+class SqlRunStore(BulkRunStoreBase):
     """The :class:`~agentloop.orchestration.store.RunStore` on SQLite or PostgreSQL.
 
     Build it on an engine of a migrated database
@@ -418,6 +439,151 @@ class SqlRunStore(RunStoreBase):
                 returned = connection.execute(self._upserts.finish_loops, loops)
                 recorded.update((path, value) for path, value in returned)
         return [recorded[row["path"]] for row in loops]
+
+    # the bulk steps of a packed batch (store/bulk.py): one statement, or one transaction, each;
+    # on PostgreSQL each statement's text is the same for any number of runs
+
+    @retried
+    def _insert_runs(self, rows: list[tuple[dict[str, Any], RunOwner | None]]) -> list[bool]:
+        params = [
+            {
+                **values,
+                "launch_digest": None if owner is None else owner.launch_digest,
+                "owner_token": None if owner is None else owner.token,
+            }
+            for values, owner in rows
+        ]
+        if self.dialect == "postgresql":
+            with one_statement(self.engine) as connection, connection.begin():
+                statement = pg_insert_runs(tuple(params[0]))  # every row has the same columns
+                created = {str(row.id) for row in connection.execute(statement, pg_run_rows(params))}
+        else:
+            with self.engine.begin() as connection:
+                created = {str(row.id) for row in connection.execute(self._upserts.create_run, params)}
+        return [values["id"] in created for values, _ in rows]
+
+    @retried
+    def _runs_and_owners(self, run_ids: list[str]) -> dict[str, tuple[RunRecord, RunOwner | None]]:
+        found: dict[str, tuple[RunRecord, RunOwner | None]] = {}
+        with one_statement(self.engine) as connection:
+            for chunk in id_chunks(run_ids):
+                for row in connection.execute(_RUNS_AND_OWNERS, {"ids": chunk}):
+                    found[str(row.id)] = _record_and_owner(row._mapping)
+        return found
+
+    @retried
+    def _mark_runs_running(self, run_ids: list[str]) -> tuple[set[str], list[str]]:
+        marked: set[str] = set()
+        first_starts: list[str] = []
+        if self.dialect == "postgresql":
+            with one_statement(self.engine) as connection, connection.begin():
+                for row in connection.execute(PG_MARK_RUNS_RUNNING, {"ids": run_ids, "now": utcnow()}):
+                    marked.add(str(row.id))
+                    if row.first_start:
+                        first_starts.append(str(row.runnable))
+            return marked, first_starts
+        with self.engine.begin() as connection:
+            for chunk in id_chunks(run_ids):
+                params = {"ids": chunk, "now": utcnow()}
+                first_starts += [str(row.runnable) for row in connection.execute(_FIRST_STARTS, params)]
+                marked.update(str(row.id) for row in connection.execute(_MARK_RUNNING, params))
+        return marked, first_starts
+
+    @retried
+    def _start_runs_loops(self, loops: list[tuple[str, str]]) -> list[StartedLoop]:
+        now = utcnow()
+        if self.dialect == "postgresql":
+            listed = [{"run_id": run_id, "path": path} for run_id, path in loops]
+            with one_statement(self.engine) as connection, connection.begin():
+                returned = connection.execute(PG_START_RUNS_LOOPS, {"loops": listed, "updated_at": now})
+                started = {(str(row.run_id), str(row.path)): _started(row) for row in returned}
+            return [started[loop] for loop in loops]
+        rows = [{"run_id": run, "path": path, "deliveries": 1, "updated_at": now} for run, path in loops]
+        with self.engine.begin() as connection:
+            returned = connection.execute(bulk_upserts(self.dialect).start_runs_loops, rows)
+            started = {(str(row.run_id), str(row.path)): _started(row) for row in returned}
+        return [started[loop] for loop in loops]
+
+    @retried
+    def _finish_runs_loops(self, ends: list[LoopEnd]) -> list[JsonValue]:
+        events = [event_rows(end.run_id, end.events) for end in ends]
+        loops = [loop_row(end.run_id, end.path, result=end.result) for end in ends]
+        if self.dialect == "postgresql" and not any(_fails(rows) for rows in events):
+            return self._pg_finish_runs_loops(ends, events, loops)
+        with self.engine.begin() as connection:
+            for end, rows in zip(ends, events, strict=True):  # each level fails once: run by run
+                _insert_events(connection, end.run_id, rows)
+            for end in ends:
+                if end.input_tokens or end.output_tokens:
+                    tokens = {"input_tokens": end.input_tokens, "output_tokens": end.output_tokens}
+                    connection.execute(_added_counts(end.run_id, tokens))
+            returned = connection.execute(bulk_upserts(self.dialect).finish_runs_loops, loops)
+            recorded = {(str(row.run_id), str(row.path)): row.result for row in returned}
+        return [recorded[(end.run_id, end.path)] for end in ends]
+
+    def _pg_finish_runs_loops(
+        self, ends: list[LoopEnd], events: list[list[dict[str, Any]]], loops: list[dict[str, Any]]
+    ) -> list[JsonValue]:
+        """:meth:`_finish_runs_loops` on PostgreSQL: one statement (``bulk_sql.PG_FINISH_RUNS_LOOPS``)."""
+        columns = ("run_id", "payload", "path", "status", "phase", "iteration")
+        now = utcnow()
+        params = {
+            "lock_keys": pg_lock_keys([end.run_id for end, rows in zip(ends, events, strict=True) if rows]),
+            "created_at": now,
+            "events": [{name: row[name] for name in columns} for rows in events for row in rows],
+            "usage": [
+                {"id": end.run_id, "input_tokens": end.input_tokens, "output_tokens": end.output_tokens}
+                for end in ends
+                if end.input_tokens or end.output_tokens
+            ],
+            "loops": [{key: row[key] for key in ("run_id", "path", "result")} for row in loops],
+            "updated_at": now,
+        }
+        with one_statement(self.engine) as connection, connection.begin():
+            returned = connection.execute(PG_FINISH_RUNS_LOOPS, params)
+            recorded = {(str(row.run_id), str(row.path)): row.result for row in returned}
+        return [recorded[(end.run_id, end.path)] for end in ends]
+
+    @retried
+    def _runs_events(self, run_ids: list[str], phase: list[str]) -> dict[str, list[dict[str, Any]]]:
+        found: dict[str, list[dict[str, Any]]] = {}
+        with one_statement(self.engine) as connection:
+            for chunk in id_chunks([run_id for run_id in run_ids if is_storable_id(run_id)]):
+                for run_id, payload in connection.execute(_RUNS_EVENTS, {"ids": chunk, "phases": phase}):
+                    found.setdefault(str(run_id), []).append(payload)
+        return found
+
+    @retried
+    def _finish_runs(self, asked: list[Finish]) -> list[Ended | Refused]:
+        ended: dict[str, Ended] = {}
+        if self.dialect == "postgresql":  # one statement, in autocommit
+            with one_statement(self.engine) as connection, connection.begin():
+                for row in connection.execute(PG_FINISH_RUNS, pg_finish_runs(asked)):
+                    ended[str(row.id)] = Ended(row.runnable, row.started_at or row.created_at)
+        else:
+            with self.engine.begin() as connection:
+                for one in asked:
+                    for row in connection.execute(FINISH_ONE_RUN, finish_one_run(one)):
+                        ended[str(row.id)] = Ended(row.runnable, row.started_at or row.created_at)
+        left = [one.run_id for one in asked if one.run_id not in ended]
+        refused = self._runs_and_owners(left) if left else {}  # what each refusal is checked against
+        return [ended.get(one.run_id) or Refused(*refused.get(one.run_id, (None, None))) for one in asked]
+
+
+_RUNS_AND_OWNERS = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token).where(runs.c.id.in_(IDS))
+_OPEN_RUNS = (runs.c.id.in_(IDS), runs.c.status.not_in(sorted(TERMINAL_STATUSES)))
+_FIRST_STARTS = (
+    update(runs)
+    .where(*_OPEN_RUNS, runs.c.started_at.is_(None))
+    .values(status=RunStatus.RUNNING.value, started_at=bindparam("now", type_=UtcDateTime()))
+    .returning(runs.c.runnable)
+)
+_MARK_RUNNING = update(runs).where(*_OPEN_RUNS).values(status=RunStatus.RUNNING.value).returning(runs.c.id)
+_RUNS_EVENTS = (
+    select(run_events.c.run_id, run_events.c.payload)
+    .where(run_events.c.run_id.in_(IDS), run_events.c.phase.in_(bindparam("phases", expanding=True)))
+    .order_by(run_events.c.id)
+)
 
 
 def _added_counts(run_id: str, counts: Mapping[str, int]) -> Update:
