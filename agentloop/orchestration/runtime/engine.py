@@ -47,10 +47,17 @@ from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, withi
 from agentloop.orchestration.errors import DeliveryLimitError, InvalidNodeError, StoreUnavailableError
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.packing.lag import Blocked, LagWatch
-from agentloop.orchestration.packing.rule import why_not_packed
+from agentloop.orchestration.packing.rule import why_not_joined, why_not_packed
 from agentloop.orchestration.redaction import context_secrets, scrub_error, scrub_values
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, LeavesPack, Outcome
+from agentloop.orchestration.runtime.next_step import (
+    ChainStages,
+    Done,
+    FanOut,
+    LeavesPack,
+    Outcome,
+    StagesLeft,
+)
 from agentloop.orchestration.runtime.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from agentloop.orchestration.store import RunStore, StartedLoop
 from agentloop.orchestration.store.human_channel import StoreHumanChannel
@@ -64,7 +71,7 @@ from agentloop.orchestration.store.seams import (
 )
 from agentloop.orchestration.store.waits import WaitStore
 from agentloop.orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
-from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
+from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy, check_pack_size
 from agentloop.pipelines.pipeline import BaseAgentPipeline
 
 R = TypeVar("R")
@@ -361,12 +368,25 @@ class WorkflowEngine:
                 scope=scope, on_progress=publisher, phase=phase, status=status, done=0
             )
 
+        try:
+            check_pack_size(pipeline.pack_size)
+        except ValueError as error:
+            return await self.fail(node, error)
         await emit("start", ProgressStatus.STARTED)
         if not pipeline.stages:
             await emit("done", ProgressStatus.COMPLETED)
             return Done(value=input)
         carries = type(pipeline).build_stage_input is not BaseAgentPipeline.build_stage_input
-        return ChainStages(node=node, input=input, stages=len(pipeline.stages), carries_input=carries)
+        return ChainStages(
+            node=node,
+            input=input,
+            stages=len(pipeline.stages),
+            carries_input=carries,
+            joinable=frozenset(
+                index for index, stage in enumerate(pipeline.stages) if why_not_joined(stage) is None
+            ),
+            pack_size=pipeline.pack_size,
+        )
 
     async def _start_composite(
         self,
@@ -446,38 +466,117 @@ class WorkflowEngine:
         publisher = self.publisher(node)
         try:
             pipeline = self.instance_of(node, BaseAgentPipeline)
-            scope = self.scope(node)
-            if index > 0:
-                await pipeline.emit_pipeline_event(
-                    scope=scope,
-                    on_progress=publisher,
-                    phase="stage",
-                    status=ProgressStatus.PROGRESS,
-                    done=index,
-                )
-            try:
-                scope.check()
-                stage_input = await maybe_await(
-                    pipeline.build_stage_input(index=index, previous_output=previous, input=input)
-                )
-                parent = Ancestor(
-                    kind="pipeline",
-                    runnable=node.runnable,
-                    path=node.path,
-                    position=str(index),
-                    width=len(pipeline.stages),
-                )
-                name = self.registry.name_of(pipeline.stages[index])
-                child = node.child(runnable=name, segment=f"pipeline/{index}", parent=parent)
-            except Exception as error:
-                await pipeline.emit_stage_failure(
-                    scope=scope, on_progress=publisher, index=index, error=error
-                )
-                publisher.flush(final=True)
-                return await self.fail(node, error)
-            return await self.start(child, stage_input, publisher)
+            return await self._stage(previous, node, pipeline, index, input, publisher)
         finally:
             publisher.flush(final=True)
+
+    async def stages(
+        self,
+        previous: Any,
+        node: WorkflowNode,
+        index: int,
+        count: int,
+        input: Any,
+        *,
+        seconds: float | None = None,
+    ) -> Outcome | StagesLeft:
+        """Stages ``index`` to ``index + count - 1`` of the pipeline ``node``, one after another in
+        this task, each as :meth:`stage` runs it (its events, its result recorded as it ends, its
+        failure); the last one's outcome, or the first that is not a value. After ``seconds``
+        (``None``: no limit) the stages left are :class:`StagesLeft`, for a task of their own.
+        A node that may have run before skips, in one read, the stages that recorded a result."""
+        failure = BranchFailure.from_wire(previous)
+        if failure is not None:
+            return failure
+        publisher = self.publisher(node)
+        try:
+            pipeline = self.instance_of(node, BaseAgentPipeline)
+            stop = index + count
+            if index < 0 or count < 1 or stop > len(pipeline.stages):
+                total = len(pipeline.stages)
+                problem = InvalidNodeError(f"stages {index} to {stop - 1} of a pipeline of {total} stages")
+                return await self.fail(node, problem)
+            if not node.fresh:
+                index, previous = self._stages_done(node, pipeline, index, stop, previous)
+                if index == stop:
+                    return Done(value=previous)
+            began = time.monotonic()
+            while True:
+                outcome = await self._stage(previous, node, pipeline, index, input, publisher)
+                index += 1
+                if index == stop or not isinstance(outcome, Done):
+                    if index == stop or isinstance(outcome, BranchFailure):
+                        return outcome
+                    return StagesLeft(
+                        node=node,
+                        previous=None,
+                        index=index,
+                        count=stop - index,
+                        input=input,
+                        expanded=outcome,
+                    )
+                previous = outcome.value
+                if seconds is not None and time.monotonic() - began >= seconds:
+                    return StagesLeft(
+                        node=node, previous=previous, index=index, count=stop - index, input=input
+                    )
+        finally:
+            publisher.flush(final=True)
+
+    def _stages_done(
+        self, node: WorkflowNode, pipeline: BaseAgentPipeline, index: int, stop: int, previous: Any
+    ) -> tuple[int, Any]:
+        """The first of the stages ``index`` to ``stop - 1`` without a recorded result, and the
+        output it is fed: the result of the stage before it (``previous`` when that is none of them)."""
+        paths = [self._stage_node(node, pipeline, position).path for position in range(index, stop)]
+        for finished, result, _checkpoint in self.store.loop_records(node.run_id, paths):
+            if not finished:
+                break
+            index, previous = index + 1, result
+        return index, previous
+
+    def _stage_node(self, node: WorkflowNode, pipeline: BaseAgentPipeline, index: int) -> WorkflowNode:
+        """Stage ``index`` of the pipeline ``node``."""
+        parent = Ancestor(
+            kind="pipeline",
+            runnable=node.runnable,
+            path=node.path,
+            position=str(index),
+            width=len(pipeline.stages),
+        )
+        name = self.registry.name_of(pipeline.stages[index])
+        return node.child(runnable=name, segment=f"pipeline/{index}", parent=parent)
+
+    async def _stage(
+        self,
+        previous: Any,
+        node: WorkflowNode,
+        pipeline: BaseAgentPipeline,
+        index: int,
+        input: Any,
+        publisher: ProgressPublisher,
+    ) -> Outcome:
+        """Stage ``index`` of ``pipeline`` (the node ``node``), its events through ``publisher``."""
+        scope = self.scope(node)
+        if index > 0:
+            await pipeline.emit_pipeline_event(
+                scope=scope,
+                on_progress=publisher,
+                phase="stage",
+                status=ProgressStatus.PROGRESS,
+                done=index,
+            )
+        try:
+            scope.check()
+            stage_input = await maybe_await(
+                pipeline.build_stage_input(index=index, previous_output=previous, input=input)
+            )
+            child = self._stage_node(node, pipeline, index)
+        except Exception as error:
+            await pipeline.emit_stage_failure(scope=scope, on_progress=publisher, index=index, error=error)
+            publisher.flush(final=True)
+            return await self.fail(node, error)
+        return await self.start(child, stage_input, publisher)
 
     async def pipeline_done(self, previous: Any, node: WorkflowNode) -> Outcome:
         """Close the pipeline ``node``: its output is the last stage's."""
