@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from agentloop.actions.awaiting import maybe_await
@@ -86,6 +86,21 @@ LAG_FIX = (
     "make the blocking code a coroutine that awaits its waits (or run it off the loop with "
     "asyncio.to_thread), or give the composite pack_size = 1 to run each branch in a task of its own"
 )
+
+
+@dataclass(slots=True)
+class NextStage:
+    """The stage after the one a task is running (at ``path``): started, its delivery counted and
+    its record read (``record``), in the transaction that records the running one's result,
+    unless the task's time (``deadline``, monotonic; ``None``: none) is up by then."""
+
+    path: str
+    deadline: float | None = None
+    record: StartedLoop | None = None
+
+    def wanted(self) -> bool:
+        """Whether the task goes on to this stage (its time is not up)."""
+        return self.deadline is None or time.monotonic() < self.deadline
 
 
 class WorkflowEngine:
@@ -202,15 +217,17 @@ class WorkflowEngine:
         publisher: ProgressPublisher | None = None,
         writes: PackWrites | None = None,
         record: StartedLoop | None = None,
+        following: NextStage | None = None,
     ) -> Outcome:
         """Run ``node`` here (a loop or action stage) or say how it expands.
 
         The task's events go out through one ``publisher``, written when the task ends; a
         packed loop's checkpoints and result go with its pack's (``writes``), and its record,
-        when it may have run before, is read with theirs (``record``).
+        when it may have run before, is read with theirs (``record``); a stage's result is
+        written with the start of the stage after it in the same task (``following``).
         """
         if publisher is not None:
-            return await self._start(node, input, publisher, writes, record)
+            return await self._start(node, input, publisher, writes, record, following)
         publisher = self.publisher(node)
         try:
             return await self._start(node, input, publisher)
@@ -309,6 +326,7 @@ class WorkflowEngine:
         publisher: ProgressPublisher,
         writes: PackWrites | None = None,
         record: StartedLoop | None = None,
+        following: NextStage | None = None,
     ) -> Outcome:
         scope = self.scope(node)
         try:
@@ -353,6 +371,11 @@ class WorkflowEngine:
         tokens = {"input_tokens": used.input_tokens, "output_tokens": used.output_tokens}
         if writes is not None:
             return Done(value=await writes.finish(node.path, result, events=events, **tokens))
+        if following is not None and following.wanted():
+            value, following.record = self.store.finish_loop_then_start(
+                node.run_id, node.path, result, following.path, events=events, **tokens
+            )
+            return Done(value=value)
         return Done(value=self.store.finish_loop(node.run_id, node.path, result, events=events, **tokens))
 
     async def _start_pipeline(
@@ -500,9 +523,17 @@ class WorkflowEngine:
                 index, previous = self._stages_done(node, pipeline, index, stop, previous)
                 if index == stop:
                     return Done(value=previous)
-            began = time.monotonic()
+            deadline = None if seconds is None else time.monotonic() + seconds
+            record: StartedLoop | None = None
             while True:
-                outcome = await self._stage(previous, node, pipeline, index, input, publisher)
+                following = None
+                if index + 1 < stop:
+                    following = NextStage(
+                        path=self._stage_node(node, pipeline, index + 1).path, deadline=deadline
+                    )
+                outcome = await self._stage(
+                    previous, node, pipeline, index, input, publisher, record, following
+                )
                 index += 1
                 if index == stop or not isinstance(outcome, Done):
                     if index == stop or isinstance(outcome, BranchFailure):
@@ -516,7 +547,8 @@ class WorkflowEngine:
                         expanded=outcome,
                     )
                 previous = outcome.value
-                if seconds is not None and time.monotonic() - began >= seconds:
+                record = None if following is None else following.record
+                if record is None and following is not None and not following.wanted():  # its time is up
                     return StagesLeft(
                         node=node, previous=previous, index=index, count=stop - index, input=input
                     )
@@ -555,8 +587,11 @@ class WorkflowEngine:
         index: int,
         input: Any,
         publisher: ProgressPublisher,
+        record: StartedLoop | None = None,
+        following: NextStage | None = None,
     ) -> Outcome:
-        """Stage ``index`` of ``pipeline`` (the node ``node``), its events through ``publisher``."""
+        """Stage ``index`` of ``pipeline`` (the node ``node``), its events through ``publisher``
+        (its ``record`` read already, the stage after it ``following``: :meth:`start`)."""
         scope = self.scope(node)
         if index > 0:
             await pipeline.emit_pipeline_event(
@@ -576,7 +611,7 @@ class WorkflowEngine:
             await pipeline.emit_stage_failure(scope=scope, on_progress=publisher, index=index, error=error)
             publisher.flush(final=True)
             return await self.fail(node, error)
-        return await self.start(child, stage_input, publisher)
+        return await self.start(child, stage_input, publisher, record=record, following=following)
 
     async def pipeline_done(self, previous: Any, node: WorkflowNode) -> Outcome:
         """Close the pipeline ``node``: its output is the last stage's."""

@@ -377,6 +377,24 @@ class InMemoryRunStore(RunStoreBase):
             checkpoint=None if kept.iteration is None else (kept.iteration, copy.deepcopy(kept.state)),
         )
 
+    def finish_loop_then_start(
+        self,
+        run_id: str,
+        path: str,
+        result: JsonValue,
+        next_path: str,
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> tuple[JsonValue, StartedLoop]:
+        """:meth:`finish_loop`, then :meth:`start_loops` of ``next_path`` (a store in memory dies
+        with its process: there is no crash between the two to guard against)."""
+        tokens = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+        recorded = self.finish_loop(run_id, path, result, events=events, **tokens)
+        (started,) = self.start_loops(run_id, [next_path])
+        return recorded, started
+
     def finish_loop(
         self,
         run_id: str,

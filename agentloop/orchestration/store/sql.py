@@ -10,7 +10,7 @@ the database is unreachable (:class:`~agentloop.orchestration.store.retry.StoreR
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -448,24 +448,63 @@ class SqlRunStore(RunStoreBase):
         """Record the loop's result (its checkpoint is kept), append ``events`` under ``run_id``
         and add the tokens to the run's usage, in one transaction; the first result recorded
         stands and is returned."""
+        statements = self._finished(run_id, path, result, events, input_tokens, output_tokens)
+        if self.dialect != "postgresql":  # SQLite: the events, the usage and the result, one transaction
+            with self.engine.begin() as connection:
+                return statements(connection)
+        with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
+            return statements(connection)
+
+    @retried
+    def finish_loop_then_start(
+        self,
+        run_id: str,
+        path: str,
+        result: JsonValue,
+        next_path: str,
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> tuple[JsonValue, StartedLoop]:
+        """:meth:`finish_loop`, then :meth:`start_loops` of ``next_path``, in one transaction."""
+        statements = self._finished(run_id, path, result, events, input_tokens, output_tokens)
+        start = {"run_id": run_id, "path": next_path, "deliveries": 1, "updated_at": utcnow()}
+        with self.engine.begin() as connection:
+            recorded = statements(connection)
+            return recorded, _started(connection.execute(self._upserts.start_loops, start).one())
+
+    def _finished(
+        self,
+        run_id: str,
+        path: str,
+        result: JsonValue,
+        events: Sequence[Mapping[str, Any]],
+        input_tokens: int,
+        output_tokens: int,
+    ) -> Callable[[Connection], JsonValue]:
+        """The statements that record a loop's result with its events and usage (checked here),
+        to run in a transaction; they return the result as recorded."""
         row = loop_row(run_id, path, result=result)
         rows = event_rows(run_id, events)
         tokens = {
             "input_tokens": check_count(input_tokens, "input_tokens"),
             "output_tokens": check_count(output_tokens, "output_tokens"),
         }
-        if self.dialect != "postgresql":  # SQLite: the events, the usage and the result, one transaction
-            with self.engine.begin() as connection:
+
+        def run(connection: Connection) -> JsonValue:
+            if self.dialect != "postgresql":
                 if rows:
                     connection.execute(run_events.insert(), rows)
                 if input_tokens or output_tokens:
                     connection.execute(_added_counts(run_id, tokens))
                 return connection.execute(self._upserts.finish_loop, row).scalar_one()
-        with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
             if not rows and not (input_tokens or output_tokens):
                 return connection.execute(self._upserts.finish_loop, row).scalar_one()
             batch = pg_event_batch(run_id, rows)
             return connection.execute(PG_FINISH_LOOP, {**row, **batch, **tokens}).scalar_one()
+
+        return run
 
     @retried
     def finish_loops(
