@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
+from kombu.exceptions import OperationalError
 from test_canvas_shapes import FakeTask, Replaced, shape
 
 from agentloop import BaseAgentLoop, BaseAgentPipeline, BaseCompositeAgent, Branch, step
@@ -196,6 +197,40 @@ def test_the_stages_left_after_the_tasks_time_replace_it_and_an_expansion_runs_f
         (PIPELINE_DONE, (NODE.to_dict(),), {}, False),
         (STAGES, (NODE.to_dict(), 3, 2, None), {}, False),
     )
+
+
+class BrokerAway(FakeTask):
+    """A task whose ``replace`` finds the broker away ``away`` times first (kombu's error)."""
+
+    def __init__(self, app: Any, away: int) -> None:
+        super().__init__(app)
+        self.away = away
+
+    def replace(self, canvas: Any) -> Replaced:
+        if self.away:
+            self.away -= 1
+            raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        return super().replace(canvas)
+
+
+def test_the_stages_left_are_sent_again_while_the_broker_is_away_as_a_chains_next_task_is(
+    apps: dict[str, Any],
+) -> None:
+    """Task.replace's publish gives up at once on a broker that is away; a stage that ends during a
+    Redis restart must carry its run on (tests/integration/test_redis_outage_mid_pipeline.py)."""
+    task = BrokerAway(apps["default"], away=2)
+    with pytest.raises(Replaced) as left:
+        continue_stages(task, StagesLeft(node=NODE, previous=3, index=5, count=3, input="in"))
+    assert task.away == 0 and shape(left.value.canvas)[0] == STAGES
+    gone = BrokerAway(apps["default"], away=10_000)  # past the app's publish retry policy: raised
+    policy = gone.app.conf.task_publish_retry_policy
+    gone.app.conf.task_publish_retry_policy = {"max_retries": 2, "interval_start": 0, "interval_step": 0}
+    try:
+        with pytest.raises(OperationalError):
+            continue_stages(gone, StagesLeft(node=NODE, previous=3, index=5, count=3, input="in"))
+    finally:
+        gone.app.conf.task_publish_retry_policy = policy
+    assert gone.away == 10_000 - 3
 
 
 # ----- the engine --------------------------------------------------------------------------------------

@@ -33,11 +33,14 @@ steps (each starting from ``[]``) whose merge concatenates their lists in order;
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from celery import Signature, Task, chain, chord
+from kombu.exceptions import OperationalError
 
 from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output, check_outputs
 from agentloop.orchestration.celery_adapter.pack_policy import pack_plan, stage_plan
@@ -146,10 +149,22 @@ def continue_stages(task: Task, outcome: Outcome | StagesLeft) -> Any:
         return continue_with(task, outcome.expanded, then=rest)
     sendable(task, check_output, outcome.previous, task.name)
     args = (outcome.previous, node, outcome.index, outcome.count, outcome.input)
-    rest = app.signature(STAGES, args=args, immutable=True)
-    sendable(task, check_canvas, rest)
-    with unwatched_results(app):  # this process never waits on the rest's result
-        raise task.replace(rest)
+    sendable(task, check_canvas, app.signature(STAGES, args=args, immutable=True))
+    policy = app.conf.task_publish_retry_policy or {}
+    for attempt in itertools.count():
+        try:
+            with unwatched_results(app):  # this process never waits on the rest's result
+                raise task.replace(app.signature(STAGES, args=args, immutable=True))
+        except OperationalError:
+            # The broker is away: Task.replace's publish gives up at once where a chain's next
+            # message is retried (``config.PUBLISH_RETRY_POLICY``); retried the same way here, so
+            # a stage that ends during a broker restart carries its run on (the message this
+            # task was delivered in is acknowledged only once the rest is sent).
+            if attempt >= int(policy.get("max_retries", 3)):
+                raise
+            start, step = float(policy.get("interval_start", 0)), float(policy.get("interval_step", 0.2))
+            time.sleep(min(start + step * attempt, float(policy.get("interval_max", 1.0))))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def fan_out(task: Task, outcome: FanOut) -> Signature:
