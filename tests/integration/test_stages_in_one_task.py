@@ -41,17 +41,22 @@ def _wait_for_lines(log: Path, count: int) -> list[tuple[int, int]]:
     return lines
 
 
+def _launch(rig: Any, log: Path, step_seconds: float) -> Any:
+    """``parity.logged_stages`` from 0, each stage's step ``step_seconds`` long, logging to ``log``."""
+    runner = CeleryAgentRunner.create(
+        runnable="parity.logged_stages",
+        context={"log": str(log), "step_seconds": step_seconds},
+        app=rig.app,
+        store=rig.store,
+    )
+    return runner.request_sync(input=0)
+
+
 def test_a_run_of_stages_killed_midway_resumes_at_the_stage_in_flight(
     redis_celery: Any, tmp_path: Path
 ) -> None:
     log = tmp_path / "stages.log"
-    runner = CeleryAgentRunner.create(
-        runnable="parity.logged_stages",
-        context={"log": str(log), "step_seconds": 0.15},
-        app=redis_celery.app,
-        store=redis_celery.store,
-    )
-    handle = runner.request_sync(input=0)
+    handle = _launch(redis_celery, log, 0.15)
     before = _wait_for_lines(log, 3)
     (pid,) = {pid for _, pid in before}  # one task, one pool process, ran them all so far
     assert os.getpgid(pid) == redis_celery.worker.pid
@@ -77,13 +82,7 @@ def test_each_stage_of_the_run_reports_its_progress_and_records_its_result(
     redis_celery: Any, tmp_path: Path
 ) -> None:
     log = tmp_path / "stages.log"
-    runner = CeleryAgentRunner.create(
-        runnable="parity.logged_stages",
-        context={"log": str(log), "step_seconds": 0},
-        app=redis_celery.app,
-        store=redis_celery.store,
-    )
-    handle = runner.request_sync(input=0)
+    handle = _launch(redis_celery, log, 0)
     assert handle.wait_sync(timeout=60) == STAGES
     assert len({pid for _, pid in _lines(log)}) == 1  # all in one task
 
@@ -99,13 +98,7 @@ def test_each_stage_of_the_run_reports_its_progress_and_records_its_result(
 
 def test_a_cancel_stops_a_run_of_stages_between_two_stages(redis_celery: Any, tmp_path: Path) -> None:
     log = tmp_path / "stages.log"
-    runner = CeleryAgentRunner.create(
-        runnable="parity.logged_stages",
-        context={"log": str(log), "step_seconds": 0.1},
-        app=redis_celery.app,
-        store=redis_celery.store,
-    )
-    handle = runner.request_sync(input=0)
+    handle = _launch(redis_celery, log, 0.1)
     _wait_for_lines(log, 2)
     handle.cancel()
     with pytest.raises(RunCancelledError):

@@ -483,15 +483,9 @@ class WorkflowEngine:
 
     async def stage(self, previous: Any, node: WorkflowNode, index: int, input: Any) -> Outcome:
         """Stage ``index`` of the pipeline ``node``: report the last stage done, build the input."""
-        failure = BranchFailure.from_wire(previous)
-        if failure is not None:
-            return failure
-        publisher = self.publisher(node)
-        try:
-            pipeline = self.instance_of(node, BaseAgentPipeline)
-            return await self._stage(previous, node, pipeline, index, input, publisher)
-        finally:
-            publisher.flush(final=True)
+        outcome = await self.stages(previous, node, index, 1, input)
+        assert not isinstance(outcome, StagesLeft)  # one stage, no time limit: nothing is left
+        return outcome
 
     async def stages(
         self,
