@@ -14,16 +14,15 @@ from typing import Any, cast
 import pytest
 from kombu.exceptions import OperationalError
 from test_canvas_shapes import FakeTask, Replaced, shape
+from test_packing_rule import apps as apps_of_each_setting  # noqa: F401  (the fixture "apps")
 
 from agentloop import BaseAgentLoop, BaseAgentPipeline, BaseCompositeAgent, Branch, step
-from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.canvas import continue_stages, pipeline_stages
 from agentloop.orchestration.celery_adapter.pack_policy import stage_plan
 from agentloop.orchestration.packing.rule import why_not_joined
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.next_step import ChainStages, Done, StagesLeft
-from agentloop.orchestration.settings import load_settings
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.wire import (
     PACK_TASKS,
@@ -94,23 +93,11 @@ def test_loops_and_action_stages_join_whatever_their_hooks_and_what_expands_stay
     assert why_not_joined(PlainAdd()) == "it is not a runnable class"
 
 
-@pytest.fixture(scope="module")
-def apps() -> Iterator[dict[str, Any]]:
-    made: dict[str, Any] = {}
-    for name, environ in {
-        "default": {},
-        "off": {"AGENTLOOP_PACK_SIZE": "1"},
-        "three": {"AGENTLOOP_PACK_SIZE": "3"},
-        "limits": {"AGENTLOOP_TASK_SOFT_TIME_LIMIT": "30", "AGENTLOOP_TASK_TIME_LIMIT": "40"},
-        "version1": {"AGENTLOOP_WIRE_VERSION_OVERRIDE": "1"},
-    }.items():
-        made[name] = create_app(
-            settings=load_settings(environ),
-            overrides={"broker_url": "memory://", "result_backend": "cache+memory://"},
-        )
-    yield made
-    for app in made.values():
-        app.close()
+@pytest.fixture
+def apps(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """An app per setting, as the packing rule's tests make them (``test_packing_rule.apps``)."""
+    made: dict[str, Any] = request.getfixturevalue("apps_of_each_setting")
+    return made
 
 
 NODE = WorkflowNode(run_id="r", runnable="mixed", path="branch/0")
@@ -131,14 +118,11 @@ def test_nothing_set_joins_every_stage_and_a_set_size_or_the_deployment_says_oth
     assert stage_plan(apps["default"], chained()) == 8
     assert stage_plan(apps["off"], chained()) == 1  # AGENTLOOP_PACK_SIZE=1
     assert stage_plan(apps["default"], chained(pack_size=1)) == 1  # the pipeline's pack_size = 1
-    assert stage_plan(apps["three"], chained()) == 3
+    assert stage_plan(apps["fifty"], chained()) == 50  # AGENTLOOP_PACK_SIZE=50: at most 50 a task
     assert stage_plan(apps["default"], chained(pack_size=2)) == 2
     assert stage_plan(apps["limits"], chained()) == 1  # a limit the user set would cover the run
     apps["limits"].agentloop_pool = "threads"  # which a threads worker does not enforce
-    try:
-        assert stage_plan(apps["limits"], chained()) == 8
-    finally:
-        del apps["limits"].agentloop_pool
+    assert stage_plan(apps["limits"], chained()) == 8
     assert stage_plan(apps["version1"], chained(pack_size=4)) == 1  # it could not run agentloop.stages
 
 
