@@ -59,10 +59,11 @@ PRIVATE_PREFIX = "agentloop."
 #: Parameters shown as they are when their value is a short scalar (identifiers and knobs, never content).
 SHOWN_PARAMETERS = frozenset(
     {
-        # agentloop.launch / progress / cancel / finalize / stage / merge
+        # agentloop.launch / progress / cancel / finalize / stage / stages / merge
         "runnable",
         "run_id",
         "index",
+        "count",
         "after_id",
         "limit",
         "single",
@@ -160,7 +161,9 @@ def _describe_node(value: Any) -> str:
 
 
 #: The shown parameters that are numbers: a string in one is shown as any hidden value is.
-_NUMBERS = frozenset({"index", "after_id", "limit", "offset", "chunk_size", "token_budget", "max_seconds"})
+_NUMBERS = frozenset(
+    {"index", "count", "after_id", "limit", "offset", "chunk_size", "token_budget", "max_seconds"}
+)
 
 
 def _is_shown(name: str | None, value: Any) -> bool:

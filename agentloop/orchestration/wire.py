@@ -65,6 +65,9 @@ PACK = "agentloop.pack"
 #: A pack's outputs with those of its branches that left it to wait for a person put in their
 #: places (wire version 2; ``celery_adapter/canvas.py``).
 PACK_COLLECT = "agentloop.pack_collect"
+#: Consecutive loop and action stages of one pipeline run one after another in one task, each
+#: recorded as it ends (wire version 2; the rule: ``docs/how-to/packing.md#pipelines``).
+STAGES = "agentloop.stages"
 FINALIZE = "agentloop.finalize"
 PROGRESS = "agentloop.progress"
 CANCEL = "agentloop.cancel"
@@ -97,7 +100,7 @@ TASK_NAMES: tuple[str, ...] = (
     CANCEL,
 )
 TASK_NAMES += (RESUME, RESUME_SETTLED, BATCH, BATCH_CHUNK, BATCH_SUMMARY, PING, PRUNE_RUNS, PACK, BATCH_PACK)
-TASK_NAMES += (PACK_COLLECT,)
+TASK_NAMES += (PACK_COLLECT, STAGES)
 
 #: The version of the wire contract this code speaks: what its messages mean (the task names, their
 #: kwargs, the :class:`WorkflowNode` and its results). Raised when a message changes in a way an
@@ -110,12 +113,13 @@ WIRE_VERSION = 2
 KEYS_VERSION = 2
 #: The launch keywords and node fields a worker of version 1 does not know.
 KEYS_FIELDS = ("concurrency_key", "priority")
-#: The wire version from which workers run ``agentloop.pack`` (packing is the default from it).
+#: The wire version from which workers run ``agentloop.pack`` and ``agentloop.stages`` (packing is
+#: the default from it).
 #: A pack is sent to the holding queue of this version (``celery_adapter/canvas.py``), which
 #: only workers of this version or newer consume: a worker of a release before it never sees one.
 PACK_WIRE_VERSION = 2
 #: The tasks only workers of :data:`PACK_WIRE_VERSION` or newer run.
-PACK_TASKS = frozenset({PACK, BATCH_PACK, PACK_COLLECT})
+PACK_TASKS = frozenset({PACK, BATCH_PACK, PACK_COLLECT, STAGES})
 #: The message header that carries the wire version of an ``agentloop.*`` message. A message
 #: without it is version 1 (what every producer sent before the header existed, and what a
 #: client sending with Celery alone sends): it is always accepted.

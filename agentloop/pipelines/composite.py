@@ -87,6 +87,13 @@ def _check_key(key: object) -> None:
         )
 
 
+def check_pack_size(size: Any) -> None:
+    """:class:`ValueError` unless ``size`` (a composite's or a pipeline's ``pack_size``) is ``None``
+    or a whole number of at least 1."""
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"pack_size must be a whole number of at least 1 (or None), not {size!r}")
+
+
 class BaseCompositeAgent(RunnableBase):
     """Implement ``build_branches``; override ``merge_results`` to shape the fan-in."""
 
@@ -119,11 +126,7 @@ class BaseCompositeAgent(RunnableBase):
         if self.max_concurrency is not None and self.max_concurrency < 1:
             bound = self.max_concurrency
             raise ValueError(f"max_concurrency must be at least 1 (or None for no bound), not {bound}")
-        if self.pack_size is not None and (
-            isinstance(self.pack_size, bool) or not isinstance(self.pack_size, int) or self.pack_size < 1
-        ):
-            size = self.pack_size
-            raise ValueError(f"pack_size must be a whole number of at least 1 (or None), not {size!r}")
+        check_pack_size(self.pack_size)
         branches = list(await maybe_await(self.build_branches(input=input)))
         seen: set[str] = set()
         for branch in branches:

@@ -19,6 +19,11 @@ class BaseAgentPipeline(RunnableBase):
     """
 
     stages: Sequence[type[Runnable]] = ()
+    #: On Celery, the most consecutive loop and action stages one task runs, one after another,
+    #: each recorded as it ends (``None``: the deployment's ``AGENTLOOP_PACK_SIZE``, else the
+    #: packing rule's; ``1``: a task per stage). In-process it changes nothing; see the how-to on
+    #: packing.
+    pack_size: int | None = None
 
     def build_stage_input(self, *, index: int, previous_output: Any, input: Any) -> Any:
         """The input of stage ``index``; by default the previous stage's output."""

@@ -16,6 +16,8 @@ from bench.celery_overhead.sides import Side, build_sides
 #: The target (issue 3 set 1.3x, issue 11 tightened it): the framework at most this many times the bare
 #: canvas's wall time.
 TARGET_RATIO = 1.2
+#: Per workload, where a later issue set its own: a pipeline's stages share one task (issue 36).
+TARGET_RATIOS = {"composite": TARGET_RATIO, "pipeline": 0.5}
 RESULT_TIMEOUT = 600.0
 
 
@@ -139,9 +141,14 @@ class Report:
         bare = self.results["bare_chord" if workload == "composite" else "bare_chain"]
         return framework.cpu_median / bare.cpu_median if bare.cpu_median else float("nan")
 
+    @staticmethod
+    def target(workload: str) -> float:
+        """The most framework/bare may be for ``workload`` (:data:`TARGET_RATIOS`)."""
+        return TARGET_RATIOS.get(workload, TARGET_RATIO)
+
     @property
     def passed(self) -> bool:
-        return all(self.ratio(workload) <= TARGET_RATIO for workload in ("composite", "pipeline"))
+        return all(self.ratio(workload) <= self.target(workload) for workload in ("composite", "pipeline"))
 
 
 def measure(

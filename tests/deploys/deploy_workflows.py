@@ -87,3 +87,21 @@ class Fan(BaseCompositeAgent):
 
     def merge_results(self, *, results: Any, input: Any) -> Any:
         return sorted({result.output for result in results})
+
+
+@register("deploy.appends")
+class Appends(_OneStep):
+    """Appends the worker that ran it to its input (a list)."""
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        return {**state, "worker": os.getppid()}
+
+    def build_result(self, *, state: Any) -> Any:
+        return [*state["input"], state["worker"]]
+
+
+@register("deploy.stages")
+class Stages(BaseAgentPipeline):
+    """Three loop stages, one ``agentloop.stages`` task by default: the workers that ran them."""
+
+    stages = (Appends, Appends, Appends)

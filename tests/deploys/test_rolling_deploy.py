@@ -191,6 +191,30 @@ def test_packs_reach_only_workers_that_run_them(deploy_rig: dict[str, Any]) -> N
     assert new.is_alive() and old.is_alive()
 
 
+def test_runs_of_stages_reach_only_workers_that_run_them(deploy_rig: dict[str, Any]) -> None:
+    """Issue 36: a worker of this release runs a pipeline's loop stages in one ``agentloop.stages``
+    task by default; an older worker (version 1) on the same queue must never get one. Every
+    pipeline ends, those launched by a version-1 client too (the old worker then chains a
+    ``agentloop.stage`` task per stage, which any worker runs)."""
+    apps, store = deploy_rig["apps"], deploy_rig["store"]
+    old = deploy_rig["worker"](1, concurrency=2)
+    new = deploy_rig["worker"](2, concurrency=2)
+    handles = [
+        CeleryAgentRunner.create(runnable="deploy.stages", app=apps[version], store=store).request_sync(
+            input=[]
+        )
+        for version in (1, 1, 2, 2, 2, 2)
+    ]
+    for handle in handles:
+        workers = handle.wait_sync(timeout=CEILING)
+        assert len(workers) == 3 and set(workers) <= {old.pid, new.pid}
+    received = "Task agentloop.stages["
+    assert received in new.log_text()  # joined by default, on the worker that reads them
+    assert received not in old.log_text(), old.log_text()[-3000:]
+    assert "Parked agentloop.stages" not in old.log_text()  # never even handed one
+    assert new.is_alive() and old.is_alive()
+
+
 def test_each_task_message_says_the_wire_version_of_the_app_that_built_it(deploy_rig: dict[str, Any]) -> None:
     for version, app in deploy_rig["apps"].items():
         for name in ("agentloop.launch", "agentloop.stage"):

@@ -1,5 +1,6 @@
 """The guarantee matrix: the invariants of :mod:`.invariants` over the paths users combine (a run
-of one task, one task per branch, packed, a pipeline stage, a batch), each kind of model step
+of one task, one task per branch, packed, a pipeline stage, a pipeline's stages in one task, a
+batch), each kind of model step
 (``ModelRequest.send``, streamed, a forced tool call, an AI-driven turn), both brokers, and the
 faults (worker SIGKILL, pool process killed, a duplicate delivery, a store outage, a task that
 kills its process, a hard time limit, a budget), on the fault rig (:mod:`.rig`).
@@ -62,12 +63,18 @@ MATRIX_PROFILE = WorkerProfile(
         "AGENTLOOP_VISIBILITY_TIMEOUT": "25",
     },
 )
-RUNNABLES = {"task": "matrix.calls", "fan": "matrix.fan", "pack": "matrix.pack", "stage": "matrix.stage"}
+RUNNABLES = {
+    "task": "matrix.calls",
+    "fan": "matrix.fan",
+    "pack": "matrix.pack",
+    "stage": "matrix.stage",
+    "stages": "matrix.stages",
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Cell:
-    shape: str  # task | fan | pack | stage | batch
+    shape: str  # task | fan | pack | stage | stages (one task for both) | batch
     step: str  # send | stream | forced | ai
     fault: str = "none"
     ci: bool = False
@@ -92,6 +99,7 @@ CELLS: tuple[Cell, ...] = (
     Cell(shape="fan", step="ai", ci=True),
     Cell(shape="pack", step="forced", ci=True),
     Cell(shape="stage", step="stream", ci=True),
+    Cell(shape="stages", step="send", ci=True),
     Cell(shape="batch", step="forced", ci=True),
     Cell(shape="task", step="forced", fault="budget", ci=True),
     Cell(shape="task", step="send", fault="budget", ci=True),
@@ -107,6 +115,8 @@ CELLS: tuple[Cell, ...] = (
     Cell(shape="fan", step="ai", fault="kill"),
     Cell(shape="pack", step="forced", fault="kill"),
     Cell(shape="stage", step="forced", fault="store-outage"),
+    Cell(shape="stages", step="forced", fault="pool-kill"),
+    Cell(shape="stages", step="forced", fault="kill"),
     Cell(shape="pack", step="forced", fault="store-outage"),
     Cell(shape="task", step="forced", fault="self-kill", brokers=("redis",)),
     Cell(shape="task", step="forced", fault="self-kill", brokers=("rabbitmq",)),
@@ -174,7 +184,7 @@ def _launch(
             branches = ["0"]
         else:
             payload = {"tag": tag, "width": WIDTH, "calls": calls, "step": cell.step}
-            branches = [str(i) for i in range(2 if cell.shape == "stage" else WIDTH)]
+            branches = [str(i) for i in range(2 if cell.shape in ("stage", "stages") else WIDTH)]
         runner = CeleryAgentRunner.create(runnable=runnable, context={}, app=rig.app, store=rig.store)
         runs[tag] = runner.request_sync(input=payload, token_budget=budget).run_id
         expected.update({(tag, branch): calls for branch in branches})

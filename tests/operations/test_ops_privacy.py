@@ -72,6 +72,10 @@ def test_messages_of_agentloop_tasks_carry_redacted_reprs_in_headers_and_sent_ev
     assert stage.headers["argsrepr"].startswith("(previous=<hidden dict")
     assert SECRET not in stage.headers["argsrepr"]
 
+    stages = _message(echo_app, "agentloop.stages", args=({"carried": INPUT}, NODE, 1, 3, INPUT))
+    assert stages.headers["argsrepr"].startswith("(previous=<hidden dict")
+    assert "count=3" in stages.headers["argsrepr"] and SECRET not in stages.headers["argsrepr"]
+
 
 def test_messages_of_other_tasks_keep_celerys_repr(echo_app: Celery) -> None:
     message = _message(echo_app, "other.echo", args=(SECRET,))

@@ -42,6 +42,9 @@ SCENARIOS = [
     pytest.param("parity.packed_wide_fan", [7], None, id="packed-width-1"),
     pytest.param("parity.packed_collecting_fan", None, None, id="packed-failing-branch-collected"),
     pytest.param("parity.packed_fail_fast_fan", None, ["", "branch/bad"], id="packed-fail-fast"),
+    pytest.param("parity.failing_midway", 1, None, id="stages-in-one-task-failing-midway"),
+    pytest.param("parity.collected_failing_stages", None, None, id="stages-failing-midway-collected"),
+    pytest.param("parity.one_stage_per_task", 1, None, id="pipeline-pack-size-1"),
 ]
 
 

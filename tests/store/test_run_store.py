@@ -362,6 +362,30 @@ def test_each_start_of_a_loop_is_counted_with_its_record_until_a_checkpoint(run_
     assert [deliveries for _, deliveries in started] == [1] * 1200
 
 
+def test_a_stage_is_recorded_and_the_next_started_in_one_call(run_store: RunStore) -> None:
+    """``finish_loop_then_start``: a stage's result (its events and usage with it) and the next
+    stage's start, counted with its record, as ``finish_loop`` then ``start_loops`` would."""
+    run_store.create_run(run_id="r1", runnable="p", input=None)
+    nothing = LoopRecord(finished=False, result=None, checkpoint=None)
+    event = {"run_id": "r1", "path": "pipeline/0", "phase": "done", "status": "completed", "at": 1.0}
+    recorded, started = run_store.finish_loop_then_start(
+        "r1", "pipeline/0", {"n": 1}, "pipeline/1", events=[event], input_tokens=3, output_tokens=2
+    )
+    assert (recorded, started) == ({"n": 1}, (nothing, 1))
+    assert run_store.loop_record("r1", "pipeline/0") == (True, {"n": 1}, None)
+    assert [e["path"] for _, e in run_store.events("r1")] == ["pipeline/0"]
+    record = run_store.get_run("r1")
+    assert record is not None and (record.input_tokens, record.output_tokens) == (3, 2)
+    # a twin's first result stands; the next stage's second start is counted
+    recorded, started = run_store.finish_loop_then_start("r1", "pipeline/0", {"n": 9}, "pipeline/1")
+    assert (recorded, started) == ({"n": 1}, (nothing, 2))
+    run_store.finish_loop("r1", "pipeline/1", {"n": 2})
+    assert run_store.finish_loop_then_start("r1", "pipeline/0", {"n": 1}, "pipeline/1")[1] == (
+        LoopRecord(True, {"n": 2}, None),
+        3,
+    )
+
+
 @pytest.mark.parametrize("with_events", [False, True], ids=["result alone", "with events"])
 def test_a_loop_s_first_result_stands_and_a_later_twin_gets_it_back(
     run_store: RunStore, with_events: bool

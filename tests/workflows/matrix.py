@@ -128,6 +128,13 @@ class CellStage(BaseAgentPipeline):
         return {**input, "tag": f"{input['tag']}/{index}"}
 
 
+class CellStages(CellStage):
+    """:class:`CellStage` with its two stages in one ``agentloop.stages`` task: the size set (the
+    matrix worker sets time limits, under which the rule alone keeps a task per stage)."""
+
+    pack_size = 2
+
+
 def build_context(spec: Mapping[str, Any] | None = None) -> Any:
     """The standard context's processor, with the forced tool's schema."""
     return SimpleNamespace(
@@ -140,3 +147,4 @@ register("matrix.turn", CellTurn, context_factory=build_context)
 register("matrix.fan", CellFan)
 register("matrix.pack", CellPack)
 register("matrix.stage", CellStage, context_factory=build_context)
+register("matrix.stages", CellStages, context_factory=build_context)

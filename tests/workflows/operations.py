@@ -47,9 +47,11 @@ class Summarize(Carry):
 
 
 class CarryThenSummarize(BaseAgentPipeline):
-    """Stage 0's output (and so stage 1's argument) holds the secret; the run's result does not."""
+    """Stage 0's output (and so stage 1's argument) holds the secret; the run's result does not.
+    A task per stage (``pack_size = 1``), so the secret travels in a message between them."""
 
     stages = (Carry, Summarize)
+    pack_size = 1
 
 
 class Leaky(BaseAgentLoop):

@@ -462,6 +462,70 @@ class PackedCounts(BaseCompositeAgent):
 register("parity.packed_counts", PackedCounts)
 
 
+# ----- runs of stages in one agentloop.stages task (docs/how-to/packing.md#pipelines) -----
+
+
+class FailingMidway(BaseAgentPipeline):
+    """Loop stages that share an ``agentloop.stages`` task; the third fails."""
+
+    stages = (CountTo, CountTo, Explode, CountTo)
+
+
+class CollectedFailingStages(BaseCompositeAgent):
+    """Two pipelines of stages under ``collect``: one fails mid-run, the other ends."""
+
+    failure_policy = FailurePolicy.COLLECT
+    branch_runnables = (FailingMidway, PipelineBranch)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [
+            Branch(runnable=FailingMidway, input=1, key="failing"),
+            Branch(runnable=PipelineBranch, input=2, key="ending"),
+        ]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [r.to_dict() for r in results]
+
+
+class OneStagePerTask(ThreeStages):
+    """:class:`ThreeStages` with ``pack_size = 1``: an ``agentloop.stage`` task each."""
+
+    pack_size = 1
+
+
+class LoggedStage(BaseAgentLoop):
+    """One awaited step of ``step_seconds`` (context); appends ``input pid`` to the context's
+    ``log`` once the step is done; its output is its input plus one."""
+
+    max_iterations = 2
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"n": input, "done": False}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(float(self.context.get("step_seconds", 0.1)))
+        _append(self.context["log"], f"{state['n']} {os.getpid()}\n")
+        return {**state, "n": state["n"] + 1, "done": True}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["done"])
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["n"]
+
+
+class LoggedStages(BaseAgentPipeline):
+    """Eight :class:`LoggedStage` stages: run together in one ``agentloop.stages`` task."""
+
+    stages = (LoggedStage,) * 8
+
+
+register("parity.failing_midway", FailingMidway)
+register("parity.collected_failing_stages", CollectedFailingStages)
+register("parity.one_stage_per_task", OneStagePerTask)
+register("parity.logged_stages", LoggedStages)
+
+
 # ----- packed model calls: the faults suite's packed scenarios (tests/faults/pack_scenarios.py) -----
 
 

@@ -2,7 +2,9 @@
 return
 value, or the canvas the task replaces itself with.
 
-A pipeline becomes a ``chain`` of stage tasks closed by ``agentloop.pipeline_done``;
+A pipeline becomes a ``chain`` of stage tasks closed by ``agentloop.pipeline_done``: consecutive
+loop and action stages share an ``agentloop.stages`` task where the rule allows
+(``docs/how-to/packing.md#pipelines``), every other stage is an ``agentloop.stage`` of its own;
 a composite becomes a ``chord`` of branch tasks whose body is ``agentloop.merge``.
 Both are expanded at run time (``Task.replace``), so a width can depend on the
 previous stage's output, and shapes nest both ways. A composite of width 1 is
@@ -31,18 +33,28 @@ steps (each starting from ``[]``) whose merge concatenates their lists in order;
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from celery import Signature, Task, chain, chord
+from kombu.exceptions import OperationalError
 
 from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output, check_outputs
-from agentloop.orchestration.celery_adapter.pack_policy import pack_plan
+from agentloop.orchestration.celery_adapter.pack_policy import pack_plan, stage_plan
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
 from agentloop.orchestration.celery_adapter.run_failures import end_run_on_failure
 from agentloop.orchestration.errors import InvalidNodeError, UnsendableMessageError
-from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, LeavesPack, Outcome
+from agentloop.orchestration.runtime.next_step import (
+    ChainStages,
+    Done,
+    FanOut,
+    LeavesPack,
+    Outcome,
+    StagesLeft,
+)
 from agentloop.orchestration.wire import (
     LANE,
     LANE_COLLECT,
@@ -52,6 +64,7 @@ from agentloop.orchestration.wire import (
     PIPELINE_DONE,
     RUN,
     STAGE,
+    STAGES,
     Ancestor,
     BranchFailure,
 )
@@ -91,14 +104,67 @@ def sendable(task: Task, check: Callable[..., None], *args: Any) -> None:
 
 
 def pipeline_stages(task: Task, outcome: ChainStages) -> list[Signature]:
-    """The stage tasks of a pipeline, then the task that closes it."""
+    """The stage tasks of a pipeline, then the task that closes it: consecutive stages the rule
+    lets share a task (``outcome.joinable``) go up to :func:`stage_plan`'s number to one
+    ``agentloop.stages``; a stage alone is an ``agentloop.stage``."""
     app, node = task.app, outcome.node.to_dict()
     # The pipeline's own input rides along with each stage only when it reads it.
     carried = outcome.input if outcome.carries_input else None
-    steps = [app.signature(STAGE, args=(outcome.input, node, 0, carried), immutable=True)]
-    steps += [app.signature(STAGE, args=(node, index, carried)) for index in range(1, outcome.stages)]
+    steps: list[Signature] = []
+    for index, count in _stage_runs(outcome, stage_plan(app, outcome) if outcome.joinable else 1):
+        lead = (outcome.input,) if index == 0 else ()
+        if count == 1:
+            steps.append(app.signature(STAGE, args=(*lead, node, index, carried), immutable=index == 0))
+        else:
+            steps.append(
+                app.signature(STAGES, args=(*lead, node, index, count, carried), immutable=index == 0)
+            )
     steps.append(app.signature(PIPELINE_DONE, args=(node,)))
     return steps
+
+
+def _stage_runs(outcome: ChainStages, size: int) -> list[tuple[int, int]]:
+    """The pipeline's stages in order as ``(first, count)`` runs: at most ``size`` consecutive
+    joinable stages each; every other stage a run of one."""
+    runs: list[tuple[int, int]] = []
+    for index in range(outcome.stages):
+        if runs and index in outcome.joinable and index - 1 in outcome.joinable:
+            first, count = runs[-1]
+            if first + count == index and count < size:
+                runs[-1] = (first, count + 1)
+                continue
+        runs.append((index, 1))
+    return runs
+
+
+def continue_stages(task: Task, outcome: Outcome | StagesLeft) -> Any:
+    """An ``agentloop.stages`` task's outcome, as :func:`continue_with` continues it; the stages
+    left after its time replace it, in an ``agentloop.stages`` task of their own (after the
+    canvas of a stage that expanded, fed its output)."""
+    if not isinstance(outcome, StagesLeft):
+        return continue_with(task, outcome)
+    app, node = task.app, outcome.node.to_dict()
+    if outcome.expanded is not None:
+        rest = app.signature(STAGES, args=(node, outcome.index, outcome.count, outcome.input))
+        return continue_with(task, outcome.expanded, then=rest)
+    sendable(task, check_output, outcome.previous, task.name)
+    args = (outcome.previous, node, outcome.index, outcome.count, outcome.input)
+    sendable(task, check_canvas, app.signature(STAGES, args=args, immutable=True))
+    policy = app.conf.task_publish_retry_policy or {}
+    for attempt in itertools.count():
+        try:
+            with unwatched_results(app):  # this process never waits on the rest's result
+                raise task.replace(app.signature(STAGES, args=args, immutable=True))
+        except OperationalError:
+            # The broker is away: Task.replace's publish gives up at once where a chain's next
+            # message is retried (``config.PUBLISH_RETRY_POLICY``); retried the same way here, so
+            # a stage that ends during a broker restart carries its run on (the message this
+            # task was delivered in is acknowledged only once the rest is sent).
+            if attempt >= int(policy.get("max_retries", 3)):
+                raise
+            start, step = float(policy.get("interval_start", 0)), float(policy.get("interval_step", 0.2))
+            time.sleep(min(start + step * attempt, float(policy.get("interval_max", 1.0))))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def fan_out(task: Task, outcome: FanOut) -> Signature:

@@ -6,8 +6,9 @@ settings, and the queue packs travel in.
   the process that fans a composite out knows it.
 * :func:`pack_plan` is the pack size a composite's branches get, and which of them the rule
   keeps in a task of their own.
+* :func:`stage_plan` is the most stages of a pipeline one ``agentloop.stages`` task runs.
 * :class:`PackRouter` (first of the app's ``task_routes``) sends every ``agentloop.pack`` (and
-  ``agentloop.batch_pack``, ``agentloop.pack_collect``) to the
+  ``agentloop.batch_pack``, ``agentloop.pack_collect``, ``agentloop.stages``) to the
   holding queue of :data:`~agentloop.orchestration.wire.PACK_WIRE_VERSION`, declared as the wire
   gate declares it: a worker of a release before packs (which consumes only its own queue, or
   the holding queues of lower versions) never takes one; every worker that runs packs consumes
@@ -24,10 +25,10 @@ from celery import Celery, bootsteps
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.wire_versions import app_wire_version, holding_queue_entity
 from agentloop.orchestration.packing.rule import DeploymentPacking, auto_pack_size, deployment_packing
-from agentloop.orchestration.runtime.next_step import FanOut
-from agentloop.orchestration.wire import BATCH_PACK, PACK, PACK_COLLECT, PACK_WIRE_VERSION
+from agentloop.orchestration.runtime.next_step import ChainStages, FanOut
+from agentloop.orchestration.wire import PACK_TASKS, PACK_WIRE_VERSION
 
-__all__ = ["PackRouter", "install_packing", "pack_plan", "pool_name", "this_deployment"]
+__all__ = ["PackRouter", "install_packing", "pack_plan", "pool_name", "stage_plan", "this_deployment"]
 
 
 def pool_name(pool_cls: Any) -> str | None:
@@ -60,7 +61,7 @@ class PackRouter:
 
     def __call__(self, name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> Any:
         app = getattr(task, "app", None)
-        if name not in (PACK, BATCH_PACK, PACK_COLLECT) or app is None:
+        if name not in PACK_TASKS or app is None:
             return None
         entity = getattr(app, "agentloop_pack_queue", None)
         if entity is None:
@@ -100,3 +101,15 @@ def pack_plan(app: Celery, outcome: FanOut) -> tuple[int, frozenset[int]]:
         return 1, frozenset()
     packable = len(outcome.branches) - len(outcome.expanding) - len(outcome.solo)
     return auto_pack_size(packable, outcome.max_concurrency), outcome.solo
+
+
+def stage_plan(app: Celery, outcome: ChainStages) -> int:
+    """The most consecutive stages of the pipeline one ``agentloop.stages`` task runs (1: a task
+    per stage): the pipeline's ``pack_size``, else ``AGENTLOOP_PACK_SIZE``, else the rule's, all of
+    them (``orchestration/packing/rule.py``, ``docs/how-to/packing.md#pipelines``)."""
+    if app_wire_version(app) < PACK_WIRE_VERSION:
+        return 1  # this worker says it cannot run agentloop.stages: neither can it send one
+    chosen = outcome.pack_size or dependencies_of(app).settings.pack_size
+    if chosen is not None:
+        return chosen
+    return outcome.stages if this_deployment(app).allowed else 1

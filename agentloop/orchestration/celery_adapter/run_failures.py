@@ -37,7 +37,17 @@ from agentloop.orchestration.redaction import hidden_texts, parameter_names, scr
 from agentloop.orchestration.runtime.launches import claim_launch
 from agentloop.orchestration.runtime.run_end import end_with_failure
 from agentloop.orchestration.store import RunStore
-from agentloop.orchestration.wire import FINALIZE, LANE, LAUNCH, MERGE, PACK, PIPELINE_DONE, RUN, STAGE
+from agentloop.orchestration.wire import (
+    FINALIZE,
+    LANE,
+    LAUNCH,
+    MERGE,
+    PACK,
+    PIPELINE_DONE,
+    RUN,
+    STAGE,
+    STAGES,
+)
 
 __all__ = [
     "MAX_STORE_RETRIES",
@@ -54,7 +64,7 @@ logger = logging.getLogger(__name__)
 MAX_STORE_RETRIES = 10
 
 #: The tasks that carry a run: the launch, every step of its canvas, and its finalize.
-RUN_TASKS = frozenset({LAUNCH, RUN, STAGE, PIPELINE_DONE, MERGE, LANE, PACK, FINALIZE})
+RUN_TASKS = frozenset({LAUNCH, RUN, STAGE, STAGES, PIPELINE_DONE, MERGE, LANE, PACK, FINALIZE})
 
 
 def _arguments(task: Task, args: Any, kwargs: Any) -> dict[str, Any] | None:

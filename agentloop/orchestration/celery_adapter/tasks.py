@@ -29,6 +29,7 @@ from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
 from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
     continue_pack,
+    continue_stages,
     continue_with,
     fill_places,
     from_lanes,
@@ -51,6 +52,7 @@ from agentloop.orchestration.errors import (
     RunIdTakenError,
 )
 from agentloop.orchestration.fairness.current import running_key
+from agentloop.orchestration.packing.rule import JOINED_STAGES_SECONDS
 from agentloop.orchestration.redaction import hidden_texts, parameter_names
 from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.launches import attached_result, claim_launch
@@ -78,6 +80,7 @@ from agentloop.orchestration.wire import (
     RESUME_SETTLED,
     RUN,
     STAGE,
+    STAGES,
     WorkflowNode,
     check_name,
     packed_branches,
@@ -278,6 +281,17 @@ def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: An
     return continue_with(self, outcome)
 
 
+def stages(self: Task, previous: Any, node: dict[str, Any], index: int, count: int, input: Any = None) -> Any:
+    """Stages ``index`` to ``index + count - 1`` of a pipeline, one after another, fed the previous
+    stage's output; each recorded as it ends (``docs/how-to/packing.md#pipelines``). The stages
+    left after :data:`~agentloop.orchestration.packing.rule.JOINED_STAGES_SECONDS` go on in a task
+    of their own."""
+    work = admitted(self, node)
+    engine = engine_for(self)
+    run = engine.stages(previous, work, int(index), int(count), input, seconds=JOINED_STAGES_SECONDS)
+    return continue_stages(self, run_node(self, work.run_id, run, work.concurrency_key))
+
+
 def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
     """Close a pipeline: its result is the last stage's output."""
     return continue_with(self, run_coroutine(engine_for(self).pipeline_done(previous, admitted(self, node))))
@@ -434,7 +448,7 @@ def ping() -> str:
 #: its ``task-started`` event, and a run's state is in the run store), saving two Redis round trips
 #: a task. The tasks a client sends (launch, progress, cancel, resume) keep ``STARTED``.
 INTERNAL_TASKS = frozenset(
-    {RUN, STAGE, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, PACK, BATCH_PACK, PACK_COLLECT, FINALIZE}
+    {RUN, STAGE, STAGES, PIPELINE_DONE, MERGE, LANE, LANE_COLLECT, PACK, BATCH_PACK, PACK_COLLECT, FINALIZE}
 )
 
 #: Each task of the contract and the function that runs it.
@@ -442,6 +456,7 @@ TASKS = {
     LAUNCH: launch,
     RUN: run,
     STAGE: stage,
+    STAGES: stages,
     PIPELINE_DONE: pipeline_done,
     MERGE: merge,
     LANE: lane,

@@ -24,6 +24,13 @@ when everything below holds; otherwise it gets a task of its own, as before pack
 Sizes: :func:`auto_pack_size`. A pack size set by the user (the composite's ``pack_size``,
 ``AGENTLOOP_PACK_SIZE``) overrides the rule: ``1`` turns packing off, ``K`` packs every loop
 branch ``K`` to a task. This module reads classes and settings only: no Celery.
+
+**Pipelines** (``docs/how-to/packing.md#pipelines``): consecutive stages of a pipeline run one
+after another in one ``agentloop.stages`` task, each recorded as it ends, when the stage is a loop
+or an action stage (:func:`why_not_joined`; plain-function hooks included: stages run one at a
+time, so there is no sibling to block) and points 2 to 4 hold; such a task hands the stages left
+on to a task of their own once it has run for :data:`JOINED_STAGES_SECONDS`. The pipeline's
+``pack_size``, else ``AGENTLOOP_PACK_SIZE``, caps the stages one task runs (``1``: one task each).
 """
 
 from __future__ import annotations
@@ -39,10 +46,12 @@ from agentloop.pipelines.action_stage import BaseActionStage, FunctionStage
 
 __all__ = [
     "AUTO_PACK_SIZE",
+    "JOINED_STAGES_SECONDS",
     "PACKING_POOLS",
     "DeploymentPacking",
     "auto_pack_size",
     "deployment_packing",
+    "why_not_joined",
     "why_not_packed",
 ]
 
@@ -51,6 +60,10 @@ __all__ = [
 AUTO_PACK_SIZE = 200
 #: The pools whose tasks each run an asyncio event loop, where a pack runs.
 PACKING_POOLS = frozenset({"prefork", "threads", "solo"})
+#: How long one ``agentloop.stages`` task runs a pipeline's stages before it sends the rest on in
+#: a task of their own: cheap stages share a task, a slow one (a model call) soon gets its own;
+#: a task time limit covers about this plus one stage, and a worker slot is given back this often.
+JOINED_STAGES_SECONDS = 1.0
 
 
 def _is_coroutine(function: Callable[..., Any] | None) -> bool:
@@ -106,3 +119,14 @@ def auto_pack_size(width: int, bound: int | None) -> int:
         return max(1, min(AUTO_PACK_SIZE, bound))
     packs = max(1, -(-width // AUTO_PACK_SIZE))
     return max(1, -(-width // packs))
+
+
+def why_not_joined(runnable: Any) -> str | None:
+    """Why the rule keeps a pipeline stage of ``runnable`` (a class) in a task of its own, or
+    ``None`` when it may run in one ``agentloop.stages`` task with the stages beside it (see the
+    module doc): any loop or action stage, whatever its hooks are."""
+    if not isinstance(runnable, type):
+        return "it is not a runnable class"
+    if issubclass(runnable, BaseAgentLoop | BaseActionStage):
+        return None
+    return "it is neither a loop nor an action stage (a pipeline or a composite expands into tasks)"

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from agentloop.actions.awaiting import maybe_await
@@ -47,10 +47,17 @@ from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, withi
 from agentloop.orchestration.errors import DeliveryLimitError, InvalidNodeError, StoreUnavailableError
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.packing.lag import Blocked, LagWatch
-from agentloop.orchestration.packing.rule import why_not_packed
+from agentloop.orchestration.packing.rule import why_not_joined, why_not_packed
 from agentloop.orchestration.redaction import context_secrets, scrub_error, scrub_values
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.orchestration.runtime.next_step import ChainStages, Done, FanOut, LeavesPack, Outcome
+from agentloop.orchestration.runtime.next_step import (
+    ChainStages,
+    Done,
+    FanOut,
+    LeavesPack,
+    Outcome,
+    StagesLeft,
+)
 from agentloop.orchestration.runtime.run_end import end_with_failure, failed_paths, report_ancestor_failure
 from agentloop.orchestration.store import RunStore, StartedLoop
 from agentloop.orchestration.store.batch_rounds import BatchRounds
@@ -66,7 +73,7 @@ from agentloop.orchestration.store.seams import (
 )
 from agentloop.orchestration.store.waits import WaitStore
 from agentloop.orchestration.wire import Ancestor, BranchFailure, DegradedResult, WorkflowNode
-from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy
+from agentloop.pipelines.composite import BaseCompositeAgent, BranchResult, FailurePolicy, check_pack_size
 from agentloop.pipelines.pipeline import BaseAgentPipeline
 
 R = TypeVar("R")
@@ -84,6 +91,21 @@ LAG_FIX = (
     "make the blocking code a coroutine that awaits its waits (or run it off the loop with "
     "asyncio.to_thread), or give the composite pack_size = 1 to run each branch in a task of its own"
 )
+
+
+@dataclass(slots=True)
+class NextStage:
+    """The stage after the one a task is running (at ``path``): started, its delivery counted and
+    its record read (``record``), in the transaction that records the running one's result,
+    unless the task's time (``deadline``, monotonic; ``None``: none) is up by then."""
+
+    path: str
+    deadline: float | None = None
+    record: StartedLoop | None = None
+
+    def wanted(self) -> bool:
+        """Whether the task goes on to this stage (its time is not up)."""
+        return self.deadline is None or time.monotonic() < self.deadline
 
 
 class WorkflowEngine:
@@ -203,15 +225,17 @@ class WorkflowEngine:
         publisher: ProgressPublisher | None = None,
         writes: PackWrites | None = None,
         record: StartedLoop | None = None,
+        following: NextStage | None = None,
     ) -> Outcome:
         """Run ``node`` here (a loop or action stage) or say how it expands.
 
         The task's events go out through one ``publisher``, written when the task ends; a
         packed loop's checkpoints and result go with its pack's (``writes``), and its record,
-        when it may have run before, is read with theirs (``record``).
+        when it may have run before, is read with theirs (``record``); a stage's result is
+        written with the start of the stage after it in the same task (``following``).
         """
         if publisher is not None:
-            return await self._start(node, input, publisher, writes, record)
+            return await self._start(node, input, publisher, writes, record, following)
         publisher = self.publisher(node)
         try:
             return await self._start(node, input, publisher)
@@ -310,6 +334,7 @@ class WorkflowEngine:
         publisher: ProgressPublisher,
         writes: PackWrites | None = None,
         record: StartedLoop | None = None,
+        following: NextStage | None = None,
     ) -> Outcome:
         scope = self.scope(node)
         try:
@@ -354,6 +379,11 @@ class WorkflowEngine:
         tokens = {"input_tokens": used.input_tokens, "output_tokens": used.output_tokens}
         if writes is not None:
             return Done(value=await writes.finish(node.path, result, events=events, **tokens))
+        if following is not None and following.wanted():
+            value, following.record = self.store.finish_loop_then_start(
+                node.run_id, node.path, result, following.path, events=events, **tokens
+            )
+            return Done(value=value)
         return Done(value=self.store.finish_loop(node.run_id, node.path, result, events=events, **tokens))
 
     async def _start_pipeline(
@@ -369,12 +399,25 @@ class WorkflowEngine:
                 scope=scope, on_progress=publisher, phase=phase, status=status, done=0
             )
 
+        try:
+            check_pack_size(pipeline.pack_size)
+        except ValueError as error:
+            return await self.fail(node, error)
         await emit("start", ProgressStatus.STARTED)
         if not pipeline.stages:
             await emit("done", ProgressStatus.COMPLETED)
             return Done(value=input)
         carries = type(pipeline).build_stage_input is not BaseAgentPipeline.build_stage_input
-        return ChainStages(node=node, input=input, stages=len(pipeline.stages), carries_input=carries)
+        return ChainStages(
+            node=node,
+            input=input,
+            stages=len(pipeline.stages),
+            carries_input=carries,
+            joinable=frozenset(
+                index for index, stage in enumerate(pipeline.stages) if why_not_joined(stage) is None
+            ),
+            pack_size=pipeline.pack_size,
+        )
 
     async def _start_composite(
         self,
@@ -448,44 +491,129 @@ class WorkflowEngine:
 
     async def stage(self, previous: Any, node: WorkflowNode, index: int, input: Any) -> Outcome:
         """Stage ``index`` of the pipeline ``node``: report the last stage done, build the input."""
+        outcome = await self.stages(previous, node, index, 1, input)
+        assert not isinstance(outcome, StagesLeft)  # one stage, no time limit: nothing is left
+        return outcome
+
+    async def stages(
+        self,
+        previous: Any,
+        node: WorkflowNode,
+        index: int,
+        count: int,
+        input: Any,
+        *,
+        seconds: float | None = None,
+    ) -> Outcome | StagesLeft:
+        """Stages ``index`` to ``index + count - 1`` of the pipeline ``node``, one after another in
+        this task, each as :meth:`stage` runs it (its events, its result recorded as it ends, its
+        failure); the last one's outcome, or the first that is not a value. After ``seconds``
+        (``None``: no limit) the stages left are :class:`StagesLeft`, for a task of their own.
+        A node that may have run before skips, in one read, the stages that recorded a result."""
         failure = BranchFailure.from_wire(previous)
         if failure is not None:
             return failure
         publisher = self.publisher(node)
         try:
             pipeline = self.instance_of(node, BaseAgentPipeline)
-            scope = self.scope(node)
-            if index > 0:
-                await pipeline.emit_pipeline_event(
-                    scope=scope,
-                    on_progress=publisher,
-                    phase="stage",
-                    status=ProgressStatus.PROGRESS,
-                    done=index,
+            stop = index + count
+            if index < 0 or count < 1 or stop > len(pipeline.stages):
+                total = len(pipeline.stages)
+                problem = InvalidNodeError(f"stages {index} to {stop - 1} of a pipeline of {total} stages")
+                return await self.fail(node, problem)
+            if not node.fresh:
+                index, previous = self._stages_done(node, pipeline, index, stop, previous)
+                if index == stop:
+                    return Done(value=previous)
+            deadline = None if seconds is None else time.monotonic() + seconds
+            record: StartedLoop | None = None
+            while True:
+                following = None
+                if index + 1 < stop:
+                    following = NextStage(
+                        path=self._stage_node(node, pipeline, index + 1).path, deadline=deadline
+                    )
+                outcome = await self._stage(
+                    previous, node, pipeline, index, input, publisher, record, following
                 )
-            try:
-                scope.check()
-                stage_input = await maybe_await(
-                    pipeline.build_stage_input(index=index, previous_output=previous, input=input)
-                )
-                parent = Ancestor(
-                    kind="pipeline",
-                    runnable=node.runnable,
-                    path=node.path,
-                    position=str(index),
-                    width=len(pipeline.stages),
-                )
-                name = self.registry.name_of(pipeline.stages[index])
-                child = node.child(runnable=name, segment=f"pipeline/{index}", parent=parent)
-            except Exception as error:
-                await pipeline.emit_stage_failure(
-                    scope=scope, on_progress=publisher, index=index, error=error
-                )
-                publisher.flush(final=True)
-                return await self.fail(node, error)
-            return await self.start(child, stage_input, publisher)
+                index += 1
+                if index == stop or not isinstance(outcome, Done):
+                    if index == stop or isinstance(outcome, BranchFailure):
+                        return outcome
+                    return StagesLeft(
+                        node=node,
+                        previous=None,
+                        index=index,
+                        count=stop - index,
+                        input=input,
+                        expanded=outcome,
+                    )
+                previous = outcome.value
+                record = None if following is None else following.record
+                if record is None and following is not None and not following.wanted():  # its time is up
+                    return StagesLeft(
+                        node=node, previous=previous, index=index, count=stop - index, input=input
+                    )
         finally:
             publisher.flush(final=True)
+
+    def _stages_done(
+        self, node: WorkflowNode, pipeline: BaseAgentPipeline, index: int, stop: int, previous: Any
+    ) -> tuple[int, Any]:
+        """The first of the stages ``index`` to ``stop - 1`` without a recorded result, and the
+        output it is fed: the result of the stage before it (``previous`` when that is none of them)."""
+        paths = [self._stage_node(node, pipeline, position).path for position in range(index, stop)]
+        for finished, result, _checkpoint in self.store.loop_records(node.run_id, paths):
+            if not finished:
+                break
+            index, previous = index + 1, result
+        return index, previous
+
+    def _stage_node(self, node: WorkflowNode, pipeline: BaseAgentPipeline, index: int) -> WorkflowNode:
+        """Stage ``index`` of the pipeline ``node``."""
+        parent = Ancestor(
+            kind="pipeline",
+            runnable=node.runnable,
+            path=node.path,
+            position=str(index),
+            width=len(pipeline.stages),
+        )
+        name = self.registry.name_of(pipeline.stages[index])
+        return node.child(runnable=name, segment=f"pipeline/{index}", parent=parent)
+
+    async def _stage(
+        self,
+        previous: Any,
+        node: WorkflowNode,
+        pipeline: BaseAgentPipeline,
+        index: int,
+        input: Any,
+        publisher: ProgressPublisher,
+        record: StartedLoop | None = None,
+        following: NextStage | None = None,
+    ) -> Outcome:
+        """Stage ``index`` of ``pipeline`` (the node ``node``), its events through ``publisher``
+        (its ``record`` read already, the stage after it ``following``: :meth:`start`)."""
+        scope = self.scope(node)
+        if index > 0:
+            await pipeline.emit_pipeline_event(
+                scope=scope,
+                on_progress=publisher,
+                phase="stage",
+                status=ProgressStatus.PROGRESS,
+                done=index,
+            )
+        try:
+            scope.check()
+            stage_input = await maybe_await(
+                pipeline.build_stage_input(index=index, previous_output=previous, input=input)
+            )
+            child = self._stage_node(node, pipeline, index)
+        except Exception as error:
+            await pipeline.emit_stage_failure(scope=scope, on_progress=publisher, index=index, error=error)
+            publisher.flush(final=True)
+            return await self.fail(node, error)
+        return await self.start(child, stage_input, publisher, record=record, following=following)
 
     async def pipeline_done(self, previous: Any, node: WorkflowNode) -> Outcome:
         """Close the pipeline ``node``: its output is the last stage's."""

@@ -32,6 +32,11 @@ class ChainStages:
     stages: int
     #: ``build_stage_input`` is overridden, so each stage may read the pipeline's own input.
     carries_input: bool
+    #: The indexes of the stages the rule lets share an ``agentloop.stages`` task with the stages
+    #: beside them (loops and action stages: ``orchestration/packing/rule.py``).
+    joinable: frozenset[int] = frozenset()
+    #: The pipeline's ``pack_size`` (``None``: the deployment's): the most stages one task runs.
+    pack_size: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,6 +63,21 @@ class FanOut:
 
 #: What a task does next.
 Outcome = Done | ChainStages | FanOut | BranchFailure
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StagesLeft:
+    """An ``agentloop.stages`` task ran its time (``packing/rule.py``): the pipeline ``node``'s
+    ``count`` stages from ``index`` on are left, fed ``previous`` (and the pipeline's ``input``
+    when its stages read it). ``expanded``: the outcome of the stage before them when it expanded
+    into a canvas (a stage class that changed under a running chain), which runs first."""
+
+    node: WorkflowNode
+    previous: Any
+    index: int
+    count: int
+    input: Any = None
+    expanded: Outcome | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -200,9 +200,11 @@ class Settings(_Group):
 
     pack_size: int | None = _env("AGENTLOOP_PACK_SIZE", None)
     """``AGENTLOOP_PACK_SIZE``: how many branches of a composite one task runs together on one
-    event loop, for composites that set no ``pack_size`` of their own (``docs/how-to/packing.md``);
-    ``1`` keeps one task per branch. Default: unset, the packing rule decides (packs of up to 200
-    of the branches it finds safe to pack, one task per branch for the others)."""
+    event loop, for composites that set no ``pack_size`` of their own, and how many consecutive
+    loop stages of a pipeline one task runs one after another, for pipelines that set none
+    (``docs/how-to/packing.md``); ``1`` keeps one task per branch and per stage. Default: unset,
+    the packing rule decides (packs of up to 200 of the branches it finds safe to pack, one task
+    per branch for the others; a pipeline's loop stages in one task for up to a second)."""
 
     fair_slots: int | None = _env("AGENTLOOP_FAIR_SLOTS", None)
     """``AGENTLOOP_FAIR_SLOTS``: the runs of concurrency keys the fleet runs at once, shared fairly:

@@ -486,6 +486,28 @@ class RunStoreBase:
         )
         return self._finish_loop(ends)
 
+    def finish_loop_then_start(
+        self,
+        run_id: str,
+        path: str,
+        result: JsonValue,
+        next_path: str,
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> tuple[JsonValue, StartedLoop]:
+        """:meth:`finish_loop`, then :meth:`start_loops` of ``next_path``, in one step (a pipeline's
+        stage ends and the next one starts with one commit); the result as recorded and the
+        next loop's record."""
+        ends = LoopEnds(
+            run_id=run_id,
+            loops=[loop_row(run_id, path, result=result)],
+            events=event_rows(run_id, events),
+            tokens=_tokens(input_tokens, output_tokens),
+        )
+        return self._finish_loop_then_start(ends, str(next_path))
+
     def finish_loops(
         self,
         run_id: str,
@@ -602,3 +624,9 @@ class RunStoreBase:
     def _finish_loop(self, ends: LoopEnds) -> JsonValue:
         """One loop's end (by default :meth:`_finish_loops` of the one loop)."""
         return self._finish_loops(ends)[0]
+
+    def _finish_loop_then_start(self, ends: LoopEnds, next_path: str) -> tuple[JsonValue, StartedLoop]:
+        """One loop's end, then the start of the loop at ``next_path`` (by default
+        :meth:`_finish_loop` then :meth:`_start_loops`: a store in memory dies with its process, so
+        nothing comes between the two)."""
+        return self._finish_loop(ends), self._start_loops(ends.run_id, [next_path])[0]

@@ -389,6 +389,22 @@ class RunStore(Protocol):
         """
         ...
 
+    def finish_loop_then_start(
+        self,
+        run_id: str,
+        path: str,
+        result: JsonValue,
+        next_path: str,
+        *,
+        events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> tuple[JsonValue, StartedLoop]:
+        """:meth:`finish_loop` of the loop at ``path``, then :meth:`start_loops` of the loop at
+        ``next_path``, in one transaction: the result as recorded and the next loop's record (a
+        pipeline's stage and the stage after it, run by one task: ``docs/how-to/packing.md``)."""
+        ...
+
     def save_checkpoints(
         self,
         run_id: str,

@@ -399,19 +399,34 @@ class SqlRunStore(BulkRunStoreBase):
     @retried
     def _finish_loop(self, ends: LoopEnds) -> JsonValue:
         """SQLite: the events, the usage and the result in one transaction; PostgreSQL: one statement."""
-        (row,) = ends.loops
         if self.dialect != "postgresql":
             with self.engine.begin() as connection:
-                if ends.events:
-                    connection.execute(run_events.insert(), ends.events)
-                if ends.used:
-                    connection.execute(_added_counts(ends.run_id, ends.tokens))
-                return connection.execute(self._upserts.finish_loop, row).scalar_one()
+                return self._finished(connection, ends)
         with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
-            if not ends.events and not ends.used:
-                return connection.execute(self._upserts.finish_loop, row).scalar_one()
-            batch = pg_event_batch(ends.run_id, ends.events)
-            return connection.execute(PG_FINISH_LOOP, {**row, **batch, **ends.tokens}).scalar_one()
+            return self._finished(connection, ends)
+
+    @retried
+    def _finish_loop_then_start(self, ends: LoopEnds, next_path: str) -> tuple[JsonValue, StartedLoop]:
+        """The loop's end (:meth:`_finished`) and the next loop's start, in one transaction."""
+        start = {"run_id": ends.run_id, "path": next_path, "deliveries": 1, "updated_at": utcnow()}
+        with self.engine.begin() as connection:
+            recorded = self._finished(connection, ends)
+            return recorded, _started(connection.execute(self._upserts.start_loops, start).one())
+
+    def _finished(self, connection: Connection, ends: LoopEnds) -> JsonValue:
+        """Record one loop's end (``ends``: its events, usage and result) on ``connection``, in its
+        transaction: the result as recorded (on PostgreSQL one statement)."""
+        (row,) = ends.loops
+        if self.dialect != "postgresql":
+            if ends.events:
+                connection.execute(run_events.insert(), ends.events)
+            if ends.used:
+                connection.execute(_added_counts(ends.run_id, ends.tokens))
+            return connection.execute(self._upserts.finish_loop, row).scalar_one()
+        if not ends.events and not ends.used:
+            return connection.execute(self._upserts.finish_loop, row).scalar_one()
+        batch = pg_event_batch(ends.run_id, ends.events)
+        return connection.execute(PG_FINISH_LOOP, {**row, **batch, **ends.tokens}).scalar_one()
 
     @retried
     def _finish_loops(self, ends: LoopEnds) -> list[JsonValue]:
