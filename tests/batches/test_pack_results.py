@@ -56,3 +56,17 @@ def test_results_are_written_together_as_store_result_writes_them(app: Celery, s
     failed = app.AsyncResult("r-failed")
     assert failed.state == states.FAILURE and isinstance(failed.result, ValueError)
     assert app.AsyncResult("r-kept").get(timeout=5) == 1  # a first success stands
+
+
+def test_a_redelivered_packs_ended_runs_get_a_result_only_where_none_is_stored(app: Celery) -> None:
+    app.backend.store_result("r-failed", ValueError("first"), states.FAILURE)  # the first delivery's
+
+    store_results(
+        app.backend,
+        [("r-failed", RuntimeError("again"), states.FAILURE), ("r-lost", 7, states.SUCCESS)],
+        missing_only={"r-failed", "r-lost"},
+    )
+
+    failed = app.AsyncResult("r-failed")
+    assert failed.state == states.FAILURE and str(failed.result) == "first"  # kept as it was
+    assert app.AsyncResult("r-lost").get(timeout=5) == 7  # its first delivery died before writing it

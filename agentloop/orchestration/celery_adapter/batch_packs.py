@@ -44,7 +44,12 @@ from agentloop.orchestration.errors import (
 )
 from agentloop.orchestration.packing.rule import why_not_packed
 from agentloop.orchestration.runtime.engine import RUN_END_PHASES, WorkflowEngine
-from agentloop.orchestration.runtime.launches import LaunchClaim, claim_launch, claim_recorded
+from agentloop.orchestration.runtime.launches import (
+    LaunchClaim,
+    attached_result,
+    claim_launch,
+    claim_recorded,
+)
 from agentloop.orchestration.runtime.next_step import Done
 from agentloop.orchestration.runtime.run_end import end_with_failure
 from agentloop.orchestration.store import RunRecord
@@ -106,7 +111,8 @@ async def _one(
 ) -> tuple[str, Any]:
     """One run of the pack, as ``agentloop.launch`` runs it, each store step made with the other
     runs' due (``rounds``): ``(how, value)``, ``how`` one of ``done``, ``failed``, ``paused``,
-    ``skipped`` (another launch owns it, or it ended)."""
+    ``ended`` (before this delivery; the value is its record) or ``skipped`` (another launch owns
+    it, or a twin ended it)."""
     deps = dependencies_of(task.app)
     run_id = str(kwargs["run_id"])
     try:
@@ -114,10 +120,11 @@ async def _one(
     except RunIdTakenError as taken:
         logger.warning("%s: this packed run is left to its owner", taken)
         return "skipped", None
-    if claim.record.is_finished or claim.request is None or claim.problem is not None:
-        if not claim.record.is_finished:
-            problem = claim.problem or LaunchRequestError("the launch is malformed")
-            end_with_failure(deps.store, run_id, problem, owner_token=claim.owner_token)
+    if claim.record.is_finished:  # a pack delivered again: its result, where the first left none
+        return "ended", claim.record
+    if claim.request is None or claim.problem is not None:
+        problem = claim.problem or LaunchRequestError("the launch is malformed")
+        end_with_failure(deps.store, run_id, problem, owner_token=claim.owner_token)
         return "skipped", None
     request = claim.request
     if not await rounds.mark_running(run_id):
@@ -199,16 +206,25 @@ def run_batch_pack(
     counts = {"done": 0, "failed": 0, "paused": 0, "skipped": 0}
     away: BaseException | None = None
     results: list[tuple[str, Any, str]] = []
+    ended: set[str] = set()
     for kwargs, outcome in zip(launches, outcomes, strict=True):
         run_id = str(kwargs["run_id"])
         if isinstance(outcome, BaseException):
             away = away or outcome  # the store stayed away (or worse): the pack is tried again
             continue
         how, value = outcome
+        if how == "ended":  # ended before this delivery: its result, unless the backend has one
+            counts["skipped"] += 1
+            ended.add(run_id)
+            try:
+                results.append((run_id, attached_result(value), states.SUCCESS))
+            except RunAlreadyEndedError as failed:
+                results.append((run_id, failed, states.FAILURE))
+            continue
         counts[how] += 1
         if how in ("done", "failed"):
             results.append((run_id, value, states.SUCCESS if how == "done" else states.FAILURE))
-    store_results(task.backend, results)  # together (pack_results.py)
+    store_results(task.backend, results, missing_only=ended)  # together (pack_results.py)
     if away is not None:
         raise away
     return counts

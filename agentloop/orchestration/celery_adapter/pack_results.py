@@ -12,7 +12,7 @@ on any other backend it calls ``store_result`` for each.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from celery import states
@@ -25,13 +25,15 @@ __all__ = ["store_results"]
 Result = tuple[str, Any, str]
 
 
-def store_results(backend: Backend, results: Sequence[Result]) -> None:
-    """Write each of ``results`` to ``backend`` as ``backend.store_result`` would (the module doc)."""
+def store_results(backend: Backend, results: Sequence[Result], *, missing_only: Collection[str] = ()) -> None:
+    """Write each of ``results`` to ``backend`` as ``backend.store_result`` would (the module doc);
+    the results of the runs of ``missing_only`` only where the backend holds none for them."""
     if not results:
         return
     if not isinstance(backend, BaseKeyValueStoreBackend):
         for run_id, value, state in results:
-            backend.store_result(run_id, value, state)
+            if run_id not in missing_only or backend.get_state(run_id) == states.PENDING:
+                backend.store_result(run_id, value, state)
         return
     keys = [backend.get_key_for_task(run_id) for run_id, _, _ in results]
     stored = _ensured(backend, lambda: backend.mget(keys))
@@ -39,8 +41,10 @@ def store_results(backend: Backend, results: Sequence[Result]) -> None:
         stored = [stored.get(key) for key in keys]
     writes: list[tuple[str, str, str]] = []
     for key, payload, (run_id, value, state) in zip(keys, stored, results, strict=True):
-        if payload is not None and backend.decode_result(payload)["status"] == states.SUCCESS:
-            continue  # a first success stands (Backend._store_result)
+        if payload is not None and (
+            run_id in missing_only or backend.decode_result(payload)["status"] == states.SUCCESS
+        ):
+            continue  # a first success stands (Backend._store_result), and a result a run has
         meta = backend._get_result_meta(
             result=backend.encode_result(value, state), state=state, traceback=None, request=None
         )
