@@ -104,7 +104,13 @@ def test_a_slot_whose_lease_ran_out_is_free_without_a_release(run_store: RunStor
 
 
 def launch_message(run_id: str) -> dict[str, Any]:
-    return {"task": "agentloop.launch", "args": [], "kwargs": {"run_id": run_id}, "task_id": run_id, "priority": 9}
+    return {
+        "task": "agentloop.launch",
+        "args": [],
+        "kwargs": {"run_id": run_id},
+        "task_id": run_id,
+        "priority": 9,
+    }
 
 
 def park(slots: ConcurrencySlots, run_id: str, key: str, **options: Any) -> Any:

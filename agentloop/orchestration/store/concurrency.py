@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
@@ -192,6 +193,18 @@ class SqlConcurrencySlots:
         self.engine, self.dialect = engine, dialect
         self.retry = retry or StoreRetry()
 
+    @contextmanager
+    def _serialized(self) -> Iterator[Connection]:
+        """A transaction that runs alone among the slots' writers: on PostgreSQL under one advisory
+        lock, on SQLite from ``BEGIN IMMEDIATE`` (its reads would otherwise run before its
+        transaction begins, each seeing whatever was committed then)."""
+        with self.engine.begin() as connection:
+            if self.dialect == "postgresql":
+                connection.execute(advisory_lock("agentloop concurrency slots"))
+            elif self.dialect == "sqlite":
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            yield connection
+
     @staticmethod
     def _held(now: datetime) -> object:
         """Held slots whose run has not ended and whose lease runs."""
@@ -228,9 +241,7 @@ class SqlConcurrencySlots:
         message: Mapping[str, Any] | None = None,
     ) -> Admission:
         slots = concurrency_slots.c
-        with self.engine.begin() as connection:
-            if self.dialect == "postgresql":
-                connection.execute(advisory_lock("agentloop concurrency slots"))
+        with self._serialized() as connection:
             now = utcnow()
             own = connection.execute(
                 select(
@@ -292,7 +303,8 @@ class SqlConcurrencySlots:
             carrier = own is None or _carries(copy, own.backstop, own.backstop_due, now)
             parked = {"message": _message_text(message)} if own is not None and message is not None else {}
             lease = now + timedelta(seconds=wait)
-            connection.execute(mine.values(lease_until=lease, waits=slots.waits + 1, **parked))
+            # a woken copy that parks again is no longer on its way: the next freed slot wakes it
+            connection.execute(mine.values(lease_until=lease, waits=slots.waits + 1, woken_at=None, **parked))
             return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, carrier=carrier)
 
     @retried
@@ -309,9 +321,7 @@ class SqlConcurrencySlots:
     @retried
     def wake(self, *, fair_slots: int | None = None, keys: list[str] | None = None) -> list[Wake]:
         slots = concurrency_slots.c
-        with self.engine.begin() as connection:
-            if self.dialect == "postgresql":
-                connection.execute(advisory_lock("agentloop concurrency slots"))
+        with self._serialized() as connection:
             now = utcnow()
             waiting = and_(self._waiting(now), slots.message.is_not(None))  # type: ignore[arg-type]
             lines = select(slots.key).where(waiting).distinct()
@@ -500,7 +510,7 @@ class InMemoryConcurrencySlots:
             if not carrier and own.backstop_due is not None:
                 carrier = own.backstop_due + BACKSTOP_LATE_SECONDS < now
             own.lease_until = now + backstop_seconds(ahead, bound) + WAIT_LEASE_SECONDS
-            own.waits += 1
+            own.waits, own.woken_at = own.waits + 1, None
             return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, carrier=carrier)
 
     def parked(self, run_id: str, *, backstop: str, seconds: float) -> None:
