@@ -194,13 +194,16 @@ class SqlConcurrencySlots:
         self.retry = retry or StoreRetry()
 
     @contextmanager
-    def _serialized(self) -> Iterator[Connection]:
-        """A transaction that runs alone among the slots' writers: on PostgreSQL under one advisory
-        lock, on SQLite from ``BEGIN IMMEDIATE`` (its reads would otherwise run before its
-        transaction begins, each seeing whatever was committed then)."""
+    def _serialized(self, key: str | None) -> Iterator[Connection]:
+        """A transaction that runs alone among the slots' writers of ``key`` (``None``: of every
+        key, as fair shares read them all): on PostgreSQL under an advisory lock (one per key, so
+        one key's thousands of waiters never hold up another key's launch), on SQLite from
+        ``BEGIN IMMEDIATE`` (its reads would otherwise run before its transaction begins, each
+        seeing whatever was committed then)."""
         with self.engine.begin() as connection:
             if self.dialect == "postgresql":
-                connection.execute(advisory_lock("agentloop concurrency slots"))
+                name = "agentloop concurrency slots" + ("" if key is None else f" of {key}")
+                connection.execute(advisory_lock(name))
             elif self.dialect == "sqlite":
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
             yield connection
@@ -241,7 +244,7 @@ class SqlConcurrencySlots:
         message: Mapping[str, Any] | None = None,
     ) -> Admission:
         slots = concurrency_slots.c
-        with self._serialized() as connection:
+        with self._serialized(None if fair_slots else key) as connection:
             now = utcnow()
             own = connection.execute(
                 select(
@@ -318,16 +321,26 @@ class SqlConcurrencySlots:
                 .values(backstop=backstop, backstop_due=due)
             )
 
-    @retried
     def wake(self, *, fair_slots: int | None = None, keys: list[str] | None = None) -> list[Wake]:
+        if fair_slots is not None:
+            return self._wake(None, fair_slots=fair_slots)
+        if keys is None:  # each key under its own lock, as its launches take it
+            with one_statement(self.engine) as connection:
+                lines = select(concurrency_slots.c.key).where(self._waiting(utcnow())).distinct()  # type: ignore[arg-type]
+                keys = sorted(str(key) for key in connection.execute(lines).scalars())
+        return [wake for key in keys for wake in self._wake(key)]
+
+    @retried
+    def _wake(self, key: str | None, *, fair_slots: int | None = None) -> list[Wake]:
+        """:meth:`wake` of ``key`` under its lock, or of every key under fair shares (``None``)."""
         slots = concurrency_slots.c
-        with self._serialized() as connection:
+        with self._serialized(key) as connection:
             now = utcnow()
             waiting = and_(self._waiting(now), slots.message.is_not(None))  # type: ignore[arg-type]
             lines = select(slots.key).where(waiting).distinct()
-            if fair_slots is None and keys is not None:
-                lines = lines.where(slots.key.in_(keys))
-            waiting_keys = sorted(str(key) for key in connection.execute(lines).scalars())
+            if key is not None:
+                lines = lines.where(slots.key == key)
+            waiting_keys = sorted(str(name) for name in connection.execute(lines).scalars())
             if not waiting_keys:
                 return []
             weights = self._weights(connection, now) if fair_slots is not None else {}
@@ -336,13 +349,13 @@ class SqlConcurrencySlots:
             recent = now - timedelta(seconds=WAKE_SECONDS)
             coming = self._by_key(connection, and_(in_line, self._waiting(now), slots.woken_at > recent))  # type: ignore[arg-type]
             woken: list[Wake] = []
-            for key in waiting_keys:
-                head = and_(slots.key == key, waiting)
+            for name in waiting_keys:
+                head = and_(slots.key == name, waiting)
                 limit = connection.execute(
                     select(slots.bound).where(head).order_by(slots.queued_at, slots.run_id).limit(1)
                 ).scalar_one_or_none()
-                bound = effective_limit(limit, share_of(key, fair_slots, weights))
-                free = min(_free(bound, held.get(key, 0), coming.get(key, 0)), WAKE_BATCH - len(woken))
+                bound = effective_limit(limit, share_of(name, fair_slots, weights))
+                free = min(_free(bound, held.get(name, 0), coming.get(name, 0)), WAKE_BATCH - len(woken))
                 if free <= 0:
                     continue
                 not_woken = or_(slots.woken_at.is_(None), slots.woken_at <= recent)
@@ -357,7 +370,7 @@ class SqlConcurrencySlots:
                     connection.execute(
                         update(concurrency_slots).where(slots.run_id.in_(ids)).values(woken_at=now)
                     )
-                    woken += [Wake(str(row.run_id), key, json.loads(row.message)) for row in rows]
+                    woken += [Wake(str(row.run_id), name, json.loads(row.message)) for row in rows]
             return woken
 
     @staticmethod
