@@ -145,3 +145,31 @@ def test_a_wake_lost_between_the_store_and_the_broker_is_made_good_by_the_backst
     assert GATE.most == 2 and sorted(GATE.entries) == ["0", "1", "2", "3", "4"]  # each step once
     statuses = [rig["store"].get_run(handle.run_id).status for handle in handles]
     assert statuses == ["succeeded"] * 5
+
+
+def test_a_keyed_batch_parks_its_runs_in_the_store_and_sends_only_those_that_may_start(
+    rig: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of 8 under a limit of 2: the chunk parks all 8 in the key's line and sends 2
+    launches; the other 6 are in line without having asked (no message of theirs was sent), and
+    are sent as the first runs end."""
+    from agentloop.orchestration.celery_adapter.batches import summarize
+    from agentloop.orchestration.wire import BATCH
+
+    monkeypatch.setattr(shares, "FIRST_BACKSTOP", 3600.0)
+    kwargs = {
+        "runnable": "wake.gated",
+        "inputs": [{"n": n} for n in range(8)],
+        "concurrency_key": "tenant",
+        "poll_seconds": 0.2,
+    }
+    batch_id = rig["app"].send_task(BATCH, kwargs=kwargs).get(timeout=CEILING)["batch_id"]
+    GATE.until("two runs inside", lambda gate: gate.inside == 2)
+    waiting(rig, 6)
+    assert rig["store"].concurrency.counts()["tenant"].waits == 0  # none asked: parked by the chunk
+    GATE.release.set()
+    deadline = time.monotonic() + CEILING
+    while summarize(rig["store"], batch_id)["succeeded"] != 8:
+        assert time.monotonic() < deadline, summarize(rig["store"], batch_id)
+        time.sleep(0.05)
+    assert GATE.most == 2 and sorted(GATE.entries) == [str(n) for n in range(8)]  # each step once

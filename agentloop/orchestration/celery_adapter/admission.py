@@ -37,16 +37,23 @@ from typing import Any
 from celery import Celery, Task
 from celery.exceptions import Ignore
 
-from agentloop.orchestration.celery_adapter.batches import _countdown
 from agentloop.orchestration.celery_adapter.dependencies import AppDependencies, dependencies_of
-from agentloop.orchestration.errors import ConcurrencyLimitError
+from agentloop.orchestration.errors import ConcurrencyLimitError, LaunchRequestError
 from agentloop.orchestration.fairness.rules import key_of, weight_of
 from agentloop.orchestration.fairness.shares import backstop_seconds
 from agentloop.orchestration.metrics.record import key_admitted
+from agentloop.orchestration.settings.broker import Broker
 from agentloop.orchestration.store.concurrency import ConcurrencySlots
-from agentloop.orchestration.wire import LaunchRequest
+from agentloop.orchestration.wire import LAUNCH, LaunchRequest
 
-__all__ = ["WAKE_HEADER", "admit_launch", "key_of_ended_launch", "wake_waiters"]
+__all__ = [
+    "WAKE_HEADER",
+    "admit_launch",
+    "key_of_ended_launch",
+    "park_launches",
+    "wake_all",
+    "wake_waiters",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +98,10 @@ def send_copy(app: Celery, message: Mapping[str, Any], countdown: float | None =
         kwargs=message.get("kwargs") or {},
         task_id=message.get("task_id"),
         priority=message.get("priority"),
-        countdown=None if countdown is None else _countdown(app, countdown),
+        # as a countdown the broker keeps (whole seconds on RabbitMQ: ``batches._countdown``)
+        countdown=None
+        if countdown is None
+        else Broker.of(str(app.conf.broker_url or "")).countdown(countdown),
         headers={WAKE_HEADER: token},
     )
     return token
@@ -147,18 +157,77 @@ def admit_launch(task: Task, deps: AppDependencies, run_id: str, request: Launch
     raise Ignore()
 
 
-def wake_waiters(app: Celery, key: str | None) -> int:
+def park_launches(
+    app: Celery, runnable: str, launches: list[dict[str, Any]], priority: int
+) -> list[dict[str, Any]]:
+    """Park a batch chunk's launches of ``runnable`` (each a launch's keyword arguments, its
+    ``run_id`` given) in their keys' lines at once, without a message each, and send those that
+    may start now; the launches left to send one by one (no key, a runnable that refuses or
+    cancels past its limit rather than waiting, a key rule that fails, a store without slots).
+
+    A batch of 5,000 behind a limit of 50 puts some 50 launches on the broker, not 5,000 that each
+    ask and park: the rest are sent as runs of their key end (``wake_waiters``), and the batch's
+    summary wakes any whose wake was lost (``batches.batch_summary``)."""
+    deps = dependencies_of(app)
+    rule, slots = deps.registry.get(runnable).concurrency, slots_of(deps)
+    if slots is None or (rule is not None and rule.on_limit != "wait"):
+        return list(launches)
+    lines: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    alone: list[dict[str, Any]] = []
+    weights: dict[str, int] = {}
+    for kwargs in launches:
+        try:
+            key = key_of(
+                rule,
+                given=kwargs.get("concurrency_key"),
+                input=kwargs.get("input"),
+                context=kwargs.get("context") or {},
+            )
+            weight = 1 if key is None else weight_of(rule, key)
+        except LaunchRequestError:
+            key = None  # its own launch records why
+        if key is None:
+            alone.append(kwargs)
+            continue
+        message = {
+            "task": LAUNCH,
+            "args": [],
+            "kwargs": kwargs,
+            "task_id": kwargs["run_id"],
+            "priority": priority,
+        }
+        lines.setdefault(key, []).append((str(kwargs["run_id"]), message))
+        weights[key] = weight
+    for key, waiters in lines.items():
+        slots.park(
+            key=key,
+            waiters=waiters,
+            limit=rule.limit if rule is not None else None,
+            weight=weights.get(key, 1),
+        )
+    for key in lines:
+        wake_waiters(app, key)
+    return alone
+
+
+def wake_all(app: Celery) -> int:
+    """Send the parked runs of every key that may start now (a batch's summary, while it waits,
+    wakes those whose wake was lost); how many were sent."""
+    return wake_waiters(app, None, every_key=True)
+
+
+def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False) -> int:
     """After a run of ``key`` ended: send the parked runs that may start now (of ``key``, or of
     any key under fair shares); how many were sent. A store or broker out of reach is logged:
     the parked runs' backstop copies come back on their own."""
-    if key is None:
+    if key is None and not every_key:
         return 0
     deps = dependencies_of(app)
     slots = slots_of(deps)
     if slots is None:
         return 0
     try:
-        wakes = slots.wake(fair_slots=deps.settings.fair_slots, keys=[key])
+        wakes = slots.wake(fair_slots=deps.settings.fair_slots, keys=None if key is None else [key])
     except Exception:
         logger.warning(
             "The parked runs of key %r could not be woken (their backstops will ask)", key, exc_info=True

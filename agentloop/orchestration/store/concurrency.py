@@ -63,6 +63,9 @@ WAIT_LEASE_SECONDS = 120.0
 WAKE_SECONDS = 60.0
 #: How late a backstop copy may be before another copy of the message sends a new one.
 BACKSTOP_LATE_SECONDS = 60.0
+#: How long a place in line parked by :meth:`ConcurrencySlots.park` lasts (a batch's run waits
+#: its turn however long its batch's line is; its run ending gives the place up at once).
+PARKED_SECONDS = 30 * 86400.0
 #: The most waiters one :meth:`ConcurrencySlots.wake` sends.
 WAKE_BATCH = 200
 _LIVE_STATES = ("waiting", "held")
@@ -132,6 +135,14 @@ class ConcurrencySlots(Protocol):
         ``weight`` is the key's weight in the fair share, ``copy`` the token of the message copy
         asking (``None``: a message no wake sent), ``message`` the launch message a waiting run
         parks with."""
+        ...
+
+    def park(
+        self, *, key: str, waiters: list[tuple[str, Mapping[str, Any]]], limit: int | None, weight: int = 1
+    ) -> None:
+        """Put ``waiters`` (run ids and their launch messages: a batch's runs) in ``key``'s line
+        at once, parked until a wake sends them; a run already in line keeps its place. Their
+        place lasts :data:`PARKED_SECONDS` (no message of theirs comes back to renew it)."""
         ...
 
     def parked(self, run_id: str, *, backstop: str, seconds: float) -> None:
@@ -208,19 +219,27 @@ class SqlConcurrencySlots:
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
             yield connection
 
-    @staticmethod
-    def _held(now: datetime) -> object:
+    @classmethod
+    def _held(cls, now: datetime) -> object:
         """Held slots whose run has not ended and whose lease runs."""
-        ended = select(runs.c.id).where(
-            runs.c.id == concurrency_slots.c.run_id, runs.c.status.in_(sorted(TERMINAL_STATUSES))
-        )
-        return and_(
-            concurrency_slots.c.state == "held", concurrency_slots.c.lease_until > now, ~ended.exists()
-        )
+        slots = concurrency_slots.c
+        return and_(slots.state == "held", slots.lease_until > now, ~cls._ended())  # type: ignore[operator]
 
     @staticmethod
-    def _waiting(now: datetime) -> object:
-        return and_(concurrency_slots.c.state == "waiting", concurrency_slots.c.lease_until > now)
+    def _ended() -> object:
+        """The slot's run has ended."""
+        return (
+            select(runs.c.id)
+            .where(runs.c.id == concurrency_slots.c.run_id, runs.c.status.in_(sorted(TERMINAL_STATUSES)))
+            .exists()
+        )
+
+    @classmethod
+    def _waiting(cls, now: datetime) -> object:
+        """Places in line whose lease runs and whose run has not ended (a batch's run cancelled
+        while it waited holds up nobody)."""
+        slots = concurrency_slots.c
+        return and_(slots.state == "waiting", slots.lease_until > now, ~cls._ended())  # type: ignore[operator]
 
     def _weights(self, connection: Connection, now: datetime) -> dict[str, int]:
         """The weight of every key with work (a run holding a slot or waiting)."""
@@ -311,6 +330,25 @@ class SqlConcurrencySlots:
             return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, carrier=carrier)
 
     @retried
+    def park(
+        self, *, key: str, waiters: list[tuple[str, Mapping[str, Any]]], limit: int | None, weight: int = 1
+    ) -> None:
+        if not waiters:
+            return
+        now = utcnow()
+        lease = now + timedelta(seconds=PARKED_SECONDS)
+        rows = [
+            {
+                "run_id": run_id, "key": key, "state": "waiting", "queued_at": now, "lease_until": lease,
+                "waits": 0, "weight": max(1, weight), "bound": limit, "message": _message_text(message),
+            }
+            for run_id, message in waiters
+        ]  # fmt: skip
+        statement = insert(concurrency_slots, self.dialect).on_conflict_do_nothing(index_elements=["run_id"])
+        with self._serialized(key) as connection:
+            connection.execute(statement, rows)
+
+    @retried
     def parked(self, run_id: str, *, backstop: str, seconds: float) -> None:
         slots = concurrency_slots.c
         due = utcnow() + timedelta(seconds=seconds)
@@ -399,7 +437,7 @@ class SqlConcurrencySlots:
         now = utcnow()
         live = or_(
             slots.state.not_in(_LIVE_STATES),
-            and_(slots.state == "waiting", slots.lease_until > now),
+            self._waiting(now),  # type: ignore[arg-type]
             self._held(now),  # type: ignore[arg-type]
         )
         counted = case((live, 1), else_=0)
@@ -449,9 +487,7 @@ class InMemoryConcurrencySlots:
     def _live(self, place: _Place, run_id: str, now: float) -> bool:
         if place.lease_until <= now:
             return False
-        if place.state == "waiting":
-            return True
-        if place.state != "held":
+        if place.state not in _LIVE_STATES:
             return False
         record = self.store.get_run(run_id)
         return record is None or not record.is_finished
@@ -525,6 +561,19 @@ class InMemoryConcurrencySlots:
             own.lease_until = now + backstop_seconds(ahead, bound) + WAIT_LEASE_SECONDS
             own.waits, own.woken_at = own.waits + 1, None
             return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, carrier=carrier)
+
+    def park(
+        self, *, key: str, waiters: list[tuple[str, Mapping[str, Any]]], limit: int | None, weight: int = 1
+    ) -> None:
+        with self._lock:
+            now = self._now()
+            for run_id, message in waiters:
+                if run_id not in self._places:
+                    self._places[run_id] = _Place(
+                        key=key, state="waiting", queued_at=now, order=len(self._places),
+                        lease_until=now + PARKED_SECONDS, weight=max(1, weight), bound=limit,
+                        message=dict(message),
+                    )  # fmt: skip
 
     def parked(self, run_id: str, *, backstop: str, seconds: float) -> None:
         with self._lock:
