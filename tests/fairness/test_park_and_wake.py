@@ -20,6 +20,7 @@ from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.fairness import shares
 from agentloop.orchestration.fairness.rules import Concurrency
 from agentloop.orchestration.registry import RunnableRegistry
+from agentloop.pipelines import BaseAgentPipeline
 from agentloop.orchestration.store import open_store
 from tests.services.worker_environment import embedded_app
 
@@ -74,12 +75,37 @@ class Gated(ProceduralAgentLoop):
         return state["n"]
 
 
+class Plain(ProceduralAgentLoop):
+    """The second stage of :class:`TwoStages`: answers its input."""
+
+    max_iterations = 1
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"n": input}
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        return state
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return iteration > 0
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["n"]
+
+
+class TwoStages(BaseAgentPipeline):
+    """A run of several tasks: it ends in ``agentloop.finalize``, not in its launch."""
+
+    stages = [Gated, Plain]
+
+
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
     global GATE
     GATE = Gate()
     registry = RunnableRegistry()
     registry.register("wake.gated", Gated, concurrency=Concurrency(limit=2))
+    registry.register("wake.stages", TwoStages, concurrency=Concurrency(limit=1))
     store, _ = open_store(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
     try:
         with embedded_app(registry, store, name="wake", concurrency=6) as (app, _):
@@ -173,3 +199,16 @@ def test_a_keyed_batch_parks_its_runs_in_the_store_and_sends_only_those_that_may
         assert time.monotonic() < deadline, summarize(rig["store"], batch_id)
         time.sleep(0.05)
     assert GATE.most == 2 and sorted(GATE.entries) == [str(n) for n in range(8)]  # each step once
+
+
+def test_a_run_of_several_tasks_wakes_its_keys_parked_runs_from_its_finalize(
+    rig: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shares, "FIRST_BACKSTOP", 3600.0)  # only a wake can start the parked runs
+    runner = CeleryAgentRunner.create(runnable="wake.stages", app=rig["app"], store=rig["store"])
+    handles = [runner.request_sync(input={"n": n}, concurrency_key="tenant") for n in range(3)]
+    GATE.until("one run inside", lambda gate: gate.inside == 1)
+    waiting(rig, 2)
+    GATE.release.set()
+    assert sorted(handle.wait_sync(timeout=CEILING) for handle in handles) == [0, 1, 2]
+    assert GATE.most == 1 and sorted(GATE.entries) == ["0", "1", "2"]

@@ -50,6 +50,7 @@ __all__ = [
     "WAKE_HEADER",
     "admit_launch",
     "key_of_ended_launch",
+    "key_of_run",
     "park_launches",
     "wake_all",
     "wake_waiters",
@@ -246,6 +247,12 @@ def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False) -> in
     return sent
 
 
+def key_of_run(app: Celery, run_id: str) -> str | None:
+    """The key of the root run ``run_id`` (``None``: it has none): one read of its slot row."""
+    slots = slots_of(dependencies_of(app))
+    return None if slots is None else slots.keys_of([run_id]).get(run_id)
+
+
 def key_of_ended_launch(app: Celery, run_id: str, arguments: Mapping[str, Any]) -> str | None:
     """The key of a launch's run that failed (``arguments``: the launch's keywords): its
     ``concurrency_key``, else the store's word when its runnable has a concurrency rule."""
@@ -258,4 +265,4 @@ def key_of_ended_launch(app: Celery, run_id: str, arguments: Mapping[str, Any]) 
         return None
     if deps.registry.get(runnable).concurrency is None:
         return None
-    return slots.keys_of([run_id]).get(run_id)
+    return key_of_run(app, run_id)

@@ -23,7 +23,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 
 from agentloop.actions.human import RunPaused
-from agentloop.orchestration.celery_adapter.admission import admit_launch, wake_waiters
+from agentloop.orchestration.celery_adapter.admission import admit_launch, key_of_run, wake_waiters
 from agentloop.orchestration.celery_adapter.batch_packs import run_batch_pack
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
 from agentloop.orchestration.celery_adapter.canvas import (
@@ -242,10 +242,11 @@ def launch(
     engine.record_start(node)
     outcome = run_node(self, claim.run_id, engine.start(node, request.input), key)
     if isinstance(outcome, Done):
-        return finalize(self, outcome.value, claim.run_id, claim.owner_token, key)
-    # the finalize of a keyed run wakes the runs parked under its key (a keyword only when keyed)
-    keyed = {"concurrency_key": key} if key is not None else {}
-    then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token), kwargs=keyed)
+        try:
+            return finalize(self, outcome.value, claim.run_id, claim.owner_token)
+        finally:  # its slot is free: the runs parked under its key that may start now are sent
+            wake_waiters(self.app, key)
+    then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token))
     return continue_with(self, outcome, then=then)
 
 
@@ -358,14 +359,10 @@ def lane_collect(self: Task, output: Any, collected: list[Any]) -> list[Any]:
     return [*collected, output]
 
 
-def finalize(
-    self: Task, result: Any, run_id: str, owner_token: str | None = None, concurrency_key: str | None = None
-) -> Any:
+def finalize(self: Task, result: Any, run_id: str, owner_token: str | None = None) -> Any:
     """Record the run's end (``succeeded``, or ``degraded`` when model calls failed); the run's id
     then answers with its result (a degraded run's as a
-    :class:`~agentloop.orchestration.wire.DegradedResult`). The end of a run of ``concurrency_key``
-    frees its slot: the runs parked under the key that may start now are sent at once
-    (``celery_adapter/admission.py``).
+    :class:`~agentloop.orchestration.wire.DegradedResult`).
 
     Only the canvas its launch built carries the run's ``owner_token``: a finalize without it
     is refused (:class:`~agentloop.orchestration.errors.RunOwnershipError`) and the run is not touched.
@@ -375,8 +372,9 @@ def finalize(
         return run_coroutine(engine_for(self).finish(run_id, result, owner_token=owner_token))
     except RunAlreadyEndedError as ended:
         return attached_result(ended.record)  # a twin of this launch (a redelivery) ended it first
-    finally:
-        wake_waiters(self.app, concurrency_key if isinstance(concurrency_key, str) else None)
+    finally:  # a keyed run's slot is free: the runs parked under its key that may start now are sent
+        if not self.request.called_directly and self.name == FINALIZE:
+            wake_waiters(self.app, key_of_run(self.app, str(run_id)))
 
 
 def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> dict[str, Any]:
