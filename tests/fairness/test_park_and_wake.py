@@ -20,8 +20,8 @@ from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.fairness import shares
 from agentloop.orchestration.fairness.rules import Concurrency
 from agentloop.orchestration.registry import RunnableRegistry
-from agentloop.pipelines import BaseAgentPipeline
 from agentloop.orchestration.store import open_store
+from agentloop.pipelines import BaseAgentPipeline
 from tests.services.worker_environment import embedded_app
 
 CEILING = 60.0
