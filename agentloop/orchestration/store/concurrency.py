@@ -5,9 +5,9 @@ One row per keyed root run, its place under its key: ``waiting`` in line, ``held
 for a newer run). :meth:`SqlConcurrencySlots.acquire` is one transaction: it counts the key's
 slots and the waiters ahead of the run (and, with fair shares, the keys that have work), decides
 (``fairness/shares.py``), and writes the run's new place. On PostgreSQL the transaction first
-takes one advisory lock (fair shares read every key, so one lock for all); SQLite's file lock
-serializes the writers, and a transaction that read before another committed is tried again
-(``retry.py``).
+takes an advisory lock: its key's (without fair shares a key reads only its own rows), or one for
+all keys (fair shares read every key); on SQLite it begins ``IMMEDIATE``, which serializes the
+writers from their first read.
 
 A waiting run is *parked*: its row keeps its launch message (``message``), and whoever frees a
 slot (a run of the key ends) calls :meth:`SqlConcurrencySlots.wake`, which picks the runs at the
@@ -21,8 +21,10 @@ of the copies that find the run still waiting, only the backstop copy (``backsto
 next backstop, so each parked run has one message coming back, not more.
 
 Nothing needs releasing for a slot to free: a held slot counts only while its run has not ended
-(the ``runs`` row says so) and its lease has not expired, and a place in line only until its
-lease expires (each wait renews it). A worker that dies holding a slot leaves a run that its
+(the ``runs`` row says so) and its lease has not expired, and a place in line only while its
+run has not ended and its lease runs (each copy of its message that comes renews it; a batch's
+runs, parked by :meth:`SqlConcurrencySlots.park` with no message each, keep theirs for
+:data:`PARKED_SECONDS`). A worker that dies holding a slot leaves a run that its
 redelivered message goes on with (the slot is still the run's), or that the delivery limit ends
 (the slot frees with it); a run whose every message is gone gives its slot up when the lease ends.
 """
@@ -33,7 +35,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
@@ -467,7 +469,7 @@ class _Place:
     woken_at: float | None = None
     holder: str | None = None
     backstop: str | None = None
-    backstop_due: float | None = field(default=None)
+    backstop_due: float | None = None
 
 
 class InMemoryConcurrencySlots:
