@@ -30,6 +30,7 @@ so they are the holder's own copy and go on.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -217,18 +218,47 @@ def wake_all(app: Celery) -> int:
     return wake_waiters(app, None, every_key=True)
 
 
+#: The keys being woken in this process, each with whether a run ended meanwhile (``wake_waiters``).
+_waking: dict[tuple[int, str | None], bool] = {}
+_waking_lock = threading.Lock()
+
+
 def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False) -> int:
     """After a run of ``key`` ended: send the parked runs that may start now (of ``key``, or of
     any key under fair shares); how many were sent. A store or broker out of reach is logged:
-    the parked runs' backstop copies come back on their own."""
+    the parked runs' backstop copies come back on their own.
+
+    One thread of a process wakes a key at a time: a run of the key that ends meanwhile only
+    asks it to go round once more, so a key's thousand runs ending together make a few wakes,
+    not a thousand transactions queued on the key's lock (each holding a database connection)."""
     if key is None and not every_key:
         return 0
     deps = dependencies_of(app)
     slots = slots_of(deps)
     if slots is None:
         return 0
+    waking = (id(app), key)
+    with _waking_lock:
+        if waking in _waking:
+            _waking[waking] = True  # the thread waking it goes round once more
+            return 0
+        _waking[waking] = False
+    sent = 0
     try:
-        wakes = slots.wake(fair_slots=deps.settings.fair_slots, keys=None if key is None else [key])
+        while True:
+            sent += _wake_once(app, slots, deps.settings.fair_slots, key)
+            with _waking_lock:
+                if not _waking[waking]:
+                    return sent
+                _waking[waking] = False
+    finally:
+        with _waking_lock:
+            _waking.pop(waking, None)
+
+
+def _wake_once(app: Celery, slots: ConcurrencySlots, fair_slots: int | None, key: str | None) -> int:
+    try:
+        wakes = slots.wake(fair_slots=fair_slots, keys=None if key is None else [key])
     except Exception:
         logger.warning(
             "The parked runs of key %r could not be woken (their backstops will ask)", key, exc_info=True
