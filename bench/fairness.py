@@ -171,11 +171,13 @@ def run(args: argparse.Namespace) -> bool:
             time.sleep(args.spacing)
         _until(lambda: all(_ended(store, run_id) for run_id, _ in interactive), args.timeout, "B's runs")
         a_open_when_b_done = summarize(store, batch_a)["open"]
-        starts, ends = [], []
+        starts, ends, claimed, running = [], [], [], []
         for run_id, sent in interactive:
             record = store.get_run(run_id)
             starts.append(record.started_at.timestamp() - sent)
             ends.append(record.finished_at.timestamp() - sent)
+            claimed.append(record.created_at.timestamp() - sent)
+            running.append((record.finished_at - record.started_at).total_seconds())
         _until(lambda: summarize(store, batch_a)["open"] == 0, args.timeout, "A's batch", every=0.5)
         most_a = model.most.get("A", 0)
 
@@ -218,6 +220,11 @@ def run(args: argparse.Namespace) -> bool:
         f" B started after p50 {start_p50:.3f} s, p95 {start_p95:.3f} s (target {START_TARGET} s);"
         f" ended after p50 {end_ratio_p50:.2f}x, p95 {end_ratio_p95:.2f}x alone (target {END_RATIO_TARGET}x);"
         f" A's runs still open when B's ended: {a_open_when_b_done}"
+    )
+    print(
+        f"  where B's time went (p50): sent to recorded {_p(claimed, 0.5):.3f} s, recorded to started"
+        f" {_p(starts, 0.5) - _p(claimed, 0.5):.3f} s, started to ended {_p(running, 0.5):.3f} s"
+        f" (alone: {baseline:.3f} s in all)"
     )
     most_b = model.most.get("B", 0)
     print(f"  most calls in flight at the model server: A {most_a} (limit {args.limit}), B {most_b}")

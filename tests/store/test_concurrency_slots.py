@@ -101,3 +101,81 @@ def test_a_slot_whose_lease_ran_out_is_free_without_a_release(run_store: RunStor
     runs(run_store, "a1", "a2")
     assert acquire(slots, "a1", "A", limit=1, lease_seconds=0).admitted  # its lease is over at once
     assert acquire(slots, "a2", "A", limit=1).admitted
+
+
+def launch_message(run_id: str) -> dict[str, Any]:
+    return {
+        "task": "agentloop.launch",
+        "args": [],
+        "kwargs": {"run_id": run_id},
+        "task_id": run_id,
+        "priority": 9,
+    }
+
+
+def park(slots: ConcurrencySlots, run_id: str, key: str, **options: Any) -> Any:
+    return acquire(slots, run_id, key, message=launch_message(run_id), **options)
+
+
+def test_a_freed_slot_wakes_the_head_of_its_keys_line_once(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    runs(run_store, "a1", "a2", "a3", "a4", "b1")
+    assert [park(slots, run, "A").admitted for run in ("a1", "a2", "a3", "a4")] == [True, True, False, False]
+    assert slots.wake(keys=["A"]) == []  # nothing freed: nobody woken
+    run_store.finish_run("a1", status="succeeded", output=None)
+    woken = slots.wake(keys=["A"])
+    assert [(wake.run_id, wake.key, wake.message) for wake in woken] == [("a3", "A", launch_message("a3"))]
+    assert slots.wake(keys=["A"]) == []  # a3's wake is on its way: not sent twice, a4 not woken
+    assert park(slots, "a3", "A", copy="w-a3").admitted
+    assert park(slots, "a4", "A").admitted is False
+    run_store.finish_run("a2", status="succeeded", output=None)
+    assert [wake.run_id for wake in slots.wake(keys=["A"])] == ["a4"]
+    assert [wake.run_id for wake in slots.wake(keys=["B"])] == []  # another key's line: untouched
+
+
+def test_only_the_copy_holding_the_slot_runs_and_one_copy_carries_the_backstop(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    runs(run_store, "a1", "a2")
+    assert park(slots, "a1", "A", limit=1).admitted
+    first = park(slots, "a2", "A", limit=1)  # the client's message (no token): parks, sends a backstop
+    assert (first.admitted, first.carrier) == (False, True)
+    slots.parked("a2", backstop="b-1", seconds=30.0)
+    assert park(slots, "a2", "A", limit=1).carrier is False  # its redelivery: b-1 is on its way
+    assert park(slots, "a2", "A", limit=1, copy="w-1").carrier is False  # a wake that came too soon
+    assert park(slots, "a2", "A", limit=1, copy="b-1").carrier is True  # the backstop itself
+    run_store.finish_run("a1", status="succeeded", output=None)
+    held = park(slots, "a2", "A", limit=1, copy="w-2")
+    assert (held.admitted, held.duplicate) == (True, False)
+    late = park(slots, "a2", "A", limit=1, copy="b-1")  # the backstop, after the wake took the slot
+    assert (late.admitted, late.duplicate) == (False, True)
+    again = park(slots, "a2", "A", limit=1, copy="w-2")  # the holder's copy redelivered: goes on
+    assert (again.admitted, again.duplicate) == (True, False)
+
+
+def test_weighted_keys_are_admitted_in_proportion_while_both_wait(run_store: RunStore) -> None:
+    """Keys C (weight 2) and D (weight 1), 30 runs each waiting on 3 fair slots: each time a run
+    ends, the store wakes whom it may start. Counted: the admissions of each key while both had
+    runs waiting are 2:1 (within one run)."""
+    slots = slots_of(run_store)
+    c_runs, d_runs = [f"c{i:02}" for i in range(30)], [f"d{i:02}" for i in range(30)]
+    runs(run_store, *c_runs, *d_runs)
+    fair = {"limit": None, "fair_slots": 3}
+    order: list[str] = []
+    for c_run, d_run in zip(c_runs, d_runs, strict=True):  # equal backlogs, arriving together
+        for run_id, key, weight in ((c_run, "C", 2), (d_run, "D", 1)):
+            if park(slots, run_id, key, weight=weight, **fair).admitted:
+                order.append(run_id)
+    ended = 0
+    while ended < len(order) < 60:
+        run_store.finish_run(order[ended], status="succeeded", output=None)  # the oldest ends
+        ended += 1
+        for wake in slots.wake(fair_slots=3):
+            key, weight = ("C", 2) if wake.key == "C" else ("D", 1)
+            if park(slots, wake.run_id, key, weight=weight, copy=f"w-{wake.run_id}", **fair).admitted:
+                order.append(wake.run_id)
+        assert len(order) - ended <= 3  # never more than the fair slots in flight
+    assert len(order) == 60
+    both_waiting = order[: order.index(c_runs[-1])]  # until C's backlog is done
+    c_count = sum(1 for run_id in both_waiting if run_id.startswith("c"))
+    d_count = len(both_waiting) - c_count
+    assert abs(c_count - 2 * d_count) <= 2, (c_count, d_count)

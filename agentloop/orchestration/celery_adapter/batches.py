@@ -24,6 +24,7 @@ from typing import Any
 from celery import Celery, Task
 
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
+from agentloop.orchestration.celery_adapter.admission import park_launches, wake_all
 from agentloop.orchestration.celery_adapter.batch_packs import batch_pack_size
 from agentloop.orchestration.celery_adapter.config import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
@@ -175,8 +176,9 @@ def batch_chunk(
 ) -> int:
     """Record and launch one run per input of this chunk: packed, where the packing rule allows,
     in ``agentloop.batch_pack`` tasks (``batch_packs.py``), else one ``agentloop.launch`` each.
-    Runs under a concurrency key (``concurrency_key``, or the runnable's rule) are launched one
-    by one: each launch is admitted against its key's slots (``celery_adapter/admission.py``)."""
+    Runs under a concurrency key (``concurrency_key``, or the runnable's rule) are never packed:
+    they are parked in their keys' lines in the store at once, and their launches sent as slots
+    free (``celery_adapter/admission.py``), each admitted against its key's slots."""
     store = dependencies_of(self.app).store
     keyed = (
         concurrency_key is not None
@@ -206,7 +208,10 @@ def batch_chunk(
     # Every run recorded before any is sent, in one transaction where the store can (when this
     # chunk is redelivered, its first delivery recorded them: those are left as they are).
     _record_runs(store, news)
-    if size == 1:
+    if keyed and launches:  # keyed runs wait in their keys' lines in the store, and are sent as slots free
+        for kwargs in park_launches(self.app, runnable, launches, BATCH_PRIORITY):
+            self.app.send_task(LAUNCH, kwargs=kwargs, task_id=kwargs["run_id"], priority=BATCH_PRIORITY)
+    elif size == 1:
         for kwargs in launches:
             self.app.send_task(LAUNCH, kwargs=kwargs, task_id=kwargs["run_id"], priority=BATCH_PRIORITY)
     else:
@@ -241,6 +246,7 @@ def batch_summary(
     state = summarize(store, batch_id)
     elapsed = time.time() - started_at
     if state["open"] > 0 and elapsed < max_seconds:
+        wake_all(self.app)  # the backstop of parked runs whose wake was lost (``admission.py``)
         self.app.tasks[BATCH_SUMMARY].apply_async(
             args=(batch_id, key, started_at, poll_seconds, max_seconds),
             countdown=_countdown(self.app, poll_seconds),

@@ -31,6 +31,7 @@ from typing import Any
 from celery import Task
 from celery.exceptions import TimeLimitExceeded
 
+from agentloop.orchestration.celery_adapter.admission import key_of_ended_launch, key_of_run, wake_waiters
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.errors import LaunchRequestError, RunIdTakenError, StoreUnavailableError
 from agentloop.orchestration.redaction import hidden_texts, parameter_names, scrub_error
@@ -130,6 +131,39 @@ def _end_run(
     arguments: dict[str, Any],
     *,
     swallow: bool = True,
+) -> None:
+    try:
+        _end_failed_run(task, store, exc, task_id, arguments, swallow=swallow)
+    finally:  # a keyed run that ended frees its slot: the runs parked under its key may start
+        _wake_after(task, task_id, arguments)
+
+
+def _wake_after(task: Task, task_id: str, arguments: dict[str, Any]) -> None:
+    """Send the runs parked under the key of the failed task's run that may start now."""
+    try:
+        if task.name == LAUNCH:
+            given = arguments.get("run_id")
+            run_id = str(given) if isinstance(given, str | int) and given != "" else str(task_id)
+            key = key_of_ended_launch(task.app, run_id, arguments)
+        elif task.name == FINALIZE:
+            ended = arguments.get("run_id")
+            key = key_of_run(task.app, ended) if isinstance(ended, str) else None
+        else:
+            node = arguments.get("node")
+            key = node.get("concurrency_key") if isinstance(node, Mapping) else None
+        wake_waiters(task.app, key if isinstance(key, str) else None)
+    except Exception:  # the store is away: the parked runs' backstops ask on their own
+        logger.warning("the runs parked behind the run of task %s were not woken", task_id, exc_info=True)
+
+
+def _end_failed_run(
+    task: Task,
+    store: RunStore,
+    exc: BaseException,
+    task_id: str,
+    arguments: dict[str, Any],
+    *,
+    swallow: bool,
 ) -> None:
     if task.name == LAUNCH:
         try:

@@ -23,7 +23,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 
 from agentloop.actions.human import RunPaused
-from agentloop.orchestration.celery_adapter.admission import admit_launch
+from agentloop.orchestration.celery_adapter.admission import admit_launch, key_of_run, wake_waiters
 from agentloop.orchestration.celery_adapter.batch_packs import run_batch_pack
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
 from agentloop.orchestration.celery_adapter.canvas import (
@@ -245,7 +245,10 @@ def launch(
     engine.record_start(node)
     outcome = run_node(self, claim.run_id, engine.start(node, request.input), key)
     if isinstance(outcome, Done):
-        return finalize(self, outcome.value, claim.run_id, claim.owner_token)
+        try:
+            return finalize(self, outcome.value, claim.run_id, claim.owner_token)
+        finally:  # its slot is free: the runs parked under its key that may start now are sent
+            wake_waiters(self.app, key)
     then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token))
     return continue_with(self, outcome, then=then)
 
@@ -383,6 +386,9 @@ def finalize(self: Task, result: Any, run_id: str, owner_token: str | None = Non
         return run_coroutine(engine_for(self).finish(run_id, result, owner_token=owner_token))
     except RunAlreadyEndedError as ended:
         return attached_result(ended.record)  # a twin of this launch (a redelivery) ended it first
+    finally:  # a keyed run's slot is free: the runs parked under its key that may start now are sent
+        if not self.request.called_directly and self.name == FINALIZE:
+            wake_waiters(self.app, key_of_run(self.app, str(run_id)))
 
 
 def progress(self: Task, run_id: str, after_id: int = 0, limit: int = 500) -> dict[str, Any]:

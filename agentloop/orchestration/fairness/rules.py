@@ -16,7 +16,7 @@ from typing import Any, Literal
 from agentloop.orchestration.errors import LaunchRequestError
 from agentloop.orchestration.wire import check_name
 
-__all__ = ["ON_LIMIT", "Concurrency", "OnLimit", "key_of"]
+__all__ = ["ON_LIMIT", "Concurrency", "OnLimit", "key_of", "weight_of"]
 
 #: What a run does when its key has ``limit`` runs in flight: ``wait`` for a slot in the order the
 #: runs arrived (without holding a worker slot), ``refuse`` (the run fails with
@@ -28,6 +28,9 @@ ON_LIMIT: tuple[OnLimit, ...] = ("wait", "refuse", "cancel_oldest")
 KeyRule = Callable[[Any, Mapping[str, Any]], "str | None"]
 """``key(input, context_spec)``: the run's key (e.g. the tenant id in its context), or ``None``."""
 
+WeightRule = Callable[[str], int]
+"""``weight(key)``: the key's weight in the fair share (e.g. from the tenant's plan)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Concurrency:
@@ -35,22 +38,46 @@ class Concurrency:
 
     ``limit`` bounds the runs of one key in flight across all workers (``None``: only the fair
     share bounds them); ``on_limit`` says what a run past it does (:data:`OnLimit`); ``key``
-    derives a run's key from its input and context spec when its launch names none.
+    derives a run's key from its input and context spec when its launch names none. ``weight``
+    (a positive integer, or a function of the key giving one) is the key's part of the fair share
+    (``AGENTLOOP_FAIR_SLOTS``) against the other keys with work: a key of weight 2 holds twice the
+    slots of a key of weight 1 while both wait. Every key weighs 1 by default (round-robin).
     """
 
     limit: int | None = None
     on_limit: OnLimit = "wait"
     key: KeyRule | None = None
+    weight: int | WeightRule = 1
 
     def __post_init__(self) -> None:
-        if self.limit is not None and (
-            isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
-        ):
-            raise ValueError(f"a concurrency limit must be a positive integer, got {self.limit!r}")
+        if self.limit is not None:
+            _positive(self.limit, "a concurrency limit")
         if self.on_limit not in ON_LIMIT:
             raise ValueError(f"on_limit must be one of {', '.join(ON_LIMIT)}, got {self.on_limit!r}")
         if self.key is not None and not callable(self.key):
             raise TypeError("a concurrency key rule must be a function of (input, context_spec)")
+        if not callable(self.weight):
+            _positive(self.weight, "a concurrency weight")
+
+
+def _positive(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def weight_of(rule: Concurrency | None, key: str) -> int:
+    """The weight of ``key`` in the fair share under ``rule`` (1 without one). A weight function
+    that raises or answers something else than a positive integer is a bug of the rule:
+    :class:`~agentloop.orchestration.errors.LaunchRequestError` saying so."""
+    if rule is None:
+        return 1
+    if not callable(rule.weight):
+        return rule.weight
+    try:
+        return _positive(rule.weight(key), "the concurrency weight rule's answer")
+    except Exception as error:
+        raise LaunchRequestError(f"the concurrency weight rule failed: {type(error).__name__}") from error
 
 
 def key_of(

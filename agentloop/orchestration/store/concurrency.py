@@ -5,28 +5,44 @@ One row per keyed root run, its place under its key: ``waiting`` in line, ``held
 for a newer run). :meth:`SqlConcurrencySlots.acquire` is one transaction: it counts the key's
 slots and the waiters ahead of the run (and, with fair shares, the keys that have work), decides
 (``fairness/shares.py``), and writes the run's new place. On PostgreSQL the transaction first
-takes one advisory lock (fair shares read every key, so one lock for all); SQLite's file lock
-serializes the writers, and a transaction that read before another committed is tried again
-(``retry.py``).
+takes an advisory lock: its key's (without fair shares a key reads only its own rows), or one for
+all keys (fair shares read every key); on SQLite it begins ``IMMEDIATE``, which serializes the
+writers from their first read.
+
+A waiting run is *parked*: its row keeps its launch message (``message``), and whoever frees a
+slot (a run of the key ends) calls :meth:`SqlConcurrencySlots.wake`, which picks the runs at the
+head of each line that may now start (their key's limit and weighted share, less the slots held
+and the wakes already on their way) and hands their messages back to be sent at once. A parked
+run's own message also comes back after a slow backstop countdown, so a wake lost between the
+store and the broker (the process died) only delays the run. Every copy of a launch message
+carries a token (the wake header, ``celery_adapter/admission.py``): the copy that takes the slot
+is its ``holder``, a later copy finding the slot held by another is a duplicate and runs nothing;
+of the copies that find the run still waiting, only the backstop copy (``backstop``) sends the
+next backstop, so each parked run has one message coming back, not more.
 
 Nothing needs releasing for a slot to free: a held slot counts only while its run has not ended
-(the ``runs`` row says so) and its lease has not expired, and a place in line only until its
-lease expires (each wait renews it). A worker that dies holding a slot leaves a run that its
+(the ``runs`` row says so) and its lease has not expired, and a place in line only while its
+run has not ended and its lease runs (each copy of its message that comes renews it; a batch's
+runs, parked by :meth:`SqlConcurrencySlots.park` with no message each, keep theirs for
+:data:`PARKED_SECONDS`). A worker that dies holding a slot leaves a run that its
 redelivered message goes on with (the slot is still the run's), or that the delivery limit ends
 (the slot frees with it); a run whose every message is gone gives its slot up when the lease ends.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import Connection, Engine, and_, case, func, or_, select, update
 
 from agentloop.orchestration.fairness.rules import OnLimit
-from agentloop.orchestration.fairness.shares import admits, effective_limit
+from agentloop.orchestration.fairness.shares import admits, backstop_seconds, effective_limit, share_of
 from agentloop.orchestration.store.dialects import advisory_lock, insert, one_statement
 from agentloop.orchestration.store.protocol import TERMINAL_STATUSES, RunStore
 from agentloop.orchestration.store.retry import StoreRetry, retried
@@ -38,10 +54,22 @@ __all__ = [
     "InMemoryConcurrencySlots",
     "KeyCounts",
     "SqlConcurrencySlots",
+    "Wake",
 ]
 
-#: How long a place in line counts without its run asking again (each wait renews it).
+#: How long a place in line counts past its backstop without its run asking again (each copy of
+#: its message that comes renews it).
 WAIT_LEASE_SECONDS = 120.0
+#: How long a wake sent counts as on its way: its waiter is not woken again meanwhile, and takes
+#: a free slot's place in the count of :meth:`ConcurrencySlots.wake`.
+WAKE_SECONDS = 60.0
+#: How late a backstop copy may be before another copy of the message sends a new one.
+BACKSTOP_LATE_SECONDS = 60.0
+#: How long a place in line parked by :meth:`ConcurrencySlots.park` lasts (a batch's run waits
+#: its turn however long its batch's line is; its run ending gives the place up at once).
+PARKED_SECONDS = 30 * 86400.0
+#: The most waiters one :meth:`ConcurrencySlots.wake` sends.
+WAKE_BATCH = 200
 _LIVE_STATES = ("waiting", "held")
 
 
@@ -61,6 +89,19 @@ class Admission:
     refused: bool = False
     #: The run of the key cancelled to make room for this one (``on_limit="cancel_oldest"``).
     evicted: str | None = None
+    #: Another copy of the run's message holds its slot: this copy runs nothing.
+    duplicate: bool = False
+    #: The run waits and this copy sends its next backstop copy (:meth:`ConcurrencySlots.parked`).
+    carrier: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """A parked run to send now: its key and the launch message it parked with."""
+
+    run_id: str
+    key: str
+    message: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,8 +128,33 @@ class ConcurrencySlots(Protocol):
         on_limit: OnLimit = "wait",
         fair_slots: int | None = None,
         lease_seconds: float = 3600.0,
+        weight: int = 1,
+        copy: str | None = None,
+        message: Mapping[str, Any] | None = None,
     ) -> Admission:
-        """Take a slot of ``key`` for the root run ``run_id``, or say why not (see the module doc)."""
+        """Take a slot of ``key`` for the root run ``run_id``, or say why not (see the module doc).
+
+        ``weight`` is the key's weight in the fair share, ``copy`` the token of the message copy
+        asking (``None``: a message no wake sent), ``message`` the launch message a waiting run
+        parks with."""
+        ...
+
+    def park(
+        self, *, key: str, waiters: list[tuple[str, Mapping[str, Any]]], limit: int | None, weight: int = 1
+    ) -> None:
+        """Put ``waiters`` (run ids and their launch messages: a batch's runs) in ``key``'s line
+        at once, parked until a wake sends them; a run already in line keeps its place. Their
+        place lasts :data:`PARKED_SECONDS` (no message of theirs comes back to renew it)."""
+        ...
+
+    def parked(self, run_id: str, *, backstop: str, seconds: float) -> None:
+        """Note the backstop copy of a waiting run's message: ``backstop`` its token, due in ``seconds``."""
+        ...
+
+    def wake(self, *, fair_slots: int | None = None, keys: list[str] | None = None) -> list[Wake]:
+        """The parked runs that may start now (at most :data:`WAKE_BATCH`), marked woken: the
+        caller sends their messages. ``keys``: only those keys' (without fair shares, a slot
+        freed by a key is only that key's)."""
         ...
 
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
@@ -102,11 +168,11 @@ class ConcurrencySlots(Protocol):
 
 
 def _decide(
-    held: int, ahead: int, active: int, *, limit: int | None, on_limit: OnLimit, fair_slots: int | None
+    held: int, ahead: int, *, limit: int | None, share: int | None, on_limit: OnLimit
 ) -> tuple[str, int | None]:
     """``("held" | "waiting" | "refused" | "evict", bound)`` for a run of a key with ``held``
-    slots taken and ``ahead`` runs waiting before it, while ``active`` keys have work."""
-    bound = effective_limit(limit, fair_slots, active)
+    slots taken and ``ahead`` runs waiting before it, under its limit and fair ``share``."""
+    bound = effective_limit(limit, share)
     if admits(held=held, ahead=ahead, limit=bound):
         return "held", bound
     if on_limit == "refuse":
@@ -116,6 +182,23 @@ def _decide(
     return "waiting", bound
 
 
+def _carries(copy: str | None, backstop: str | None, due: datetime | None, now: datetime) -> bool:
+    """Whether a copy (token ``copy``) of a waiting run's message sends its next backstop: the
+    run has none yet, this copy is it, or it is long overdue (lost)."""
+    if backstop is None or backstop == copy:
+        return True
+    return due is None or due + timedelta(seconds=BACKSTOP_LATE_SECONDS) < now
+
+
+def _free(bound: int | None, held: int, coming: int) -> int:
+    """How many more waiters of a key to wake: its bound less its held slots and wakes on their way."""
+    return WAKE_BATCH if bound is None else bound - held - coming
+
+
+def _message_text(message: Mapping[str, Any] | None) -> str | None:
+    return None if message is None else json.dumps(message, separators=(",", ":"), default=str)
+
+
 class SqlConcurrencySlots:
     """Slots in the ``concurrency_slots`` table of the run store's database."""
 
@@ -123,15 +206,49 @@ class SqlConcurrencySlots:
         self.engine, self.dialect = engine, dialect
         self.retry = retry or StoreRetry()
 
-    @staticmethod
-    def _held(now: datetime) -> object:
+    @contextmanager
+    def _serialized(self, key: str | None) -> Iterator[Connection]:
+        """A transaction that runs alone among the slots' writers of ``key`` (``None``: of every
+        key, as fair shares read them all): on PostgreSQL under an advisory lock (one per key, so
+        one key's thousands of waiters never hold up another key's launch), on SQLite from
+        ``BEGIN IMMEDIATE`` (its reads would otherwise run before its transaction begins, each
+        seeing whatever was committed then)."""
+        with self.engine.begin() as connection:
+            if self.dialect == "postgresql":
+                name = "agentloop concurrency slots" + ("" if key is None else f" of {key}")
+                connection.execute(advisory_lock(name))
+            elif self.dialect == "sqlite":
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            yield connection
+
+    @classmethod
+    def _held(cls, now: datetime) -> object:
         """Held slots whose run has not ended and whose lease runs."""
-        ended = select(runs.c.id).where(
-            runs.c.id == concurrency_slots.c.run_id, runs.c.status.in_(sorted(TERMINAL_STATUSES))
+        slots = concurrency_slots.c
+        return and_(slots.state == "held", slots.lease_until > now, ~cls._ended())  # type: ignore[operator]
+
+    @staticmethod
+    def _ended() -> object:
+        """The slot's run has ended."""
+        return (
+            select(runs.c.id)
+            .where(runs.c.id == concurrency_slots.c.run_id, runs.c.status.in_(sorted(TERMINAL_STATUSES)))
+            .exists()
         )
-        return and_(
-            concurrency_slots.c.state == "held", concurrency_slots.c.lease_until > now, ~ended.exists()
-        )
+
+    @classmethod
+    def _waiting(cls, now: datetime) -> object:
+        """Places in line whose lease runs and whose run has not ended (a batch's run cancelled
+        while it waited holds up nobody)."""
+        slots = concurrency_slots.c
+        return and_(slots.state == "waiting", slots.lease_until > now, ~cls._ended())  # type: ignore[operator]
+
+    def _weights(self, connection: Connection, now: datetime) -> dict[str, int]:
+        """The weight of every key with work (a run holding a slot or waiting)."""
+        slots = concurrency_slots.c
+        live = or_(self._held(now), self._waiting(now))  # type: ignore[arg-type]
+        rows = connection.execute(select(slots.key, func.max(slots.weight)).where(live).group_by(slots.key))
+        return {str(key): int(weight or 1) for key, weight in rows}
 
     @retried
     def acquire(
@@ -143,14 +260,17 @@ class SqlConcurrencySlots:
         on_limit: OnLimit = "wait",
         fair_slots: int | None = None,
         lease_seconds: float = 3600.0,
+        weight: int = 1,
+        copy: str | None = None,
+        message: Mapping[str, Any] | None = None,
     ) -> Admission:
         slots = concurrency_slots.c
-        with self.engine.begin() as connection:
-            if self.dialect == "postgresql":
-                connection.execute(advisory_lock("agentloop concurrency slots"))
+        with self._serialized(None if fair_slots else key) as connection:
             now = utcnow()
             own = connection.execute(
-                select(slots.state, slots.queued_at, slots.key).where(slots.run_id == run_id)
+                select(
+                    slots.state, slots.queued_at, slots.key, slots.holder, slots.backstop, slots.backstop_due
+                ).where(slots.run_id == run_id)
             ).first()
             if own is None:
                 connection.execute(
@@ -161,6 +281,9 @@ class SqlConcurrencySlots:
                         queued_at=now,
                         lease_until=now + timedelta(seconds=WAIT_LEASE_SECONDS),
                         waits=0,
+                        weight=max(1, weight),
+                        bound=limit,
+                        message=_message_text(message),
                     )
                 )
                 queued_at = now
@@ -168,27 +291,17 @@ class SqlConcurrencySlots:
                 key, queued_at = own.key, own.queued_at  # a run keeps the key it first came with
                 if own.state == "held":
                     held = self._count(connection, and_(slots.key == key, self._held(now)))  # type: ignore[arg-type]
-                    return Admission(admitted=True, in_flight=held)
+                    duplicate = copy is not None and own.holder != copy
+                    return Admission(admitted=not duplicate, in_flight=held, duplicate=duplicate)
                 if own.state in ("refused", "evicted"):
                     return Admission(admitted=False, in_flight=0, refused=True)
             held = self._count(connection, and_(slots.key == key, self._held(now)))  # type: ignore[arg-type]
             before = or_(
                 slots.queued_at < queued_at, and_(slots.queued_at == queued_at, slots.run_id < run_id)
             )
-            ahead = self._count(
-                connection,
-                and_(slots.key == key, slots.state == "waiting", slots.lease_until > now, before),
-            )
-            active = 1
-            if fair_slots is not None:
-                live = or_(self._held(now), and_(slots.state == "waiting", slots.lease_until > now))  # type: ignore[arg-type]
-                active = connection.execute(
-                    select(func.count(func.distinct(slots.key))).where(live)
-                ).scalar_one()
-                active = max(1, int(active))
-            verdict, bound = _decide(
-                held, ahead, active, limit=limit, on_limit=on_limit, fair_slots=fair_slots
-            )
+            ahead = self._count(connection, and_(slots.key == key, self._waiting(now), before))  # type: ignore[arg-type]
+            share = share_of(key, fair_slots, self._weights(connection, now)) if fair_slots else None
+            verdict, bound = _decide(held, ahead, limit=limit, share=share, on_limit=on_limit)
             evicted = None
             if verdict == "evict":
                 evicted = connection.execute(
@@ -205,19 +318,111 @@ class SqlConcurrencySlots:
             mine = update(concurrency_slots).where(slots.run_id == run_id)
             if verdict == "held":
                 lease = now + timedelta(seconds=lease_seconds)
-                connection.execute(mine.values(state="held", lease_until=lease))
+                connection.execute(mine.values(state="held", lease_until=lease, holder=copy, message=None))
                 return Admission(admitted=True, in_flight=held + 1, ahead=ahead, limit=bound, evicted=evicted)
             if verdict == "refused":
-                connection.execute(mine.values(state="refused"))
+                connection.execute(mine.values(state="refused", message=None))
                 return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, refused=True)
-            lease = now + timedelta(seconds=WAIT_LEASE_SECONDS)
-            connection.execute(mine.values(lease_until=lease, waits=slots.waits + 1))
-            return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound)
+            wait = backstop_seconds(ahead, bound) + WAIT_LEASE_SECONDS
+            carrier = own is None or _carries(copy, own.backstop, own.backstop_due, now)
+            parked = {"message": _message_text(message)} if own is not None and message is not None else {}
+            lease = now + timedelta(seconds=wait)
+            # a woken copy that parks again is no longer on its way: the next freed slot wakes it
+            connection.execute(mine.values(lease_until=lease, waits=slots.waits + 1, woken_at=None, **parked))
+            return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, carrier=carrier)
+
+    @retried
+    def park(
+        self, *, key: str, waiters: list[tuple[str, Mapping[str, Any]]], limit: int | None, weight: int = 1
+    ) -> None:
+        if not waiters:
+            return
+        now = utcnow()
+        lease = now + timedelta(seconds=PARKED_SECONDS)
+        rows = [
+            {
+                "run_id": run_id, "key": key, "state": "waiting", "queued_at": now, "lease_until": lease,
+                "waits": 0, "weight": max(1, weight), "bound": limit, "message": _message_text(message),
+            }
+            for run_id, message in waiters
+        ]  # fmt: skip
+        statement = insert(concurrency_slots, self.dialect).on_conflict_do_nothing(index_elements=["run_id"])
+        with self._serialized(key) as connection:
+            connection.execute(statement, rows)
+
+    @retried
+    def parked(self, run_id: str, *, backstop: str, seconds: float) -> None:
+        slots = concurrency_slots.c
+        due = utcnow() + timedelta(seconds=seconds)
+        with one_statement(self.engine) as connection, connection.begin():
+            connection.execute(
+                update(concurrency_slots)
+                .where(slots.run_id == run_id, slots.state == "waiting")
+                .values(backstop=backstop, backstop_due=due)
+            )
+
+    def wake(self, *, fair_slots: int | None = None, keys: list[str] | None = None) -> list[Wake]:
+        if fair_slots is not None:
+            return self._wake(None, fair_slots=fair_slots)
+        if keys is None:  # each key under its own lock, as its launches take it
+            with one_statement(self.engine) as connection:
+                lines = select(concurrency_slots.c.key).where(self._waiting(utcnow())).distinct()  # type: ignore[arg-type]
+                keys = sorted(str(key) for key in connection.execute(lines).scalars())
+        return [wake for key in keys for wake in self._wake(key)]
+
+    @retried
+    def _wake(self, key: str | None, *, fair_slots: int | None = None) -> list[Wake]:
+        """:meth:`wake` of ``key`` under its lock, or of every key under fair shares (``None``)."""
+        slots = concurrency_slots.c
+        with self._serialized(key) as connection:
+            now = utcnow()
+            waiting = and_(self._waiting(now), slots.message.is_not(None))  # type: ignore[arg-type]
+            lines = select(slots.key).where(waiting).distinct()
+            if key is not None:
+                lines = lines.where(slots.key == key)
+            waiting_keys = sorted(str(name) for name in connection.execute(lines).scalars())
+            if not waiting_keys:
+                return []
+            weights = self._weights(connection, now) if fair_slots is not None else {}
+            in_line = slots.key.in_(waiting_keys)
+            held = self._by_key(connection, and_(in_line, self._held(now)))  # type: ignore[arg-type]
+            recent = now - timedelta(seconds=WAKE_SECONDS)
+            coming = self._by_key(connection, and_(in_line, self._waiting(now), slots.woken_at > recent))  # type: ignore[arg-type]
+            woken: list[Wake] = []
+            for name in waiting_keys:
+                head = and_(slots.key == name, waiting)
+                limit = connection.execute(
+                    select(slots.bound).where(head).order_by(slots.queued_at, slots.run_id).limit(1)
+                ).scalar_one_or_none()
+                bound = effective_limit(limit, share_of(name, fair_slots, weights))
+                free = min(_free(bound, held.get(name, 0), coming.get(name, 0)), WAKE_BATCH - len(woken))
+                if free <= 0:
+                    continue
+                not_woken = or_(slots.woken_at.is_(None), slots.woken_at <= recent)
+                rows = connection.execute(
+                    select(slots.run_id, slots.message)
+                    .where(head, not_woken)
+                    .order_by(slots.queued_at, slots.run_id)
+                    .limit(free)
+                ).all()
+                if rows:
+                    ids = [row.run_id for row in rows]
+                    connection.execute(
+                        update(concurrency_slots).where(slots.run_id.in_(ids)).values(woken_at=now)
+                    )
+                    woken += [Wake(str(row.run_id), name, json.loads(row.message)) for row in rows]
+            return woken
 
     @staticmethod
     def _count(connection: Connection, where: object) -> int:
         found = connection.execute(select(func.count()).select_from(concurrency_slots).where(where))  # type: ignore[arg-type]
         return int(found.scalar_one())
+
+    @staticmethod
+    def _by_key(connection: Connection, where: object) -> dict[str, int]:
+        slots = concurrency_slots.c
+        rows = connection.execute(select(slots.key, func.count()).where(where).group_by(slots.key))  # type: ignore[arg-type]
+        return {str(key): int(count) for key, count in rows}
 
     @retried
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
@@ -234,7 +439,7 @@ class SqlConcurrencySlots:
         now = utcnow()
         live = or_(
             slots.state.not_in(_LIVE_STATES),
-            and_(slots.state == "waiting", slots.lease_until > now),
+            self._waiting(now),  # type: ignore[arg-type]
             self._held(now),  # type: ignore[arg-type]
         )
         counted = case((live, 1), else_=0)
@@ -258,16 +463,23 @@ class _Place:
     order: int
     lease_until: float
     waits: int = 0
+    weight: int = 1
+    bound: int | None = None
+    message: dict[str, Any] | None = None
+    woken_at: float | None = None
+    holder: str | None = None
+    backstop: str | None = None
+    backstop_due: float | None = None
 
 
 class InMemoryConcurrencySlots:
     """The same slots in one process's memory (the memory run store's)."""
 
-    def __init__(self, store: RunStore, *, clock: object = None) -> None:
+    def __init__(self, store: RunStore, *, clock: Callable[[], float] | None = None) -> None:
         import time
 
         self.store = store
-        self._clock = clock if callable(clock) else time.monotonic
+        self._clock = clock if clock is not None else time.monotonic
         self._places: dict[str, _Place] = {}
         self._lock = threading.Lock()
 
@@ -277,12 +489,20 @@ class InMemoryConcurrencySlots:
     def _live(self, place: _Place, run_id: str, now: float) -> bool:
         if place.lease_until <= now:
             return False
-        if place.state == "waiting":
-            return True
-        if place.state != "held":
+        if place.state not in _LIVE_STATES:
             return False
         record = self.store.get_run(run_id)
         return record is None or not record.is_finished
+
+    def _lines(self, now: float) -> dict[str, _Place]:
+        return {rid: p for rid, p in self._places.items() if self._live(p, rid, now)}
+
+    @staticmethod
+    def _weights(live: Mapping[str, _Place]) -> dict[str, int]:
+        weights: dict[str, int] = {}
+        for place in live.values():
+            weights[place.key] = max(weights.get(place.key, 1), place.weight)
+        return weights
 
     def acquire(
         self,
@@ -293,22 +513,29 @@ class InMemoryConcurrencySlots:
         on_limit: OnLimit = "wait",
         fair_slots: int | None = None,
         lease_seconds: float = 3600.0,
+        weight: int = 1,
+        copy: str | None = None,
+        message: Mapping[str, Any] | None = None,
     ) -> Admission:
         with self._lock:
             now = self._now()
             own = self._places.get(run_id)
+            new = own is None
             if own is None:
                 own = self._places[run_id] = _Place(
                     key=key, state="waiting", queued_at=now, order=len(self._places),
-                    lease_until=now + WAIT_LEASE_SECONDS,
+                    lease_until=now + WAIT_LEASE_SECONDS, weight=max(1, weight), bound=limit,
                 )  # fmt: skip
-            live = {rid: p for rid, p in self._places.items() if self._live(p, rid, now)}
+            if message is not None and own.state == "waiting":
+                own.message = dict(message)
+            live = self._lines(now)
             held_ids = sorted(
                 (rid for rid, p in live.items() if p.key == own.key and p.state == "held"),
                 key=lambda rid: (live[rid].queued_at, live[rid].order),
             )
             if own.state == "held":
-                return Admission(admitted=True, in_flight=len(held_ids))
+                duplicate = copy is not None and own.holder != copy
+                return Admission(admitted=not duplicate, in_flight=len(held_ids), duplicate=duplicate)
             if own.state in ("refused", "evicted"):
                 return Admission(admitted=False, in_flight=0, refused=True)
             mine = (own.queued_at, own.order)
@@ -317,23 +544,70 @@ class InMemoryConcurrencySlots:
                 for p in live.values()
                 if p.key == own.key and p.state == "waiting" and (p.queued_at, p.order) < mine
             )
-            active = len({p.key for p in live.values()}) or 1
-            verdict, bound = _decide(
-                len(held_ids), ahead, active, limit=limit, on_limit=on_limit, fair_slots=fair_slots
-            )
+            share = share_of(own.key, fair_slots, self._weights(live)) if fair_slots else None
+            verdict, bound = _decide(len(held_ids), ahead, limit=limit, share=share, on_limit=on_limit)
             held, evicted = len(held_ids), None
             if verdict == "evict" and held_ids:
                 evicted = held_ids[0]
                 self._places[evicted].state = "evicted"
                 held -= 1
             if verdict in ("held", "evict"):
-                own.state, own.lease_until = "held", now + lease_seconds
+                own.state, own.lease_until, own.holder, own.message = "held", now + lease_seconds, copy, None
                 return Admission(admitted=True, in_flight=held + 1, ahead=ahead, limit=bound, evicted=evicted)
             if verdict == "refused":
-                own.state = "refused"
+                own.state, own.message = "refused", None
                 return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, refused=True)
-            own.lease_until, own.waits = now + WAIT_LEASE_SECONDS, own.waits + 1
-            return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound)
+            carrier = new or own.backstop is None or own.backstop == copy
+            if not carrier and own.backstop_due is not None:
+                carrier = own.backstop_due + BACKSTOP_LATE_SECONDS < now
+            own.lease_until = now + backstop_seconds(ahead, bound) + WAIT_LEASE_SECONDS
+            own.waits, own.woken_at = own.waits + 1, None
+            return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, carrier=carrier)
+
+    def park(
+        self, *, key: str, waiters: list[tuple[str, Mapping[str, Any]]], limit: int | None, weight: int = 1
+    ) -> None:
+        with self._lock:
+            now = self._now()
+            for run_id, message in waiters:
+                if run_id not in self._places:
+                    self._places[run_id] = _Place(
+                        key=key, state="waiting", queued_at=now, order=len(self._places),
+                        lease_until=now + PARKED_SECONDS, weight=max(1, weight), bound=limit,
+                        message=dict(message),
+                    )  # fmt: skip
+
+    def parked(self, run_id: str, *, backstop: str, seconds: float) -> None:
+        with self._lock:
+            place = self._places.get(run_id)
+            if place is not None and place.state == "waiting":
+                place.backstop, place.backstop_due = backstop, self._now() + seconds
+
+    def wake(self, *, fair_slots: int | None = None, keys: list[str] | None = None) -> list[Wake]:
+        with self._lock:
+            now = self._now()
+            live = self._lines(now)
+            line = sorted(
+                (p.queued_at, p.order, rid)
+                for rid, p in live.items()
+                if p.state == "waiting" and p.message is not None
+                and (fair_slots is not None or keys is None or p.key in keys)
+            )  # fmt: skip
+            weights = self._weights(live)
+            recent = now - WAKE_SECONDS
+            woken: list[Wake] = []
+            for key in sorted({live[rid].key for _, _, rid in line}):
+                mine = [rid for _, _, rid in line if live[rid].key == key]
+                held = sum(1 for p in live.values() if p.key == key and p.state == "held")
+                coming = sum(1 for rid in mine if (live[rid].woken_at or -1e18) > recent)
+                bound = effective_limit(live[mine[0]].bound, share_of(key, fair_slots, weights))
+                free = min(_free(bound, held, coming), WAKE_BATCH - len(woken))
+                ready = [rid for rid in mine if (live[rid].woken_at or -1e18) <= recent][: max(0, free)]
+                for rid in ready:
+                    place = live[rid]
+                    place.woken_at = now
+                    woken.append(Wake(rid, key, dict(place.message or {})))
+            return woken
 
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
         with self._lock:

@@ -227,6 +227,18 @@ concurrency_slots = Table(
     # gives it up without anyone releasing it (migration 0013).
     Column("lease_until", UtcDateTime(), nullable=False),
     Column("waits", Integer, nullable=False, default=0, server_default="0"),
+    # The key's weight in the fair share and its runnable's limit, as the run declared them: what
+    # a process that frees a slot reads to know how many waiters to wake (migration 0015).
+    Column("weight", Integer, nullable=False, default=1, server_default="1"),
+    Column("bound", Integer, nullable=True),
+    # A waiting run's parked launch message (JSON: task, args, kwargs, task id, priority), sent
+    # again by whoever frees a slot for it; when it was last sent so; which copy of the message
+    # holds the slot (the wake header's token) and which copy is its backstop, due when.
+    Column("message", Text, nullable=True),
+    Column("woken_at", UtcDateTime(), nullable=True),
+    Column("holder", String(64), nullable=True),
+    Column("backstop", String(64), nullable=True),
+    Column("backstop_due", UtcDateTime(), nullable=True),
     Index("ix_concurrency_slots_key_state_queued_at", "key", "state", "queued_at"),
 )
 """A keyed run's place under its key (``concurrency.py``): what the limits and fair shares count."""
