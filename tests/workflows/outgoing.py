@@ -135,7 +135,10 @@ class LanesOfOutputsAtTheLimit(BaseCompositeAgent):
 
 
 class CarryingPipeline(BaseAgentPipeline):
-    """Three stages, each reading the pipeline's input: every stage's message carries it."""
+    """Three stages, each reading the pipeline's input: every stage's message carries it (a task
+    per stage: stages sharing one task carry it in one message, which may pass)."""
+
+    pack_size = 1
 
     stages = (Echo, Echo, Echo)
 

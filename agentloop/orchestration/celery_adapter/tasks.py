@@ -37,6 +37,7 @@ from agentloop.orchestration.celery_adapter.canvas import (
 from agentloop.orchestration.celery_adapter.config import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.deliveries import first_delivery, node_of, unmark_chain
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.celery_adapter.outgoing import check_output
 from agentloop.orchestration.celery_adapter.pause import (
     RESUME_TASK_OPTIONS,
     pause_task,
@@ -291,7 +292,15 @@ def stages(self: Task, previous: Any, node: dict[str, Any], index: int, count: i
     of their own."""
     work = admitted(self, node)
     engine = engine_for(self)
-    run = engine.stages(previous, work, int(index), int(count), input, seconds=JOINED_STAGES_SECONDS)
+    run = engine.stages(
+        previous,
+        work,
+        int(index),
+        int(count),
+        input,
+        seconds=JOINED_STAGES_SECONDS,
+        hand_on=lambda output: check_output(output, self.name),  # as a chain's next message would be
+    )
     return continue_stages(self, run_node(self, work.run_id, run, work.concurrency_key))
 
 

@@ -504,12 +504,16 @@ class WorkflowEngine:
         input: Any,
         *,
         seconds: float | None = None,
+        hand_on: Callable[[Any], None] | None = None,
     ) -> Outcome | StagesLeft:
         """Stages ``index`` to ``index + count - 1`` of the pipeline ``node``, one after another in
         this task, each as :meth:`stage` runs it (its events, its result recorded as it ends, its
         failure); the last one's outcome, or the first that is not a value. After ``seconds``
         (``None``: no limit) the stages left are :class:`StagesLeft`, for a task of their own.
-        A node that may have run before skips, in one read, the stages that recorded a result."""
+        ``hand_on`` checks each output handed on to the next stage in this task as the message a
+        chain would carry it in is checked (what raises fails the pipeline, as it would in a chain,
+        whether or not the stages share a task). A node that may have run before skips, in one
+        read, the stages that recorded a result."""
         failure = BranchFailure.from_wire(previous)
         if failure is not None:
             return failure
@@ -549,6 +553,11 @@ class WorkflowEngine:
                         expanded=outcome,
                     )
                 previous = outcome.value
+                if hand_on is not None:
+                    try:
+                        hand_on(previous)
+                    except Exception as error:
+                        return await self.fail(node, error)
                 record = None if following is None else following.record
                 if record is None and following is not None and not following.wanted():  # its time is up
                     return StagesLeft(
