@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import pstats
 import sys
@@ -19,22 +20,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--branches", type=int, default=200)
     parser.add_argument("--packs", type=int, default=15)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--store", choices=("postgres", "memory"), default="postgres", help="memory: the engine's CPU alone"
+    )
+    parser.add_argument("--sort", default="cumulative", help="the profile's order (tottime: own time)")
+    parser.add_argument("--dump", default="", help="also write the profile's stats to this file")
     args = parser.parse_args(argv)
     from agentloop.orchestration.registry import RunnableRegistry
     from agentloop.orchestration.runtime.engine import WorkflowEngine
-    from agentloop.orchestration.store import open_store
+    from agentloop.orchestration.store import InMemoryRunStore, RunStore, open_store
     from agentloop.orchestration.wire import WorkflowNode
     from bench.model_bound.workflows import FAN, LOOP
     from tests.services.postgres import PostgresUnavailableError, private_postgres_database
 
+    database = private_postgres_database() if args.store == "postgres" else contextlib.nullcontext("")
     try:
-        database = private_postgres_database()
         url = database.__enter__()
     except PostgresUnavailableError as error:
         print(f"packing_profile: NOT RUN (no PostgreSQL: {error})")
         return 0
     try:
-        store, _ = open_store(url)
+        store: RunStore = open_store(url)[0] if url else InMemoryRunStore()
         registry = RunnableRegistry.from_modules(["bench.model_bound.workflows"])
         engine = WorkflowEngine(
             registry=registry,
@@ -68,12 +74,16 @@ def main(argv: list[str] | None = None) -> int:
         wall, used = time.perf_counter() - began, time.process_time() - cpu
         print(
             f"{args.packs} packs of {args.branches}: {wall / args.packs:.2f} s a pack (ideal 0.6 s), "
-            f"{used * 1000 / runs:.2f} ms of this process's CPU per run"
+            f"{used * 1000 / runs:.3f} ms of this process's CPU per run"
         )
         if profile is not None:
-            pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+            if args.dump:
+                profile.dump_stats(args.dump)
+            pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
         loop.close()
-        store.engine.dispose()
+        database_engine = getattr(store, "engine", None)
+        if database_engine is not None:
+            database_engine.dispose()
     finally:
         database.__exit__(None, None, None)
     return 0

@@ -36,6 +36,7 @@ from agentloop.orchestration.errors import (
     StoreUnavailableError,
 )
 from agentloop.orchestration.packing.rule import why_not_packed
+from agentloop.orchestration.packing.threads import pack_threads
 from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.launches import claim_launch
 from agentloop.orchestration.runtime.next_step import Done
@@ -123,8 +124,9 @@ Outcomes = list[tuple[str, Any] | BaseException]
 async def _all(
     task: Task, engine: WorkflowEngine, launches: Sequence[dict[str, Any]], fresh: bool, priority: int
 ) -> Outcomes:
-    runs = (_one(task, engine, kwargs, fresh, priority) for kwargs in launches)
-    return await asyncio.gather(*runs, return_exceptions=True)
+    with pack_threads(len(launches)):  # plain-function work runs off the loop (packing/threads.py)
+        runs = (_one(task, engine, kwargs, fresh, priority) for kwargs in launches)
+        return await asyncio.gather(*runs, return_exceptions=True)
 
 
 def run_batch_pack(
