@@ -1,7 +1,9 @@
 """``python -m bench.packing_profile [--branches 200] [--packs 15] [--profile]``: one process runs
-``WorkflowEngine.start_pack`` over ``--branches`` ``bench.model.loop`` branches against a private
-PostgreSQL run store, ``--packs`` times (no Celery), and prints the wall time and the CPU per run;
-``--profile`` adds a cProfile of it (sampling profilers: ``py-spy record -- python -m
+``WorkflowEngine.start_pack`` over ``--branches`` ``--runnable`` branches (``bench.model.loop``;
+``bench.model.plain_loop``: its plain-function twin, run in the pack's threads) against a private
+PostgreSQL run store (``--store memory``: the engine's CPU alone), ``--packs`` times (no Celery),
+and prints the wall time and the CPU per run; ``--profile`` adds a cProfile of it (``--sort
+tottime`` for own time, ``--dump`` to keep it; sampling profilers: ``py-spy record -- python -m
 bench.packing_profile``). What ``bench/README.md`` reports of a packed run's worker CPU."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--branches", type=int, default=200)
     parser.add_argument("--packs", type=int, default=15)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--runnable", default="bench.model.loop", help="the branches' loop (bench.model.*)")
     parser.add_argument(
         "--store", choices=("postgres", "memory"), default="postgres", help="memory: the engine's CPU alone"
     )
@@ -30,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentloop.orchestration.runtime.engine import WorkflowEngine
     from agentloop.orchestration.store import InMemoryRunStore, RunStore, open_store
     from agentloop.orchestration.wire import WorkflowNode
-    from bench.model_bound.workflows import FAN, LOOP
+    from bench.model_bound.workflows import FAN
     from tests.services.postgres import PostgresUnavailableError, private_postgres_database
 
     database = private_postgres_database() if args.store == "postgres" else contextlib.nullcontext("")
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             store.create_run(run_id=run_id, runnable=FAN, input=args.branches)
             node = WorkflowNode(run_id=run_id, runnable=FAN, fresh=True)
             nodes = [
-                WorkflowEngine.branch_node(node, LOOP, str(k), args.branches, True)
+                WorkflowEngine.branch_node(node, args.runnable, str(k), args.branches, True)
                 for k in range(args.branches)
             ]
             loop.run_until_complete(engine.start_pack(nodes, [None] * args.branches))

@@ -31,13 +31,14 @@ class Rig:
     #: The local OpenAI-protocol server's base URL (``openai`` rigs only).
     model_url: str = ""
 
-    def worker_rss_mib(self) -> float:
-        """The worker processes' resident memory (the threads pool runs every task in them)."""
+    def worker_rss_mib(self, field: str = "VmRSS") -> float:
+        """The worker processes' resident memory (the threads pool runs every task in them), summed;
+        ``field="VmHWM"``: each process's peak so far (their sum bounds the peak of the whole)."""
         total = 0.0
         for pid in self.worker_pids:
             try:
                 with open(f"/proc/{pid}/status") as status:
-                    line = next(line for line in status if line.startswith("VmRSS:"))
+                    line = next(line for line in status if line.startswith(f"{field}:"))
             except (OSError, StopIteration):
                 continue
             total += int(line.split()[1]) / 1024
