@@ -124,7 +124,7 @@ Outcomes = list[tuple[str, Any] | BaseException]
 async def _all(
     task: Task, engine: WorkflowEngine, launches: Sequence[dict[str, Any]], fresh: bool, priority: int
 ) -> Outcomes:
-    with pack_threads(len(launches)):  # plain-function work runs off the loop (packing/threads.py)
+    with pack_threads():  # plain-function work runs off the loop (packing/threads.py)
         runs = (_one(task, engine, kwargs, fresh, priority) for kwargs in launches)
         return await asyncio.gather(*runs, return_exceptions=True)
 

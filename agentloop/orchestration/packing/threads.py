@@ -10,10 +10,11 @@ meter, recording...), while the loop runs the other branches; the branch awaits 
 
 A pack opens :func:`pack_threads` around its branches (``WorkflowEngine.start_pack``, a batch's
 ``agentloop.batch_pack``); the engine gives each branch's scope :func:`current_pack_threads`.
-The threads are made on first use (a pack whose work is all coroutines makes none), at most one
-per branch of the pack (as many as a task per branch would hold on a ``--pool threads`` worker),
-and let go when the pack ends. A call costs a hand-over to a thread and back (``bench/README.md``,
-"Issue 36": some tens of microseconds, against milliseconds for a Celery task of its own).
+The threads are the process's, shared by its packs: made on first use (a process whose packs'
+work is all coroutines makes none), one for each call running at once (up to
+:data:`MAX_THREADS`), and kept for the next pack (making a thread costs more than a call). A call
+costs a hand-over to a thread and back: about 0.1 ms of CPU on a loaded 2-core host
+(``bench/README.md``, "Issue 36"), against milliseconds for a Celery task of its own.
 
 What a plain function keeps: it runs whole (a thread is never interrupted): when its branch is
 cancelled or passes its deadline, the branch ends at once and the function's result, when it
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -35,29 +38,44 @@ __all__ = ["PackThreads", "current_pack_threads", "pack_threads"]
 T = TypeVar("T")
 
 
-class PackThreads:
-    """The :class:`~agentloop.loops.scope.Offload` of one pack of ``size`` branches (the module
-    doc). Used from the pack's event loop; :meth:`close` when the pack ends."""
+#: The most threads the packs of one process run plain-function work in at once: far above the
+#: branches a worker's packs hold at once in practice (its task slots times 200).
+MAX_THREADS = 1024
 
-    def __init__(self, size: int) -> None:
-        self.size = max(1, size)
-        self._executor: ThreadPoolExecutor | None = None
+_shared: ThreadPoolExecutor | None = None
+_shared_lock = threading.Lock()
+
+
+def _threads() -> ThreadPoolExecutor:
+    """The process's threads for packs' plain-function work, made on first use and kept: a
+    thread made for one pack serves the next (making one costs more than a call)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="agentloop-pack")
+        return _shared
+
+
+def _forget_threads() -> None:  # a forked child has none of its parent's threads
+    global _shared
+    _shared = None
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
+class PackThreads:
+    """The :class:`~agentloop.loops.scope.Offload` of one pack (the module doc): its calls go to
+    the process's threads. Used from the pack's event loop."""
+
+    def __init__(self) -> None:
         #: How many calls went to a thread (for tests and the bench).
         self.calls = 0
 
     def __call__(self, work: Callable[[], T]) -> asyncio.Future[T]:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="agentloop-pack")
         self.calls += 1
         context = contextvars.copy_context()  # the branch's scope, meter, recording... in the thread
-        return asyncio.get_running_loop().run_in_executor(self._executor, context.run, work)
-
-    def close(self) -> None:
-        """Let the threads go: calls still queued are dropped (their branches have ended), a call
-        running ends on its own (a thread is never interrupted), its result dropped."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        return asyncio.get_running_loop().run_in_executor(_threads(), context.run, work)
 
 
 _current: contextvars.ContextVar[PackThreads | None] = contextvars.ContextVar(
@@ -66,16 +84,15 @@ _current: contextvars.ContextVar[PackThreads | None] = contextvars.ContextVar(
 
 
 @contextmanager
-def pack_threads(size: int) -> Iterator[PackThreads]:
-    """The threads of a pack of ``size`` branches, for the branches started inside the block (each
-    asyncio task made there keeps them); let go when the block ends."""
-    threads = PackThreads(size)
+def pack_threads() -> Iterator[PackThreads]:
+    """A pack's :class:`PackThreads`, for the branches started inside the block (each asyncio task
+    made there keeps them)."""
+    threads = PackThreads()
     token = _current.set(threads)
     try:
         yield threads
     finally:
         _current.reset(token)
-        threads.close()
 
 
 def current_pack_threads() -> PackThreads | None:

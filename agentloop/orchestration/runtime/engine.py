@@ -248,7 +248,7 @@ class WorkflowEngine:
         paths = [node.path for node in nodes]
         records = dict(zip(paths, self.store.start_loops(nodes[0].run_id, paths), strict=True))
         contexts: dict[tuple[str, str], Any] = {}  # one context per runnable and spec (instance())
-        with pack_threads(len(nodes)):  # each task keeps the pack's threads; let go at the end
+        with pack_threads():  # each task keeps the pack's threads; let go at the end
             tasks = [
                 asyncio.ensure_future(
                     self.start(node, value, publisher, writes, records.get(node.path), contexts)
