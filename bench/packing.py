@@ -222,7 +222,7 @@ def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
             where = "  (" + ", ".join(f"{kind} {ms:.2f}" for kind, ms in split.items()) + ")"
         print(
             f"{side.name:<24}{seconds:>9.2f}{seconds / IDEAL:>8.2f}x"
-            f"{seconds / bare:>7.2f}x{cpu:>12.2f}{where}"
+            f"{'-' if math.isnan(bare) else f'{seconds / bare:.2f}x':>8}{cpu:>12.2f}{where}"
         )
     default = sides[0]
     seconds = statistics.median(default.seconds)

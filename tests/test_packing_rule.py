@@ -300,3 +300,36 @@ def test_outside_a_pack_plain_work_runs_on_the_event_loops_thread() -> None:
     assert (
         InlineAgentRunner.create(runnable=Where).request_sync(input=False) == threading.current_thread().name
     )
+
+
+def test_a_packs_coroutine_branches_share_a_context_per_spec_and_plain_ones_get_their_own() -> None:
+    built: list[Any] = []
+
+    def factory(spec: Any) -> Any:
+        context = {"spec": dict(spec), "n": len(built)}
+        built.append(context)
+        return context
+
+    class Seen(Awaits):
+        def build_result(self, *, state: Any) -> Any:
+            return self.context["n"]
+
+    class PlainSeen(Seen):
+        def advance_state(self, *, state: Any, iteration: int) -> Any:  # type: ignore[override]
+            return {**state, "n": state["n"] + 1}
+
+    registry = RunnableRegistry()
+    registry.register("seen", Seen, context_factory=factory)
+    registry.register("plain_seen", PlainSeen, context_factory=factory)
+    store = InMemoryRunStore()
+    engine = WorkflowEngine(registry=registry, store=store, progress_interval=60, events_interval=60)
+    store.create_run(run_id="r", runnable="fan", input=None)
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=True)
+    nodes = [WorkflowEngine.branch_node(root, "seen", str(k), 5, True) for k in range(3)]
+    nodes += [WorkflowEngine.branch_node(root, "plain_seen", str(k), 5, True) for k in (3, 4)]
+
+    outcomes = asyncio.run(engine.start_pack(nodes, [False] * 5))
+
+    contexts = [outcome.value for outcome in outcomes]  # type: ignore[union-attr]
+    assert contexts[:3] == [contexts[0]] * 3  # one context for the coroutine branches, built once
+    assert len(set(contexts)) == 3 and len(built) == 3  # each plain branch (its own thread) its own

@@ -186,9 +186,10 @@ class WorkflowEngine:
         share its context in-process, all on one thread (one factory call per pack, not one per
         branch); a branch whose work runs in the pack's threads gets its own."""
         registration = self.registry.get(node.runnable)
-        if contexts is None or plain_work(registration.runnable) is not None:
+        spec = None if contexts is None or plain_work(registration.runnable) else _spec_key(node.context)
+        if contexts is None or spec is None:
             return registration.runnable.create(context=registration.build_context(node.context))
-        key = (node.runnable, _spec_key(node.context))
+        key = (node.runnable, spec)
         context = contexts.get(key, _UNBUILT)
         if context is _UNBUILT:
             context = contexts[key] = registration.build_context(node.context)
@@ -682,9 +683,15 @@ def _store_away(task: asyncio.Future[Outcome]) -> bool:
 _UNBUILT = object()
 
 
-def _spec_key(spec: Any) -> str:
-    """A context spec as a key: its JSON with sorted keys (``"{}"`` for none)."""
-    return json.dumps(spec, sort_keys=True, separators=(",", ":")) if spec else "{}"
+def _spec_key(spec: Any) -> str | None:
+    """A context spec as a key: its JSON with sorted keys (``"{}"`` for none; ``None`` for a spec
+    that is not JSON, whose context is then built for its branch alone)."""
+    if not spec:
+        return "{}"
+    try:
+        return json.dumps(dict(spec), sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
 
 
 def _ends_pack(task: asyncio.Future[Outcome]) -> bool:
