@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import os
 import pstats
 import sys
 import time
@@ -28,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sort", default="cumulative", help="the profile's order (tottime: own time)")
     parser.add_argument("--dump", default="", help="also write the profile's stats to this file")
+    parser.add_argument(
+        "--openai",
+        action="store_true",
+        help="each wait a call through OpenAIProcessor to a local OpenAI-protocol server (a thread here)",
+    )
     args = parser.parse_args(argv)
     from agentloop.orchestration.registry import RunnableRegistry
     from agentloop.orchestration.runtime.engine import WorkflowEngine
@@ -36,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     from bench.model_bound.workflows import FAN
     from tests.services.postgres import PostgresUnavailableError, private_postgres_database
 
+    stack = contextlib.ExitStack()
+    if args.openai:  # the branches' standard context then holds an OpenAIProcessor (bench.model.loop)
+        from bench.model_bound.run import model_server
+
+        os.environ["OPENAI_BASE_URL"] = stack.enter_context(model_server(0.2))
+        os.environ["OPENAI_MAX_RETRIES"] = "0"
     database = private_postgres_database() if args.store == "postgres" else contextlib.nullcontext("")
     try:
         url = database.__enter__()
@@ -83,13 +95,50 @@ def main(argv: list[str] | None = None) -> int:
             if args.dump:
                 profile.dump_stats(args.dump)
             pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
+            print_split(pstats.Stats(profile))
         loop.close()
         database_engine = getattr(store, "engine", None)
         if database_engine is not None:
             database_engine.dispose()
     finally:
         database.__exit__(None, None, None)
+        stack.close()
     return 0
+
+
+#: The parts a profile's own time is split into, by the file a function is in (first match).
+PARTS = (
+    ("the OpenAI SDK", ("/openai/",)),
+    (
+        "HTTP (httpx, httpcore, h11, anyio, ssl, socket)",
+        ("/httpx/", "/httpcore/", "/h11/", "/anyio/", "ssl", "socket"),
+    ),
+    ("ours (agentloop)", ("/agentloop/",)),
+    ("the run store's drivers (SQLAlchemy, psycopg)", ("/sqlalchemy/", "/psycopg/")),
+    ("asyncio", ("/asyncio/",)),
+    ("json", ("/json/",)),
+)
+
+
+def print_split(stats: pstats.Stats) -> None:
+    """The profile's own time (the event loop's waits left out) by part (:data:`PARTS`)."""
+    parts: dict[str, float] = {}
+    for (file, _, function), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if "poll" in function or "select" in function:
+            continue  # the event loop waiting: not CPU
+        where = function if file == "~" else file  # a builtin: "<method 'recv' of '_socket.socket' ...>"
+        name = next((part for part, marks in PARTS if any(mark in where for mark in marks)), None)
+        if name is None:
+            name = (
+                "builtins and the rest of the standard library"
+                if file in ("~", "") or "python3" in file
+                else file
+            )
+        parts[name] = parts.get(name, 0.0) + own
+    total = sum(parts.values()) or 1.0
+    print("own time by part (cProfile, this thread):")
+    for name, seconds in sorted(parts.items(), key=lambda item: -item[1])[:10]:
+        print(f"  {100 * seconds / total:5.1f}%  {name}")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ class Figures:
 
 
 @contextmanager
-def _model_server(latency: float) -> Iterator[str]:
+def model_server(latency: float) -> Iterator[str]:
     from agentloop.orchestration.testing.servers.openai_replies import reply_delay, reply_text
     from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
 
@@ -110,7 +110,7 @@ def rig(
         worker_env = {"DATABASE_URL": database_url, "AGENTLOOP_BENCH_WORKER": "1", "PYTHONPATH": str(ROOT)}
         model_url = ""
         if openai:
-            worker_env["OPENAI_BASE_URL"] = model_url = stack.enter_context(_model_server(LATENCY))
+            worker_env["OPENAI_BASE_URL"] = model_url = stack.enter_context(model_server(LATENCY))
             worker_env["OPENAI_MAX_RETRIES"] = "0"
         worker_env.update(env)
         pids = []

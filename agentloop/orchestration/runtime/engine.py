@@ -244,19 +244,20 @@ class WorkflowEngine:
         if not nodes:
             return []
         publisher = self.publisher(nodes[0])  # its events go with the pack's checkpoints (pack_writes.py)
-        writes = PackWrites(self.store, nodes[0].run_id, events=publisher)
         # Every delivery of a pack counts itself and reads its branches' records in one statement.
         paths = [node.path for node in nodes]
         records = dict(zip(paths, self.store.start_loops(nodes[0].run_id, paths), strict=True))
         contexts: dict[tuple[str, str], Any] = {}  # one context per runnable and spec (instance())
-        with pack_threads():  # each task keeps the pack's threads; let go at the end
+        with pack_threads() as threads:  # each task keeps the pack's threads
+            # the pack's writes go to the store from a thread: the loop runs on meanwhile
+            writes = PackWrites(self.store, nodes[0].run_id, events=publisher, offload=threads)
             tasks = [
                 asyncio.ensure_future(
                     self.start(node, value, publisher, writes, records.get(node.path), contexts)
                 )
                 for node, value in zip(nodes, inputs, strict=True)
             ]
-            return await self._run_pack(nodes, inputs, tasks, publisher)
+            return await self._run_pack(nodes, inputs, tasks, publisher, writes)
 
     async def _run_pack(
         self,
@@ -264,6 +265,7 @@ class WorkflowEngine:
         inputs: Sequence[Any],
         tasks: Sequence[asyncio.Future[Outcome]],
         publisher: ProgressPublisher,
+        writes: PackWrites,
     ) -> list[Outcome | LeavesPack]:
         watch = LagWatch(self._lag_reporter(nodes, publisher))
         heartbeat = asyncio.ensure_future(watch.heartbeat())
@@ -287,6 +289,7 @@ class WorkflowEngine:
             for task in unfinished:
                 task.cancel()
             await asyncio.gather(heartbeat, *unfinished, return_exceptions=True)
+            await writes.drain()  # a write still in its thread ends before the last events go
             publisher.flush(final=True)
 
     def _lag_reporter(
