@@ -42,23 +42,24 @@ T = TypeVar("T")
 #: branches a worker's packs hold at once in practice (its task slots times 200).
 MAX_THREADS = 1024
 
-_shared: ThreadPoolExecutor | None = None
+_shared: dict[str, ThreadPoolExecutor] = {}  # "threads": this process's, once made
 _shared_lock = threading.Lock()
 
 
 def _threads() -> ThreadPoolExecutor:
     """The process's threads for packs' plain-function work, made on first use and kept: a
     thread made for one pack serves the next (making one costs more than a call)."""
-    global _shared
     with _shared_lock:
-        if _shared is None:
-            _shared = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="agentloop-pack")
-        return _shared
+        executor = _shared.get("threads")
+        if executor is None:
+            executor = _shared["threads"] = ThreadPoolExecutor(
+                max_workers=MAX_THREADS, thread_name_prefix="agentloop-pack"
+            )
+        return executor
 
 
 def _forget_threads() -> None:  # a forked child has none of its parent's threads
-    global _shared
-    _shared = None
+    _shared.clear()
 
 
 os.register_at_fork(after_in_child=_forget_threads)
