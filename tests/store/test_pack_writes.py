@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agentloop import BaseAgentLoop
+from agentloop.actions.usage import Usage, current_meter
 from agentloop.orchestration.errors import StoreUnavailableError
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.runtime.engine import WorkflowEngine
@@ -314,3 +315,44 @@ def test_a_packs_write_leaves_its_event_loop_to_the_other_loops() -> None:
 
     assert [outcome.value for outcome in outcomes] == [3, 3]  # type: ignore[union-attr]
     assert store.saw[0] is True  # the other loop ran while the first write waited in its thread
+
+
+class _UsageCountingStore(InMemoryRunStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage_writes = 0
+
+    def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
+        self.usage_writes += 1
+        return super().add_usage(run_id, input_tokens, output_tokens)
+
+
+class _Metered(_Counting):
+    """Three steps, each using one token in and one out (as a model call reports them)."""
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(0.02)
+        meter = current_meter()
+        assert meter is not None
+        meter.record(Usage(input_tokens=1, output_tokens=1))
+        return {"n": state["n"] + 1}
+
+
+def test_a_packs_branches_write_their_usage_together_not_each_on_its_own() -> None:
+    """One meter for the pack's branches (one run): the usage is written at most once per interval
+    for all of them, not once per branch (each write a round trip on the pack's event loop)."""
+    store = _UsageCountingStore()
+    registry = RunnableRegistry()
+    registry.register("metered", _Metered)
+    engine = WorkflowEngine(registry=registry, store=store, progress_interval=60, events_interval=0.01)
+    store.create_run(run_id="r", runnable="fan", input=None)
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=True)
+    nodes = [WorkflowEngine.branch_node(root, "metered", str(k), 40, True) for k in range(40)]
+
+    asyncio.run(engine.start_pack(nodes, [None] * 40))
+
+    record = store.get_run("r")
+    assert record is not None and (record.input_tokens, record.output_tokens) == (120, 120)
+    # 40 branches x 3 steps: per-branch meters wrote each branch's usage at every step past the
+    # interval (some 80 writes); the pack's meter writes once per round of the steps, or with a result
+    assert store.usage_writes <= 20, store.usage_writes

@@ -211,16 +211,18 @@ class WorkflowEngine:
         writes: PackWrites | None = None,
         record: StartedLoop | None = None,
         contexts: dict[tuple[str, str], Any] | None = None,
+        meter: StoreUsageMeter | None = None,
     ) -> Outcome:
         """Run ``node`` here (a loop or action stage) or say how it expands.
 
         The task's events go out through one ``publisher``, written when the task ends; a
         packed loop's checkpoints and result go with its pack's (``writes``), its record,
         when it may have run before, is read with theirs (``record``), and its context is
-        shared with theirs (``contexts``, :meth:`instance`).
+        shared with theirs (``contexts``, :meth:`instance`), and its token usage summed with
+        theirs (``meter``: one meter, one write per interval, for a pack's branches of one run).
         """
         if publisher is not None:
-            return await self._start(node, input, publisher, writes, record, contexts)
+            return await self._start(node, input, publisher, writes, record, contexts, meter)
         publisher = self.publisher(node)
         try:
             return await self._start(node, input, publisher)
@@ -248,16 +250,21 @@ class WorkflowEngine:
         paths = [node.path for node in nodes]
         records = dict(zip(paths, self.store.start_loops(nodes[0].run_id, paths), strict=True))
         contexts: dict[tuple[str, str], Any] = {}  # one context per runnable and spec (instance())
+        # one usage meter for the run's branches: its usage written once per interval, not per branch
+        meter = StoreUsageMeter(self.store, nodes[0].run_id, interval=self.events_interval)
         with pack_threads() as threads:  # each task keeps the pack's threads
             # the pack's writes go to the store from a thread: the loop runs on meanwhile
             writes = PackWrites(self.store, nodes[0].run_id, events=publisher, offload=threads)
             tasks = [
                 asyncio.ensure_future(
-                    self.start(node, value, publisher, writes, records.get(node.path), contexts)
+                    self.start(node, value, publisher, writes, records.get(node.path), contexts, meter)
                 )
                 for node, value in zip(nodes, inputs, strict=True)
             ]
-            return await self._run_pack(nodes, inputs, tasks, publisher, writes)
+            try:
+                return await self._run_pack(nodes, inputs, tasks, publisher, writes)
+            finally:
+                meter.flush(after_failure=True)  # what the branches that did not finish used
 
     async def _run_pack(
         self,
@@ -336,6 +343,7 @@ class WorkflowEngine:
         writes: PackWrites | None = None,
         record: StartedLoop | None = None,
         contexts: dict[tuple[str, str], Any] | None = None,
+        meter: StoreUsageMeter | None = None,
     ) -> Outcome:
         try:  # the run's cancel flag and deadline first: a scope of those alone (a loop's comes below)
             RunScope(
@@ -365,7 +373,8 @@ class WorkflowEngine:
         scope = self.scope(
             node, checkpoint=checkpoint, degradation=degradations, writes=writes, publisher=publisher
         )
-        meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
+        if meter is None:
+            meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
         began = time.perf_counter()
         try:
             with use_scope(scope), use_meter(meter):
