@@ -16,6 +16,7 @@ import os
 import pstats
 import sys
 import time
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
 
 #: The parts a profile's own time is split into, by the file a function is in (first match).
 PARTS = (
-    ("the OpenAI SDK", ("/openai/",)),
+    ("the OpenAI SDK (with pydantic)", ("/openai/", "/pydantic", "typing_extensions")),
     (
         "HTTP (httpx, httpcore, h11, anyio, ssl, socket)",
-        ("/httpx/", "/httpcore/", "/h11/", "/anyio/", "ssl", "socket"),
+        ("/httpx", "/httpcore", "/h11/", "/anyio/", "/sniffio/", "_ssl", "socket"),
     ),
     ("ours (agentloop)", ("/agentloop/",)),
     ("the run store's drivers (SQLAlchemy, psycopg)", ("/sqlalchemy/", "/psycopg/")),
@@ -120,23 +121,41 @@ PARTS = (
 )
 
 
+def _part(file: str, function: str) -> str | None:
+    """The part (:data:`PARTS`) a function is in, its package for another one, ``None`` for the
+    standard library and builtins (whose time goes to their callers)."""
+    where = function if file == "~" else file  # a builtin: "<method 'recv' of '_socket.socket' ...>"
+    name = next((part for part, marks in PARTS if any(mark in where for mark in marks)), None)
+    if name is None and "site-packages/" in file:
+        name = file.split("site-packages/", 1)[1].split("/", 1)[0]
+    return name
+
+
 def print_split(stats: pstats.Stats) -> None:
-    """The profile's own time (the event loop's waits left out) by part (:data:`PARTS`)."""
+    """The profile's own time (the event loop's waits left out) by part (:data:`PARTS`): the
+    standard library's and the builtins' own time goes to the parts that called them, in
+    proportion to the time each caller spent in them (a socket's ``send`` under httpx is HTTP)."""
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     parts: dict[str, float] = {}
-    for (file, _, function), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-        if "poll" in function or "select" in function:
-            continue  # the event loop waiting: not CPU
-        where = function if file == "~" else file  # a builtin: "<method 'recv' of '_socket.socket' ...>"
-        name = next((part for part, marks in PARTS if any(mark in where for mark in marks)), None)
-        if name is None:
-            name = (
-                "builtins and the rest of the standard library"
-                if file in ("~", "") or "python3" in file
-                else file
-            )
-        parts[name] = parts.get(name, 0.0) + own
+
+    def assign(key: Any, seconds: float, depth: int = 0) -> None:
+        name = _part(key[0], key[2])
+        callers = table[key][4]
+        if name is None and depth < 16 and callers:
+            total = sum(entry[3] for entry in callers.values())
+            if total > 0:
+                for caller, entry in callers.items():
+                    if caller in table:
+                        assign(caller, seconds * entry[3] / total, depth + 1)
+                return
+        name = name or "the standard library (no caller in ours or a package)"
+        parts[name] = parts.get(name, 0.0) + seconds
+
+    for key, (_, _, own, _, _) in table.items():
+        if "poll" not in key[2] and "select" not in key[2]:  # the event loop waiting: not CPU
+            assign(key, own)
     total = sum(parts.values()) or 1.0
-    print("own time by part (cProfile, this thread):")
+    print("own time by part, the standard library's given to its callers (cProfile, this thread):")
     for name, seconds in sorted(parts.items(), key=lambda item: -item[1])[:10]:
         print(f"  {100 * seconds / total:5.1f}%  {name}")
 
