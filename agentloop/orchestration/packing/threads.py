@@ -13,7 +13,7 @@ A pack opens :func:`pack_threads` around its branches (``WorkflowEngine.start_pa
 The threads are the process's, shared by its packs: made on first use (a process whose packs'
 work is all coroutines makes none), one for each call running at once (up to
 :data:`MAX_THREADS`), and kept for the next pack (making a thread costs more than a call). A call
-costs a hand-over to a thread and back: about 0.1 ms of CPU on a loaded 2-core host
+costs a hand-over to a thread and back: about 0.1 ms of CPU on a shared 2-core host
 (``bench/README.md``, "Issue 36"), against milliseconds for a Celery task of its own.
 
 What a plain function keeps: it runs whole (a thread is never interrupted): when its branch is
