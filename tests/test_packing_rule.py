@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, cast
@@ -14,12 +15,18 @@ from typing import Any, cast
 import pytest
 from test_canvas_shapes import FakeTask
 
-from agentloop import BaseAgentLoop, BaseAgentPipeline, step
+from agentloop import BaseAgentLoop, BaseAgentPipeline, InlineAgentRunner, step
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.pack_policy import pack_plan, pool_name
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.metrics.instruments import RunInstruments
-from agentloop.orchestration.packing.rule import auto_pack_size, deployment_packing, why_not_packed
+from agentloop.orchestration.packing.rule import (
+    auto_pack_size,
+    deployment_packing,
+    plain_work,
+    why_not_packed,
+)
+from agentloop.orchestration.packing.threads import current_pack_threads
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.runtime.engine import LOOP_BLOCKED, WorkflowEngine
 from agentloop.orchestration.runtime.next_step import FanOut
@@ -66,12 +73,11 @@ class Stages(BaseAgentPipeline):
     stages = (awaited_step,)
 
 
-def test_the_rule_packs_loops_and_stages_whose_work_is_a_coroutine() -> None:
-    assert why_not_packed(Awaits) is None
-    assert why_not_packed(awaited_step) is None
-    assert "advance_state is a plain function" in str(why_not_packed(Plain))
-    assert "plain function" in str(why_not_packed(plain_step))
+def test_the_rule_packs_every_loop_and_step_and_names_the_work_a_packs_threads_run() -> None:
+    assert [why_not_packed(runnable) for runnable in (Awaits, awaited_step, Plain, plain_step)] == [None] * 4
     assert "expands" in str(why_not_packed(Stages))
+    assert [plain_work(runnable) for runnable in (Awaits, awaited_step, Stages)] == [None] * 3
+    assert plain_work(Plain) == "Plain.advance_state" and plain_work(plain_step) == "the step plain_step"
 
 
 @pytest.mark.parametrize(
@@ -210,3 +216,120 @@ def test_a_pack_that_never_blocks_reports_nothing() -> None:
     asyncio.run(engine.start_pack(nodes, [False] * 3))
 
     assert [event for _, event in store.events("r") if event["phase"] == LOOP_BLOCKED] == []
+
+
+#: What the plain branches of the pack below meet at: they block until the coroutine one releases them.
+MEETING = {name: threading.Event() for name in ("loop", "step", "released")}
+
+
+class BlockedPlain(BaseAgentLoop):
+    max_iterations = 2
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"released": None}
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        MEETING["loop"].set()
+        assert threading.current_thread() is not threading.main_thread()  # a pack's thread
+        return {"released": MEETING["released"].wait(10)}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return state["released"] is not None
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["released"]
+
+
+@step
+def blocked_step(value: Any) -> Any:
+    MEETING["step"].set()
+    return MEETING["released"].wait(10)
+
+
+class Releasing(BaseAgentLoop):
+    max_iterations = 100_000
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"done": False, "seen": None}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        if not (MEETING["loop"].is_set() and MEETING["step"].is_set()):
+            await asyncio.sleep(0.001)
+            return state
+        MEETING["released"].set()
+        return {"done": True, "seen": current_pack_threads() is not None}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["done"])
+
+    def build_result(self, *, state: Any) -> Any:
+        return state["seen"]
+
+
+def test_a_packs_plain_work_runs_in_its_threads_while_its_coroutine_branches_run_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for event in MEETING.values():
+        event.clear()
+    registry = RunnableRegistry()
+    for name, runnable in (("plain", BlockedPlain), ("step", blocked_step), ("releasing", Releasing)):
+        registry.register(name, runnable)
+    store = InMemoryRunStore()
+    engine = WorkflowEngine(registry=registry, store=store, progress_interval=60, events_interval=60)
+    store.create_run(run_id="r", runnable="fan", input=None)
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=True)
+    nodes = [WorkflowEngine.branch_node(root, name, name, 3, True) for name in ("plain", "step", "releasing")]
+
+    with caplog.at_level(logging.WARNING, logger="agentloop.orchestration.runtime.engine"):
+        outcomes = asyncio.run(engine.start_pack(nodes, [None, None, None]))
+
+    # both plain functions were released by the coroutine branch, which ran while they blocked
+    assert [outcome.value for outcome in outcomes] == [True, True, True]  # type: ignore[union-attr]
+    assert [event for _, event in store.events("r") if event["phase"] == LOOP_BLOCKED] == []
+    assert not [record for record in caplog.records if "blocked its pack" in record.getMessage()]
+
+
+def test_outside_a_pack_plain_work_runs_on_the_event_loops_thread() -> None:
+    class Where(Plain):
+        def advance_state(self, *, state: Any, iteration: int) -> Any:  # type: ignore[override]
+            return {**state, "n": state["n"] + 1, "thread": threading.current_thread().name}
+
+        def build_result(self, *, state: Any) -> Any:
+            return state["thread"]
+
+    assert (
+        InlineAgentRunner.create(runnable=Where).request_sync(input=False) == threading.current_thread().name
+    )
+
+
+def test_a_packs_coroutine_branches_share_a_context_per_spec_and_plain_ones_get_their_own() -> None:
+    built: list[Any] = []
+
+    def factory(spec: Any) -> Any:
+        context = {"spec": dict(spec), "n": len(built)}
+        built.append(context)
+        return context
+
+    class Seen(Awaits):
+        def build_result(self, *, state: Any) -> Any:
+            return self.context["n"]
+
+    class PlainSeen(Seen):
+        def advance_state(self, *, state: Any, iteration: int) -> Any:  # type: ignore[override]
+            return {**state, "n": state["n"] + 1}
+
+    registry = RunnableRegistry()
+    registry.register("seen", Seen, context_factory=factory)
+    registry.register("plain_seen", PlainSeen, context_factory=factory)
+    store = InMemoryRunStore()
+    engine = WorkflowEngine(registry=registry, store=store, progress_interval=60, events_interval=60)
+    store.create_run(run_id="r", runnable="fan", input=None)
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=True)
+    nodes = [WorkflowEngine.branch_node(root, "seen", str(k), 5, True) for k in range(3)]
+    nodes += [WorkflowEngine.branch_node(root, "plain_seen", str(k), 5, True) for k in (3, 4)]
+
+    outcomes = asyncio.run(engine.start_pack(nodes, [False] * 5))
+
+    contexts = [outcome.value for outcome in outcomes]  # type: ignore[union-attr]
+    assert contexts[:3] == [contexts[0]] * 3  # one context for the coroutine branches, built once
+    assert len(set(contexts)) == 3 and len(built) == 3  # each plain branch (its own thread) its own

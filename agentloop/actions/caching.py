@@ -40,13 +40,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.context_binding import Binding
 from agentloop.actions.degradation import watch_step
 from agentloop.actions.recording import record_entry
 from agentloop.actions.schema import json_output
@@ -110,14 +110,9 @@ class InMemoryStepCache:
 _cache: ContextVar[StepCache | None] = ContextVar("agentloop_step_cache", default=None)
 
 
-@contextmanager
-def use_step_cache(cache: StepCache | None) -> Iterator[None]:
+def use_step_cache(cache: StepCache | None) -> Binding[StepCache | None]:
     """Steps inside the block keep and find their cached results in ``cache`` (``None``: no caching)."""
-    token = _cache.set(cache)
-    try:
-        yield
-    finally:
-        _cache.reset(token)
+    return Binding(_cache, cache)
 
 
 def canonical_json(value: Any) -> str:

@@ -37,6 +37,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.context_binding import Binding
 
 logger = logging.getLogger(__name__)
 
@@ -109,14 +110,11 @@ class DegradationSink(Protocol):
 _sink: ContextVar[tuple[DegradationSink, str] | None] = ContextVar("agentloop_degradation_sink", default=None)
 
 
-@contextmanager
-def use_degradation_sink(sink: DegradationSink | None, *, path: str = "") -> Iterator[None]:
+def use_degradation_sink(
+    sink: DegradationSink | None, *, path: str = ""
+) -> Binding[tuple[DegradationSink, str] | None]:
     """Report the model failures of steps inside the block to ``sink``, at workflow ``path``."""
-    token = _sink.set(None if sink is None else (sink, path))
-    try:
-        yield
-    finally:
-        _sink.reset(token)
+    return Binding(_sink, None if sink is None else (sink, path))
 
 
 class StepWatch:

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import jsonschema
 
 from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.context_binding import Binding
 from agentloop.actions.errors import InvalidAnswerError, NoOneToAskError
 from agentloop.actions.recording import HUMAN, record_entry
 
@@ -173,14 +173,11 @@ class CallbackChannel:
 _channel: ContextVar[tuple[HumanChannel, str] | None] = ContextVar("agentloop_human_channel", default=None)
 
 
-@contextmanager
-def use_human_channel(channel: HumanChannel | None, *, path: str = "") -> Iterator[None]:
+def use_human_channel(
+    channel: HumanChannel | None, *, path: str = ""
+) -> Binding[tuple[HumanChannel, str] | None]:
     """Send the questions of steps inside the block to ``channel``, at workflow ``path``."""
-    token = _channel.set(None if channel is None else (channel, path))
-    try:
-        yield
-    finally:
-        _channel.reset(token)
+    return Binding(_channel, None if channel is None else (channel, path))
 
 
 async def ask_human(question: Question) -> Any:

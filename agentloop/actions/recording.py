@@ -32,14 +32,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.context_binding import Binding
 from agentloop.actions.model import AiResponse, ModelRequest
 from agentloop.actions.schema import json_output
 
@@ -228,31 +228,39 @@ _calls: ContextVar[_Calls | None] = ContextVar("agentloop_outside_calls", defaul
 _inside_turn: ContextVar[bool] = ContextVar("agentloop_recording_turn", default=False)
 
 
-@contextmanager
-def use_recording(tap: RecordingTap | None, *, path: str = "", iteration: int = 0) -> Iterator[None]:
+def use_recording(tap: RecordingTap | None, *, path: str = "", iteration: int = 0) -> Binding[_Places | None]:
     """Record what the steps inside the block get (or answer it, for a replay) through ``tap``,
     at workflow ``path`` and loop ``iteration``."""
-    token = _places.set(None if tap is None else _Places(tap, path, iteration))
-    try:
-        yield
-    finally:
-        _places.reset(token)
+    return Binding(_places, None if tap is None else _Places(tap, path, iteration))
 
 
-@contextmanager
-def recording_iteration(iteration: int) -> Iterator[None]:
+def recording_iteration(iteration: int) -> _IterationMark:
     """The loop engine's mark: what the block records belongs to ``iteration`` of the current path
     (and the outside calls made inside it are counted from 0, :func:`call_place`)."""
-    calls = _calls.set(_Calls(iteration))
-    try:
+    return _IterationMark(iteration)
+
+
+class _IterationMark:
+    """:func:`recording_iteration`'s block: one object, opened every loop iteration."""
+
+    __slots__ = ("_calls", "_iteration", "_places")
+
+    def __init__(self, iteration: int) -> None:
+        self._iteration = iteration
+        self._calls: Token[_Calls | None] | None = None
+        self._places: Token[_Places | None] | None = None
+
+    def __enter__(self) -> None:
+        self._calls = _calls.set(_Calls(self._iteration))
         places = _places.get()
-        if places is None:
-            yield
-            return
-        with use_recording(places.tap, path=places.path, iteration=iteration):
-            yield
-    finally:
-        _calls.reset(calls)
+        if places is not None:
+            self._places = _places.set(_Places(places.tap, places.path, self._iteration))
+
+    def __exit__(self, *_: object) -> None:
+        if self._places is not None:
+            _places.reset(self._places)
+        if self._calls is not None:
+            _calls.reset(self._calls)
 
 
 def call_place(kind: str) -> tuple[int, int]:

@@ -16,14 +16,14 @@ Step events are observation: a failing sink never fails the step.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.context_binding import Binding
 
 logger = logging.getLogger(__name__)
 
@@ -50,14 +50,11 @@ class StepEventSink(Protocol):
 _sink: ContextVar[tuple[StepEventSink, str] | None] = ContextVar("agentloop_step_events", default=None)
 
 
-@contextmanager
-def use_step_events(sink: StepEventSink | None, *, path: str = "") -> Iterator[None]:
+def use_step_events(
+    sink: StepEventSink | None, *, path: str = ""
+) -> Binding[tuple[StepEventSink, str] | None]:
     """Report the step events of steps inside the block to ``sink``, at workflow ``path``."""
-    token = _sink.set(None if sink is None else (sink, path))
-    try:
-        yield
-    finally:
-        _sink.reset(token)
+    return Binding(_sink, None if sink is None else (sink, path))
 
 
 def step_events_wanted() -> bool:

@@ -15,6 +15,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentloop.actions.awaiting import maybe_await
+from agentloop.actions.context_binding import Binding
 
 T = TypeVar("T")
 
@@ -43,14 +44,9 @@ _NO_SPAN = _NoSpan()
 _tracer: ContextVar[Tracer | None] = ContextVar("agentloop_tracer", default=None)
 
 
-@contextmanager
-def use_tracer(tracer: Tracer | None) -> Iterator[None]:
+def use_tracer(tracer: Tracer | None) -> Binding[Tracer | None]:
     """Spans opened inside the block go to ``tracer`` (``None``: nowhere)."""
-    token = _tracer.set(tracer)
-    try:
-        yield
-    finally:
-        _tracer.reset(token)
+    return Binding(_tracer, tracer)
 
 
 def current_tracer() -> Tracer | None:
@@ -74,6 +70,8 @@ async def traced(
     name: str, attributes: Mapping[str, Any], work: Callable[..., Awaitable[T] | T], /, **arguments: Any
 ) -> T:
     """``work(**arguments)`` (``def`` or ``async def``) inside the span ``name`` with ``attributes``."""
+    if _tracer.get() is None:  # no tracer: no span to open (the engine calls this every iteration)
+        return await maybe_await(work(**arguments))
     with trace_span(name, **attributes):
         return await maybe_await(work(**arguments))
 

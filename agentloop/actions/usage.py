@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from agentloop.actions.context_binding import Binding
 from agentloop.actions.errors import TokenBudgetExceededError
 
 logger = logging.getLogger(__name__)
@@ -130,14 +130,9 @@ class InMemoryUsageMeter:
 _meter: ContextVar[UsageMeter | None] = ContextVar("agentloop_usage_meter", default=None)
 
 
-@contextmanager
-def use_meter(meter: UsageMeter | None) -> Iterator[UsageMeter | None]:
+def use_meter(meter: UsageMeter | None) -> Binding[UsageMeter | None]:
     """Meter every model call made inside the block with ``meter``."""
-    token = _meter.set(meter)
-    try:
-        yield meter
-    finally:
-        _meter.reset(token)
+    return Binding(_meter, meter)
 
 
 def current_meter() -> UsageMeter | None:

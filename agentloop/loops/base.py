@@ -36,6 +36,7 @@ logged, and the runner's :class:`~agentloop.loops.run_outcome.BoundRecorder` hea
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -52,7 +53,7 @@ from agentloop.actions.tracing import iteration_span, traced
 from agentloop.loops.contract import ProgressCallback, RunnableBase
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.loops.run_outcome import STOPPED_BY_BOUND, STOPPED_COMPLETE, report_bound
-from agentloop.loops.scope import RunScope, ensure_scope, failure_phase
+from agentloop.loops.scope import RunScope, call_work, current_scope, ensure_scope, failure_phase
 
 logger = logging.getLogger(__name__)
 
@@ -187,10 +188,16 @@ class BaseAgentLoop(RunnableBase, ABC):
             )
 
     async def run(self, *, input: Any, on_progress: ProgressCallback | None = None) -> Any:
-        with ensure_scope() as scope:
-            self._run_scope = scope
-            self.stopped_by = None
-            return await self._iterate(scope=scope, input=input, on_progress=on_progress)
+        scope = current_scope()
+        if scope is None:  # run on its own: a root scope of its own
+            with ensure_scope() as scope:
+                return await self._run_in(scope, input, on_progress)
+        return await self._run_in(scope, input, on_progress)
+
+    async def _run_in(self, scope: RunScope, input: Any, on_progress: ProgressCallback | None) -> Any:
+        self._run_scope = scope
+        self.stopped_by = None
+        return await self._iterate(scope=scope, input=input, on_progress=on_progress)
 
     async def _iterate(self, *, scope: RunScope, input: Any, on_progress: ProgressCallback | None) -> Any:
         bound = self.max_iterations
@@ -222,7 +229,8 @@ class BaseAgentLoop(RunnableBase, ABC):
                     )
                 span = iteration_span(self.name, scope.path, iteration)
                 with recording_iteration(iteration):  # a recorded run places its entries by iteration
-                    advanced = await traced(*span, self.advance_state, state=state, iteration=iteration)
+                    work = functools.partial(call_work, scope, self.advance_state)  # off the loop in a pack
+                    advanced = await traced(*span, work, state=state, iteration=iteration)
                 state = self._typed(advanced, made_by="advance_state")
                 iteration += 1
                 if scope.checkpointer is not None:

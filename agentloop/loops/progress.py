@@ -79,7 +79,7 @@ class ProgressEvent:
             "phase": self.phase,
             "status": str(self.status),
             "message": self.message,
-            "data": thaw(self.data),
+            "data": {} if self.data is _EMPTY else thaw(self.data),
             "at": self.at,
         }
 

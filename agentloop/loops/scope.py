@@ -15,15 +15,19 @@ knowing the scope (actions sit below loops).
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import time
 import uuid
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from agentloop.actions.awaiting import maybe_await
 from agentloop.actions.caching import StepCache, use_step_cache
+from agentloop.actions.context_binding import Binding
 from agentloop.actions.degradation import DegradationSink, use_degradation_sink
 from agentloop.actions.errors import (
     AgentLoopError,
@@ -79,6 +83,13 @@ class Checkpointer(Protocol):
     def save(self, *, path: str, iteration: int, state: Any) -> Awaitable[None] | None: ...
 
 
+class Offload(Protocol):
+    """Runs ``work`` (no arguments) somewhere other than the event loop's thread, with the caller's
+    context variables, and gives an awaitable of its result (or its error)."""
+
+    def __call__(self, work: Callable[[], T]) -> Awaitable[T]: ...
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunScope:
     """Where a runnable runs: its run id and path, and the run's deadline, cancellation,
@@ -100,6 +111,10 @@ class RunScope:
     cache: StepCache | None = None
     #: Where the run's recording goes, or a replay's recorded replies come from (``actions/recording.py``).
     recording: RecordingTap | None = None
+    #: How the run's plain-function work (a loop's ``advance_state``, a step's function) runs:
+    #: ``None``, on the event loop's thread (in-process); a pack's worker threads on Celery, so a
+    #: plain step that blocks does not hold up the branches beside it (:func:`call_work`).
+    offload: Offload | None = None
 
     def child(self, segment: str) -> RunScope:
         """The scope of a nested runnable, e.g. ``pipeline/1`` or ``branch/a``."""
@@ -129,6 +144,8 @@ def monotonic_deadline(deadline: float | None) -> float | None:
 async def within_deadline(scope: RunScope, work: Awaitable[T], *, limit: str = "") -> T:
     """Await ``work``, cut off when ``scope``'s deadline passes (a step hanging in a model call too)
     with :class:`~actions.RunDeadlineExceededError` ("run ... passed its deadline" + ``limit``)."""
+    if scope.deadline is None:  # nothing to cut off: no timeout to arm (a run without a deadline)
+        return await work
     try:
         async with asyncio.timeout(scope.remaining()):
             return await work
@@ -137,6 +154,16 @@ async def within_deadline(scope: RunScope, work: Awaitable[T], *, limit: str = "
             message = f"run {scope.run_id} passed its deadline{limit}"
             raise RunDeadlineExceededError(message, path=scope.path) from None
         raise
+
+
+async def call_work(scope: RunScope | None, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``work(*args, **kwargs)``, awaited when awaitable, as ``scope`` runs a runnable's work (a
+    loop's ``advance_state``, a step's function): an ``async def`` on the event loop; a plain
+    function through the scope's ``offload`` when it has one (a pack's threads), else on the loop
+    too."""
+    if scope is None or scope.offload is None or inspect.iscoroutinefunction(work):
+        return await maybe_await(work(*args, **kwargs))
+    return await maybe_await(await scope.offload(functools.partial(work, *args, **kwargs)))
 
 
 def failure_phase(error: BaseException, scope: RunScope) -> str:
@@ -180,21 +207,44 @@ def ensure_scope() -> Iterator[RunScope]:
         yield root
 
 
-@contextmanager
-def use_scope(scope: RunScope) -> Iterator[RunScope]:
+def use_scope(scope: RunScope) -> ScopeBlock:
     """Run the block inside ``scope`` (its steps report model failures to its ``degradation`` sink,
     their step events to its ``events`` sink, keep cached results in its ``cache``, and ask their
-    questions through its ``human`` channel)."""
-    token = _current.set(scope)
-    try:
-        with (
+    questions through its ``human`` channel); ``with use_scope(scope) as inside`` gives ``scope``."""
+    return ScopeBlock(scope)
+
+
+class ScopeBlock:
+    """:func:`use_scope`'s block: the scope and its sinks set on entry, put back on the way out
+    (one object rather than seven generator-based blocks: the loop engine opens one per run)."""
+
+    __slots__ = ("_bindings", "_scope", "_token")
+
+    def __init__(self, scope: RunScope) -> None:
+        self._scope = scope
+        self._token: Token[RunScope | None] | None = None
+        self._bindings: tuple[Binding[Any], ...] = ()
+
+    def __enter__(self) -> RunScope:
+        scope = self._scope
+        self._token = _current.set(scope)
+        bindings = (
             use_degradation_sink(scope.degradation, path=scope.path),
             use_human_channel(scope.human, path=scope.path),
             use_tracer(scope.tracer),
             use_step_events(scope.events, path=scope.path),
             use_step_cache(scope.cache),
             use_recording(scope.recording, path=scope.path),
-        ):
-            yield scope
-    finally:
-        _current.reset(token)
+        )
+        for binding in bindings:
+            binding.__enter__()
+        self._bindings = bindings
+        return scope
+
+    def __exit__(self, *_: object) -> None:
+        bindings, self._bindings = self._bindings, ()
+        for binding in reversed(bindings):
+            binding.__exit__(None, None, None)
+        token, self._token = self._token, None
+        if token is not None:
+            _current.reset(token)

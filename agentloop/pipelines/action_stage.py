@@ -28,7 +28,7 @@ from agentloop.actions.base import BaseAgentAction
 from agentloop.actions.schema import json_output
 from agentloop.loops.contract import ProgressCallback, RunnableBase
 from agentloop.loops.progress import ProgressStatus
-from agentloop.loops.scope import ensure_scope, failure_phase
+from agentloop.loops.scope import call_work, current_scope, ensure_scope, failure_phase
 
 
 class BaseActionStage(RunnableBase):
@@ -93,12 +93,9 @@ class FunctionAction(BaseAgentAction):
 
     async def run(self, *, arguments: dict[str, Any], context: Any) -> Any:
         function = type(self).function
-        value = (
-            function(arguments["input"], context=context)
-            if self.takes_context
-            else function(arguments["input"])
-        )
-        return await maybe_await(value)
+        if self.takes_context:  # off the event loop when the run's scope says so (a pack's threads)
+            return await call_work(current_scope(), function, arguments["input"], context=context)
+        return await call_work(current_scope(), function, arguments["input"])
 
 
 class FunctionStage(BaseActionStage):

@@ -31,13 +31,14 @@ class Rig:
     #: The local OpenAI-protocol server's base URL (``openai`` rigs only).
     model_url: str = ""
 
-    def worker_rss_mib(self) -> float:
-        """The worker processes' resident memory (the threads pool runs every task in them)."""
+    def worker_rss_mib(self, field: str = "VmRSS") -> float:
+        """The worker processes' resident memory (the threads pool runs every task in them), summed;
+        ``field="VmHWM"``: each process's peak so far (their sum bounds the peak of the whole)."""
         total = 0.0
         for pid in self.worker_pids:
             try:
                 with open(f"/proc/{pid}/status") as status:
-                    line = next(line for line in status if line.startswith("VmRSS:"))
+                    line = next(line for line in status if line.startswith(f"{field}:"))
             except (OSError, StopIteration):
                 continue
             total += int(line.split()[1]) / 1024
@@ -80,7 +81,7 @@ class Figures:
 
 
 @contextmanager
-def _model_server(latency: float) -> Iterator[str]:
+def model_server(latency: float) -> Iterator[str]:
     from agentloop.orchestration.testing.servers.openai_replies import reply_delay, reply_text
     from agentloop.orchestration.testing.servers.openai_server import OpenAICompatibleServer
 
@@ -109,7 +110,7 @@ def rig(
         worker_env = {"DATABASE_URL": database_url, "AGENTLOOP_BENCH_WORKER": "1", "PYTHONPATH": str(ROOT)}
         model_url = ""
         if openai:
-            worker_env["OPENAI_BASE_URL"] = model_url = stack.enter_context(_model_server(LATENCY))
+            worker_env["OPENAI_BASE_URL"] = model_url = stack.enter_context(model_server(LATENCY))
             worker_env["OPENAI_MAX_RETRIES"] = "0"
         worker_env.update(env)
         pids = []

@@ -4,6 +4,9 @@
   ``asyncio.sleep(LATENCY)``, or, when ``OPENAI_BASE_URL`` is set, one call through the
   context's :class:`~agentloop.orchestration.llm.openai.processor.OpenAIProcessor` (the local
   OpenAI-protocol server adds the latency);
+* ``bench.model.plain_loop``: the same with a plain ``def advance_state`` that blocks its thread
+  (``time.sleep``): ``python -m bench.packing_profile --runnable bench.model.plain_loop`` measures
+  what running plain-function work in a pack's threads costs;
 * ``bench.model.fan``: a composite of ``input`` such loops, all at once (``max_concurrency = None``:
   the default bound of 8 would run them in 8 lanes on Celery), packed by the packing rule since
   it sets no pack size; ``bench.model.fan_packed_<K>`` the same with its branches packed ``K``
@@ -18,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from typing import Any
 
 from agentloop import BaseAgentLoop, BaseCompositeAgent, Branch, register
 from agentloop.orchestration.runtime.context import standard_context
 
 LOOP = "bench.model.loop"
+PLAIN_LOOP = "bench.model.plain_loop"
 FAN = "bench.model.fan"
 SLEEP = "bench.model.sleep"
 BODY = "bench.model.body"
@@ -61,6 +66,16 @@ class ModelLoop(BaseAgentLoop):
 
     def build_result(self, *, state: dict[str, int]) -> int:
         return state["n"]
+
+
+@register(PLAIN_LOOP)
+class PlainModelLoop(ModelLoop):
+    """:class:`ModelLoop` with a plain ``def advance_state`` whose wait blocks its thread
+    (``time.sleep``): in a pack it runs in the pack's threads (``packing/threads.py``)."""
+
+    def advance_state(self, *, state: dict[str, int], iteration: int) -> dict[str, int]:  # type: ignore[override]
+        time.sleep(LATENCY)
+        return {"n": state["n"] + 1}
 
 
 @register(FAN)

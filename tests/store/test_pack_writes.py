@@ -4,18 +4,29 @@ loop go to the store in one call each, and each loop waits for its own write (or
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from agentloop import BaseAgentLoop
+from agentloop.actions.usage import Usage, current_meter
 from agentloop.orchestration.errors import StoreUnavailableError
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.store.pack_writes import PackWrites
 from agentloop.orchestration.wire import WorkflowNode
+
+
+def _in_a_thread(work: Any) -> Any:
+    """An ``offload`` as a pack's threads are: the write's round trip off the event loop."""
+    return asyncio.get_running_loop().run_in_executor(None, work)
+
+
+#: Where PackWrites makes its round trips: on the event loop, or in a thread (a pack's).
+OFFLOADS = [None, _in_a_thread]
 
 
 class CountingStore(InMemoryRunStore):
@@ -48,12 +59,13 @@ class CountingStore(InMemoryRunStore):
         return super().finish_loops(run_id, results, events=events, **usage)
 
 
-def test_the_writes_of_one_round_go_to_the_store_in_one_call_each() -> None:
+@pytest.mark.parametrize("offload", OFFLOADS, ids=["on-the-loop", "in-a-thread"])
+def test_the_writes_of_one_round_go_to_the_store_in_one_call_each(offload: Any) -> None:
     store = CountingStore()
     store.finish_loop("r", "b/1", "twin's")
 
     async def pack() -> list[Any]:
-        writes = PackWrites(store, "r")
+        writes = PackWrites(store, "r", offload=offload)
         await asyncio.gather(*(writes.checkpoint(f"b/{i}", 1, {"n": i}) for i in range(10)))
         return list(await asyncio.gather(*(writes.finish(f"b/{i}", i) for i in range(10))))
 
@@ -62,11 +74,12 @@ def test_the_writes_of_one_round_go_to_the_store_in_one_call_each() -> None:
     assert store.loop_record("r", "b/7") == (True, 7, (1, {"n": 7}))
 
 
-def test_a_failed_write_fails_every_loop_that_waited_on_it() -> None:
+@pytest.mark.parametrize("offload", OFFLOADS, ids=["on-the-loop", "in-a-thread"])
+def test_a_failed_write_fails_every_loop_that_waited_on_it(offload: Any) -> None:
     store = CountingStore(failing=True)
 
     async def pack() -> list[Any]:
-        writes = PackWrites(store, "r")
+        writes = PackWrites(store, "r", offload=offload)
         return list(
             await asyncio.gather(
                 *(writes.checkpoint(f"b/{i}", 1, {}) for i in range(3)), return_exceptions=True
@@ -120,7 +133,8 @@ def _event(path: str, iteration: int) -> dict[str, Any]:
     return {"path": path, "iteration": iteration, "phase": "iteration", "status": "progress", "data": {}}
 
 
-def test_a_checkpoint_is_written_with_the_events_emitted_before_it() -> None:
+@pytest.mark.parametrize("offload", OFFLOADS, ids=["on-the-loop", "in-a-thread"])
+def test_a_checkpoint_is_written_with_the_events_emitted_before_it(offload: Any) -> None:
     """A worker killed after a pack's checkpoint has stored every event up to it (the pack's events
     were buffered for a second while its checkpoints were written at once: a resumed branch's
     first stored event was ``resume``, its ``start`` lost)."""
@@ -128,7 +142,7 @@ def test_a_checkpoint_is_written_with_the_events_emitted_before_it() -> None:
     buffer = Buffer([_event("b/0", 0), _event("b/0", 1)])
 
     async def pack() -> None:
-        writes = PackWrites(store, "r", events=buffer)
+        writes = PackWrites(store, "r", events=buffer, offload=offload)
         await writes.checkpoint("b/0", 1, {"n": 1})
 
     asyncio.run(pack())
@@ -137,12 +151,13 @@ def test_a_checkpoint_is_written_with_the_events_emitted_before_it() -> None:
     assert buffer.pending == []
 
 
-def test_events_taken_for_a_checkpoint_that_failed_go_back_to_the_buffer() -> None:
+@pytest.mark.parametrize("offload", OFFLOADS, ids=["on-the-loop", "in-a-thread"])
+def test_events_taken_for_a_checkpoint_that_failed_go_back_to_the_buffer(offload: Any) -> None:
     store = CountingStore(failing=True)
     buffer = Buffer([_event("b/0", 1)])
 
     async def pack() -> None:
-        writes = PackWrites(store, "r", events=buffer)
+        writes = PackWrites(store, "r", events=buffer, offload=offload)
         await writes.checkpoint("b/0", 1, {"n": 1})
 
     with pytest.raises(StoreUnavailableError):
@@ -248,3 +263,96 @@ def test_a_redelivered_pack_reads_its_branches_records_at_once_and_each_resumes_
     assert store.reads == ["start_loops(3)"]
     resumed = [e for _, e in store.events("r") if e["path"] == "branch/1" and e["phase"] == "resume"]
     assert [e["iteration"] for e in resumed] == [2]
+
+
+class _SlowStore(InMemoryRunStore):
+    """A store whose first results' write waits until a loop of the pack says it ran meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing, self.ran_meanwhile = threading.Event(), threading.Event()
+        self.saw: list[bool] = []  # per results' write: whether a loop ran while it waited
+
+    def finish_loops(self, run_id: str, results: Sequence[tuple[str, Any]], **kwargs: Any) -> list[Any]:
+        self.writing.set()
+        self.saw.append(self.ran_meanwhile.wait(10))
+        return super().finish_loops(run_id, results, **kwargs)
+
+
+class _Quick(_Counting):
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        return {"n": 3}
+
+
+class _WaitsForTheWrite(_Counting):
+    """Goes on, one short wait at a time, until the store is writing its sibling's result, then
+    says it ran meanwhile: only possible when the write is off the event loop."""
+
+    max_iterations = 100_000
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        store = self.context
+        if not store.writing.is_set():
+            await asyncio.sleep(0.001)
+            return state
+        store.ran_meanwhile.set()
+        return {"n": 3}
+
+
+def test_a_packs_write_leaves_its_event_loop_to_the_other_loops() -> None:
+    store = _SlowStore()
+    registry = RunnableRegistry()
+    registry.register("quick", _Quick, context_factory=lambda spec: store)
+    registry.register("waits", _WaitsForTheWrite, context_factory=lambda spec: store)
+    engine = WorkflowEngine(
+        registry=registry, store=store, progress_interval=60, events_interval=60, checkpoint_interval=60
+    )  # no checkpoint to write behind the slow result (a pack's writes go one at a time)
+    store.create_run(run_id="r", runnable="fan", input=None)
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=True)
+    nodes = [WorkflowEngine.branch_node(root, name, name, 2, True) for name in ("quick", "waits")]
+
+    outcomes = asyncio.run(engine.start_pack(nodes, [None, None]))
+
+    assert [outcome.value for outcome in outcomes] == [3, 3]  # type: ignore[union-attr]
+    assert store.saw[0] is True  # the other loop ran while the first write waited in its thread
+
+
+class _UsageCountingStore(InMemoryRunStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage_writes = 0
+
+    def add_usage(self, run_id: str, input_tokens: int, output_tokens: int) -> tuple[int, int]:
+        self.usage_writes += 1
+        return super().add_usage(run_id, input_tokens, output_tokens)
+
+
+class _Metered(_Counting):
+    """Three steps, each using one token in and one out (as a model call reports them)."""
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        await asyncio.sleep(0.02)
+        meter = current_meter()
+        assert meter is not None
+        meter.record(Usage(input_tokens=1, output_tokens=1))
+        return {"n": state["n"] + 1}
+
+
+def test_a_packs_branches_write_their_usage_together_not_each_on_its_own() -> None:
+    """One meter for the pack's branches (one run): the usage is written at most once per interval
+    for all of them, not once per branch (each write a round trip on the pack's event loop)."""
+    store = _UsageCountingStore()
+    registry = RunnableRegistry()
+    registry.register("metered", _Metered)
+    engine = WorkflowEngine(registry=registry, store=store, progress_interval=60, events_interval=0.01)
+    store.create_run(run_id="r", runnable="fan", input=None)
+    root = WorkflowNode(run_id="r", runnable="fan", fresh=True)
+    nodes = [WorkflowEngine.branch_node(root, "metered", str(k), 40, True) for k in range(40)]
+
+    asyncio.run(engine.start_pack(nodes, [None] * 40))
+
+    record = store.get_run("r")
+    assert record is not None and (record.input_tokens, record.output_tokens) == (120, 120)
+    # 40 branches x 3 steps: per-branch meters wrote each branch's usage at every step past the
+    # interval (some 80 writes); the pack's meter writes once per round of the steps, or with a result
+    assert store.usage_writes <= 20, store.usage_writes

@@ -146,14 +146,21 @@ def test_the_flat_fast_path_agrees_with_the_full_check_or_leaves_it_the_value(ev
     checked = to_json_value(event, what="event")
     assert flat == checked
     assert [type(value) for value in flat.values()] == [type(value) for value in checked.values()]
+    for key, value in flat.items():  # a flat dict inside: its values' types too
+        if isinstance(value, dict):
+            assert [type(v) for v in value.values()] == [type(v) for v in checked[key].values()]
 
 
-def test_an_event_without_data_takes_the_fast_path_and_one_with_data_the_full_check() -> None:
+def test_an_event_with_flat_data_takes_the_fast_path_and_one_with_deeper_data_the_full_check() -> None:
     from agentloop.orchestration.store.json_values import flat_json_copy
 
     event = {"path": "a", "iteration": 2, "status": "progress", "message": "", "data": {}, "at": 1.5}
     assert flat_json_copy(event) == event
-    assert flat_json_copy({**event, "data": {"k": 1}}) is None
+    done = {**event, "data": {"stopped_by": "complete", "n": 1}}  # a loop's last event
+    assert flat_json_copy(done) == done and flat_json_copy(done)["data"] is not done["data"]  # type: ignore[index]
+    assert flat_json_copy({**event, "data": {"k": {"deeper": 1}}}) is None
+    assert flat_json_copy({**event, "data": {"k": [1]}}) is None
+    assert flat_json_copy({**event, "data": {"k": "a\x00b"}}) is None
     assert flat_json_copy({**event, "message": "a\x00b"}) is None
     assert flat_json_copy({**event, "at": float("nan")}) is None
     assert flat_json_copy({**event, "path": _Label("a")}) is None

@@ -92,9 +92,11 @@ class ExpiringSoon(Approve):
 
 
 class FanWithApproval(BaseCompositeAgent):
-    """Three branches; ``b`` asks for an approval, ``a`` and ``c`` do not."""
+    """Three branches; ``b`` asks for an approval, ``a`` and ``c`` do not. A task per branch (a
+    chord whose one branch pauses: ``test_human_celery.py``); packed, ``human.packed_approvals``."""
 
     branch_runnables = (Quick, Approve)
+    pack_size: int | None = 1
 
     def build_branches(self, *, input: Any) -> list[Branch]:
         return [
@@ -108,7 +110,9 @@ class FanWithApproval(BaseCompositeAgent):
 
 
 class FanWithTwoApprovals(FanWithApproval):
-    """Three branches; ``b`` and ``c`` each ask for an approval, at once."""
+    """Three branches; ``b`` and ``c`` each ask for an approval, at once (packed by the rule)."""
+
+    pack_size = None
 
     def build_branches(self, *, input: Any) -> list[Branch]:
         return [
@@ -131,6 +135,7 @@ class PackedApprovals(FanWithApproval):
 
     branch_runnables = (AwaitingQuick, Approve)
     max_concurrency = None
+    pack_size = None
 
     def build_branches(self, *, input: Any) -> list[Branch]:
         return [

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from collections.abc import Mapping
 from types import SimpleNamespace
@@ -25,6 +26,7 @@ from agentloop.loops import BaseAgentLoop
 from agentloop.orchestration.registry import register
 from agentloop.orchestration.runtime.context import standard_context as _standard_context
 from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch, BranchResult, FailurePolicy
+from agentloop.pipelines.action_stage import step
 
 
 class CountTo(BaseAgentLoop):
@@ -578,3 +580,90 @@ class PackedModelCalls(BaseCompositeAgent):
 
 register("parity.tagged_model_calls", TaggedModelCalls, context_factory=_standard_context)
 register("parity.packed_model_calls", PackedModelCalls)
+
+
+# ----- plain-function work in a pack (packing/threads.py): tests/integration/test_packed_plain_work.py -----
+
+#: Per token (a test's input), the events its branches meet at, in the worker process.
+_MEETINGS: dict[str, dict[str, threading.Event]] = {}
+_MEETINGS_LOCK = threading.Lock()
+#: How long a plain step waits for its sibling before it gives up (the test then fails).
+MEETING_SECONDS = 20.0
+
+
+def _meeting(token: str) -> dict[str, threading.Event]:
+    with _MEETINGS_LOCK:
+        return _MEETINGS.setdefault(token, {name: threading.Event() for name in ("loop", "step", "released")})
+
+
+class BlockedPlainLoop(BaseAgentLoop):
+    """One iteration of a plain ``def advance_state`` that blocks its thread until the sibling
+    coroutine branch releases it; its result says whether it was released (or gave up)."""
+
+    max_iterations = 2
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"token": input, "released": None}
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        meeting = _meeting(state["token"])
+        meeting["loop"].set()
+        return {**state, "released": meeting["released"].wait(MEETING_SECONDS)}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return state["released"] is not None
+
+    def build_result(self, *, state: Any) -> Any:
+        return {"released": state["released"]}
+
+
+@step
+def blocked_plain_step(token: str) -> Any:
+    """A plain ``@step`` that blocks its thread until the sibling coroutine branch releases it."""
+    meeting = _meeting(token)
+    meeting["step"].set()
+    return {"released": meeting["released"].wait(MEETING_SECONDS)}
+
+
+class ReleasingLoop(BaseAgentLoop):
+    """Awaits, one short sleep per iteration, until both plain branches are blocked, then
+    releases them: it can only run while they block if they block off the pack's event loop."""
+
+    max_iterations = 10_000
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"token": input, "done": False}
+
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:
+        meeting = _meeting(state["token"])
+        if not (meeting["loop"].is_set() and meeting["step"].is_set()):
+            await asyncio.sleep(0.005)
+            return state
+        meeting["released"].set()
+        return {**state, "done": True}
+
+    def is_complete(self, *, state: Any, iteration: int) -> bool:
+        return bool(state["done"])
+
+    def build_result(self, *, state: Any) -> Any:
+        return {"released": True}
+
+
+class PlainBesideAsync(BaseCompositeAgent):
+    """Nothing set: the rule packs all three branches (``docs/how-to/packing.md``): a plain loop
+    and a plain ``@step`` that block until the coroutine loop beside them releases them."""
+
+    branch_runnables = (BlockedPlainLoop, blocked_plain_step, ReleasingLoop)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [
+            Branch(runnable=BlockedPlainLoop, input=input, key="plain_loop"),
+            Branch(runnable=blocked_plain_step, input=input, key="plain_step"),
+            Branch(runnable=ReleasingLoop, input=input, key="releasing"),
+        ]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return {result.key: result.output for result in results}
+
+
+register("parity.plain_beside_async", PlainBesideAsync)

@@ -43,6 +43,7 @@ from agentloop.orchestration.errors import (
     StoreUnavailableError,
 )
 from agentloop.orchestration.packing.rule import why_not_packed
+from agentloop.orchestration.packing.threads import pack_threads
 from agentloop.orchestration.runtime.engine import RUN_END_PHASES, WorkflowEngine
 from agentloop.orchestration.runtime.launches import (
     LaunchClaim,
@@ -183,7 +184,8 @@ async def _all(
         # a run id twice in one pack (sent by hand): the first copy runs it, the second is its twin
         runs.append(_one(task, engine, rounds, kwargs, fresh, priority) if run_id not in seen else _twin())
         seen.add(run_id)
-    return await asyncio.gather(*runs, return_exceptions=True)
+    with pack_threads():  # plain-function work runs off the loop (packing/threads.py)
+        return await asyncio.gather(*runs, return_exceptions=True)
 
 
 async def _twin() -> tuple[str, Any]:

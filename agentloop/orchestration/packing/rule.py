@@ -4,13 +4,14 @@ A branch of a composite is packed (several to one ``agentloop.pack`` task, on on
 when everything below holds; otherwise it gets a task of its own, as before packing existed.
 
 1. **The branch** is a loop or an action stage (a pipeline or a composite expands into a canvas
-   of its own) whose *work* is a coroutine: a loop's ``advance_state``, an action stage's
-   action's ``run`` (and a :func:`~agentloop.pipelines.action_stage.step`'s function). The
-   engine awaits a coroutine, so the branch gives the event loop back while it waits; it calls
-   a plain function on the event loop's thread, where a slow one stalls every other branch of
-   the pack. The other hooks (``create_initial_state``, ``is_complete``, ``build_result``...) are
-   bookkeeping between the awaits and may be plain functions; one that blocks is caught by the
-   lag watch (``lag.py``).
+   of its own). Its *work* (a loop's ``advance_state``, a
+   :func:`~agentloop.pipelines.action_stage.step`'s function) may be a coroutine or a plain
+   function: in a pack the engine awaits a coroutine on the pack's event loop and runs a plain
+   function in one of the pack's threads (``threads.py``, :func:`plain_work`), so neither stalls
+   the other branches. An action stage's action's ``run`` must be a coroutine (every
+   ``BaseAgentAction``'s is). The other hooks (``create_initial_state``, ``is_complete``,
+   ``build_result``...) are bookkeeping between the awaits and run on the loop; one that blocks
+   is caught by the lag watch (``lag.py``).
 2. **The pool** runs an asyncio loop per task: ``prefork``, ``threads`` or ``solo`` (not
    ``gevent`` or ``eventlet``, whose tasks are already cheap green threads).
 3. **No time limit the user set** is enforced per task: on ``prefork`` a task's limit would
@@ -51,6 +52,7 @@ __all__ = [
     "DeploymentPacking",
     "auto_pack_size",
     "deployment_packing",
+    "plain_work",
     "why_not_joined",
     "why_not_packed",
 ]
@@ -76,17 +78,26 @@ def why_not_packed(runnable: Any) -> str | None:
     if not isinstance(runnable, type):
         return "it is not a runnable class"
     if issubclass(runnable, BaseAgentLoop):
-        if not _is_coroutine(getattr(runnable, "advance_state", None)):
-            return f"{runnable.__name__}.advance_state is a plain function (the event loop would wait on it)"
         return None
     if issubclass(runnable, BaseActionStage):
         action = getattr(runnable, "action", None)
         if not _is_coroutine(getattr(action, "run", None)):
             return f"the action of {runnable.__name__} runs as a plain function"
-        if issubclass(runnable, FunctionStage) and not _is_coroutine(getattr(runnable, "function", None)):
-            return f"the step {runnable.__name__} is a plain function (the event loop would wait on it)"
         return None
     return "it expands into tasks of its own (a pipeline or a composite)"
+
+
+def plain_work(runnable: Any) -> str | None:
+    """The work of a branch of ``runnable`` that is a plain function, named (``"X.advance_state"``,
+    ``"the step X"``): in a pack it runs in the pack's threads (``threads.py``); ``None`` when its
+    work is a coroutine, awaited on the pack's event loop."""
+    if not isinstance(runnable, type):
+        return None
+    if issubclass(runnable, BaseAgentLoop) and not _is_coroutine(getattr(runnable, "advance_state", None)):
+        return f"{runnable.__name__}.advance_state"
+    if issubclass(runnable, FunctionStage) and not _is_coroutine(getattr(runnable, "function", None)):
+        return f"the step {runnable.__name__}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

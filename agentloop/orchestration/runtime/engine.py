@@ -19,6 +19,7 @@ become its events, from which :meth:`WorkflowEngine.finish` records ``degraded``
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +48,8 @@ from agentloop.loops.scope import RunScope, monotonic_deadline, use_scope, withi
 from agentloop.orchestration.errors import DeliveryLimitError, InvalidNodeError, StoreUnavailableError
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.packing.lag import Blocked, LagWatch
-from agentloop.orchestration.packing.rule import why_not_joined, why_not_packed
+from agentloop.orchestration.packing.rule import plain_work, why_not_joined, why_not_packed
+from agentloop.orchestration.packing.threads import current_pack_threads, pack_threads
 from agentloop.orchestration.redaction import context_secrets, scrub_error, scrub_values
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.runtime.next_step import (
@@ -194,6 +196,7 @@ class WorkflowEngine:
             tracer=self.tracer,
             cache=self.cache,
             recording=self.recorder(node),
+            offload=current_pack_threads(),  # a pack's plain-function work runs in its threads
             cancel=StoreCancelSignal(self.store, node.run_id),
             checkpointer=StoreCheckpointer(
                 self.store,
@@ -205,10 +208,22 @@ class WorkflowEngine:
             ),
         )
 
-    def instance(self, node: WorkflowNode) -> Any:
-        """The node's runnable, with the context its factory builds from the node's spec."""
+    def instance(self, node: WorkflowNode, contexts: dict[tuple[str, str], Any] | None = None) -> Any:
+        """The node's runnable, with the context its factory builds from the node's spec.
+
+        ``contexts``: the contexts a pack built already, by runnable and spec: a pack's branches
+        of one runnable and spec whose work is a coroutine share one, as a composite's branches
+        share its context in-process, all on one thread (one factory call per pack, not one per
+        branch); a branch whose work runs in the pack's threads gets its own."""
         registration = self.registry.get(node.runnable)
-        return registration.runnable.create(context=registration.build_context(node.context))
+        spec = None if contexts is None or plain_work(registration.runnable) else _spec_key(node.context)
+        if contexts is None or spec is None:
+            return registration.runnable.create(context=registration.build_context(node.context))
+        key = (node.runnable, spec)
+        context = contexts.get(key, _UNBUILT)
+        if context is _UNBUILT:
+            context = contexts[key] = registration.build_context(node.context)
+        return registration.runnable.create(context=context)
 
     def instance_of(self, node: WorkflowNode, kind: type[R]) -> R:
         instance = self.instance(node)
@@ -226,16 +241,21 @@ class WorkflowEngine:
         writes: PackWrites | None = None,
         record: StartedLoop | None = None,
         following: NextStage | None = None,
+        contexts: dict[tuple[str, str], Any] | None = None,
+        meter: StoreUsageMeter | None = None,
     ) -> Outcome:
         """Run ``node`` here (a loop or action stage) or say how it expands.
 
         The task's events go out through one ``publisher``, written when the task ends; a
-        packed loop's checkpoints and result go with its pack's (``writes``), and its record,
-        when it may have run before, is read with theirs (``record``); a stage's result is
-        written with the start of the stage after it in the same task (``following``).
+        packed loop's checkpoints and result go with its pack's (``writes``), its record,
+        when it may have run before, is read with theirs (``record``), its context is shared
+        with theirs (``contexts``, :meth:`instance`), and its token usage summed with theirs
+        (``meter``: one meter, one write per interval, for a pack's branches of one run); a
+        stage's result is written with the start of the stage after it in the same task
+        (``following``).
         """
         if publisher is not None:
-            return await self._start(node, input, publisher, writes, record, following)
+            return await self._start(node, input, publisher, writes, record, following, contexts, meter)
         publisher = self.publisher(node)
         try:
             return await self._start(node, input, publisher)
@@ -259,14 +279,36 @@ class WorkflowEngine:
         if not nodes:
             return []
         publisher = self.publisher(nodes[0])  # its events go with the pack's checkpoints (pack_writes.py)
-        writes = PackWrites(self.store, nodes[0].run_id, events=publisher)
         # Every delivery of a pack counts itself and reads its branches' records in one statement.
         paths = [node.path for node in nodes]
         records = dict(zip(paths, self.store.start_loops(nodes[0].run_id, paths), strict=True))
-        tasks = [
-            asyncio.ensure_future(self.start(node, value, publisher, writes, records.get(node.path)))
-            for node, value in zip(nodes, inputs, strict=True)
-        ]
+        contexts: dict[tuple[str, str], Any] = {}  # one context per runnable and spec (instance())
+        # one usage meter for the run's branches: its usage written once per interval, not per branch
+        meter = StoreUsageMeter(self.store, nodes[0].run_id, interval=self.events_interval)
+        with pack_threads() as threads:  # each task keeps the pack's threads
+            # the pack's writes go to the store from a thread: the loop runs on meanwhile
+            writes = PackWrites(self.store, nodes[0].run_id, events=publisher, offload=threads)
+            tasks = [
+                asyncio.ensure_future(
+                    self.start(
+                        node, value, publisher, writes, records.get(node.path), contexts=contexts, meter=meter
+                    )
+                )
+                for node, value in zip(nodes, inputs, strict=True)
+            ]
+            try:
+                return await self._run_pack(nodes, inputs, tasks, publisher, writes)
+            finally:
+                meter.flush(after_failure=True)  # what the branches that did not finish used
+
+    async def _run_pack(
+        self,
+        nodes: Sequence[WorkflowNode],
+        inputs: Sequence[Any],
+        tasks: Sequence[asyncio.Future[Outcome]],
+        publisher: ProgressPublisher,
+        writes: PackWrites,
+    ) -> list[Outcome | LeavesPack]:
         watch = LagWatch(self._lag_reporter(nodes, publisher))
         heartbeat = asyncio.ensure_future(watch.heartbeat())
         try:
@@ -289,6 +331,7 @@ class WorkflowEngine:
             for task in unfinished:
                 task.cancel()
             await asyncio.gather(heartbeat, *unfinished, return_exceptions=True)
+            await writes.drain()  # a write still in its thread ends before the last events go
             publisher.flush(final=True)
 
     def _lag_reporter(
@@ -335,17 +378,23 @@ class WorkflowEngine:
         writes: PackWrites | None = None,
         record: StartedLoop | None = None,
         following: NextStage | None = None,
+        contexts: dict[tuple[str, str], Any] | None = None,
+        meter: StoreUsageMeter | None = None,
     ) -> Outcome:
-        scope = self.scope(node)
-        try:
-            scope.check()
-            instance = self.instance(node)
+        try:  # the run's cancel flag and deadline first: a scope of those alone (a loop's comes below)
+            RunScope(
+                run_id=node.run_id,
+                path=node.path,
+                deadline=monotonic_deadline(node.deadline),
+                cancel=StoreCancelSignal(self.store, node.run_id),
+            ).check()
+            instance = self.instance(node, contexts)
         except Exception as error:
             return await self.fail(node, error)
         if isinstance(instance, BaseAgentPipeline):
-            return await self._start_pipeline(node, instance, scope, input, publisher)
+            return await self._start_pipeline(node, instance, self.scope(node), input, publisher)
         if isinstance(instance, BaseCompositeAgent):
-            return await self._start_composite(node, instance, scope, input, publisher)
+            return await self._start_composite(node, instance, self.scope(node), input, publisher)
         # Any delivery, redelivered or not (a duplicate is not flagged), counts itself and reads
         # what an earlier try or a twin left, in one statement.
         if record is None:
@@ -360,7 +409,8 @@ class WorkflowEngine:
         scope = self.scope(
             node, checkpoint=checkpoint, degradation=degradations, writes=writes, publisher=publisher
         )
-        meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
+        if meter is None:
+            meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
         began = time.perf_counter()
         try:
             with use_scope(scope), use_meter(meter):
@@ -801,6 +851,20 @@ def _past_limit(node: WorkflowNode, deliveries: int, limit: int) -> DeliveryLimi
 def _store_away(task: asyncio.Future[Outcome]) -> bool:
     """Whether a packed branch ended because the run store stayed away."""
     return not task.cancelled() and isinstance(task.exception(), StoreUnavailableError)
+
+
+_UNBUILT = object()
+
+
+def _spec_key(spec: Any) -> str | None:
+    """A context spec as a key: its JSON with sorted keys (``"{}"`` for none; ``None`` for a spec
+    that is not JSON, whose context is then built for its branch alone)."""
+    if not spec:
+        return "{}"
+    try:
+        return json.dumps(dict(spec), sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
 
 
 def _ends_pack(task: asyncio.Future[Outcome]) -> bool:

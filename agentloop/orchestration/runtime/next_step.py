@@ -55,9 +55,9 @@ class FanOut:
     #: The indexes of the branches that expand into a canvas of their own (a pipeline or a
     #: composite): never packed.
     expanding: frozenset[int] = frozenset()
-    #: The indexes of the loop and stage branches the packing rule keeps in a task of their own
-    #: (their work is a plain function: ``orchestration/packing/rule.py``); packed only when a
-    #: pack size was set.
+    #: The indexes of the stage branches the packing rule keeps in a task of their own (an
+    #: action whose ``run`` is not a coroutine: ``orchestration/packing/rule.py``); packed only
+    #: when a pack size was set.
     solo: frozenset[int] = frozenset()
 
 

@@ -76,10 +76,11 @@ def to_json_value(value: object, *, what: str) -> JsonValue:
         raise StateNotSerializableError(f"{what} must be JSON-serialisable: {error}") from error
 
 
-def flat_json_copy(value: Mapping[Any, Any]) -> dict[str, Any] | None:
+def flat_json_copy(value: Mapping[Any, Any], _nested: bool = False) -> dict[str, Any] | None:
     """What :func:`to_json_value` returns for ``value``, found without a walk and a round trip when
     ``value`` is flat: string keys, each value a plain ``str`` without NUL, ``int``, ``bool``,
-    ``None``, finite ``float`` or an empty ``dict`` or ``list`` (a progress event without data);
+    ``None``, finite ``float``, an empty ``list`` or a ``dict`` that is flat itself and holds no
+    ``dict`` (a progress event with no data, or data such as ``{"stopped_by": "complete"}``);
     ``None`` for anything else, which the caller checks the long way."""
     copy: dict[str, Any] = {}
     for key, item in value.items():
@@ -91,6 +92,12 @@ def flat_json_copy(value: Mapping[Any, Any]) -> dict[str, Any] | None:
                 return None
         elif kind is float:
             if not math.isfinite(item):
+                return None
+        elif kind is dict and item:
+            if _nested:
+                return None
+            item = flat_json_copy(item, True)
+            if item is None:
                 return None
         elif kind is dict or kind is list:
             if item:

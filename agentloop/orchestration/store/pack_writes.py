@@ -12,12 +12,18 @@ transaction for the results with their events and usage
 (:meth:`~agentloop.orchestration.store.RunStore.finish_loops`). A loop goes on only once its own
 write is recorded, so it is as durable as writing alone; a failed write fails each loop that
 waited on it, with the store's error.
+
+Given an ``offload`` (a pack's threads, ``orchestration/packing/threads.py``), each write's round
+trip runs in a thread while the event loop runs the pack's other loops (their model calls go on
+while the database answers; a slow database no longer holds the loop); the writes still go one
+at a time, in the order they fell due, and :meth:`PackWrites.drain` waits for the last.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -61,11 +67,19 @@ class PackWrites:
     """The checkpoints and results of run ``run_id``'s packed loops, written together (see the
     module doc). Used from one event loop."""
 
-    def __init__(self, store: RunStore, run_id: str, *, events: EventBuffer | None = None) -> None:
-        self.store, self.run_id, self.events = store, run_id, events
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        *,
+        events: EventBuffer | None = None,
+        offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+    ) -> None:
+        self.store, self.run_id, self.events, self.offload = store, run_id, events, offload
         self._checkpoints: list[_Checkpoint] = []
         self._results: list[_Result] = []
         self._due = False
+        self._writing: asyncio.Future[None] | None = None  # the last write handed to ``offload``
         #: How many writes of each kind went out, and in how many store calls (for the bench).
         self.writes = self.calls = 0
 
@@ -101,20 +115,58 @@ class PackWrites:
         self._due = False
         checkpoints, self._checkpoints = self._checkpoints, []
         results, self._results = self._results, []
+        self.writes += len(checkpoints) + len(results)
+        self.calls += bool(checkpoints) + bool(results)
+        if self.offload is not None:  # in a thread, after the write before it
+            previous = self._writing
+            self._writing = asyncio.ensure_future(self._write_off_loop(previous, checkpoints, results))
+            return
         if checkpoints:
             rows = [(c.path, c.iteration, c.state) for c in checkpoints]
             _settle([c.done for c in checkpoints], lambda: self._save(rows))
         if results:
             _settle([r.done for r in results], lambda: self._finish(results))
-        self.writes += len(checkpoints) + len(results)
-        self.calls += bool(checkpoints) + bool(results)
 
-    def _save(self, rows: list[tuple[str, int, JsonValue]]) -> None:
-        events = self.events.take_events() if self.events is not None else []
+    async def _write_off_loop(
+        self, previous: asyncio.Future[None] | None, checkpoints: list[_Checkpoint], results: list[_Result]
+    ) -> None:
+        assert self.offload is not None
+        if previous is not None:
+            await asyncio.wait([previous])  # one write at a time, in the order they fell due
+        if checkpoints:
+            rows = [(c.path, c.iteration, c.state) for c in checkpoints]
+            events = self.events.take_events() if self.events is not None else []  # on the loop
+            try:
+                await self.offload(functools.partial(self._save, rows, events))
+            except BaseException as error:
+                if events and self.events is not None:  # kept for the next write: progress is never lost
+                    self.events.give_back(events)
+                _fail([c.done for c in checkpoints], error)
+            else:
+                _settle([c.done for c in checkpoints], lambda: None)
+        if results:
+            try:
+                values = await self.offload(functools.partial(self._finish, results))
+            except BaseException as error:
+                _fail([r.done for r in results], error)
+            else:
+                _settle([r.done for r in results], lambda: values)
+
+    async def drain(self) -> None:
+        """Wait for the writes handed to ``offload`` (none without one) to end."""
+        if self._writing is not None:
+            await asyncio.wait([self._writing])
+
+    def _save(
+        self, rows: list[tuple[str, int, JsonValue]], events: list[dict[str, Any]] | None = None
+    ) -> None:
+        taken = events is None  # on the loop: this call takes the buffered events itself
+        if events is None:
+            events = self.events.take_events() if self.events is not None else []
         try:
             self.store.save_checkpoints(self.run_id, rows, events=events)
         except BaseException:
-            if events and self.events is not None:  # kept for the next write: progress is never lost here
+            if taken and events and self.events is not None:  # kept for the next write: never lost here
                 self.events.give_back(events)
             raise
 
@@ -126,6 +178,17 @@ class PackWrites:
             input_tokens=sum(r.input_tokens for r in results),
             output_tokens=sum(r.output_tokens for r in results),
         )
+
+
+def _fail(waiting: list[asyncio.Future[Any]], error: BaseException) -> None:
+    """Hand each waiting loop ``error``: a write in a thread failed (a cancellation: the loops that
+    waited on it were cancelled with their pack, and are told so)."""
+    for done in waiting:
+        if not done.done():
+            if isinstance(error, asyncio.CancelledError):
+                done.cancel()
+            else:
+                done.set_exception(error)
 
 
 def _settle(waiting: list[asyncio.Future[Any]], write: Any) -> None:

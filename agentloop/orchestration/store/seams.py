@@ -65,6 +65,12 @@ class StoreCancelSignal:
 
     def is_cancelled(self) -> bool:
         now = time.monotonic()
+        # A fresh answer is read without the lock (a dict read is atomic): the many branches of a
+        # pack check before each iteration, and only the one that asks the store needs the lock.
+        answers = self._seen.get(self.store)
+        checked_at, cancelled = (-1e9, False) if answers is None else answers.get(self.run_id, (-1e9, False))
+        if cancelled or now - checked_at < self.interval:
+            return cancelled
         with self._seen_lock:
             seen = _answers_of(self._seen, self.store)
             checked_at, cancelled = seen.get(self.run_id, (-1e9, False))
