@@ -11,7 +11,7 @@ import pytest
 
 from agentloop.orchestration.celery_adapter.tasks import INTERNAL_TASKS
 from agentloop.orchestration.client import CeleryAgentRunner
-from agentloop.orchestration.wire import CANCEL, LAUNCH, PROGRESS, RESUME
+from agentloop.orchestration.wire import CANCEL, LAUNCH, PACK, PROGRESS, RESUME
 
 
 def test_every_internal_task_is_registered_without_started_tracking_and_the_client_facing_ones_with_it(
@@ -46,4 +46,5 @@ def test_a_composite_run_writes_started_for_its_launch_and_for_no_internal_task(
     started = {name for name, state in written if state == "STARTED"}
     succeeded = {name for name, state in written if state == "SUCCESS"}
     assert started == {LAUNCH}
-    assert {"agentloop.run", "agentloop.merge"} <= succeeded  # the internal tasks did write their ends
+    # the internal tasks did write their ends (the rule packs the fan's plain loops: one pack)
+    assert {PACK, "agentloop.merge"} <= succeeded
