@@ -26,6 +26,7 @@ from agentloop.actions.human import RunPaused
 from agentloop.orchestration.celery_adapter.admission import admit_launch, key_of_run, wake_waiters
 from agentloop.orchestration.celery_adapter.batch_packs import run_batch_pack
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
+from agentloop.orchestration.celery_adapter.branch_slots import branch_slot
 from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
     continue_pack,
@@ -272,16 +273,18 @@ def admitted(task: Task, data: Any) -> WorkflowNode:
 def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
     """Run one loop or action stage, or expand one pipeline or composite."""
     work = admitted(self, node)
-    outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
-    return continue_with(self, outcome)
+    with branch_slot(self, work):  # a keyed run's branch past its key's branch limit is parked
+        outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
+        return continue_with(self, outcome)
 
 
 def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
     """Stage ``index`` of a pipeline, fed the previous stage's output."""
     work = admitted(self, node)
-    stage_run = engine_for(self).stage(previous, work, int(index), input)
-    outcome = run_node(self, work.run_id, stage_run, work.concurrency_key)
-    return continue_with(self, outcome)
+    with branch_slot(self, work):
+        stage_run = engine_for(self).stage(previous, work, int(index), input)
+        outcome = run_node(self, work.run_id, stage_run, work.concurrency_key)
+        return continue_with(self, outcome)
 
 
 def stages(self: Task, previous: Any, node: dict[str, Any], index: int, count: int, input: Any = None) -> Any:
@@ -290,9 +293,10 @@ def stages(self: Task, previous: Any, node: dict[str, Any], index: int, count: i
     left after :data:`~agentloop.orchestration.packing.rule.JOINED_STAGES_SECONDS` go on in a task
     of their own."""
     work = admitted(self, node)
-    engine = engine_for(self)
-    run = engine.stages(previous, work, int(index), int(count), input, seconds=JOINED_STAGES_SECONDS)
-    return continue_stages(self, run_node(self, work.run_id, run, work.concurrency_key))
+    with branch_slot(self, work):
+        engine = engine_for(self)
+        run = engine.stages(previous, work, int(index), int(count), input, seconds=JOINED_STAGES_SECONDS)
+        return continue_stages(self, run_node(self, work.run_id, run, work.concurrency_key))
 
 
 def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
@@ -323,8 +327,9 @@ def merge(
 def lane(self: Task, collected: list[Any], node: dict[str, Any], input: Any = None) -> Any:
     """One branch of a composite run in a lane, after the lane's branches before it."""
     work = admitted(self, node)
-    outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
-    return continue_lane(self, outcome, list(collected))
+    with branch_slot(self, work):
+        outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
+        return continue_lane(self, outcome, list(collected))
 
 
 def pack(

@@ -31,6 +31,7 @@ redelivered message goes on with (the slot is still the run's), or that the deli
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -49,12 +50,16 @@ from agentloop.orchestration.store.retry import StoreRetry, retried
 from agentloop.orchestration.store.tables import concurrency_slots, runs, utcnow
 
 __all__ = [
+    "BRANCH_MARK",
     "Admission",
     "ConcurrencySlots",
     "InMemoryConcurrencySlots",
     "KeyCounts",
     "SqlConcurrencySlots",
     "Wake",
+    "branch_holder",
+    "branch_line",
+    "is_branch_line",
 ]
 
 #: How long a place in line counts past its backstop without its run asking again (each copy of
@@ -71,6 +76,38 @@ PARKED_SECONDS = 30 * 86400.0
 #: The most waiters one :meth:`ConcurrencySlots.wake` sends.
 WAKE_BATCH = 200
 _LIVE_STATES = ("waiting", "held")
+#: What ends the name of a key's line of branch slots, and joins a run id to a branch's path in
+#: the name of a branch's slot (``celery_adapter/branch_slots.py``): a unit separator, which no
+#: key nor run id of a sane deployment holds.
+BRANCH_MARK = "\x1f"
+_BRANCHES = f"{BRANCH_MARK}branches"
+_NAME_CHARS = 255  # the width of the ``run_id`` and ``key`` columns
+
+
+def _fitted(name: str, tail: str) -> str:
+    """``name + tail``, the name hashed when the whole would not fit a column."""
+    whole = name + tail
+    if len(whole) <= _NAME_CHARS:
+        return whole
+    return hashlib.sha256(name.encode()).hexdigest() + tail
+
+
+def branch_line(key: str) -> str:
+    """The line of ``key``'s branch slots: a line of its own in the slots, never a key's."""
+    return _fitted(key, _BRANCHES)
+
+
+def is_branch_line(key: str) -> bool:
+    """Whether ``key`` names a line of branch slots (:func:`branch_line`)."""
+    return key.endswith(_BRANCHES)
+
+
+def branch_holder(run_id: str, path: str) -> str:
+    """The name of the slot of the branch at ``path`` of run ``run_id``."""
+    whole = f"{run_id}{BRANCH_MARK}{path}"
+    if len(whole) <= _NAME_CHARS:
+        return whole
+    return f"{run_id[:150]}{BRANCH_MARK}{hashlib.sha256(whole.encode()).hexdigest()}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,6 +194,12 @@ class ConcurrencySlots(Protocol):
         freed by a key is only that key's)."""
         ...
 
+    def release(self, run_id: str) -> None:
+        """Give up the slot ``run_id`` holds (a branch's, whose task ended): it counts no more. A
+        later copy of its message finds it ``done``: another copy's (a wake's and a backstop's both
+        came) is a duplicate and runs nothing; the holder's own (a retry, a resumption) asks anew."""
+        ...
+
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
         """The key of each of ``run_ids`` that has one."""
         ...
@@ -193,6 +236,11 @@ def _carries(copy: str | None, backstop: str | None, due: datetime | None, now: 
 def _free(bound: int | None, held: int, coming: int) -> int:
     """How many more waiters of a key to wake: its bound less its held slots and wakes on their way."""
     return WAKE_BATCH if bound is None else bound - held - coming
+
+
+def _share(key: str, fair_slots: int | None, weights: Mapping[str, int]) -> int | None:
+    """``key``'s fair share (none for a line of branch slots: only its branch limit bounds it)."""
+    return None if is_branch_line(key) else share_of(key, fair_slots, weights)
 
 
 def _message_text(message: Mapping[str, Any] | None) -> str | None:
@@ -248,7 +296,7 @@ class SqlConcurrencySlots:
         slots = concurrency_slots.c
         live = or_(self._held(now), self._waiting(now))  # type: ignore[arg-type]
         rows = connection.execute(select(slots.key, func.max(slots.weight)).where(live).group_by(slots.key))
-        return {str(key): int(weight or 1) for key, weight in rows}
+        return {str(key): int(weight or 1) for key, weight in rows if not is_branch_line(str(key))}
 
     @retried
     def acquire(
@@ -295,6 +343,11 @@ class SqlConcurrencySlots:
                     return Admission(admitted=not duplicate, in_flight=held, duplicate=duplicate)
                 if own.state in ("refused", "evicted"):
                     return Admission(admitted=False, in_flight=0, refused=True)
+                if own.state == "done":  # a branch's slot given up: its own copy again takes another
+                    if own.holder != copy:
+                        return Admission(admitted=False, in_flight=0, duplicate=True)
+                    again = update(concurrency_slots).where(slots.run_id == run_id).values(state="waiting")
+                    connection.execute(again)
             held = self._count(connection, and_(slots.key == key, self._held(now)))  # type: ignore[arg-type]
             before = or_(
                 slots.queued_at < queued_at, and_(slots.queued_at == queued_at, slots.run_id < run_id)
@@ -394,7 +447,7 @@ class SqlConcurrencySlots:
                 limit = connection.execute(
                     select(slots.bound).where(head).order_by(slots.queued_at, slots.run_id).limit(1)
                 ).scalar_one_or_none()
-                bound = effective_limit(limit, share_of(name, fair_slots, weights))
+                bound = effective_limit(limit, _share(name, fair_slots, weights))
                 free = min(_free(bound, held.get(name, 0), coming.get(name, 0)), WAKE_BATCH - len(woken))
                 if free <= 0:
                     continue
@@ -425,6 +478,16 @@ class SqlConcurrencySlots:
         return {str(key): int(count) for key, count in rows}
 
     @retried
+    def release(self, run_id: str) -> None:
+        slots = concurrency_slots.c
+        with one_statement(self.engine) as connection, connection.begin():
+            connection.execute(
+                update(concurrency_slots)
+                .where(slots.run_id == run_id, slots.state == "held")
+                .values(state="done", message=None)
+            )
+
+    @retried
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
         if not run_ids:
             return {}
@@ -449,6 +512,8 @@ class SqlConcurrencySlots:
         found: dict[str, dict[str, int]] = {}
         with one_statement(self.engine) as connection:
             for row in connection.execute(place):
+                if is_branch_line(str(row.key)):
+                    continue
                 entry = found.setdefault(str(row.key), {"waits": 0})
                 entry[str(row.state)] = int(row.runs or 0)
                 entry["waits"] += int(row.waits or 0)
@@ -501,6 +566,8 @@ class InMemoryConcurrencySlots:
     def _weights(live: Mapping[str, _Place]) -> dict[str, int]:
         weights: dict[str, int] = {}
         for place in live.values():
+            if is_branch_line(place.key):
+                continue
             weights[place.key] = max(weights.get(place.key, 1), place.weight)
         return weights
 
@@ -538,6 +605,10 @@ class InMemoryConcurrencySlots:
                 return Admission(admitted=not duplicate, in_flight=len(held_ids), duplicate=duplicate)
             if own.state in ("refused", "evicted"):
                 return Admission(admitted=False, in_flight=0, refused=True)
+            if own.state == "done":  # a branch's slot given up: its own copy again takes another
+                if own.holder != copy:
+                    return Admission(admitted=False, in_flight=0, duplicate=True)
+                own.state = "waiting"
             mine = (own.queued_at, own.order)
             ahead = sum(
                 1
@@ -600,7 +671,7 @@ class InMemoryConcurrencySlots:
                 mine = [rid for _, _, rid in line if live[rid].key == key]
                 held = sum(1 for p in live.values() if p.key == key and p.state == "held")
                 coming = sum(1 for rid in mine if (live[rid].woken_at or -1e18) > recent)
-                bound = effective_limit(live[mine[0]].bound, share_of(key, fair_slots, weights))
+                bound = effective_limit(live[mine[0]].bound, _share(key, fair_slots, weights))
                 free = min(_free(bound, held, coming), WAKE_BATCH - len(woken))
                 ready = [rid for rid in mine if (live[rid].woken_at or -1e18) <= recent][: max(0, free)]
                 for rid in ready:
@@ -608,6 +679,12 @@ class InMemoryConcurrencySlots:
                     place.woken_at = now
                     woken.append(Wake(rid, key, dict(place.message or {})))
             return woken
+
+    def release(self, run_id: str) -> None:
+        with self._lock:
+            place = self._places.get(run_id)
+            if place is not None and place.state == "held":
+                place.state, place.message = "done", None
 
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
         with self._lock:
@@ -618,6 +695,8 @@ class InMemoryConcurrencySlots:
             now = self._now()
             found: dict[str, dict[str, int]] = {}
             for rid, place in self._places.items():
+                if is_branch_line(place.key):
+                    continue
                 entry = found.setdefault(place.key, {"waits": 0})
                 entry["waits"] += place.waits
                 live = place.state not in _LIVE_STATES or self._live(place, rid, now)
