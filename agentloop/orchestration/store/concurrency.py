@@ -353,7 +353,7 @@ class SqlConcurrencySlots:
                 slots.queued_at < queued_at, and_(slots.queued_at == queued_at, slots.run_id < run_id)
             )
             ahead = self._count(connection, and_(slots.key == key, self._waiting(now), before))  # type: ignore[arg-type]
-            share = share_of(key, fair_slots, self._weights(connection, now)) if fair_slots else None
+            share = _share(key, fair_slots, self._weights(connection, now)) if fair_slots else None
             verdict, bound = _decide(held, ahead, limit=limit, share=share, on_limit=on_limit)
             evicted = None
             if verdict == "evict":
@@ -615,7 +615,7 @@ class InMemoryConcurrencySlots:
                 for p in live.values()
                 if p.key == own.key and p.state == "waiting" and (p.queued_at, p.order) < mine
             )
-            share = share_of(own.key, fair_slots, self._weights(live)) if fair_slots else None
+            share = _share(own.key, fair_slots, self._weights(live)) if fair_slots else None
             verdict, bound = _decide(len(held_ids), ahead, limit=limit, share=share, on_limit=on_limit)
             held, evicted = len(held_ids), None
             if verdict == "evict" and held_ids:
