@@ -6,6 +6,7 @@ bounded."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -94,10 +95,21 @@ class Fan(BaseCompositeAgent):
         return [Branch(runnable=Step, input=f"{input}/{n}", key=str(n)) for n in range(WIDTH)]
 
 
-class PackedFan(Fan):
-    """The same, with the deployment's packing (a branch limit turns it off)."""
+class AsyncStep(Step):
+    """:class:`Step` whose step is a coroutine: its branches may be packed."""
 
-    pack_size = None
+    async def advance_state(self, *, state: Any, iteration: int) -> Any:  # type: ignore[override]
+        return await asyncio.to_thread(Step.advance_state, self, state=state, iteration=iteration)
+
+
+class PackedFan(BaseCompositeAgent):
+    """``WIDTH`` packable branches, four to a pack (the branch limit makes it two)."""
+
+    branch_runnables = (AsyncStep,)
+    pack_size = 4
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        return [Branch(runnable=AsyncStep, input=f"{input}/{n}", key=str(n)) for n in range(WIDTH)]
 
 
 def tenant_of(input: Any, context: Any) -> str | None:
@@ -180,10 +192,10 @@ def test_a_run_without_a_key_is_not_limited(rig: dict[str, Any]) -> None:
     assert GAUGE.entries == {f"free/{n}": 1 for n in range(WIDTH)}
 
 
-def test_a_keyed_composite_under_a_branch_limit_is_not_packed_past_it(rig: dict[str, Any]) -> None:
+def test_a_pack_takes_its_branches_slots_at_once_and_is_cut_to_the_branch_limit(rig: dict[str, Any]) -> None:
     handle = launched(rig, "branches.packed", "packed", concurrency_key="B")
     GAUGE.until("two branches inside", lambda g: g.inside == 2)
-    settled(rig, "B", WIDTH - 2)
+    settled(rig, "B", 3)  # four packs of two (not two of four, which no slot count could hold)
     assert GAUGE.inside == 2
     GAUGE.release.set()
     handle.wait_sync(timeout=CEILING)

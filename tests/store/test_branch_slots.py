@@ -70,3 +70,23 @@ def test_branch_slots_are_neither_keys_nor_in_their_fair_shares(run_store: RunSt
     assert set(slots.counts()) == {"A", "B"}
     assert is_branch_line(LINE) and not is_branch_line("A")
     assert len(branch_holder("r" * 255, "p")) <= 255 and len(branch_line("k" * 255)) <= 255
+
+
+def test_a_pack_takes_its_branches_slots_at_once_and_is_woken_when_all_fit(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    runs(run_store, "r1")
+
+    def pack(first: str) -> Admission:
+        holder = branch_holder("r1", first)
+        return slots.acquire(run_id=holder, key=LINE, limit=2, weight=2, message={"task": "agentloop.pack"})
+
+    assert branch(slots, "b0").admitted
+    waiting = pack("p0")  # two branches, one slot free: the pack waits for both
+    assert (waiting.admitted, waiting.in_flight) == (False, 1)
+    assert not branch(slots, "b1").admitted  # the pack came first: the free slot waits for it
+    slots.release(branch_holder("r1", "b0"))
+    assert [wake.run_id for wake in slots.wake(keys=[LINE])] == [branch_holder("r1", "p0")]
+    taken = pack("p0")
+    assert (taken.admitted, taken.in_flight) == (True, 2)
+    slots.release(branch_holder("r1", "p0"))
+    assert branch(slots, "b1").admitted

@@ -12,15 +12,18 @@ sends it again at once; a slow backstop copy comes back should that wake be lost
 given up when the task ends (a Celery retry keeps it: its copy goes on with it); its lease is
 the fallback for a worker that died holding it, whose redelivered message keeps it.
 
+A pack (``agentloop.pack``) takes the slots of all its branches at once, in one row counted as
+their number, and waits until there is room for all of them; a keyed composite under a branch
+limit is packed at most that many branches to a task (``canvas.fan_out``), so a pack always fits.
 Nothing changes for a run without a key (its node says so: no store read) or whose runnable sets
-no branch limit. A keyed composite under a branch limit is never packed
-(``canvas.fan_out``): each branch takes its own slot.
+no branch limit.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -93,11 +96,15 @@ def _message_of(task: Task) -> dict[str, Any]:
 
 
 @contextmanager
-def branch_slot(task: Task, node: WorkflowNode) -> Iterator[None]:
+def branch_slot(task: Task, node: WorkflowNode, pack: list[str] | None = None) -> Iterator[None]:
     """Run the ``with`` block holding a branch slot of ``node``'s key when its run's rule sets a
     branch limit (see the module doc); raises ``Ignore`` when the task is parked, or another copy
-    of its message holds (or held) its slot."""
-    if node.concurrency_key is None or task.request.called_directly or not _is_branch(node):
+    of its message holds (or held) its slot. ``pack``: the paths of the branches of composite
+    ``node`` the task runs together, which take their slots at once (one row, of their number)."""
+    if node.concurrency_key is None or task.request.called_directly:
+        yield
+        return
+    if not pack and not _is_branch(node):
         yield
         return
     limit = branch_limit_of(task.app, node)
@@ -106,11 +113,18 @@ def branch_slot(task: Task, node: WorkflowNode) -> Iterator[None]:
     if limit is None or slots is None:
         yield
         return
-    line, holder = branch_line(node.concurrency_key), branch_holder(node.run_id, node.path)
+    line = branch_line(node.concurrency_key)
+    holder = branch_holder(node.run_id, pack[0] if pack else node.path)
     message = _message_of(task)
-    lease = deps.settings.concurrency_lease_seconds
+    left = 0.0 if node.deadline is None else node.deadline - time.time()
     admission = slots.acquire(
-        run_id=holder, key=line, limit=limit, lease_seconds=lease, copy=copy_of(task), message=message
+        run_id=holder,
+        key=line,
+        limit=limit,
+        lease_seconds=max(deps.settings.concurrency_lease_seconds, left),
+        weight=len(pack) if pack else 1,
+        copy=copy_of(task),
+        message=message,
     )
     if admission.duplicate:
         logger.info(

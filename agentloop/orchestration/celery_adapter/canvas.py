@@ -172,8 +172,9 @@ def fan_out(task: Task, outcome: FanOut) -> Signature:
     """The branches of a composite and the merge that fans them in."""
     app, node = task.app, outcome.node.to_dict()
     size, solo = pack_plan(app, outcome)
-    if size > 1 and branch_limit_of(app, outcome.node) is not None:
-        size = 1  # each branch of a keyed run under a branch limit takes its own slot (branch_slots.py)
+    branch_limit = branch_limit_of(app, outcome.node) if size > 1 else None
+    if branch_limit is not None:  # a pack takes its branches' slots at once: it must fit (branch_slots.py)
+        size = min(size, branch_limit)
     if size > 1 and len(outcome.branches) - len(outcome.expanding) - len(solo) > 1:
         return fan_out_packed(task, replace(outcome, expanding=outcome.expanding | solo), size)
     if outcome.max_concurrency is not None and outcome.max_concurrency < len(outcome.branches):

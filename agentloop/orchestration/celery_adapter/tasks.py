@@ -348,9 +348,11 @@ def pack(
     for runnable, key, value in packed_branches(branches):
         nodes.append(WorkflowEngine.branch_node(work, runnable, key, int(width), bool(fail_fast)))
         inputs.append(value)
-    engine = engine_for(self, pack=[child.path for child in nodes])
-    outcomes = run_node(self, work.run_id, engine.start_pack(nodes, inputs), work.concurrency_key)
-    return continue_pack(self, outcomes, list(collected))
+    paths = [child.path for child in nodes]
+    with branch_slot(self, work, pack=paths):  # a keyed run's pack takes its branches' slots at once
+        engine = engine_for(self, pack=paths)
+        outcomes = run_node(self, work.run_id, engine.start_pack(nodes, inputs), work.concurrency_key)
+        return continue_pack(self, outcomes, list(collected))
 
 
 def pack_collect(
