@@ -70,6 +70,8 @@ class Step(ProceduralAgentLoop):
         return {"name": input, "done": False}
 
     def advance_state(self, *, state: Any, iteration: int) -> Any:
+        if state["name"] == "failing/0":
+            raise RuntimeError("this branch fails its run")
         GAUGE.enter(state["name"])
         try:
             if not GAUGE.release.wait(timeout=CEILING):
@@ -122,6 +124,7 @@ def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
     GAUGE = Gauge()
     registry = RunnableRegistry()
     registry.register("branches.fan", Fan, concurrency=Concurrency(branch_limit=2, key=tenant_of))
+    registry.register("branches.failing", Fan, concurrency=Concurrency(branch_limit=2, key=tenant_of))
     registry.register("branches.packed", PackedFan, concurrency=Concurrency(branch_limit=2))
     store, _ = open_store(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
     try:
@@ -201,3 +204,23 @@ def test_a_pack_takes_its_branches_slots_at_once_and_is_cut_to_the_branch_limit(
     handle.wait_sync(timeout=CEILING)
     assert GAUGE.most == 2
     assert GAUGE.entries == {f"packed/{n}": 1 for n in range(WIDTH)}
+
+
+def test_the_parked_branches_of_a_run_that_ended_hold_up_none_of_its_keys_other_runs(
+    rig: dict[str, Any],
+) -> None:
+    failing = launched(rig, "branches.failing", "failing", tenant="A")
+    deadline = time.monotonic() + CEILING
+    while (record := rig["store"].get_run(failing.run_id)) is None or record.status != "failed":
+        assert time.monotonic() < deadline, "the failing run never failed"
+        time.sleep(0.02)
+    GAUGE.release.set()
+    # the failed run's parked branches, woken, run nothing and give their places up (those its run
+    # gate turns away: tasks.admitted) or end at once: the next run of the key is not held up
+    # behind them until their leases end (two minutes and more)
+    later = launched(rig, "branches.fan", "later", tenant="A")
+    later.wait_sync(timeout=CEILING)
+    assert GAUGE.most <= 2
+    assert {name: count for name, count in GAUGE.entries.items() if name.startswith("later/")} == {
+        f"later/{n}": 1 for n in range(WIDTH)
+    }

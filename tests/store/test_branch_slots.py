@@ -90,3 +90,16 @@ def test_a_pack_takes_its_branches_slots_at_once_and_is_woken_when_all_fit(run_s
     assert (taken.admitted, taken.in_flight) == (True, 2)
     slots.release(branch_holder("r1", "p0"))
     assert branch(slots, "b1").admitted
+
+
+def test_a_waiting_branch_given_up_holds_up_nobody(run_store: RunStore) -> None:
+    slots = slots_of(run_store)
+    runs(run_store, "r1")
+    assert [branch(slots, f"b{n}").admitted for n in range(3)] == [True, True, False]
+    slots.release(branch_holder("r1", "b2"), waiting=True)  # its run ended while it waited
+    slots.release(branch_holder("r1", "b1"), waiting=True)  # held (by a copy running): stays held
+    assert not branch(slots, "b9").admitted
+    slots.release(branch_holder("r1", "b9"), waiting=True)
+    slots.release(branch_holder("r1", "b0"))
+    assert slots.wake(keys=[LINE]) == []  # nobody waits
+    assert branch(slots, "b3").admitted  # nobody ahead of it

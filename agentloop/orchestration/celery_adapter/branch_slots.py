@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,7 +37,7 @@ from agentloop.orchestration.fairness.shares import backstop_seconds
 from agentloop.orchestration.store.concurrency import branch_holder, branch_line
 from agentloop.orchestration.wire import WorkflowNode
 
-__all__ = ["branch_limit_of", "branch_slot"]
+__all__ = ["abandon_branch", "branch_limit_of", "branch_slot"]
 
 logger = logging.getLogger(__name__)
 
@@ -148,3 +148,24 @@ def branch_slot(task: Task, node: WorkflowNode, pack: list[str] | None = None) -
         if not retried:
             slots.release(holder)
             wake_waiters(task.app, line)
+
+
+def abandon_branch(task: Task, data: Any) -> None:
+    """A task of a keyed run that ended runs nothing (``tasks.admitted``): the place in line its
+    branch waited in is given up, so the key's other runs' branches are not held up behind it
+    until its lease ends (``data``: the node as sent; no store write without a key). A slot held
+    by another copy of the branch's message (running still) stays that copy's."""
+    if not isinstance(data, Mapping):
+        return
+    key, run_id, path = data.get("concurrency_key"), data.get("run_id"), data.get("path")
+    if not (isinstance(key, str) and isinstance(run_id, str) and isinstance(path, str) and path):
+        return
+    slots = slots_of(dependencies_of(task.app))
+    if slots is None:
+        return
+    try:
+        slots.release(branch_holder(run_id, path), waiting=True)
+    except Exception:  # its lease frees it: a store out of reach must not hide why the task ends
+        logger.warning("The branch slot of %s of ended run %s was not given up", path, run_id, exc_info=True)
+        return
+    wake_waiters(task.app, branch_line(key))

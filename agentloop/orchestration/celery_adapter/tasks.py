@@ -26,7 +26,7 @@ from agentloop.actions.human import RunPaused
 from agentloop.orchestration.celery_adapter.admission import admit_launch, key_of_run, wake_waiters
 from agentloop.orchestration.celery_adapter.batch_packs import run_batch_pack
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
-from agentloop.orchestration.celery_adapter.branch_slots import branch_slot
+from agentloop.orchestration.celery_adapter.branch_slots import abandon_branch, branch_slot
 from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
     continue_pack,
@@ -264,6 +264,7 @@ def admitted(task: Task, data: Any) -> WorkflowNode:
         node = RunGate(dependencies_of(task.app).store).admit(data)
     except RunAlreadyEndedError as ended:
         logger.info("%s: %s[%s] runs nothing", ended, task.name, task.request.id)
+        abandon_branch(task, data)  # its place in its key's line of branch slots holds up nobody
         if ended.record.status in _SUCCESSES:
             raise Ignore() from ended
         raise

@@ -195,8 +195,10 @@ class ConcurrencySlots(Protocol):
         freed by a key is only that key's)."""
         ...
 
-    def release(self, run_id: str) -> None:
-        """Give up the slot ``run_id`` holds (a branch's, whose task ended): it counts no more. A
+    def release(self, run_id: str, *, waiting: bool = False) -> None:
+        """Give up the slot ``run_id`` holds (a branch's, whose task ended), or with ``waiting`` its
+        place in line only (its run ended while it waited; a slot held by another copy of its
+        message stays that copy's): it counts no more. A
         later copy of its message finds it ``done``: another copy's (a wake's and a backstop's both
         came) is a duplicate and runs nothing; the holder's own (a retry, a resumption) asks anew."""
         ...
@@ -511,12 +513,12 @@ class SqlConcurrencySlots:
         }
 
     @retried
-    def release(self, run_id: str) -> None:
+    def release(self, run_id: str, *, waiting: bool = False) -> None:
         slots = concurrency_slots.c
         with one_statement(self.engine) as connection, connection.begin():
             connection.execute(
                 update(concurrency_slots)
-                .where(slots.run_id == run_id, slots.state == "held")
+                .where(slots.run_id == run_id, slots.state == ("waiting" if waiting else "held"))
                 .values(state="done", message=None)
             )
 
@@ -726,10 +728,10 @@ class InMemoryConcurrencySlots:
                     woken.append(Wake(rid, key, dict(place.message or {})))
             return woken
 
-    def release(self, run_id: str) -> None:
+    def release(self, run_id: str, *, waiting: bool = False) -> None:
         with self._lock:
             place = self._places.get(run_id)
-            if place is not None and place.state == "held":
+            if place is not None and place.state == ("waiting" if waiting else "held"):
                 place.state, place.message = "done", None
 
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
