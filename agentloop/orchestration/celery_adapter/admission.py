@@ -44,7 +44,7 @@ from agentloop.orchestration.fairness.rules import key_of, weight_of
 from agentloop.orchestration.fairness.shares import backstop_seconds
 from agentloop.orchestration.metrics.record import key_admitted
 from agentloop.orchestration.settings.broker import Broker
-from agentloop.orchestration.store.concurrency import ConcurrencySlots
+from agentloop.orchestration.store.concurrency import ConcurrencySlots, is_branch_line
 from agentloop.orchestration.wire import LAUNCH, LaunchRequest
 
 __all__ = [
@@ -69,7 +69,7 @@ def slots_of(deps: AppDependencies) -> ConcurrencySlots | None:
     return slots if isinstance(slots, ConcurrencySlots) else None
 
 
-def _copy_of(task: Task) -> str | None:
+def copy_of(task: Task) -> str | None:
     """The token of the message copy ``task`` runs (``None``: a copy no wake sent)."""
     headers = getattr(task.request, "headers", None) or {}
     token = headers.get(WAKE_HEADER) if isinstance(headers, Mapping) else None
@@ -94,16 +94,23 @@ def _message_of(task: Task, request: LaunchRequest) -> dict[str, Any]:
 def send_copy(app: Celery, message: Mapping[str, Any], countdown: float | None = None) -> str:
     """Send a copy of a parked launch ``message`` (after ``countdown`` s); the copy's token."""
     token = uuid.uuid4().hex
+    # as a countdown the broker keeps (whole seconds on RabbitMQ: ``batches._countdown``)
+    delay = None if countdown is None else Broker.of(str(app.conf.broker_url or "")).countdown(countdown)
+    options = message.get("options")
+    if isinstance(options, Mapping):  # a parked branch task: its chord, chain and group go with it
+        headers = {**(options.get("headers") or {}), WAKE_HEADER: token}
+        sent = app.signature(
+            str(message["task"]), args=message.get("args") or (), kwargs=message.get("kwargs")
+        )
+        sent.apply_async(**{**options, "headers": headers, "countdown": delay})
+        return token
     app.send_task(
         str(message["task"]),
         args=message.get("args") or (),
         kwargs=message.get("kwargs") or {},
         task_id=message.get("task_id"),
         priority=message.get("priority"),
-        # as a countdown the broker keeps (whole seconds on RabbitMQ: ``batches._countdown``)
-        countdown=None
-        if countdown is None
-        else Broker.of(str(app.conf.broker_url or "")).countdown(countdown),
+        countdown=delay,
         headers={WAKE_HEADER: token},
     )
     return token
@@ -131,7 +138,7 @@ def admit_launch(task: Task, deps: AppDependencies, run_id: str, request: Launch
         fair_slots=deps.settings.fair_slots,
         lease_seconds=lease,
         weight=weight_of(rule, key),
-        copy=_copy_of(task),
+        copy=copy_of(task),
         message=message,
     )
     if admission.duplicate:
@@ -237,6 +244,8 @@ def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False) -> in
     slots = slots_of(deps)
     if slots is None:
         return 0
+    # a line of branch slots is bounded by its branch limit alone, never by fair shares
+    fair_slots = None if key is not None and is_branch_line(key) else deps.settings.fair_slots
     waking = (id(app), key)
     with _waking_lock:
         if waking in _waking:
@@ -246,7 +255,7 @@ def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False) -> in
     sent = 0
     try:
         while True:
-            sent += _wake_once(app, slots, deps.settings.fair_slots, key)
+            sent += _wake_once(app, slots, fair_slots, key)
             with _waking_lock:
                 if not _waking[waking]:
                     return sent

@@ -42,6 +42,7 @@ from typing import Any
 from celery import Signature, Task, chain, chord
 from kombu.exceptions import OperationalError
 
+from agentloop.orchestration.celery_adapter.branch_slots import branch_limit_of
 from agentloop.orchestration.celery_adapter.outgoing import check_canvas, check_output, check_outputs
 from agentloop.orchestration.celery_adapter.pack_policy import pack_plan, stage_plan
 from agentloop.orchestration.celery_adapter.result_channels import unwatched_results
@@ -171,6 +172,9 @@ def fan_out(task: Task, outcome: FanOut) -> Signature:
     """The branches of a composite and the merge that fans them in."""
     app, node = task.app, outcome.node.to_dict()
     size, solo = pack_plan(app, outcome)
+    branch_limit = branch_limit_of(app, outcome.node) if size > 1 else None
+    if branch_limit is not None:  # a pack takes its branches' slots at once: it must fit (branch_slots.py)
+        size = min(size, branch_limit)
     if size > 1 and len(outcome.branches) - len(outcome.expanding) - len(solo) > 1:
         return fan_out_packed(task, replace(outcome, expanding=outcome.expanding | solo), size)
     if outcome.max_concurrency is not None and outcome.max_concurrency < len(outcome.branches):

@@ -26,6 +26,7 @@ from agentloop.actions.human import RunPaused
 from agentloop.orchestration.celery_adapter.admission import admit_launch, key_of_run, wake_waiters
 from agentloop.orchestration.celery_adapter.batch_packs import run_batch_pack
 from agentloop.orchestration.celery_adapter.batches import install_batch_tasks
+from agentloop.orchestration.celery_adapter.branch_slots import abandon_branch, branch_slot
 from agentloop.orchestration.celery_adapter.canvas import (
     continue_lane,
     continue_pack,
@@ -264,6 +265,7 @@ def admitted(task: Task, data: Any) -> WorkflowNode:
         node = RunGate(dependencies_of(task.app).store).admit(data)
     except RunAlreadyEndedError as ended:
         logger.info("%s: %s[%s] runs nothing", ended, task.name, task.request.id)
+        abandon_branch(task, data)  # its place in its key's line of branch slots holds up nobody
         if ended.record.status in _SUCCESSES:
             raise Ignore() from ended
         raise
@@ -273,16 +275,18 @@ def admitted(task: Task, data: Any) -> WorkflowNode:
 def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
     """Run one loop or action stage, or expand one pipeline or composite."""
     work = admitted(self, node)
-    outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
-    return continue_with(self, outcome)
+    with branch_slot(self, work):  # a keyed run's branch past its key's branch limit is parked
+        outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
+        return continue_with(self, outcome)
 
 
 def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
     """Stage ``index`` of a pipeline, fed the previous stage's output."""
     work = admitted(self, node)
-    stage_run = engine_for(self).stage(previous, work, int(index), input)
-    outcome = run_node(self, work.run_id, stage_run, work.concurrency_key)
-    return continue_with(self, outcome)
+    with branch_slot(self, work):
+        stage_run = engine_for(self).stage(previous, work, int(index), input)
+        outcome = run_node(self, work.run_id, stage_run, work.concurrency_key)
+        return continue_with(self, outcome)
 
 
 def stages(self: Task, previous: Any, node: dict[str, Any], index: int, count: int, input: Any = None) -> Any:
@@ -291,17 +295,18 @@ def stages(self: Task, previous: Any, node: dict[str, Any], index: int, count: i
     left after :data:`~agentloop.orchestration.packing.rule.JOINED_STAGES_SECONDS` go on in a task
     of their own."""
     work = admitted(self, node)
-    engine = engine_for(self)
-    run = engine.stages(
-        previous,
-        work,
-        int(index),
-        int(count),
-        input,
-        seconds=JOINED_STAGES_SECONDS,
-        hand_on=lambda output: check_output(output, self.name),  # as a chain's next message would be
-    )
-    return continue_stages(self, run_node(self, work.run_id, run, work.concurrency_key))
+    with branch_slot(self, work):
+        engine = engine_for(self)
+        run = engine.stages(
+            previous,
+            work,
+            int(index),
+            int(count),
+            input,
+            seconds=JOINED_STAGES_SECONDS,
+            hand_on=lambda output: check_output(output, self.name),  # as a chain's next message would be
+        )
+        return continue_stages(self, run_node(self, work.run_id, run, work.concurrency_key))
 
 
 def pipeline_done(self: Task, previous: Any, node: dict[str, Any]) -> Any:
@@ -332,8 +337,9 @@ def merge(
 def lane(self: Task, collected: list[Any], node: dict[str, Any], input: Any = None) -> Any:
     """One branch of a composite run in a lane, after the lane's branches before it."""
     work = admitted(self, node)
-    outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
-    return continue_lane(self, outcome, list(collected))
+    with branch_slot(self, work):
+        outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
+        return continue_lane(self, outcome, list(collected))
 
 
 def pack(
@@ -352,9 +358,11 @@ def pack(
     for runnable, key, value in packed_branches(branches):
         nodes.append(WorkflowEngine.branch_node(work, runnable, key, int(width), bool(fail_fast)))
         inputs.append(value)
-    engine = engine_for(self, pack=[child.path for child in nodes])
-    outcomes = run_node(self, work.run_id, engine.start_pack(nodes, inputs), work.concurrency_key)
-    return continue_pack(self, outcomes, list(collected))
+    paths = [child.path for child in nodes]
+    with branch_slot(self, work, pack=paths):  # a keyed run's pack takes its branches' slots at once
+        engine = engine_for(self, pack=paths)
+        outcomes = run_node(self, work.run_id, engine.start_pack(nodes, inputs), work.concurrency_key)
+        return continue_pack(self, outcomes, list(collected))
 
 
 def pack_collect(

@@ -42,9 +42,13 @@ class Concurrency:
     (a positive integer, or a function of the key giving one) is the key's part of the fair share
     (``AGENTLOOP_FAIR_SLOTS``) against the other keys with work: a key of weight 2 holds twice the
     slots of a key of weight 1 while both wait. Every key weighs 1 by default (round-robin).
+    ``branch_limit`` bounds the key's branch tasks running at once across all workers (the tasks
+    of the nodes below a composite, of every run of the key): a branch task past it is parked
+    and woken as a launch is (``None``: only ``limit`` bounds the key's work).
     """
 
     limit: int | None = None
+    branch_limit: int | None = None
     on_limit: OnLimit = "wait"
     key: KeyRule | None = None
     weight: int | WeightRule = 1
@@ -52,6 +56,8 @@ class Concurrency:
     def __post_init__(self) -> None:
         if self.limit is not None:
             _positive(self.limit, "a concurrency limit")
+        if self.branch_limit is not None:
+            _positive(self.branch_limit, "a branch limit")
         if self.on_limit not in ON_LIMIT:
             raise ValueError(f"on_limit must be one of {', '.join(ON_LIMIT)}, got {self.on_limit!r}")
         if self.key is not None and not callable(self.key):

@@ -31,13 +31,14 @@ redelivered message goes on with (the slot is still the run's), or that the deli
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy import Connection, Engine, and_, case, func, or_, select, update
 
@@ -49,12 +50,16 @@ from agentloop.orchestration.store.retry import StoreRetry, retried
 from agentloop.orchestration.store.tables import concurrency_slots, runs, utcnow
 
 __all__ = [
+    "BRANCH_MARK",
     "Admission",
     "ConcurrencySlots",
     "InMemoryConcurrencySlots",
     "KeyCounts",
     "SqlConcurrencySlots",
     "Wake",
+    "branch_holder",
+    "branch_line",
+    "is_branch_line",
 ]
 
 #: How long a place in line counts past its backstop without its run asking again (each copy of
@@ -71,6 +76,39 @@ PARKED_SECONDS = 30 * 86400.0
 #: The most waiters one :meth:`ConcurrencySlots.wake` sends.
 WAKE_BATCH = 200
 _LIVE_STATES = ("waiting", "held")
+T = TypeVar("T")
+#: What ends the name of a key's line of branch slots, and joins a run id to a branch's path in
+#: the name of a branch's slot (``celery_adapter/branch_slots.py``): a unit separator, which no
+#: key nor run id of a sane deployment holds.
+BRANCH_MARK = "\x1f"
+_BRANCHES = f"{BRANCH_MARK}branches"
+_NAME_CHARS = 255  # the width of the ``run_id`` and ``key`` columns
+
+
+def _fitted(name: str, tail: str) -> str:
+    """``name + tail``, the name hashed when the whole would not fit a column."""
+    whole = name + tail
+    if len(whole) <= _NAME_CHARS:
+        return whole
+    return hashlib.sha256(name.encode()).hexdigest() + tail
+
+
+def branch_line(key: str) -> str:
+    """The line of ``key``'s branch slots: a line of its own in the slots, never a key's."""
+    return _fitted(key, _BRANCHES)
+
+
+def is_branch_line(key: str) -> bool:
+    """Whether ``key`` names a line of branch slots (:func:`branch_line`)."""
+    return key.endswith(_BRANCHES)
+
+
+def branch_holder(run_id: str, path: str) -> str:
+    """The name of the slot of the branch at ``path`` of run ``run_id``."""
+    whole = f"{run_id}{BRANCH_MARK}{path}"
+    if len(whole) <= _NAME_CHARS:
+        return whole
+    return f"{run_id[:150]}{BRANCH_MARK}{hashlib.sha256(whole.encode()).hexdigest()}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,6 +195,14 @@ class ConcurrencySlots(Protocol):
         freed by a key is only that key's)."""
         ...
 
+    def release(self, run_id: str, *, waiting: bool = False) -> None:
+        """Give up the slot ``run_id`` holds (a branch's, whose task ended), or with ``waiting`` its
+        place in line only (its run ended while it waited; a slot held by another copy of its
+        message stays that copy's): it counts no more. A
+        later copy of its message finds it ``done``: another copy's (a wake's and a backstop's both
+        came) is a duplicate and runs nothing; the holder's own (a retry, a resumption) asks anew."""
+        ...
+
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
         """The key of each of ``run_ids`` that has one."""
         ...
@@ -193,6 +239,23 @@ def _carries(copy: str | None, backstop: str | None, due: datetime | None, now: 
 def _free(bound: int | None, held: int, coming: int) -> int:
     """How many more waiters of a key to wake: its bound less its held slots and wakes on their way."""
     return WAKE_BATCH if bound is None else bound - held - coming
+
+
+def _share(key: str, fair_slots: int | None, weights: Mapping[str, int]) -> int | None:
+    """``key``'s fair share (none for a line of branch slots: only its branch limit bounds it)."""
+    return None if is_branch_line(key) else share_of(key, fair_slots, weights)
+
+
+def _within(rows: Sequence[T], free: int, size: Callable[[T], int]) -> list[T]:
+    """The first of ``rows`` whose sizes sum to at most ``free`` (a line's order kept: the first
+    that does not fit stops it)."""
+    taken, room = [], free
+    for row in rows:
+        if size(row) > room:
+            break
+        taken.append(row)
+        room -= size(row)
+    return taken
 
 
 def _message_text(message: Mapping[str, Any] | None) -> str | None:
@@ -248,7 +311,7 @@ class SqlConcurrencySlots:
         slots = concurrency_slots.c
         live = or_(self._held(now), self._waiting(now))  # type: ignore[arg-type]
         rows = connection.execute(select(slots.key, func.max(slots.weight)).where(live).group_by(slots.key))
-        return {str(key): int(weight or 1) for key, weight in rows}
+        return {str(key): int(weight or 1) for key, weight in rows if not is_branch_line(str(key))}
 
     @retried
     def acquire(
@@ -269,7 +332,13 @@ class SqlConcurrencySlots:
             now = utcnow()
             own = connection.execute(
                 select(
-                    slots.state, slots.queued_at, slots.key, slots.holder, slots.backstop, slots.backstop_due
+                    slots.state,
+                    slots.queued_at,
+                    slots.key,
+                    slots.holder,
+                    slots.backstop,
+                    slots.backstop_due,
+                    slots.weight,
                 ).where(slots.run_id == run_id)
             ).first()
             if own is None:
@@ -290,18 +359,27 @@ class SqlConcurrencySlots:
             else:
                 key, queued_at = own.key, own.queued_at  # a run keeps the key it first came with
                 if own.state == "held":
-                    held = self._count(connection, and_(slots.key == key, self._held(now)))  # type: ignore[arg-type]
+                    mine_held = and_(slots.key == key, self._held(now))  # type: ignore[arg-type]
+                    held = self._count(connection, mine_held, is_branch_line(key))
                     duplicate = copy is not None and own.holder != copy
                     return Admission(admitted=not duplicate, in_flight=held, duplicate=duplicate)
                 if own.state in ("refused", "evicted"):
                     return Admission(admitted=False, in_flight=0, refused=True)
-            held = self._count(connection, and_(slots.key == key, self._held(now)))  # type: ignore[arg-type]
+                if own.state == "done":  # a branch's slot given up: its own copy again takes another
+                    if own.holder != copy:
+                        return Admission(admitted=False, in_flight=0, duplicate=True)
+                    again = update(concurrency_slots).where(slots.run_id == run_id).values(state="waiting")
+                    connection.execute(again)
+            # a line of branch slots counts a pack's row as its branches (its weight), a key's a run as one
+            branches = is_branch_line(key)
+            size = max(1, weight if own is None else int(own.weight or 1)) if branches else 1
+            held = self._count(connection, and_(slots.key == key, self._held(now)), branches)  # type: ignore[arg-type]
             before = or_(
                 slots.queued_at < queued_at, and_(slots.queued_at == queued_at, slots.run_id < run_id)
             )
-            ahead = self._count(connection, and_(slots.key == key, self._waiting(now), before))  # type: ignore[arg-type]
-            share = share_of(key, fair_slots, self._weights(connection, now)) if fair_slots else None
-            verdict, bound = _decide(held, ahead, limit=limit, share=share, on_limit=on_limit)
+            ahead = self._count(connection, and_(slots.key == key, self._waiting(now), before), branches)  # type: ignore[arg-type]
+            share = _share(key, fair_slots, self._weights(connection, now)) if fair_slots else None
+            verdict, bound = _decide(held, ahead + size - 1, limit=limit, share=share, on_limit=on_limit)
             evicted = None
             if verdict == "evict":
                 evicted = connection.execute(
@@ -319,7 +397,9 @@ class SqlConcurrencySlots:
             if verdict == "held":
                 lease = now + timedelta(seconds=lease_seconds)
                 connection.execute(mine.values(state="held", lease_until=lease, holder=copy, message=None))
-                return Admission(admitted=True, in_flight=held + 1, ahead=ahead, limit=bound, evicted=evicted)
+                return Admission(
+                    admitted=True, in_flight=held + size, ahead=ahead, limit=bound, evicted=evicted
+                )
             if verdict == "refused":
                 connection.execute(mine.values(state="refused", message=None))
                 return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, refused=True)
@@ -394,17 +474,19 @@ class SqlConcurrencySlots:
                 limit = connection.execute(
                     select(slots.bound).where(head).order_by(slots.queued_at, slots.run_id).limit(1)
                 ).scalar_one_or_none()
-                bound = effective_limit(limit, share_of(name, fair_slots, weights))
+                bound = effective_limit(limit, _share(name, fair_slots, weights))
                 free = min(_free(bound, held.get(name, 0), coming.get(name, 0)), WAKE_BATCH - len(woken))
                 if free <= 0:
                     continue
                 not_woken = or_(slots.woken_at.is_(None), slots.woken_at <= recent)
                 rows = connection.execute(
-                    select(slots.run_id, slots.message)
+                    select(slots.run_id, slots.message, slots.weight)
                     .where(head, not_woken)
                     .order_by(slots.queued_at, slots.run_id)
                     .limit(free)
                 ).all()
+                if is_branch_line(name):  # a pack waits for room for all its branches
+                    rows = _within(rows, free, lambda row: int(row.weight or 1))
                 if rows:
                     ids = [row.run_id for row in rows]
                     connection.execute(
@@ -414,15 +496,31 @@ class SqlConcurrencySlots:
             return woken
 
     @staticmethod
-    def _count(connection: Connection, where: object) -> int:
-        found = connection.execute(select(func.count()).select_from(concurrency_slots).where(where))  # type: ignore[arg-type]
+    def _count(connection: Connection, where: object, weighted: bool = False) -> int:
+        """The rows ``where`` says (``weighted``: their weights summed, a line of branch slots')."""
+        what = func.coalesce(func.sum(concurrency_slots.c.weight), 0) if weighted else func.count()
+        found = connection.execute(select(what).select_from(concurrency_slots).where(where))  # type: ignore[arg-type]
         return int(found.scalar_one())
 
     @staticmethod
     def _by_key(connection: Connection, where: object) -> dict[str, int]:
+        """:meth:`_count` of each key's rows (weighted in a line of branch slots)."""
         slots = concurrency_slots.c
-        rows = connection.execute(select(slots.key, func.count()).where(where).group_by(slots.key))  # type: ignore[arg-type]
-        return {str(key): int(count) for key, count in rows}
+        query = select(slots.key, func.count(), func.sum(slots.weight)).where(where).group_by(slots.key)  # type: ignore[arg-type]
+        return {
+            str(key): int((total or 0) if is_branch_line(str(key)) else count)
+            for key, count, total in connection.execute(query)
+        }
+
+    @retried
+    def release(self, run_id: str, *, waiting: bool = False) -> None:
+        slots = concurrency_slots.c
+        with one_statement(self.engine) as connection, connection.begin():
+            connection.execute(
+                update(concurrency_slots)
+                .where(slots.run_id == run_id, slots.state == ("waiting" if waiting else "held"))
+                .values(state="done", message=None)
+            )
 
     @retried
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
@@ -449,6 +547,8 @@ class SqlConcurrencySlots:
         found: dict[str, dict[str, int]] = {}
         with one_statement(self.engine) as connection:
             for row in connection.execute(place):
+                if is_branch_line(str(row.key)):
+                    continue
                 entry = found.setdefault(str(row.key), {"waits": 0})
                 entry[str(row.state)] = int(row.runs or 0)
                 entry["waits"] += int(row.waits or 0)
@@ -470,6 +570,11 @@ class _Place:
     holder: str | None = None
     backstop: str | None = None
     backstop_due: float | None = None
+
+
+def _size(place: _Place) -> int:
+    """The slots ``place`` takes: its weight in a line of branch slots (a pack's branches), else one."""
+    return max(1, place.weight) if is_branch_line(place.key) else 1
 
 
 class InMemoryConcurrencySlots:
@@ -501,6 +606,8 @@ class InMemoryConcurrencySlots:
     def _weights(live: Mapping[str, _Place]) -> dict[str, int]:
         weights: dict[str, int] = {}
         for place in live.values():
+            if is_branch_line(place.key):
+                continue
             weights[place.key] = max(weights.get(place.key, 1), place.weight)
         return weights
 
@@ -533,27 +640,37 @@ class InMemoryConcurrencySlots:
                 (rid for rid, p in live.items() if p.key == own.key and p.state == "held"),
                 key=lambda rid: (live[rid].queued_at, live[rid].order),
             )
+            branches = is_branch_line(own.key)  # a pack's row counts as its branches (its weight)
+            size = own.weight if branches else 1
             if own.state == "held":
                 duplicate = copy is not None and own.holder != copy
-                return Admission(admitted=not duplicate, in_flight=len(held_ids), duplicate=duplicate)
+                in_flight = sum(_size(live[rid]) for rid in held_ids)
+                return Admission(admitted=not duplicate, in_flight=in_flight, duplicate=duplicate)
             if own.state in ("refused", "evicted"):
                 return Admission(admitted=False, in_flight=0, refused=True)
+            if own.state == "done":  # a branch's slot given up: its own copy again takes another
+                if own.holder != copy:
+                    return Admission(admitted=False, in_flight=0, duplicate=True)
+                own.state = "waiting"
             mine = (own.queued_at, own.order)
             ahead = sum(
-                1
+                _size(p)
                 for p in live.values()
                 if p.key == own.key and p.state == "waiting" and (p.queued_at, p.order) < mine
             )
-            share = share_of(own.key, fair_slots, self._weights(live)) if fair_slots else None
-            verdict, bound = _decide(len(held_ids), ahead, limit=limit, share=share, on_limit=on_limit)
-            held, evicted = len(held_ids), None
+            share = _share(own.key, fair_slots, self._weights(live)) if fair_slots else None
+            held = sum(_size(live[rid]) for rid in held_ids)
+            verdict, bound = _decide(held, ahead + size - 1, limit=limit, share=share, on_limit=on_limit)
+            evicted = None
             if verdict == "evict" and held_ids:
                 evicted = held_ids[0]
                 self._places[evicted].state = "evicted"
                 held -= 1
             if verdict in ("held", "evict"):
                 own.state, own.lease_until, own.holder, own.message = "held", now + lease_seconds, copy, None
-                return Admission(admitted=True, in_flight=held + 1, ahead=ahead, limit=bound, evicted=evicted)
+                return Admission(
+                    admitted=True, in_flight=held + size, ahead=ahead, limit=bound, evicted=evicted
+                )
             if verdict == "refused":
                 own.state, own.message = "refused", None
                 return Admission(admitted=False, in_flight=held, ahead=ahead, limit=bound, refused=True)
@@ -598,16 +715,24 @@ class InMemoryConcurrencySlots:
             woken: list[Wake] = []
             for key in sorted({live[rid].key for _, _, rid in line}):
                 mine = [rid for _, _, rid in line if live[rid].key == key]
-                held = sum(1 for p in live.values() if p.key == key and p.state == "held")
-                coming = sum(1 for rid in mine if (live[rid].woken_at or -1e18) > recent)
-                bound = effective_limit(live[mine[0]].bound, share_of(key, fair_slots, weights))
+                held = sum(_size(p) for p in live.values() if p.key == key and p.state == "held")
+                coming = sum(_size(live[rid]) for rid in mine if (live[rid].woken_at or -1e18) > recent)
+                bound = effective_limit(live[mine[0]].bound, _share(key, fair_slots, weights))
                 free = min(_free(bound, held, coming), WAKE_BATCH - len(woken))
                 ready = [rid for rid in mine if (live[rid].woken_at or -1e18) <= recent][: max(0, free)]
+                if is_branch_line(key):  # a pack waits for room for all its branches
+                    ready = _within(ready, free, lambda rid: _size(live[rid]))
                 for rid in ready:
                     place = live[rid]
                     place.woken_at = now
                     woken.append(Wake(rid, key, dict(place.message or {})))
             return woken
+
+    def release(self, run_id: str, *, waiting: bool = False) -> None:
+        with self._lock:
+            place = self._places.get(run_id)
+            if place is not None and place.state == ("waiting" if waiting else "held"):
+                place.state, place.message = "done", None
 
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
         with self._lock:
@@ -618,6 +743,8 @@ class InMemoryConcurrencySlots:
             now = self._now()
             found: dict[str, dict[str, int]] = {}
             for rid, place in self._places.items():
+                if is_branch_line(place.key):
+                    continue
                 entry = found.setdefault(place.key, {"waits": 0})
                 entry["waits"] += place.waits
                 live = place.state not in _LIVE_STATES or self._live(place, rid, now)
