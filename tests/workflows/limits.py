@@ -142,6 +142,7 @@ class ModelFan(BaseCompositeAgent):
     failure_policy = FailurePolicy.COLLECT
     branch_runnables = (ModelCalls,)
     max_concurrency = 2  # in-process, as many branches at once as the two workers run
+    pack_size = 1  # a task per branch, so the budget is shared across both workers' processes
 
     def build_branches(self, *, input: Any) -> Sequence[Branch]:
         return [
