@@ -245,7 +245,8 @@ def prune(
     console.print(
         f"{verb} {pruned.workflows} workflows that ended before {before:%Y-%m-%d %H:%M:%S} UTC: "
         f"{pruned.runs} runs, {pruned.events} events, {pruned.checkpoints} checkpoints, "
-        f"{pruned.waits} questions, {pruned.recordings} recorded entries.",
+        f"{pruned.waits} questions, {pruned.recordings} recorded entries, "
+        f"{pruned.slots} concurrency slot rows.",
         highlight=False,
     )
     if pruned.first_ids:
