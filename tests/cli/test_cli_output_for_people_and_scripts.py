@@ -155,8 +155,22 @@ def test_runs_list_shows_each_runs_concurrency_key_and_the_keys_counts(
     assert (listed[SHORT]["concurrency_key"], listed[LONG]["concurrency_key"]) == ("tenant-a", None)
     row = next(line for line in invoke("runs", "list", "--wide").stdout.splitlines() if SHORT in line)
     assert "tenant-a" in row
+    for holder, weight in ((f"{SHORT}\x1fb0", 2), (f"{SHORT}\x1fb1", 1)):  # a pack of two, then one
+        store.concurrency.acquire(run_id=holder, key="tenant-a", kind="branch", limit=2, weight=weight)
     assert json.loads(invoke("runs", "list", "--keys", "--json").stdout) == [
-        {"key": "tenant-a", "in_flight": 1, "waiting": 1, "waits": 1, "refused": 0, "evicted": 0}
+        {"key": "tenant-a", "in_flight": 1, "waiting": 1, "waits": 1, "refused": 0, "evicted": 0,
+         "branches_in_flight": 2, "branches_waiting": 1}
+    ]  # fmt: skip
+    table = invoke("runs", "list", "--keys", "--wide").stdout
+    assert "tenant-a" in table and "in flight" in table and "branches" in table
+    row = next(line for line in table.splitlines() if "tenant-a" in line)
+    assert [cell.strip() for cell in row.strip("│ ").split("│")] == [
+        "tenant-a",
+        "1",
+        "1",
+        "1",
+        "0",
+        "0",
+        "2",
+        "1",
     ]
-    table = invoke("runs", "list", "--keys").stdout
-    assert "tenant-a" in table and "in flight" in table

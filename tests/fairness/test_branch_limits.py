@@ -22,7 +22,6 @@ from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.fairness.rules import Concurrency
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import open_store
-from agentloop.orchestration.store.concurrency import branch_line
 from agentloop.orchestration.store.tables import concurrency_slots
 from tests.services.worker_environment import embedded_app
 
@@ -140,7 +139,7 @@ def rig(tmp_path: Path) -> Iterator[dict[str, Any]]:
 def parked(rig: dict[str, Any], key: str) -> int:
     """The branch tasks of ``key`` waiting in the store."""
     slots = concurrency_slots.c
-    query = select(func.count()).where(slots.key == branch_line(key), slots.state == "waiting")
+    query = select(func.count()).where(slots.kind == "branch", slots.key == key, slots.state == "waiting")
     with rig["store"].engine.connect() as connection:
         return int(connection.execute(query).scalar_one())
 

@@ -20,7 +20,6 @@ from sqlalchemy import func, select
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.client import CeleryAgentRunner
 from agentloop.orchestration.store import open_store
-from agentloop.orchestration.store.concurrency import branch_line
 from agentloop.orchestration.store.tables import concurrency_slots
 from tests.services.redis_server import RedisServer
 from tests.services.worker import run_worker_process
@@ -82,7 +81,7 @@ def rig(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def parked(store: Any, key: str) -> int:
     slots = concurrency_slots.c
-    query = select(func.count()).where(slots.key == branch_line(key), slots.state == "waiting")
+    query = select(func.count()).where(slots.kind == "branch", slots.key == key, slots.state == "waiting")
     with store.engine.connect() as connection:
         return int(connection.execute(query).scalar_one())
 

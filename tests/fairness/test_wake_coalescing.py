@@ -22,7 +22,9 @@ class BlockingSlots:
         self.inside = threading.Event()
         self.go_on = threading.Event()
 
-    def wake(self, *, fair_slots: int | None = None, keys: list[str] | None = None) -> list[Wake]:
+    def wake(
+        self, *, fair_slots: int | None = None, keys: list[str] | None = None, kind: str = "run"
+    ) -> list[Wake]:
         self.calls += 1
         if self.calls == 1:
             self.inside.set()

@@ -100,3 +100,22 @@ def test_a_batch_chunk_under_a_key_is_version_2() -> None:
     chunk_args = ("b1", "r", [1, 2], 0, {}, None)
     assert needed_version(chunk_args, {"concurrency_key": "t"}) == KEYS_VERSION
     assert needed_version(chunk_args, {}) == 1
+
+
+def test_a_keyed_runs_branch_tasks_are_version_2_so_the_last_release_never_runs_them_unslotted() -> None:
+    """Branch limits ship with keys, at wire version 2: a worker of 0.1.0 (version 1), which
+    knows no branch slot, parks every task of a keyed run's branch (a task, a pack, joined
+    stages) for a newer worker (``docs/how-to/fairness.md``, rolling deploys)."""
+    root = WorkflowNode(run_id="r1", runnable="fan", concurrency_key="tenant-1")
+    parent = Ancestor(kind="composite", runnable="fan", path="", position="0", width=2)
+    branch = root.child(runnable="leaf", segment="branch/0", parent=parent).to_dict()
+    app = _app()
+    try:
+        sent = [
+            app.amqp.as_task_v2(str(uuid.uuid4()), name, args, {})
+            for name, args in (("agentloop.run", (branch,)), ("agentloop.pack", ([], branch)))
+        ]
+        assert [message.headers[WIRE_HEADER] for message in sent] == [KEYS_VERSION, KEYS_VERSION]
+        assert [too_new(message.headers, 1) for message in sent] == [KEYS_VERSION, KEYS_VERSION]
+    finally:
+        app.close()

@@ -194,7 +194,10 @@ def test_a_refused_launch_or_a_flood_of_names_makes_no_new_series(counted: Prome
 
 def test_the_keys_gauges_name_the_busiest_keys_and_sum_the_others() -> None:
     metrics = PrometheusMetrics()
-    keys = {f"tenant-{n:03d}": {"in_flight": n % 7, "waiting": 1} for n in range(MAX_KEYS + 10)}
+    keys = {
+        f"tenant-{n:03d}": {"in_flight": n % 7, "waiting": 1, "branches_waiting": 2}
+        for n in range(MAX_KEYS + 10)
+    }
     FleetGauges(metrics.meter, queue_depths=dict, run_counts=dict, key_counts=lambda: keys)
     try:
         found = samples(metrics.scrape().decode())
@@ -206,3 +209,31 @@ def test_the_keys_gauges_name_the_busiest_keys_and_sum_the_others() -> None:
     total = sum(states["waiting"] for states in kept.values())
     assert total == MAX_KEYS + 10  # nothing dropped: the others are summed
     assert value(found, "agentloop_key_runs", key=OTHER_KEYS, state="waiting") == 10
+    branches = {dict(labels)["key"] for name, labels in found if name == "agentloop_key_branches"}
+    assert branches == named  # the same bounded keys
+    assert value(found, "agentloop_key_branches", key=OTHER_KEYS, state="waiting") == 20
+    runs_states = {dict(labels)["state"] for name, labels in found if name == "agentloop_key_runs"}
+    assert runs_states == {"in_flight", "waiting"}  # a key's branches are not its runs
+
+
+def test_metrics_show_each_keys_runs_and_branches_in_flight_and_waiting() -> None:
+    """``/metrics`` reads the keys' slots: a pack's row counts as its branches."""
+    store = InMemoryRunStore()
+    store.create_run(run_id="r1", runnable="r", input=None)
+    slots = store.concurrency
+    assert slots.acquire(run_id="r1", key="A", limit=1).admitted
+    for holder, weight in (("r1\x1fb0", 1), ("r1\x1fp0", 2), ("r1\x1fb1", 1)):
+        slots.acquire(run_id=holder, key="A", kind="branch", limit=3, weight=weight)
+    app = create_app(
+        store=store, overrides={"broker_url": "redis://127.0.0.1:9/0", "result_backend": "cache+memory://"}
+    )
+    try:
+        tokens = parse_tokens(f"{TOKEN}:metrics")
+        web = create_web_app(celery_app=app, settings=Settings(http=HttpSettings(tokens=tokens)))
+        with TestClient(web) as client:
+            found = samples(client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text)
+    finally:
+        app.close()
+    assert value(found, "agentloop_key_runs", key="A", state="in_flight") == 1
+    assert value(found, "agentloop_key_branches", key="A", state="in_flight") == 3  # b0, and p0's two
+    assert value(found, "agentloop_key_branches", key="A", state="waiting") == 1  # b1

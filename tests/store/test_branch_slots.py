@@ -1,4 +1,4 @@
-"""A key's branch slots (``store/concurrency.py``: :func:`branch_line`, :meth:`release`) on SQLite,
+"""A key's branch slots (``store/concurrency.py``: ``kind="branch"``, :meth:`release`) on SQLite,
 PostgreSQL and in memory: a line of its own beside the key's runs, bounded by the branch limit
 alone (never by fair shares, never counted as a key), released by the branch's task, a released
 slot's late copies are duplicates while its holder's own copy asks anew, and parked branches are
@@ -7,16 +7,10 @@ woken with their message."""
 from __future__ import annotations
 
 from agentloop.orchestration.store import RunStore
-from agentloop.orchestration.store.concurrency import (
-    Admission,
-    ConcurrencySlots,
-    branch_holder,
-    branch_line,
-    is_branch_line,
-)
+from agentloop.orchestration.store.concurrency import Admission, ConcurrencySlots, KeyCounts, branch_holder
 from tests.store.test_concurrency_slots import runs, slots_of
 
-LINE = branch_line("A")
+LINE = ["A"]  # the key whose line of branch slots the tests wake
 
 
 def branch(
@@ -24,7 +18,8 @@ def branch(
 ) -> Admission:
     return slots.acquire(
         run_id=branch_holder("r1", path),
-        key=LINE,
+        key="A",
+        kind="branch",
         limit=2,
         copy=copy,
         fair_slots=fair_slots,
@@ -37,10 +32,10 @@ def test_branches_are_admitted_up_to_the_limit_and_released_by_their_task(run_st
     runs(run_store, "r1")
     admitted = [branch(slots, f"b{n}").admitted for n in range(4)]
     assert admitted == [True, True, False, False]
-    assert slots.wake(keys=[LINE]) == []  # no slot is free: nobody is woken
+    assert slots.wake(keys=LINE, kind="branch") == []  # no slot is free: nobody is woken
 
     slots.release(branch_holder("r1", "b0"))
-    woken = slots.wake(keys=[LINE])
+    woken = slots.wake(keys=LINE, kind="branch")
     assert [(wake.run_id, wake.message["args"]) for wake in woken] == [(branch_holder("r1", "b2"), ["b2"])]
     assert branch(slots, "b3").admitted is False  # b2 came first: the slot is its
     assert branch(slots, "b2").admitted is True
@@ -68,8 +63,9 @@ def test_branch_slots_are_neither_keys_nor_in_their_fair_shares(run_store: RunSt
     # two keys share two fair slots; the branch line is bounded by its limit alone
     assert [branch(slots, f"b{n}", fair_slots=2).admitted for n in range(3)] == [True, True, False]
     assert set(slots.counts()) == {"A", "B"}
-    assert is_branch_line(LINE) and not is_branch_line("A")
-    assert len(branch_holder("r" * 255, "p")) <= 255 and len(branch_line("k" * 255)) <= 255
+    assert (slots.counts()["A"].held, slots.counts()["A"].branches_held) == (1, 2)  # runs apart
+    assert slots.keys_of([branch_holder("r1", "b0"), "a1"]) == {"a1": "A"}  # a branch is no run
+    assert len(branch_holder("r" * 255, "p")) <= 255
 
 
 def test_a_pack_takes_its_branches_slots_at_once_and_is_woken_when_all_fit(run_store: RunStore) -> None:
@@ -78,14 +74,18 @@ def test_a_pack_takes_its_branches_slots_at_once_and_is_woken_when_all_fit(run_s
 
     def pack(first: str) -> Admission:
         holder = branch_holder("r1", first)
-        return slots.acquire(run_id=holder, key=LINE, limit=2, weight=2, message={"task": "agentloop.pack"})
+        return slots.acquire(
+            run_id=holder, key="A", kind="branch", limit=2, weight=2, message={"task": "agentloop.pack"}
+        )
 
     assert branch(slots, "b0").admitted
     waiting = pack("p0")  # two branches, one slot free: the pack waits for both
     assert (waiting.admitted, waiting.in_flight) == (False, 1)
     assert not branch(slots, "b1").admitted  # the pack came first: the free slot waits for it
+    # a pack's row counts as its branches; the key has no run in the slots
+    assert slots.counts()["A"] == KeyCounts(branches_held=1, branches_waiting=3)
     slots.release(branch_holder("r1", "b0"))
-    assert [wake.run_id for wake in slots.wake(keys=[LINE])] == [branch_holder("r1", "p0")]
+    assert [wake.run_id for wake in slots.wake(keys=LINE, kind="branch")] == [branch_holder("r1", "p0")]
     taken = pack("p0")
     assert (taken.admitted, taken.in_flight) == (True, 2)
     slots.release(branch_holder("r1", "p0"))
@@ -101,5 +101,5 @@ def test_a_waiting_branch_given_up_holds_up_nobody(run_store: RunStore) -> None:
     assert not branch(slots, "b9").admitted
     slots.release(branch_holder("r1", "b9"), waiting=True)
     slots.release(branch_holder("r1", "b0"))
-    assert slots.wake(keys=[LINE]) == []  # nobody waits
+    assert slots.wake(keys=LINE, kind="branch") == []  # nobody waits
     assert branch(slots, "b3").admitted  # nobody ahead of it

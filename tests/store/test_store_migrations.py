@@ -35,7 +35,7 @@ TABLES = {
     "run_recordings",
     "concurrency_slots",
 }
-HEAD = "0015"
+HEAD = "0016"
 
 
 def _tables(url: str) -> set[str]:

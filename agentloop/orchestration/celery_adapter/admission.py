@@ -44,7 +44,7 @@ from agentloop.orchestration.fairness.rules import key_of, weight_of
 from agentloop.orchestration.fairness.shares import backstop_seconds
 from agentloop.orchestration.metrics.record import key_admitted
 from agentloop.orchestration.settings.broker import Broker
-from agentloop.orchestration.store.concurrency import ConcurrencySlots, is_branch_line
+from agentloop.orchestration.store.concurrency import ConcurrencySlots, SlotKind
 from agentloop.orchestration.wire import LAUNCH, LaunchRequest
 
 __all__ = [
@@ -226,13 +226,14 @@ def wake_all(app: Celery) -> int:
 
 
 #: The keys being woken in this process, each with whether a run ended meanwhile (``wake_waiters``).
-_waking: dict[tuple[int, str | None], bool] = {}
+_waking: dict[tuple[int, str, str | None], bool] = {}
 _waking_lock = threading.Lock()
 
 
-def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False) -> int:
+def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False, kind: SlotKind = "run") -> int:
     """After a run of ``key`` ended: send the parked runs that may start now (of ``key``, or of
-    any key under fair shares); how many were sent. A store or broker out of reach is logged:
+    any key under fair shares); how many were sent. ``kind="branch"``: after a branch task of
+    ``key`` ended, the parked branches of its line of branch slots. A store or broker out of reach is logged:
     the parked runs' backstop copies come back on their own.
 
     One thread of a process wakes a key at a time: a run of the key that ends meanwhile only
@@ -245,8 +246,8 @@ def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False) -> in
     if slots is None:
         return 0
     # a line of branch slots is bounded by its branch limit alone, never by fair shares
-    fair_slots = None if key is not None and is_branch_line(key) else deps.settings.fair_slots
-    waking = (id(app), key)
+    fair_slots = None if kind == "branch" else deps.settings.fair_slots
+    waking = (id(app), kind, key)
     with _waking_lock:
         if waking in _waking:
             _waking[waking] = True  # the thread waking it goes round once more
@@ -255,7 +256,7 @@ def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False) -> in
     sent = 0
     try:
         while True:
-            sent += _wake_once(app, slots, fair_slots, key)
+            sent += _wake_once(app, slots, fair_slots, key, kind)
             with _waking_lock:
                 if not _waking[waking]:
                     return sent
@@ -265,9 +266,11 @@ def wake_waiters(app: Celery, key: str | None, *, every_key: bool = False) -> in
             _waking.pop(waking, None)
 
 
-def _wake_once(app: Celery, slots: ConcurrencySlots, fair_slots: int | None, key: str | None) -> int:
+def _wake_once(
+    app: Celery, slots: ConcurrencySlots, fair_slots: int | None, key: str | None, kind: SlotKind
+) -> int:
     try:
-        wakes = slots.wake(fair_slots=fair_slots, keys=None if key is None else [key])
+        wakes = slots.wake(fair_slots=fair_slots, keys=None if key is None else [key], kind=kind)
     except Exception:
         logger.warning(
             "The parked runs of key %r could not be woken (their backstops will ask)", key, exc_info=True

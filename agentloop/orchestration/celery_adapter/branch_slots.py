@@ -3,9 +3,9 @@
 
 A task that runs a node below a composite (a branch, or a stage or branch inside one) of a run
 whose key's rule sets ``Concurrency.branch_limit`` takes a *branch slot* of the key before it
-runs: a row of the run store's slots named after the run and the branch's path
-(``store/concurrency.py``: :func:`~agentloop.orchestration.store.concurrency.branch_line`), in
-the key's line of branch slots, shared by every run of the key on every worker. Past the limit
+runs: a row of the run store's slots (``store/concurrency.py``, of kind ``branch``) named after
+the run and the branch's path (:func:`~agentloop.orchestration.store.concurrency.branch_holder`),
+in the key's line of branch slots, shared by every run of the key on every worker. Past the limit
 the task is parked: the message it came in (its chord, chain and group with it) is kept with its
 place in line, the delivery ends (``Ignore``), and the end of another branch task of the key
 sends it again at once; a slow backstop copy comes back should that wake be lost. The slot is
@@ -34,7 +34,7 @@ from celery.exceptions import Ignore, Retry
 from agentloop.orchestration.celery_adapter.admission import copy_of, send_copy, slots_of, wake_waiters
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.fairness.shares import backstop_seconds
-from agentloop.orchestration.store.concurrency import branch_holder, branch_line
+from agentloop.orchestration.store.concurrency import branch_holder
 from agentloop.orchestration.wire import WorkflowNode
 
 __all__ = ["abandon_branch", "branch_limit_of", "branch_slot"]
@@ -113,13 +113,14 @@ def branch_slot(task: Task, node: WorkflowNode, pack: list[str] | None = None) -
     if limit is None or slots is None:
         yield
         return
-    line = branch_line(node.concurrency_key)
+    key = node.concurrency_key
     holder = branch_holder(node.run_id, pack[0] if pack else node.path)
     message = _message_of(task)
     left = 0.0 if node.deadline is None else node.deadline - time.time()
     admission = slots.acquire(
         run_id=holder,
-        key=line,
+        key=key,
+        kind="branch",
         limit=limit,
         lease_seconds=max(deps.settings.concurrency_lease_seconds, left),
         weight=len(pack) if pack else 1,
@@ -147,7 +148,7 @@ def branch_slot(task: Task, node: WorkflowNode, pack: list[str] | None = None) -
     finally:
         if not retried:
             slots.release(holder)
-            wake_waiters(task.app, line)
+            wake_waiters(task.app, key, kind="branch")
 
 
 def abandon_branch(task: Task, data: Any) -> None:
@@ -168,4 +169,4 @@ def abandon_branch(task: Task, data: Any) -> None:
     except Exception:  # its lease frees it: a store out of reach must not hide why the task ends
         logger.warning("The branch slot of %s of ended run %s was not given up", path, run_id, exc_info=True)
         return
-    wake_waiters(task.app, branch_line(key))
+    wake_waiters(task.app, key, kind="branch")

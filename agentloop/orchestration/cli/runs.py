@@ -54,7 +54,10 @@ COLUMNS = (
 )
 _GIVE_WAY = ("cache hit/miss", "finished", "key", "tokens in/out", "created")
 #: The columns of ``runs list --keys``: each concurrency key's runs by place.
-KEY_COLUMNS = ("key", "in flight", "waiting", "waits", "refused", "cancelled for room")
+KEY_COLUMNS = (
+    "key", "in flight", "waiting", "waits", "refused", "cancelled for room", "branches in flight",
+    "branches waiting",
+)  # fmt: skip
 
 
 def _cells(record: RunRecord, key: str | None = None) -> dict[str, str]:
@@ -94,12 +97,13 @@ def _keys_of(store: Any, records: list[RunRecord]) -> dict[str, str]:
 
 def key_rows(store: Any) -> list[dict[str, Any]]:
     """Every concurrency key's runs in flight, waiting, the waits they made, refused and cancelled
-    to make room, the busiest key first."""
+    to make room, and its branches holding a branch slot and waiting for one (a pack's counted as
+    its branches), the busiest key first."""
     slots = getattr(store, "concurrency", None)
     counts = slots.counts() if slots is not None else {}
     rows = [
         {"key": key, "in_flight": c.held, "waiting": c.waiting, "waits": c.waits, "refused": c.refused,
-         "evicted": c.evicted}
+         "evicted": c.evicted, "branches_in_flight": c.branches_held, "branches_waiting": c.branches_waiting}
         for key, c in counts.items()
     ]  # fmt: skip
     return sorted(rows, key=lambda row: (-row["in_flight"], -row["waiting"], row["key"]))
@@ -125,7 +129,7 @@ def list_runs(
     status: str | None = typer.Option(None, help="Only runs in this status (running, degraded, ...)."),
     wide: bool = typer.Option(False, "--wide", "-w", help="Every column whole, however wide the table."),
     keys: bool = typer.Option(
-        False, "--keys", help="Each concurrency key's runs in flight, waiting, refused, instead."
+        False, "--keys", help="Each concurrency key's runs and branches in flight, waiting, instead."
     ),
     as_json: bool = json_option(),
 ) -> None:
@@ -143,9 +147,11 @@ def list_runs(
         for column in KEY_COLUMNS:
             table.add_column(column, no_wrap=column == "key", overflow="fold")
         for row in rows:
-            values = (row["in_flight"], row["waiting"], row["waits"], row["refused"], row["evicted"])
-            table.add_row(row["key"], *map(str, values))
-        console.print(table)
+            table.add_row(row["key"], *(str(value) for name, value in row.items() if name != "key"))
+        if wide:  # as wide as the table needs, not the terminal
+            Console(width=max(_width(table), console.width), no_color=console.no_color).print(table)
+        else:
+            console.print(table)
         return
     records = store.list_runs(limit=limit, status=status)
     run_keys = _keys_of(store, records)
@@ -239,7 +245,8 @@ def prune(
     console.print(
         f"{verb} {pruned.workflows} workflows that ended before {before:%Y-%m-%d %H:%M:%S} UTC: "
         f"{pruned.runs} runs, {pruned.events} events, {pruned.checkpoints} checkpoints, "
-        f"{pruned.waits} questions, {pruned.recordings} recorded entries.",
+        f"{pruned.waits} questions, {pruned.recordings} recorded entries, "
+        f"{pruned.slots} concurrency slot rows.",
         highlight=False,
     )
     if pruned.first_ids:

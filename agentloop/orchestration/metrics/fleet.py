@@ -11,6 +11,10 @@ store, so any one process can answer for every worker (``agentloop serve`` does)
   ``waiting``, ``refused`` and ``evicted`` (cancelled to make room), and ``waits`` (how often its
   launches were sent again to wait); the :data:`MAX_KEYS` busiest keys by name, the others summed
   as ``(other)``: the label set stays bounded whatever keys launches name;
+- ``agentloop_key_branches{key,state}``: each concurrency key's branch tasks ``in_flight``
+  (holding a slot of its ``Concurrency(branch_limit=...)``) and ``waiting`` for one, a pack
+  counted as its branches; the same keys as ``agentloop_key_runs`` (``0`` for a key whose
+  runnable sets no branch limit);
 - ``agentloop_metrics_source_up{source}``: ``1`` when the ``broker`` or the ``store`` answered this
   scrape, ``0`` when it did not. A source that does not answer gives no series at all, never
   zeros: an outage does not read as an empty queue.
@@ -24,7 +28,16 @@ from typing import TypeVar
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-__all__ = ["MAX_KEYS", "OTHER_KEYS", "FleetGauges", "KeyCounts", "QueueDepths", "RunCounts", "bounded_keys"]
+__all__ = [
+    "BRANCH_STATES",
+    "MAX_KEYS",
+    "OTHER_KEYS",
+    "FleetGauges",
+    "KeyCounts",
+    "QueueDepths",
+    "RunCounts",
+    "bounded_keys",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +49,10 @@ QueueDepths = Callable[[], Mapping[str, int]]
 RunCounts = Callable[[], Mapping[tuple[str, str], int]]
 """Runs not ended, by ``(runnable, status)`` (raises when the store cannot say)."""
 KeyCounts = Callable[[], Mapping[str, Mapping[str, int]]]
-"""Each concurrency key's runs by state (``in_flight``, ``waiting``, ...; raises when the store
-cannot say)."""
+"""Each concurrency key's runs by state (``in_flight``, ``waiting``, ...) and its branches
+(:data:`BRANCH_STATES`); raises when the store cannot say."""
+#: The states of a key's counts that are its branches', each the ``agentloop_key_branches`` state.
+BRANCH_STATES = {"branches_in_flight": "in_flight", "branches_waiting": "waiting"}
 #: The most concurrency keys the gauges name; the others are summed as ``(other)``.
 MAX_KEYS = 50
 OTHER_KEYS = "(other)"
@@ -46,9 +61,17 @@ OTHER_KEYS = "(other)"
 def bounded_keys(counts: Mapping[str, Mapping[str, int]], most: int = MAX_KEYS) -> dict[str, dict[str, int]]:
     """``counts`` with at most ``most`` keys by name (the busiest: in flight, then waiting) and
     every other key's counts summed under :data:`OTHER_KEYS`."""
-    ranked = sorted(
-        counts, key=lambda key: (-counts[key].get("in_flight", 0), -counts[key].get("waiting", 0), key)
-    )
+
+    def busy(key: str) -> tuple[int, int, int, str]:
+        states = counts[key]
+        return (
+            -states.get("in_flight", 0),
+            -states.get("waiting", 0),
+            -states.get("branches_in_flight", 0),
+            key,
+        )
+
+    ranked = sorted(counts, key=busy)
     kept = {key: dict(counts[key]) for key in ranked[:most]}
     for key in ranked[most:]:
         other = kept.setdefault(OTHER_KEYS, {})
@@ -71,6 +94,7 @@ class FleetGauges:
     ) -> None:
         self._queue_depths, self._run_counts, self._key_counts = queue_depths, run_counts, key_counts
         self._up: dict[str, int] = {}
+        self._branches: dict[str, dict[str, int]] = {}  # the keys' branches read with their runs
         # Read in the order they were made: the gauges first, then whether their sources answered.
         meter.create_observable_gauge(
             "agentloop_queue_depth",
@@ -90,6 +114,12 @@ class FleetGauges:
                 callbacks=[self._observe_keys],
                 unit="1",
                 description="Each concurrency key's runs in flight, waiting, refused, evicted; its waits.",
+            )
+            meter.create_observable_gauge(
+                "agentloop_key_branches",
+                callbacks=[self._observe_branches],
+                unit="1",
+                description="Each concurrency key's branch tasks holding a branch slot, waiting for one.",
             )
         meter.create_observable_gauge(
             "agentloop_metrics_source_up",
@@ -123,9 +153,23 @@ class FleetGauges:
         if self._key_counts is None:
             return []
         counts = bounded_keys(self._read("store", self._key_counts))
+        self._branches = {
+            key: {BRANCH_STATES[state]: count for state, count in states.items() if state in BRANCH_STATES}
+            for key, states in counts.items()
+        }
         return [
             Observation(int(count), {"key": key, "state": state})
             for key, states in counts.items()
+            for state, count in states.items()
+            if state not in BRANCH_STATES
+        ]
+
+    def _observe_branches(self, options: CallbackOptions) -> Iterable[Observation]:
+        """The branches of the keys :meth:`_observe_keys` read (read just before it, as made)."""
+        branches, self._branches = self._branches, {}
+        return [
+            Observation(int(count), {"key": key, "state": state})
+            for key, states in branches.items()
             for state, count in states.items()
         ]
 

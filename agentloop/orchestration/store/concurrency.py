@@ -27,6 +27,15 @@ runs, parked by :meth:`SqlConcurrencySlots.park` with no message each, keep thei
 :data:`PARKED_SECONDS`). A worker that dies holding a slot leaves a run that its
 redelivered message goes on with (the slot is still the run's), or that the delivery limit ends
 (the slot frees with it); a run whose every message is gone gives its slot up when the lease ends.
+
+A row's ``kind`` says what it is: ``run`` (a keyed root run's place, as above) or ``branch`` (a
+branch task's place in its key's line of branch slots, ``celery_adapter/branch_slots.py``, named
+by :func:`branch_holder` and given up by :meth:`SqlConcurrencySlots.release` when its task ends).
+A key has a line of each kind, ``(kind, key)``: a line of branch slots is bounded by its branch
+limit alone (never by fair shares, nor counted among the keys' runs), and a pack's row counts as
+its branches (its ``weight``). A row given up (``done``) keeps, as its ``lease_until``, when it
+stopped counting; :meth:`SqlConcurrencySlots.forget` deletes the rows that stopped counting long
+ago (``store/retention.py``).
 """
 
 from __future__ import annotations
@@ -38,9 +47,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from sqlalchemy import Connection, Engine, and_, case, func, or_, select, update
+from sqlalchemy import Connection, Engine, and_, case, delete, func, or_, select, update
 
 from agentloop.orchestration.fairness.rules import OnLimit
 from agentloop.orchestration.fairness.shares import admits, backstop_seconds, effective_limit, share_of
@@ -51,16 +60,19 @@ from agentloop.orchestration.store.tables import concurrency_slots, runs, utcnow
 
 __all__ = [
     "BRANCH_MARK",
+    "FORGET_BATCH",
     "Admission",
     "ConcurrencySlots",
     "InMemoryConcurrencySlots",
     "KeyCounts",
+    "SlotKind",
     "SqlConcurrencySlots",
     "Wake",
     "branch_holder",
-    "branch_line",
-    "is_branch_line",
 ]
+
+SlotKind = Literal["run", "branch"]
+"""What a slot row is: a keyed root run's place, or a branch task's in its key's branch slots."""
 
 #: How long a place in line counts past its backstop without its run asking again (each copy of
 #: its message that comes renews it).
@@ -77,30 +89,13 @@ PARKED_SECONDS = 30 * 86400.0
 WAKE_BATCH = 200
 _LIVE_STATES = ("waiting", "held")
 T = TypeVar("T")
-#: What ends the name of a key's line of branch slots, and joins a run id to a branch's path in
-#: the name of a branch's slot (``celery_adapter/branch_slots.py``): a unit separator, which no
-#: key nor run id of a sane deployment holds.
+#: How many rows one transaction of :meth:`ConcurrencySlots.forget` deletes.
+FORGET_BATCH = 1000
+#: What joins a run id to a branch's path in the name of a branch's slot
+#: (``celery_adapter/branch_slots.py``): a unit separator, which no run id of a sane deployment
+#: holds, so a branch's slot is never named as a run's.
 BRANCH_MARK = "\x1f"
-_BRANCHES = f"{BRANCH_MARK}branches"
-_NAME_CHARS = 255  # the width of the ``run_id`` and ``key`` columns
-
-
-def _fitted(name: str, tail: str) -> str:
-    """``name + tail``, the name hashed when the whole would not fit a column."""
-    whole = name + tail
-    if len(whole) <= _NAME_CHARS:
-        return whole
-    return hashlib.sha256(name.encode()).hexdigest() + tail
-
-
-def branch_line(key: str) -> str:
-    """The line of ``key``'s branch slots: a line of its own in the slots, never a key's."""
-    return _fitted(key, _BRANCHES)
-
-
-def is_branch_line(key: str) -> bool:
-    """Whether ``key`` names a line of branch slots (:func:`branch_line`)."""
-    return key.endswith(_BRANCHES)
+_NAME_CHARS = 255  # the width of the ``run_id`` column
 
 
 def branch_holder(run_id: str, path: str) -> str:
@@ -135,22 +130,26 @@ class Admission:
 
 @dataclass(frozen=True, slots=True)
 class Wake:
-    """A parked run to send now: its key and the launch message it parked with."""
+    """A parked run (or branch) to send now: its key and the message it parked with."""
 
     run_id: str
     key: str
     message: dict[str, Any]
+    kind: SlotKind = "run"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class KeyCounts:
-    """One key's runs: holding a slot, waiting, refused, evicted, and the waits they made."""
+    """One key's runs: holding a slot, waiting, refused, evicted, and the waits they made; and its
+    branches holding a branch slot and waiting for one (a pack's row counted as its branches)."""
 
     held: int = 0
     waiting: int = 0
     refused: int = 0
     evicted: int = 0
     waits: int = 0
+    branches_held: int = 0
+    branches_waiting: int = 0
 
 
 @runtime_checkable
@@ -169,12 +168,15 @@ class ConcurrencySlots(Protocol):
         weight: int = 1,
         copy: str | None = None,
         message: Mapping[str, Any] | None = None,
+        kind: SlotKind = "run",
     ) -> Admission:
         """Take a slot of ``key`` for the root run ``run_id``, or say why not (see the module doc).
 
         ``weight`` is the key's weight in the fair share, ``copy`` the token of the message copy
         asking (``None``: a message no wake sent), ``message`` the launch message a waiting run
-        parks with."""
+        parks with. With ``kind="branch"``, ``run_id`` names a branch's slot (:func:`branch_holder`)
+        in ``key``'s line of branch slots, ``limit`` is the branch limit and ``weight`` the
+        branches the row stands for (a pack's)."""
         ...
 
     def park(
@@ -189,10 +191,13 @@ class ConcurrencySlots(Protocol):
         """Note the backstop copy of a waiting run's message: ``backstop`` its token, due in ``seconds``."""
         ...
 
-    def wake(self, *, fair_slots: int | None = None, keys: list[str] | None = None) -> list[Wake]:
+    def wake(
+        self, *, fair_slots: int | None = None, keys: list[str] | None = None, kind: SlotKind = "run"
+    ) -> list[Wake]:
         """The parked runs that may start now (at most :data:`WAKE_BATCH`), marked woken: the
-        caller sends their messages. ``keys``: only those keys' (without fair shares, a slot
-        freed by a key is only that key's)."""
+        caller sends their messages. ``keys``: only those keys' lines of ``kind`` (without fair
+        shares, a slot freed by a key is only that key's); without ``keys``, every line of both
+        kinds (a line of branch slots is never in the fair shares)."""
         ...
 
     def release(self, run_id: str, *, waiting: bool = False) -> None:
@@ -208,8 +213,13 @@ class ConcurrencySlots(Protocol):
         ...
 
     def counts(self) -> dict[str, KeyCounts]:
-        """Every key's runs by place (held and waiting: only those whose run and lease go on) and
-        the waits all its runs made."""
+        """Every key's runs by place (held and waiting: only those whose run and lease go on), the
+        waits all its runs made, and its branches holding and waiting for a branch slot."""
+        ...
+
+    def forget(self, *, before: datetime, dry_run: bool = False) -> int:
+        """Delete (``dry_run``: count) the rows that stopped counting before ``before``: given up
+        (``done``), or whose lease ended, then (:data:`FORGET_BATCH` per transaction)."""
         ...
 
 
@@ -241,9 +251,9 @@ def _free(bound: int | None, held: int, coming: int) -> int:
     return WAKE_BATCH if bound is None else bound - held - coming
 
 
-def _share(key: str, fair_slots: int | None, weights: Mapping[str, int]) -> int | None:
+def _share(kind: str, key: str, fair_slots: int | None, weights: Mapping[str, int]) -> int | None:
     """``key``'s fair share (none for a line of branch slots: only its branch limit bounds it)."""
-    return None if is_branch_line(key) else share_of(key, fair_slots, weights)
+    return None if kind == "branch" else share_of(key, fair_slots, weights)
 
 
 def _within(rows: Sequence[T], free: int, size: Callable[[T], int]) -> list[T]:
@@ -258,6 +268,10 @@ def _within(rows: Sequence[T], free: int, size: Callable[[T], int]) -> list[T]:
     return taken
 
 
+def _kind(value: object) -> SlotKind:
+    return "branch" if value == "branch" else "run"
+
+
 def _message_text(message: Mapping[str, Any] | None) -> str | None:
     return None if message is None else json.dumps(message, separators=(",", ":"), default=str)
 
@@ -270,28 +284,37 @@ class SqlConcurrencySlots:
         self.retry = retry or StoreRetry()
 
     @contextmanager
-    def _serialized(self, key: str | None) -> Iterator[Connection]:
-        """A transaction that runs alone among the slots' writers of ``key`` (``None``: of every
-        key, as fair shares read them all): on PostgreSQL under an advisory lock (one per key, so
-        one key's thousands of waiters never hold up another key's launch), on SQLite from
-        ``BEGIN IMMEDIATE`` (its reads would otherwise run before its transaction begins, each
-        seeing whatever was committed then)."""
+    def _serialized(self, line: tuple[str, str] | None) -> Iterator[Connection]:
+        """A transaction that runs alone among the slots' writers of ``line`` (its kind and key;
+        ``None``: of every key's runs, as fair shares read them all): on PostgreSQL under an
+        advisory lock (one per line, so one key's thousands of waiters never hold up another key's
+        launch), on SQLite from ``BEGIN IMMEDIATE`` (its reads would otherwise run before its
+        transaction begins, each seeing whatever was committed then)."""
         with self.engine.begin() as connection:
             if self.dialect == "postgresql":
-                name = "agentloop concurrency slots" + ("" if key is None else f" of {key}")
+                name = "agentloop concurrency slots"
+                if line is not None:
+                    kind, key = line
+                    name = f"{name} of {key}" if kind == "run" else f"agentloop branch slots of {key}"
                 connection.execute(advisory_lock(name))
             elif self.dialect == "sqlite":
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
             yield connection
 
+    @staticmethod
+    def _line(kind: str, key: str) -> Any:
+        """The rows of ``key``'s line of ``kind``."""
+        slots = concurrency_slots.c
+        return and_(slots.kind == kind, slots.key == key)
+
     @classmethod
-    def _held(cls, now: datetime) -> object:
+    def _held(cls, now: datetime) -> Any:
         """Held slots whose run has not ended and whose lease runs."""
         slots = concurrency_slots.c
-        return and_(slots.state == "held", slots.lease_until > now, ~cls._ended())  # type: ignore[operator]
+        return and_(slots.state == "held", slots.lease_until > now, ~cls._ended())
 
     @staticmethod
-    def _ended() -> object:
+    def _ended() -> Any:
         """The slot's run has ended."""
         return (
             select(runs.c.id)
@@ -300,18 +323,18 @@ class SqlConcurrencySlots:
         )
 
     @classmethod
-    def _waiting(cls, now: datetime) -> object:
+    def _waiting(cls, now: datetime) -> Any:
         """Places in line whose lease runs and whose run has not ended (a batch's run cancelled
         while it waited holds up nobody)."""
         slots = concurrency_slots.c
-        return and_(slots.state == "waiting", slots.lease_until > now, ~cls._ended())  # type: ignore[operator]
+        return and_(slots.state == "waiting", slots.lease_until > now, ~cls._ended())
 
     def _weights(self, connection: Connection, now: datetime) -> dict[str, int]:
         """The weight of every key with work (a run holding a slot or waiting)."""
         slots = concurrency_slots.c
-        live = or_(self._held(now), self._waiting(now))  # type: ignore[arg-type]
+        live = and_(slots.kind == "run", or_(self._held(now), self._waiting(now)))
         rows = connection.execute(select(slots.key, func.max(slots.weight)).where(live).group_by(slots.key))
-        return {str(key): int(weight or 1) for key, weight in rows if not is_branch_line(str(key))}
+        return {str(key): int(weight or 1) for key, weight in rows}
 
     @retried
     def acquire(
@@ -326,14 +349,17 @@ class SqlConcurrencySlots:
         weight: int = 1,
         copy: str | None = None,
         message: Mapping[str, Any] | None = None,
+        kind: SlotKind = "run",
     ) -> Admission:
         slots = concurrency_slots.c
-        with self._serialized(None if fair_slots else key) as connection:
+        fair = fair_slots if kind == "run" else None  # a line of branch slots: its limit alone
+        with self._serialized(None if fair else (kind, key)) as connection:
             now = utcnow()
             own = connection.execute(
                 select(
                     slots.state,
                     slots.queued_at,
+                    slots.kind,
                     slots.key,
                     slots.holder,
                     slots.backstop,
@@ -345,6 +371,7 @@ class SqlConcurrencySlots:
                 connection.execute(
                     insert(concurrency_slots, self.dialect).values(
                         run_id=run_id,
+                        kind=kind,
                         key=key,
                         state="waiting",
                         queued_at=now,
@@ -356,11 +383,14 @@ class SqlConcurrencySlots:
                     )
                 )
                 queued_at = now
-            else:
-                key, queued_at = own.key, own.queued_at  # a run keeps the key it first came with
+            else:  # a run keeps the key it first came with
+                kind, key, queued_at = own.kind, own.key, own.queued_at
+            # a line of branch slots counts a pack's row as its branches (its weight), a key's a run as one
+            branches = kind == "branch"
+            line = self._line(kind, key)
+            if own is not None:
                 if own.state == "held":
-                    mine_held = and_(slots.key == key, self._held(now))  # type: ignore[arg-type]
-                    held = self._count(connection, mine_held, is_branch_line(key))
+                    held = self._count(connection, and_(line, self._held(now)), branches)
                     duplicate = copy is not None and own.holder != copy
                     return Admission(admitted=not duplicate, in_flight=held, duplicate=duplicate)
                 if own.state in ("refused", "evicted"):
@@ -370,21 +400,19 @@ class SqlConcurrencySlots:
                         return Admission(admitted=False, in_flight=0, duplicate=True)
                     again = update(concurrency_slots).where(slots.run_id == run_id).values(state="waiting")
                     connection.execute(again)
-            # a line of branch slots counts a pack's row as its branches (its weight), a key's a run as one
-            branches = is_branch_line(key)
             size = max(1, weight if own is None else int(own.weight or 1)) if branches else 1
-            held = self._count(connection, and_(slots.key == key, self._held(now)), branches)  # type: ignore[arg-type]
+            held = self._count(connection, and_(line, self._held(now)), branches)
             before = or_(
                 slots.queued_at < queued_at, and_(slots.queued_at == queued_at, slots.run_id < run_id)
             )
-            ahead = self._count(connection, and_(slots.key == key, self._waiting(now), before), branches)  # type: ignore[arg-type]
-            share = _share(key, fair_slots, self._weights(connection, now)) if fair_slots else None
+            ahead = self._count(connection, and_(line, self._waiting(now), before), branches)
+            share = _share(kind, key, fair, self._weights(connection, now)) if fair else None
             verdict, bound = _decide(held, ahead + size - 1, limit=limit, share=share, on_limit=on_limit)
             evicted = None
             if verdict == "evict":
                 evicted = connection.execute(
                     select(slots.run_id)
-                    .where(slots.key == key, self._held(now))  # type: ignore[arg-type]
+                    .where(line, self._held(now))
                     .order_by(slots.queued_at, slots.run_id)
                     .limit(1)
                 ).scalar_one_or_none()
@@ -421,13 +449,14 @@ class SqlConcurrencySlots:
         lease = now + timedelta(seconds=PARKED_SECONDS)
         rows = [
             {
-                "run_id": run_id, "key": key, "state": "waiting", "queued_at": now, "lease_until": lease,
-                "waits": 0, "weight": max(1, weight), "bound": limit, "message": _message_text(message),
+                "run_id": run_id, "kind": "run", "key": key, "state": "waiting", "queued_at": now,
+                "lease_until": lease, "waits": 0, "weight": max(1, weight), "bound": limit,
+                "message": _message_text(message),
             }
             for run_id, message in waiters
         ]  # fmt: skip
         statement = insert(concurrency_slots, self.dialect).on_conflict_do_nothing(index_elements=["run_id"])
-        with self._serialized(key) as connection:
+        with self._serialized(("run", key)) as connection:
             connection.execute(statement, rows)
 
     @retried
@@ -441,41 +470,48 @@ class SqlConcurrencySlots:
                 .values(backstop=backstop, backstop_due=due)
             )
 
-    def wake(self, *, fair_slots: int | None = None, keys: list[str] | None = None) -> list[Wake]:
-        if fair_slots is not None:
+    def wake(
+        self, *, fair_slots: int | None = None, keys: list[str] | None = None, kind: SlotKind = "run"
+    ) -> list[Wake]:
+        if fair_slots is not None and kind == "run":
             return self._wake(None, fair_slots=fair_slots)
-        if keys is None:  # each key under its own lock, as its launches take it
+        if keys is None:  # each line under its own lock, as its launches take it
+            slots = concurrency_slots.c
             with one_statement(self.engine) as connection:
-                lines = select(concurrency_slots.c.key).where(self._waiting(utcnow())).distinct()  # type: ignore[arg-type]
-                keys = sorted(str(key) for key in connection.execute(lines).scalars())
-        return [wake for key in keys for wake in self._wake(key)]
+                found = select(slots.kind, slots.key).where(self._waiting(utcnow())).distinct()
+                lines = sorted((str(kind), str(key)) for kind, key in connection.execute(found))
+        else:
+            lines = [(kind, key) for key in keys]
+        return [wake for line in lines for wake in self._wake(line)]
 
     @retried
-    def _wake(self, key: str | None, *, fair_slots: int | None = None) -> list[Wake]:
-        """:meth:`wake` of ``key`` under its lock, or of every key under fair shares (``None``)."""
+    def _wake(self, only: tuple[str, str] | None, *, fair_slots: int | None = None) -> list[Wake]:
+        """:meth:`wake` of the line ``only`` (kind, key) under its lock, or of every line under
+        fair shares (``None``)."""
         slots = concurrency_slots.c
-        with self._serialized(key) as connection:
+        with self._serialized(only) as connection:
             now = utcnow()
-            waiting = and_(self._waiting(now), slots.message.is_not(None))  # type: ignore[arg-type]
-            lines = select(slots.key).where(waiting).distinct()
-            if key is not None:
-                lines = lines.where(slots.key == key)
-            waiting_keys = sorted(str(name) for name in connection.execute(lines).scalars())
-            if not waiting_keys:
+            waiting = and_(self._waiting(now), slots.message.is_not(None))
+            found = select(slots.kind, slots.key).where(waiting).distinct()
+            if only is not None:
+                found = found.where(self._line(*only))
+            lines = sorted((str(kind), str(key)) for kind, key in connection.execute(found))
+            if not lines:
                 return []
             weights = self._weights(connection, now) if fair_slots is not None else {}
-            in_line = slots.key.in_(waiting_keys)
-            held = self._by_key(connection, and_(in_line, self._held(now)))  # type: ignore[arg-type]
+            in_line = slots.key.in_(sorted({key for _, key in lines}))
+            held = self._by_line(connection, and_(in_line, self._held(now)))
             recent = now - timedelta(seconds=WAKE_SECONDS)
-            coming = self._by_key(connection, and_(in_line, self._waiting(now), slots.woken_at > recent))  # type: ignore[arg-type]
+            coming = self._by_line(connection, and_(in_line, self._waiting(now), slots.woken_at > recent))
             woken: list[Wake] = []
-            for name in waiting_keys:
-                head = and_(slots.key == name, waiting)
+            for kind, name in lines:
+                head = and_(self._line(kind, name), waiting)
                 limit = connection.execute(
                     select(slots.bound).where(head).order_by(slots.queued_at, slots.run_id).limit(1)
                 ).scalar_one_or_none()
-                bound = effective_limit(limit, _share(name, fair_slots, weights))
-                free = min(_free(bound, held.get(name, 0), coming.get(name, 0)), WAKE_BATCH - len(woken))
+                bound = effective_limit(limit, _share(kind, name, fair_slots, weights))
+                line = (kind, name)
+                free = min(_free(bound, held.get(line, 0), coming.get(line, 0)), WAKE_BATCH - len(woken))
                 if free <= 0:
                     continue
                 not_woken = or_(slots.woken_at.is_(None), slots.woken_at <= recent)
@@ -485,31 +521,37 @@ class SqlConcurrencySlots:
                     .order_by(slots.queued_at, slots.run_id)
                     .limit(free)
                 ).all()
-                if is_branch_line(name):  # a pack waits for room for all its branches
+                if kind == "branch":  # a pack waits for room for all its branches
                     rows = _within(rows, free, lambda row: int(row.weight or 1))
                 if rows:
                     ids = [row.run_id for row in rows]
                     connection.execute(
                         update(concurrency_slots).where(slots.run_id.in_(ids)).values(woken_at=now)
                     )
-                    woken += [Wake(str(row.run_id), name, json.loads(row.message)) for row in rows]
+                    woken += [
+                        Wake(str(row.run_id), name, json.loads(row.message), _kind(kind)) for row in rows
+                    ]
             return woken
 
     @staticmethod
-    def _count(connection: Connection, where: object, weighted: bool = False) -> int:
+    def _count(connection: Connection, where: Any, weighted: bool = False) -> int:
         """The rows ``where`` says (``weighted``: their weights summed, a line of branch slots')."""
         what = func.coalesce(func.sum(concurrency_slots.c.weight), 0) if weighted else func.count()
-        found = connection.execute(select(what).select_from(concurrency_slots).where(where))  # type: ignore[arg-type]
+        found = connection.execute(select(what).select_from(concurrency_slots).where(where))
         return int(found.scalar_one())
 
     @staticmethod
-    def _by_key(connection: Connection, where: object) -> dict[str, int]:
-        """:meth:`_count` of each key's rows (weighted in a line of branch slots)."""
+    def _by_line(connection: Connection, where: Any) -> dict[tuple[str, str], int]:
+        """:meth:`_count` of each line's rows, by kind and key (weighted in a line of branch slots)."""
         slots = concurrency_slots.c
-        query = select(slots.key, func.count(), func.sum(slots.weight)).where(where).group_by(slots.key)  # type: ignore[arg-type]
+        query = (
+            select(slots.kind, slots.key, func.count(), func.sum(slots.weight))
+            .where(where)
+            .group_by(slots.kind, slots.key)
+        )
         return {
-            str(key): int((total or 0) if is_branch_line(str(key)) else count)
-            for key, count, total in connection.execute(query)
+            (str(kind), str(key)): int((total or 0) if kind == "branch" else count)
+            for kind, key, count, total in connection.execute(query)
         }
 
     @retried
@@ -519,7 +561,7 @@ class SqlConcurrencySlots:
             connection.execute(
                 update(concurrency_slots)
                 .where(slots.run_id == run_id, slots.state == ("waiting" if waiting else "held"))
-                .values(state="done", message=None)
+                .values(state="done", message=None, lease_until=utcnow())  # when it stopped counting
             )
 
     @retried
@@ -528,35 +570,74 @@ class SqlConcurrencySlots:
             return {}
         slots = concurrency_slots.c
         with one_statement(self.engine) as connection:
-            rows = connection.execute(select(slots.run_id, slots.key).where(slots.run_id.in_(run_ids)))
+            rows = connection.execute(
+                select(slots.run_id, slots.key).where(slots.run_id.in_(run_ids), slots.kind == "run")
+            )
             return {str(row.run_id): str(row.key) for row in rows}
 
     @retried
     def counts(self) -> dict[str, KeyCounts]:
         slots = concurrency_slots.c
         now = utcnow()
-        live = or_(
-            slots.state.not_in(_LIVE_STATES),
-            self._waiting(now),  # type: ignore[arg-type]
-            self._held(now),  # type: ignore[arg-type]
-        )
+        live = or_(slots.state.not_in(_LIVE_STATES), self._waiting(now), self._held(now))
         counted = case((live, 1), else_=0)
         place = select(
-            slots.key, slots.state, func.sum(counted).label("runs"), func.sum(slots.waits).label("waits")
-        ).group_by(slots.key, slots.state)
+            slots.kind,
+            slots.key,
+            slots.state,
+            func.sum(counted).label("runs"),
+            func.sum(counted * slots.weight).label("weighted"),
+            func.sum(slots.waits).label("waits"),
+        ).group_by(slots.kind, slots.key, slots.state)
         found: dict[str, dict[str, int]] = {}
         with one_statement(self.engine) as connection:
             for row in connection.execute(place):
-                if is_branch_line(str(row.key)):
-                    continue
-                entry = found.setdefault(str(row.key), {"waits": 0})
-                entry[str(row.state)] = int(row.runs or 0)
-                entry["waits"] += int(row.waits or 0)
+                _tally(found, str(row.kind), str(row.key), str(row.state), int(row.runs or 0),
+                       int(row.weighted or 0), int(row.waits or 0))  # fmt: skip
         return {key: KeyCounts(**values) for key, values in found.items()}
+
+    def forget(self, *, before: datetime, dry_run: bool = False) -> int:
+        old = concurrency_slots.c.lease_until < before
+        if dry_run:
+            with one_statement(self.engine) as connection:
+                return self._count(connection, old)
+        forgotten = 0
+        while True:
+            deleted = self.retry.call(lambda: self._forget_batch(old))
+            forgotten += deleted
+            if deleted < FORGET_BATCH:
+                return forgotten
+
+    def _forget_batch(self, old: Any) -> int:
+        """One transaction: at most :data:`FORGET_BATCH` of the rows ``old`` deleted."""
+        slots = concurrency_slots.c
+        batch = select(slots.run_id).where(old).order_by(slots.lease_until).limit(FORGET_BATCH)
+        with self.engine.begin() as connection:
+            ids = list(connection.execute(batch).scalars())
+            if ids:
+                connection.execute(delete(concurrency_slots).where(slots.run_id.in_(ids)))
+            return len(ids)
+
+
+def _tally(
+    found: dict[str, dict[str, int]], kind: str, key: str, state: str, rows: int, weighted: int, waits: int
+) -> None:
+    """Add to ``found`` (each key's :class:`KeyCounts` fields) a line's ``rows`` in ``state``
+    (``weighted``: their weights summed, a line of branch slots' count) and their ``waits``."""
+    entry = found.setdefault(key, {"waits": 0})
+    if kind == "branch":
+        if state in _LIVE_STATES:
+            field = "branches_held" if state == "held" else "branches_waiting"
+            entry[field] = entry.get(field, 0) + weighted
+        return
+    if state in ("held", "waiting", "refused", "evicted"):
+        entry[state] = entry.get(state, 0) + rows
+    entry["waits"] += waits
 
 
 @dataclass(kw_only=True, slots=True)
 class _Place:
+    kind: SlotKind
     key: str
     state: str
     queued_at: float
@@ -574,7 +655,7 @@ class _Place:
 
 def _size(place: _Place) -> int:
     """The slots ``place`` takes: its weight in a line of branch slots (a pack's branches), else one."""
-    return max(1, place.weight) if is_branch_line(place.key) else 1
+    return max(1, place.weight) if place.kind == "branch" else 1
 
 
 class InMemoryConcurrencySlots:
@@ -606,7 +687,7 @@ class InMemoryConcurrencySlots:
     def _weights(live: Mapping[str, _Place]) -> dict[str, int]:
         weights: dict[str, int] = {}
         for place in live.values():
-            if is_branch_line(place.key):
+            if place.kind == "branch":
                 continue
             weights[place.key] = max(weights.get(place.key, 1), place.weight)
         return weights
@@ -623,6 +704,7 @@ class InMemoryConcurrencySlots:
         weight: int = 1,
         copy: str | None = None,
         message: Mapping[str, Any] | None = None,
+        kind: SlotKind = "run",
     ) -> Admission:
         with self._lock:
             now = self._now()
@@ -630,18 +712,18 @@ class InMemoryConcurrencySlots:
             new = own is None
             if own is None:
                 own = self._places[run_id] = _Place(
-                    key=key, state="waiting", queued_at=now, order=len(self._places),
+                    kind=kind, key=key, state="waiting", queued_at=now, order=len(self._places),
                     lease_until=now + WAIT_LEASE_SECONDS, weight=max(1, weight), bound=limit,
                 )  # fmt: skip
             if message is not None and own.state == "waiting":
                 own.message = dict(message)
             live = self._lines(now)
+            line = (own.kind, own.key)
             held_ids = sorted(
-                (rid for rid, p in live.items() if p.key == own.key and p.state == "held"),
+                (rid for rid, p in live.items() if (p.kind, p.key) == line and p.state == "held"),
                 key=lambda rid: (live[rid].queued_at, live[rid].order),
             )
-            branches = is_branch_line(own.key)  # a pack's row counts as its branches (its weight)
-            size = own.weight if branches else 1
+            size = _size(own)  # a pack's row counts as its branches (its weight)
             if own.state == "held":
                 duplicate = copy is not None and own.holder != copy
                 in_flight = sum(_size(live[rid]) for rid in held_ids)
@@ -656,9 +738,10 @@ class InMemoryConcurrencySlots:
             ahead = sum(
                 _size(p)
                 for p in live.values()
-                if p.key == own.key and p.state == "waiting" and (p.queued_at, p.order) < mine
+                if (p.kind, p.key) == line and p.state == "waiting" and (p.queued_at, p.order) < mine
             )
-            share = _share(own.key, fair_slots, self._weights(live)) if fair_slots else None
+            fair = fair_slots if own.kind == "run" else None  # a line of branch slots: its limit alone
+            share = _share(own.kind, own.key, fair, self._weights(live)) if fair else None
             held = sum(_size(live[rid]) for rid in held_ids)
             verdict, bound = _decide(held, ahead + size - 1, limit=limit, share=share, on_limit=on_limit)
             evicted = None
@@ -689,7 +772,7 @@ class InMemoryConcurrencySlots:
             for run_id, message in waiters:
                 if run_id not in self._places:
                     self._places[run_id] = _Place(
-                        key=key, state="waiting", queued_at=now, order=len(self._places),
+                        kind="run", key=key, state="waiting", queued_at=now, order=len(self._places),
                         lease_until=now + PARKED_SECONDS, weight=max(1, weight), bound=limit,
                         message=dict(message),
                     )  # fmt: skip
@@ -700,53 +783,65 @@ class InMemoryConcurrencySlots:
             if place is not None and place.state == "waiting":
                 place.backstop, place.backstop_due = backstop, self._now() + seconds
 
-    def wake(self, *, fair_slots: int | None = None, keys: list[str] | None = None) -> list[Wake]:
+    def wake(
+        self, *, fair_slots: int | None = None, keys: list[str] | None = None, kind: SlotKind = "run"
+    ) -> list[Wake]:
         with self._lock:
             now = self._now()
             live = self._lines(now)
+            every = keys is None or (fair_slots is not None and kind == "run")
             line = sorted(
                 (p.queued_at, p.order, rid)
                 for rid, p in live.items()
                 if p.state == "waiting" and p.message is not None
-                and (fair_slots is not None or keys is None or p.key in keys)
+                and (every or (p.kind == kind and p.key in (keys or ())))
             )  # fmt: skip
             weights = self._weights(live)
             recent = now - WAKE_SECONDS
             woken: list[Wake] = []
-            for key in sorted({live[rid].key for _, _, rid in line}):
-                mine = [rid for _, _, rid in line if live[rid].key == key]
-                held = sum(_size(p) for p in live.values() if p.key == key and p.state == "held")
+            for of_kind, key in sorted({(live[rid].kind, live[rid].key) for _, _, rid in line}):
+                mine = [rid for _, _, rid in line if (live[rid].kind, live[rid].key) == (of_kind, key)]
+                held = sum(
+                    _size(p) for p in live.values() if (p.kind, p.key) == (of_kind, key) and p.state == "held"
+                )
                 coming = sum(_size(live[rid]) for rid in mine if (live[rid].woken_at or -1e18) > recent)
-                bound = effective_limit(live[mine[0]].bound, _share(key, fair_slots, weights))
+                bound = effective_limit(live[mine[0]].bound, _share(of_kind, key, fair_slots, weights))
                 free = min(_free(bound, held, coming), WAKE_BATCH - len(woken))
                 ready = [rid for rid in mine if (live[rid].woken_at or -1e18) <= recent][: max(0, free)]
-                if is_branch_line(key):  # a pack waits for room for all its branches
+                if of_kind == "branch":  # a pack waits for room for all its branches
                     ready = _within(ready, free, lambda rid: _size(live[rid]))
                 for rid in ready:
                     place = live[rid]
                     place.woken_at = now
-                    woken.append(Wake(rid, key, dict(place.message or {})))
+                    woken.append(Wake(rid, key, dict(place.message or {}), of_kind))
             return woken
 
     def release(self, run_id: str, *, waiting: bool = False) -> None:
         with self._lock:
             place = self._places.get(run_id)
             if place is not None and place.state == ("waiting" if waiting else "held"):
-                place.state, place.message = "done", None
+                place.state, place.message, place.lease_until = "done", None, self._now()
 
     def keys_of(self, run_ids: list[str]) -> dict[str, str]:
         with self._lock:
-            return {rid: self._places[rid].key for rid in run_ids if rid in self._places}
+            places = {rid: self._places[rid] for rid in run_ids if rid in self._places}
+            return {rid: place.key for rid, place in places.items() if place.kind == "run"}
 
     def counts(self) -> dict[str, KeyCounts]:
         with self._lock:
             now = self._now()
             found: dict[str, dict[str, int]] = {}
             for rid, place in self._places.items():
-                if is_branch_line(place.key):
-                    continue
-                entry = found.setdefault(place.key, {"waits": 0})
-                entry["waits"] += place.waits
-                live = place.state not in _LIVE_STATES or self._live(place, rid, now)
-                entry[place.state] = entry.get(place.state, 0) + (1 if live else 0)
+                live = 1 if place.state not in _LIVE_STATES or self._live(place, rid, now) else 0
+                _tally(found, place.kind, place.key, place.state, live, live * _size(place), place.waits)
             return {key: KeyCounts(**values) for key, values in found.items()}
+
+    def forget(self, *, before: datetime, dry_run: bool = False) -> int:
+        with self._lock:
+            # ``before`` on this store's clock: as long before now as it is before the wall's now
+            cut = self._now() - (utcnow() - before).total_seconds()
+            old = [rid for rid, place in self._places.items() if place.lease_until < cut]
+            if not dry_run:
+                for rid in old:
+                    del self._places[rid]
+            return len(old)

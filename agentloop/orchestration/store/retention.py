@@ -8,6 +8,13 @@ still open (the batch's summary counts it). With it go its progress events
 questions it asked people (``human_waits``) and its recording (``run_recordings``, keyed by
 the root run); its usage is columns of its run rows. A run still open is never deleted, whatever its age.
 
+Each prune also deletes the concurrency keys' slot rows (``concurrency_slots``) that stopped
+counting before its cut-off: a branch's slot given up when its task ended, a place in line given
+up, a slot or a place whose lease ran out, a refused or cancelled run's row
+(:meth:`~agentloop.orchestration.store.concurrency.SqlConcurrencySlots.forget`, in batches of
+:data:`~agentloop.orchestration.store.concurrency.FORGET_BATCH` rows per transaction). The keys'
+counts of refused and cancelled runs, and of their waits, are then of the rows kept.
+
 A workflow may be pruned while a task of it still writes: a pack of a fail-fast
 workflow whose run ended with a sibling's failure writes its branches'
 checkpoints and events until it sees the end. Those writes are not refused (a
@@ -26,7 +33,7 @@ hourly as ``agentloop.prune_runs`` when ``AGENTLOOP_RUN_RETENTION`` is set;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +64,8 @@ class Pruned:
     waits: int
     dry_run: bool
     recordings: int = 0
+    #: Concurrency slot rows that stopped counting before the cut-off (the module doc).
+    slots: int = 0
     #: The root run ids of the first :data:`SHOWN_IDS` workflows, the oldest first.
     first_ids: tuple[str, ...] = ()
 
@@ -68,6 +77,7 @@ class Pruned:
             "checkpoints": self.checkpoints,
             "waits": self.waits,
             "recordings": self.recordings,
+            "slots": self.slots,
             "dry_run": self.dry_run,
             "first_ids": list(self.first_ids),
         }
@@ -85,10 +95,14 @@ def prune_runs(
     if before.tzinfo is None:
         raise ValueError(f"naive datetime {before!r} given where a timezone-aware one is required")
     if isinstance(store, SqlRunStore):
-        return _prune_sql(store, before, dry_run)
-    if isinstance(store, InMemoryRunStore):
-        return _prune_memory(store, waits, before, dry_run)
-    raise TypeError(f"{type(store).__name__} cannot prune runs: only the SQL store and its memory twin can")
+        pruned = _prune_sql(store, before, dry_run)
+    elif isinstance(store, InMemoryRunStore):
+        pruned = _prune_memory(store, waits, before, dry_run)
+    else:
+        raise TypeError(
+            f"{type(store).__name__} cannot prune runs: only the SQL store and its memory twin can"
+        )
+    return replace(pruned, slots=store.concurrency.forget(before=before, dry_run=dry_run))
 
 
 def _prunable(before: datetime) -> ColumnElement[bool]:

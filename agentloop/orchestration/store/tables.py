@@ -9,7 +9,8 @@ on PostgreSQL; nothing is ever pickled):
 ``checkpoints``  the latest checkpoint of each loop, one row per (run, path)
 ``human_waits``  the questions a run asked a person, one row per (run, path, key)
 ``concurrency_slots`` each keyed run's place under its concurrency key: waiting, holding a slot,
-                 refused or cancelled to make room (``concurrency.py``), one row per root run
+                 refused or cancelled to make room (``concurrency.py``), one row per root run,
+                 and each branch task's place in its key's branch slots (``kind`` 'branch')
 ``run_recordings`` what a recorded run's steps got (model turns, tool results, answers, cache
                  hits), one row per place (root run, path, iteration, kind, seq)
 
@@ -218,13 +219,18 @@ under the root run id (migration 0008)."""
 concurrency_slots = Table(
     "concurrency_slots",
     metadata,
+    # A root run's id, or a branch's slot's name (``concurrency.branch_holder``: run id and path).
     Column("run_id", String(255), primary_key=True),
+    # "run" (a root run's place) or "branch" (a branch task's, in its key's line of branch
+    # slots): a key has a line of each kind (migration 0016).
+    Column("kind", String(16), nullable=False, default="run", server_default="run"),
     Column("key", String(255), nullable=False),
-    # "waiting", "held", "refused" or "evicted" (cancelled to make room)
+    # "waiting", "held", "refused", "evicted" (cancelled to make room) or "done" (given up)
     Column("state", String(16), nullable=False),
     Column("queued_at", UtcDateTime(), nullable=False, default=utcnow),
     # A slot or a place in line counts only until then: a run whose worker and message are gone
-    # gives it up without anyone releasing it (migration 0013).
+    # gives it up without anyone releasing it (migration 0013). A row given up ("done") holds
+    # when it was; retention deletes the rows whose lease ended long ago (migration 0016).
     Column("lease_until", UtcDateTime(), nullable=False),
     Column("waits", Integer, nullable=False, default=0, server_default="0"),
     # The key's weight in the fair share and its runnable's limit, as the run declared them: what
@@ -239,6 +245,7 @@ concurrency_slots = Table(
     Column("holder", String(64), nullable=True),
     Column("backstop", String(64), nullable=True),
     Column("backstop_due", UtcDateTime(), nullable=True),
-    Index("ix_concurrency_slots_key_state_queued_at", "key", "state", "queued_at"),
+    Index("ix_concurrency_slots_kind_key_state_queued_at", "kind", "key", "state", "queued_at"),
+    Index("ix_concurrency_slots_lease_until", "lease_until"),
 )
 """A keyed run's place under its key (``concurrency.py``): what the limits and fair shares count."""

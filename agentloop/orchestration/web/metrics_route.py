@@ -35,13 +35,14 @@ __all__ = ["WebMetrics", "key_states", "metrics_routes"]
 
 
 def key_states(store: RunStore) -> dict[str, dict[str, int]]:
-    """Each concurrency key's runs by state, from the run store's slots (none without them)."""
+    """Each concurrency key's runs by state, and its branches (``branches_in_flight``,
+    ``branches_waiting``), from the run store's slots (none without them)."""
     slots = getattr(store, "concurrency", None)
     if slots is None:
         return {}
     return {
         key: {"in_flight": c.held, "waiting": c.waiting, "refused": c.refused, "evicted": c.evicted,
-              "waits": c.waits}
+              "waits": c.waits, "branches_in_flight": c.branches_held, "branches_waiting": c.branches_waiting}
         for key, c in slots.counts().items()
     }  # fmt: skip
 
