@@ -334,6 +334,34 @@ def test_usage_that_could_not_be_written_is_kept_and_a_failed_task_s_write_never
     assert store.get_run("r").input_tokens == 5  # type: ignore[union-attr]
 
 
+def test_a_checkpoint_carries_the_usage_not_written_yet_and_a_failed_one_keeps_it() -> None:
+    """A run without a budget buffers its usage: each checkpoint writes it with itself, so a process
+    killed after a checkpoint has counted every call before it; a checkpoint that fails keeps it."""
+    store = ReadCountingStore()
+    store.create_run(run_id="r", runnable="x", input=None)
+    meter = StoreUsageMeter(store, "r", interval=60)
+    checkpointer = StoreCheckpointer(store, "r", meter=meter)
+    meter.record(Usage(input_tokens=5, output_tokens=11))
+    checkpointer.save(path="", iteration=1, state={"n": 1})
+    assert store.additions == 0  # no write of its own: it went with the checkpoint
+    assert (store.get_run("r").input_tokens, store.get_run("r").output_tokens) == (5, 11)  # type: ignore[union-attr]
+
+    meter.record(Usage(input_tokens=5, output_tokens=11))
+    down = StoreUnavailableError("the database is away", seconds=1)
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise down
+
+    store.save_checkpoints = failing  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailableError):
+        checkpointer.save(path="", iteration=2, state={"n": 2})
+    del store.save_checkpoints
+    checkpointer.save(path="", iteration=2, state={"n": 2})
+    assert store.get_run("r").input_tokens == 10  # type: ignore[union-attr]
+    checkpointer.save(path="", iteration=3, state={"n": 3})  # nothing buffered: the checkpoint alone
+    assert store.get_run("r").input_tokens == 10 and meter.take() == Usage()  # type: ignore[union-attr]
+
+
 def test_a_budgeted_run_is_still_read_and_written_at_every_call() -> None:
     store = ReadCountingStore()
     store.create_run(run_id="r", runnable="x", input=None, token_budget=1000)

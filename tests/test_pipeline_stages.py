@@ -17,7 +17,7 @@ from test_canvas_shapes import FakeTask, Replaced, shape
 from test_packing_rule import apps as apps_of_each_setting  # noqa: F401  (the fixture "apps")
 
 from agentloop import BaseAgentLoop, BaseAgentPipeline, BaseCompositeAgent, Branch, step
-from agentloop.orchestration.celery_adapter.canvas import continue_stages, pipeline_stages
+from agentloop.orchestration.celery_adapter.canvas import continue_stages, continue_with, pipeline_stages
 from agentloop.orchestration.celery_adapter.pack_policy import stage_plan
 from agentloop.orchestration.packing.rule import why_not_joined
 from agentloop.orchestration.registry import RunnableRegistry
@@ -189,8 +189,10 @@ class BrokerAway(FakeTask):
     def __init__(self, app: Any, away: int) -> None:
         super().__init__(app)
         self.away = away
+        self.sent: list[Any] = []  # each canvas it was asked to send
 
     def replace(self, canvas: Any) -> Replaced:
+        self.sent.append(canvas)
         if self.away:
             self.away -= 1
             raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
@@ -215,6 +217,21 @@ def test_the_stages_left_are_sent_again_while_the_broker_is_away_as_a_chains_nex
     finally:
         gone.app.conf.task_publish_retry_policy = policy
     assert gone.away == 10_000 - 3
+
+
+def test_an_expansion_is_sent_again_while_the_broker_is_away_afresh_each_time(apps: dict[str, Any]) -> None:
+    """``continue_with`` shares the retry: a composite's or a pipeline's task that expands during a
+    Redis restart carries its run on (tests/integration/test_redis_outage_mid_pipeline.py), each
+    try with a canvas of its own (``Task.replace`` links and freezes the one it is given)."""
+    inner = ChainStages(node=NODE, input=2, stages=1, carries_input=False)
+    left = StagesLeft(node=NODE, previous=None, index=3, count=2, expanded=inner)
+    with pytest.raises(Replaced) as calm:
+        continue_stages(FakeTask(apps["default"]), left)
+    task = BrokerAway(apps["default"], away=2)
+    with pytest.raises(Replaced) as stormy:
+        continue_with(task, inner, then=apps["default"].signature(STAGES, args=(NODE.to_dict(), 3, 2, None)))
+    assert task.away == 0 and shape(stormy.value.canvas) == shape(calm.value.canvas)
+    assert len(task.sent) == 3 and len({id(canvas) for canvas in task.sent}) == 3
 
 
 # ----- the engine --------------------------------------------------------------------------------------

@@ -197,21 +197,45 @@ def _wait_calls(rig: FaultRig, since: int, count: int, timeout: float = 60.0) ->
         time.sleep(0.05)
 
 
+def _branch_path(shape: str, branch: str) -> str:
+    """Where the store records branch ``branch`` of a cell of ``shape``: a run of one loop (each of a
+    batch's runs too) at ``""``, a composite's branch at ``branch/<key>``, a pipeline's stage at
+    ``pipeline/<index>`` (``tests/workflows/matrix.py``)."""
+    if shape in ("task", "batch"):
+        return ""
+    if shape in ("fan", "pack"):
+        return f"branch/{branch}"
+    if shape in ("stage", "stages"):
+        return f"pipeline/{branch}"
+    raise ValueError(f"no branch path for a {shape!r} cell")
+
+
 def _branch_records(
-    rig: FaultRig, runs: dict[str, str], expected: dict[tuple[str, str], int]
+    rig: FaultRig,
+    shape: str,
+    runs: dict[str, str],
+    expected: dict[tuple[str, str], int],
+    *,
+    ended: bool = False,
 ) -> dict[tuple[str, str], tuple[bool, int]]:
-    """Per branch: whether the store holds it finished, and its checkpoint's iteration."""
+    """Per branch: whether the store holds it finished, and its checkpoint's iteration, read at the
+    path the cell's ``shape`` records it (:func:`_branch_path`).
+
+    ``ended``: the runs have ended; a succeeded run's branch that is not found finished there is a
+    :class:`LookupError` (raised, not a violation: the lookup is wrong, and the repeated-call check
+    it feeds would check nothing)."""
     found = {}
     for (tag, branch), _ in expected.items():
-        run_id = runs[tag]
-        paths = ["", f"branch/{branch}", f"stage/{branch}"]
-        best = (False, 0)
-        for path in paths:
-            finished, _, checkpoint = rig.store.loop_record(run_id, path)
-            if finished or checkpoint:
-                best = (finished, checkpoint[0] if checkpoint else 0)
-                break
-        found[(tag, branch)] = best
+        run_id, path = runs[tag], _branch_path(shape, branch)
+        finished, _, checkpoint = rig.store.loop_record(run_id, path)
+        found[(tag, branch)] = (finished, checkpoint[0] if checkpoint else 0)
+        if ended and not finished:
+            record = rig.store.get_run(run_id)
+            if record is not None and record.status == "succeeded":
+                raise LookupError(
+                    f"run {tag} ({run_id}) succeeded, but the store holds no finished loop at "
+                    f"{path!r} for its branch {branch}: the {shape} cell looks in the wrong place"
+                )
     return found
 
 
@@ -371,17 +395,19 @@ def run_cell(rig: FaultRig, cell: Cell, *, bound: float = 120.0) -> CellResult:
     if cell.fault not in ("none", "budget", "reconnect"):
         _wait_calls(rig, since, 4)
         strike_at = len(rig.model.requests)
-        before = _branch_records(rig, runs, expected)
+        before = _branch_records(rig, cell.shape, runs, expected)
         after = _strike(rig, cell)
     if cell.fault == "duplicate":  # the copies arrive once their twins' branches have finished
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(
-            f for f, _ in _branch_records(rig, runs, expected).values()
+            f for f, _ in _branch_records(rig, cell.shape, runs, expected).values()
         ):
             time.sleep(0.05)
-        before, strike_at = _branch_records(rig, runs, expected), len(rig.model.requests)
+        before, strike_at = _branch_records(rig, cell.shape, runs, expected), len(rig.model.requests)
         after()
     _settle(rig, list(runs.values()), bound)
+    if not budget:  # every succeeded run's branches are found where the lookup reads them
+        _branch_records(rig, cell.shape, runs, expected, ended=True)
     calls = inv.calls_seen(rig, since, TOKENS)
     seen = [inv.run_seen(rig, run_id, tag) for tag, run_id in runs.items()]
     result.violations = inv.all_checks(

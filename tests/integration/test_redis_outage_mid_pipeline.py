@@ -4,6 +4,10 @@ finishes during it, and the run goes on once Redis is back, with no wait for the
 Before (issue 21, item 3): the publish of the chain's next task gave up after about 1 s and failed
 the run with ``OperationalError``, or the worker cancelled the running stage on the lost connection
 and its message came back only after the visibility timeout (1,260 s by default).
+
+The same outage while a composite's task replaces itself with the chord of its branches: the run
+ends with every branch, each run once. Before, ``Task.replace`` gave up at once there (the retry
+was the joined stages' alone): the task failed with ``OperationalError``, and the run with it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,14 +48,17 @@ def _wait_for(path: Path, *, timeout: float) -> None:
         time.sleep(0.02)
 
 
-def test_a_stage_that_finishes_during_a_redis_outage_carries_its_run_on(
-    restartable_redis: RedisServer, tmp_path: Path
-) -> None:
-    database_url, log = f"sqlite:///{tmp_path / 'runs.sqlite3'}", tmp_path / "iterations.log"
-    ready, go = tmp_path / "ready", tmp_path / "go"
+def _through_an_outage(
+    redis: RedisServer, folder: Path, runnable: str, input: Any
+) -> tuple[RunRecord | None, list[list[str]], str]:
+    """Launch ``runnable`` on a real worker; once it wrote the file ``ready`` (context), stop Redis
+    and write ``go``, then start Redis again 5 s later: the run's record once it ended, the lines
+    its steps logged, and the worker's log."""
+    database_url, log = f"sqlite:///{folder / 'runs.sqlite3'}", folder / "iterations.log"
+    ready, go = folder / "ready", folder / "go"
     store, _ = open_store(database_url)
     env = {"DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
-    url = restartable_redis.url
+    url = redis.url
     try:
         with run_worker_process(
             broker_url=url,
@@ -62,24 +70,52 @@ def test_a_stage_that_finishes_during_a_redis_outage_carries_its_run_on(
             app = create_app(overrides={"broker_url": url, "result_backend": url})
             run_id = f"run-{uuid.uuid4().hex}"
             context = {"step_seconds": 0.01, "log": str(log), "ready": str(ready), "go": str(go)}
-            app.send_task(
-                LAUNCH, kwargs={"runnable": "durable.waits_then_counts", "input": 3, "context": context},
-                task_id=run_id,
-            )  # fmt: skip
+            launch = {"runnable": runnable, "input": input, "context": context}
+            app.send_task(LAUNCH, kwargs=launch, task_id=run_id)
             _wait_for(ready, timeout=60)
-            restartable_redis.stop()
-            go.touch()  # the first stage ends now, while Redis is away
+            redis.stop()
+            go.touch()  # the step waiting for it ends now, while Redis is away
             time.sleep(OUTAGE_SECONDS)
-            restartable_redis.start()
+            redis.start()
             app.close()
 
             record = _ended(store, run_id, timeout=90)
-            assert record is not None and (record.status, record.output, record.error) == (
-                "succeeded",
-                {"counted": 3},
-                None,
-            ), worker.log_text()[-3000:]
-            assert log.read_text().split()[::2] == ["0", "1", "2"]  # the second stage's steps, once each
             assert worker.is_alive()
+            lines = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+            return record, lines, worker.log_text()[-3000:]
     finally:
         store.engine.dispose()
+
+
+def test_a_stage_that_finishes_during_a_redis_outage_carries_its_run_on(
+    restartable_redis: RedisServer, tmp_path: Path
+) -> None:
+    record, lines, worker_log = _through_an_outage(
+        restartable_redis, tmp_path, "durable.waits_then_counts", 3
+    )
+
+    assert record is not None and (record.status, record.output, record.error) == (
+        "succeeded",
+        {"counted": 3},
+        None,
+    ), worker_log
+    assert [line[0] for line in lines] == ["0", "1", "2"]  # the second stage's steps, once each
+
+
+@pytest.mark.parametrize("width", [1, 3], ids=["chain", "chord"])
+def test_a_composite_that_expands_during_a_redis_outage_runs_every_branch_once(
+    restartable_redis: RedisServer, tmp_path: Path, width: int
+) -> None:
+    goal = 2
+    record, lines, worker_log = _through_an_outage(
+        restartable_redis, tmp_path, "durable.waits_then_fans", {"width": width, "goal": goal}
+    )
+
+    assert record is not None and (record.status, record.output, record.error) == (
+        "succeeded",
+        [{"counted": goal}] * width,
+        None,
+    ), worker_log
+    # every branch's every step, once each: none lost, none run twice
+    ran = sorted((key, int(iteration)) for key, iteration, _ in lines)
+    assert ran == [(str(key), step) for key in range(width) for step in range(goal)]

@@ -41,11 +41,12 @@ class CountingStore(InMemoryRunStore):
         checkpoints: Sequence[tuple[str, int, Any]],
         *,
         events: Sequence[Mapping[str, Any]] = (),
+        **usage: int,
     ) -> None:
         self.calls.append(("save_checkpoints", len(checkpoints)))
         if self.failing:
             raise StoreUnavailableError("the database is away", seconds=0.0)
-        super().save_checkpoints(run_id, checkpoints, events=events)
+        super().save_checkpoints(run_id, checkpoints, events=events, **usage)
 
     def finish_loops(
         self,
@@ -165,6 +166,46 @@ def test_events_taken_for_a_checkpoint_that_failed_go_back_to_the_buffer(offload
     assert buffer.pending == [_event("b/0", 1)]
 
 
+class UsageBuffer:
+    """A pack's meter as PackWrites sees it."""
+
+    def __init__(self, pending: Usage) -> None:
+        self.pending = pending
+
+    def take(self) -> Usage:
+        taken, self.pending = self.pending, Usage()
+        return taken
+
+    def keep(self, usage: Usage) -> None:
+        self.pending = usage + self.pending
+
+
+@pytest.mark.parametrize("offload", OFFLOADS, ids=["on-the-loop", "in-a-thread"])
+def test_a_checkpoint_is_written_with_the_usage_of_the_calls_before_it_and_a_failed_one_keeps_it(
+    offload: Any,
+) -> None:
+    """A worker killed after a pack's checkpoint has counted every model call before it (the
+    pack's usage was buffered for a second: the usage of the calls a resumed branch does not
+    make again was lost)."""
+    store = CountingStore()
+    store.create_run(run_id="r", runnable="fan", input=None)
+    usage = UsageBuffer(Usage(input_tokens=5, output_tokens=11))
+
+    async def pack() -> None:
+        writes = PackWrites(store, "r", usage=usage, offload=offload)
+        await writes.checkpoint("b/0", 1, {"n": 1})
+
+    asyncio.run(pack())
+    record = store.get_run("r")
+    assert record is not None and (record.input_tokens, record.output_tokens) == (5, 11)
+    assert store.calls == [("save_checkpoints", 1)] and usage.pending == Usage()
+
+    store.failing, usage.pending = True, Usage(input_tokens=7)
+    with pytest.raises(StoreUnavailableError):
+        asyncio.run(pack())
+    assert usage.pending == Usage(input_tokens=7)
+
+
 class _Counting(BaseAgentLoop):
     """Three iterations of one awaited wait each."""
 
@@ -198,8 +239,9 @@ class CheckpointWatch(InMemoryRunStore):
         checkpoints: Sequence[tuple[str, int, Any]],
         *,
         events: Sequence[Mapping[str, Any]] = (),
+        **usage: int,
     ) -> None:
-        super().save_checkpoints(run_id, checkpoints, events=events)
+        super().save_checkpoints(run_id, checkpoints, events=events, **usage)
         stored = {(e["path"], e["iteration"]) for _, e in self.events(run_id)}
         self.checkpoints += len(checkpoints)
         self.missing += [(path, n) for path, iteration, _ in checkpoints for n in range(iteration + 1)

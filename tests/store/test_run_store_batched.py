@@ -54,6 +54,32 @@ def test_a_packs_checkpoints_are_saved_together_and_a_finished_loop_keeps_its_re
     assert run_store.loop_record("r", "done") == (True, "kept", None)
 
 
+def test_checkpoints_are_saved_with_the_usage_of_the_calls_before_them(run_store: RunStore) -> None:
+    """The usage a task has not written yet goes with its checkpoints, in the same step: a process
+    killed after a checkpoint has counted every model call before it (with events, or a
+    ``failed`` one: PostgreSQL's statement, and its transaction)."""
+    run_store.create_run(run_id="r", runnable="L", input=None)
+    run_store.save_checkpoints("r", [("a", 1, {"n": 1})], input_tokens=5, output_tokens=11)
+    run_store.save_checkpoints(
+        "r",
+        [("a", 2, {"n": 2}), ("b", 1, {"n": 1})],
+        events=[event("a", 1)],
+        input_tokens=10,
+        output_tokens=22,
+    )
+    failed = {**event("b", 1), "status": "failed"}
+    run_store.save_checkpoints("r", [("b", 2, {"n": 2})], events=[failed], input_tokens=5, output_tokens=11)
+    run_store.save_checkpoints("r", [], input_tokens=1, output_tokens=0)  # usage alone
+    run_store.save_checkpoints("elsewhere", [("a", 1, None)], input_tokens=5, output_tokens=11)  # no run
+
+    record = run_store.get_run("r")
+    assert record is not None and (record.input_tokens, record.output_tokens) == (21, 44)
+    assert run_store.loop_record("r", "a") == (False, None, (2, {"n": 2}))
+    assert run_store.loop_record("r", "b") == (False, None, (2, {"n": 2}))
+    with pytest.raises(ValueError, match="input_tokens"):
+        run_store.save_checkpoints("r", [("a", 3, None)], input_tokens=-1)
+
+
 def test_a_packs_results_are_recorded_together_and_each_first_result_stands(run_store: RunStore) -> None:
     run_store.create_run(run_id="r", runnable="fan", input=None)
     run_store.save_checkpoint("r", "a", 2, {"n": 2})

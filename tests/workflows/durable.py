@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from agentloop.actions import Usage, check_budget, report_usage
 from agentloop.loops import BaseAgentLoop
 from agentloop.orchestration.registry import register
-from agentloop.pipelines import BaseAgentPipeline
+from agentloop.pipelines import BaseAgentPipeline, BaseCompositeAgent, Branch
 
 
 class SlowCount(BaseAgentLoop):
@@ -101,6 +101,45 @@ class WaitsThenCounts(BaseAgentPipeline):
 
 
 register("durable.waits_then_counts", WaitsThenCounts)
+
+
+class KeyedCount(SlowCount):
+    """Counts to ``input["goal"]``; every iteration appends ``<key> <iteration> <pid>`` to the
+    file named in the context, so a test can see which branch ran which iteration."""
+
+    def create_initial_state(self, *, input: Any) -> Any:
+        return {"key": input["key"], "goal": input["goal"], "n": 0}
+
+    def advance_state(self, *, state: Any, iteration: int) -> Any:
+        with open(self.context["log"], "a") as handle:
+            handle.write(f"{state['key']} {iteration} {os.getpid()}\n")
+        return {**state, "n": state["n"] + 1}
+
+
+class WaitsThenFans(BaseCompositeAgent):
+    """Writes the file ``ready`` (context) as it builds its branches, and waits for the file ``go``
+    before it returns them: ``input["width"]`` :class:`KeyedCount` branches of ``input["goal"]``,
+    one task each (the chord its task replaces itself with, once ``go`` exists)."""
+
+    max_concurrency = None
+    pack_size = 1
+    branch_runnables = (KeyedCount,)
+
+    def build_branches(self, *, input: Any) -> list[Branch]:
+        _touch(self.context["ready"])
+        while not _exists(self.context["go"]):
+            time.sleep(0.02)
+        return [
+            Branch(runnable=KeyedCount, input={"key": str(i), "goal": input["goal"]}, key=str(i))
+            for i in range(input["width"])
+        ]
+
+    def merge_results(self, *, results: Any, input: Any) -> Any:
+        return [result.output for result in results]
+
+
+register("durable.keyed_count", KeyedCount)
+register("durable.waits_then_fans", WaitsThenFans)
 
 
 class CountState(BaseModel):

@@ -37,7 +37,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from celery import Signature, Task, chain, chord
 from kombu.exceptions import OperationalError
@@ -82,14 +82,38 @@ def continue_with(task: Task, outcome: Outcome, then: Signature | None = None) -
         return outcome.value
     if isinstance(outcome, BranchFailure):
         return outcome.to_wire()  # travels on to the composite that collects it
-    tail = [then] if then is not None else []
-    if isinstance(outcome, ChainStages):
-        canvas = chain(*pipeline_stages(task, outcome), *tail)
-    else:
-        canvas = chain(fan_out(task, outcome), *tail)
+
+    def build() -> Signature:
+        tail = [then.clone()] if then is not None else []
+        if isinstance(outcome, ChainStages):
+            return chain(*pipeline_stages(task, outcome), *tail)
+        return chain(fan_out(task, outcome), *tail)
+
+    canvas = build()
     sendable(task, check_canvas, canvas)  # a message the workers' edge would refuse fails the run here
-    with unwatched_results(task.app):  # this process never waits on the canvas's results
-        raise task.replace(canvas)
+    replace_with(task, canvas, build)
+
+
+def replace_with(task: Task, canvas: Signature, build: Callable[[], Signature]) -> NoReturn:
+    """Replace ``task`` with ``canvas``, sent again while the broker is away.
+
+    ``Task.replace``'s publish gives up at once on a broker that is away (kombu raises from the
+    producer's channel), where a chain's next message is retried (``config.PUBLISH_RETRY_POLICY``);
+    it is retried here the same way, so a task that ends during a broker restart carries its run
+    on (the message it was delivered in is acknowledged only once the canvas is sent). Each retry
+    sends a canvas ``build`` makes afresh: ``Task.replace`` changes the one it is given (it links
+    and freezes it). This process never waits on the canvas's results."""
+    policy = task.app.conf.task_publish_retry_policy or {}
+    for attempt in itertools.count():
+        try:
+            with unwatched_results(task.app):
+                raise task.replace(canvas if attempt == 0 else build())
+        except OperationalError:
+            if attempt >= int(policy.get("max_retries", 3)):
+                raise
+            start, step = float(policy.get("interval_start", 0)), float(policy.get("interval_step", 0.2))
+            time.sleep(min(start + step * attempt, float(policy.get("interval_max", 1.0))))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def sendable(task: Task, check: Callable[..., None], *args: Any) -> None:
@@ -150,22 +174,13 @@ def continue_stages(task: Task, outcome: Outcome | StagesLeft) -> Any:
         return continue_with(task, outcome.expanded, then=rest)
     sendable(task, check_output, outcome.previous, task.name)
     args = (outcome.previous, node, outcome.index, outcome.count, outcome.input)
-    sendable(task, check_canvas, app.signature(STAGES, args=args, immutable=True))
-    policy = app.conf.task_publish_retry_policy or {}
-    for attempt in itertools.count():
-        try:
-            with unwatched_results(app):  # this process never waits on the rest's result
-                raise task.replace(app.signature(STAGES, args=args, immutable=True))
-        except OperationalError:
-            # The broker is away: Task.replace's publish gives up at once where a chain's next
-            # message is retried (``config.PUBLISH_RETRY_POLICY``); retried the same way here, so
-            # a stage that ends during a broker restart carries its run on (the message this
-            # task was delivered in is acknowledged only once the rest is sent).
-            if attempt >= int(policy.get("max_retries", 3)):
-                raise
-            start, step = float(policy.get("interval_start", 0)), float(policy.get("interval_step", 0.2))
-            time.sleep(min(start + step * attempt, float(policy.get("interval_max", 1.0))))
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    def build() -> Signature:
+        return app.signature(STAGES, args=args, immutable=True)
+
+    canvas = build()
+    sendable(task, check_canvas, canvas)
+    replace_with(task, canvas, build)
 
 
 def fan_out(task: Task, outcome: FanOut) -> Signature:
@@ -282,17 +297,19 @@ def continue_pack(task: Task, outcomes: list[Outcome | LeavesPack], collected: l
     if not leaving:
         return result
     app, places = task.app, [place for place, _ in leaving]
-    alone = [
-        app.signature(LANE, args=([], branch.node.to_dict(), branch.input), immutable=True)
-        for _, branch in leaving
-    ]
-    if len(alone) == 1:
-        canvas = chain(alone[0], app.signature(PACK_COLLECT, args=(result, places, True)))
-    else:
-        canvas = chord(alone, app.signature(PACK_COLLECT, args=(result, places)))
+
+    def build() -> Signature:
+        alone = [
+            app.signature(LANE, args=([], branch.node.to_dict(), branch.input), immutable=True)
+            for _, branch in leaving
+        ]
+        if len(alone) == 1:
+            return chain(alone[0], app.signature(PACK_COLLECT, args=(result, places, True)))
+        return chord(alone, app.signature(PACK_COLLECT, args=(result, places)))
+
+    canvas = build()
     sendable(task, check_canvas, canvas)
-    with unwatched_results(app):
-        raise task.replace(canvas)
+    replace_with(task, canvas, build)
 
 
 def fill_places(lanes: list[list[Any]], result: list[Any], places: list[int]) -> list[Any]:

@@ -185,6 +185,7 @@ class WorkflowEngine:
         degradation: DegradationRecorder | None = None,
         writes: PackWrites | None = None,
         publisher: ProgressPublisher | None = None,
+        meter: StoreUsageMeter | None = None,
     ) -> RunScope:
         return RunScope(
             run_id=node.run_id,
@@ -205,6 +206,7 @@ class WorkflowEngine:
                 loaded={node.path: checkpoint},
                 writes=writes,
                 before_save=None if publisher is None else publisher.flush,
+                meter=None if writes is not None else meter,  # a pack's goes with its writes
             ),
         )
 
@@ -287,7 +289,7 @@ class WorkflowEngine:
         meter = StoreUsageMeter(self.store, nodes[0].run_id, interval=self.events_interval)
         with pack_threads() as threads:  # each task keeps the pack's threads
             # the pack's writes go to the store from a thread: the loop runs on meanwhile
-            writes = PackWrites(self.store, nodes[0].run_id, events=publisher, offload=threads)
+            writes = PackWrites(self.store, nodes[0].run_id, events=publisher, usage=meter, offload=threads)
             tasks = [
                 asyncio.ensure_future(
                     self.start(
@@ -406,11 +408,16 @@ class WorkflowEngine:
             return await self.fail(node, _past_limit(node, deliveries, self.delivery_limit))
         # Model failures the loop survives become events of this task (loops/run_outcome.py).
         degradations = DegradationRecorder(run_id=node.run_id, on_progress=publisher)
-        scope = self.scope(
-            node, checkpoint=checkpoint, degradation=degradations, writes=writes, publisher=publisher
-        )
         if meter is None:
             meter = StoreUsageMeter(self.store, node.run_id, interval=self.events_interval)
+        scope = self.scope(
+            node,
+            checkpoint=checkpoint,
+            degradation=degradations,
+            writes=writes,
+            publisher=publisher,
+            meter=meter,
+        )
         began = time.perf_counter()
         try:
             with use_scope(scope), use_meter(meter):

@@ -17,7 +17,7 @@ A store gives the primitives, each one atomic step on its storage, taking checke
 - counters and cancel flags: ``_add_counts(run_id, counts)``, ``_request_cancel(run_id)``,
   ``_is_cancel_requested(run_id)``;
 - events: ``_append_events(root_run_id, rows)``, ``_events(query)`` (an :class:`EventQuery`);
-- loops: ``_save_checkpoints(run_id, rows, events)``, ``_loop_records(run_id, paths)``,
+- loops: ``_save_checkpoints(run_id, rows, events, tokens)``, ``_loop_records(run_id, paths)``,
   ``_start_loops(run_id, paths)``, ``_finish_loops(ends)`` (a :class:`LoopEnds`).
 
 Three more have a default made of the ones above, which a store may replace with a cheaper
@@ -442,15 +442,18 @@ class RunStoreBase:
         checkpoints: Sequence[tuple[str, int, JsonValue]],
         *,
         events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
     ) -> None:
         """:meth:`save_checkpoint` for each ``(path, iteration, state)`` with ``events`` appended
-        first, at once."""
+        first and the tokens added to the run's usage, at once."""
         rows = [
             loop_row(run_id, path, checkpoint=(iteration, state)) for path, iteration, state in checkpoints
         ]
         batch = event_rows(run_id, events)
-        if rows or batch:
-            self._save_checkpoints(run_id, rows, batch)
+        tokens = _tokens(input_tokens, output_tokens)
+        if rows or batch or any(tokens.values()):
+            self._save_checkpoints(run_id, rows, batch, tokens)
 
     def loop_record(self, run_id: str, path: str) -> LoopRecord:
         """Whether the loop at ``path`` finished, its result and its latest checkpoint, in one read."""
@@ -593,14 +596,16 @@ class RunStoreBase:
         """The events ``query`` asks for, ``(id, payload)``, oldest first (payloads the caller may keep)."""
         raise NotImplementedError
 
-    def _save_checkpoints(self, run_id: str, rows: Rows, events: Rows) -> None:
-        """Append ``events`` (each level failing once), then replace each loop's checkpoint with its
-        row and set its deliveries back to 0, unless the loop finished: one step."""
+    def _save_checkpoints(self, run_id: str, rows: Rows, events: Rows, tokens: dict[str, int]) -> None:
+        """Append ``events`` (each level failing once), add ``tokens`` (``{"input_tokens",
+        "output_tokens"}``, checked) to the run's usage (none to an unknown run), then replace each
+        loop's checkpoint with its row and set its deliveries back to 0, unless the loop finished:
+        one step."""
         raise NotImplementedError
 
     def _save_checkpoint(self, row: dict[str, Any]) -> None:
         """One loop's checkpoint (by default :meth:`_save_checkpoints` of the one row)."""
-        self._save_checkpoints(row["run_id"], [row], [])
+        self._save_checkpoints(row["run_id"], [row], [], _tokens(0, 0))
 
     def _loop_records(self, run_id: str, paths: Sequence[str]) -> list[LoopRecord]:
         """The record of each loop at ``paths``, in their order, in one read."""

@@ -258,7 +258,7 @@ events under their root run and the pack's token usage, as one statement: one ro
 one short statement text, where a multi-row ``VALUES`` is a statement as long as the pack."""
 
 PG_SAVE_CHECKPOINTS: TextClause = text(
-    f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT})
+    f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT}), {_PG_USAGE}
 INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
 SELECT :run_id, saved.value ->> 'path', CAST(saved.value ->> 'iteration' AS INTEGER),
        NULLIF(saved.value -> 'state', 'null'::jsonb), false, NULL, :updated_at
@@ -272,10 +272,13 @@ WHERE checkpoints.finished IS false"""
     bindparam("run_id", type_=String()),
     bindparam("checkpoints", type_=postgresql.JSONB()),
     bindparam("updated_at", type_=UtcDateTime()),
+    bindparam("input_tokens", type_=BigInteger()),
+    bindparam("output_tokens", type_=BigInteger()),
 )
 """Several loops' checkpoints (``checkpoints``: ``[{"path", "iteration", "state"}, ...]``, each
-path once) and the events emitted before them (:func:`pg_event_batch`), in one statement; a
-finished loop's record stays as it ended."""
+path once), the events emitted before them (:func:`pg_event_batch`) and the usage of the model
+calls before them (the two token counts), in one statement; a finished loop's record stays as it
+ended."""
 
 
 def pg_event_batch(root_run_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:

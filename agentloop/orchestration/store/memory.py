@@ -266,9 +266,12 @@ class InMemoryRunStore(BulkRunStoreBase):
         self._runs[record.id] = record
         return record
 
-    def _save_checkpoints(self, run_id: str, rows: Rows, events: Rows) -> None:
+    def _save_checkpoints(self, run_id: str, rows: Rows, events: Rows, tokens: dict[str, int]) -> None:
         with self._lock:
             self._append_failing_once(run_id, events)
+            run = self._runs.get(run_id)
+            if run is not None and any(tokens.values()):
+                self._with_counts(run, tokens)
             for row in rows:
                 checkpoint = self._checkpoints.setdefault((run_id, row["path"]), _Checkpoint())
                 if not checkpoint.finished:

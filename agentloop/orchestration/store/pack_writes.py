@@ -7,7 +7,8 @@ Instead each loop hands its write here and awaits it: the writes that fall due w
 loop runs one round are written together when that round ends, one statement for the
 checkpoints with the progress events the pack emitted before them
 (:meth:`~agentloop.orchestration.store.RunStore.save_checkpoints`: a process killed after a
-checkpoint has stored every event up to it, and a resumption emits the later ones again) and one
+checkpoint has stored every event up to it, and a resumption emits the later ones again, and the
+usage of the model calls before them, not written yet: a checkpoint never stands without it) and one
 transaction for the results with their events and usage
 (:meth:`~agentloop.orchestration.store.RunStore.finish_loops`). A loop goes on only once its own
 write is recorded, so it is as durable as writing alone; a failed write fails each loop that
@@ -27,10 +28,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agentloop.actions.usage import Usage
 from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import RunStore
 
-__all__ = ["EventBuffer", "PackWrites"]
+__all__ = ["EventBuffer", "PackWrites", "UsageBuffer"]
 
 
 class EventBuffer(Protocol):
@@ -42,6 +44,18 @@ class EventBuffer(Protocol):
 
     def give_back(self, events: list[dict[str, Any]]) -> None:
         """Put events taken but not written back at the buffer's head."""
+        ...
+
+
+class UsageBuffer(Protocol):
+    """Where a pack's token usage waits to be written (the pack's ``StoreUsageMeter``)."""
+
+    def take(self) -> Usage:
+        """The usage not written yet, which leaves the buffer."""
+        ...
+
+    def keep(self, usage: Usage) -> None:
+        """Put usage taken but not written back in the buffer."""
         ...
 
 
@@ -73,9 +87,11 @@ class PackWrites:
         run_id: str,
         *,
         events: EventBuffer | None = None,
+        usage: UsageBuffer | None = None,
         offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     ) -> None:
         self.store, self.run_id, self.events, self.offload = store, run_id, events, offload
+        self.usage = usage
         self._checkpoints: list[_Checkpoint] = []
         self._results: list[_Result] = []
         self._due = False
@@ -135,12 +151,11 @@ class PackWrites:
             await asyncio.wait([previous])  # one write at a time, in the order they fell due
         if checkpoints:
             rows = [(c.path, c.iteration, c.state) for c in checkpoints]
-            events = self.events.take_events() if self.events is not None else []  # on the loop
+            events, used = self._take()  # on the loop
             try:
-                await self.offload(functools.partial(self._save, rows, events))
+                await self.offload(functools.partial(self._save, rows, (events, used)))
             except BaseException as error:
-                if events and self.events is not None:  # kept for the next write: progress is never lost
-                    self.events.give_back(events)
+                self._give_back(events, used)  # kept for the next write: never lost
                 _fail([c.done for c in checkpoints], error)
             else:
                 _settle([c.done for c in checkpoints], lambda: None)
@@ -157,17 +172,35 @@ class PackWrites:
         if self._writing is not None:
             await asyncio.wait([self._writing])
 
+    def _take(self) -> tuple[list[dict[str, Any]], Usage]:
+        """The buffered events and usage, which go with the checkpoints due."""
+        events = self.events.take_events() if self.events is not None else []
+        return events, self.usage.take() if self.usage is not None else Usage()
+
+    def _give_back(self, events: list[dict[str, Any]], used: Usage) -> None:
+        if events and self.events is not None:
+            self.events.give_back(events)
+        if self.usage is not None:
+            self.usage.keep(used)
+
     def _save(
-        self, rows: list[tuple[str, int, JsonValue]], events: list[dict[str, Any]] | None = None
+        self,
+        rows: list[tuple[str, int, JsonValue]],
+        taken: tuple[list[dict[str, Any]], Usage] | None = None,
     ) -> None:
-        taken = events is None  # on the loop: this call takes the buffered events itself
-        if events is None:
-            events = self.events.take_events() if self.events is not None else []
+        on_loop = taken is None  # on the loop: this call takes the buffered events and usage itself
+        events, used = self._take() if taken is None else taken
         try:
-            self.store.save_checkpoints(self.run_id, rows, events=events)
+            self.store.save_checkpoints(
+                self.run_id,
+                rows,
+                events=events,
+                input_tokens=used.input_tokens,
+                output_tokens=used.output_tokens,
+            )
         except BaseException:
-            if taken and events and self.events is not None:  # kept for the next write: never lost here
-                self.events.give_back(events)
+            if on_loop:  # kept for the next write: never lost here
+                self._give_back(events, used)
             raise
 
     def _finish(self, results: list[_Result]) -> list[JsonValue]:

@@ -411,11 +411,14 @@ class RunStore(Protocol):
         checkpoints: Sequence[tuple[str, int, JsonValue]],
         *,
         events: Sequence[Mapping[str, Any]] = (),
+        input_tokens: int = 0,
+        output_tokens: int = 0,
     ) -> None:
         """:meth:`save_checkpoint` for several loops of run ``run_id`` at once, ``(path, iteration,
-        state)`` each, with ``events`` appended under ``run_id`` first, in one transaction (the
-        branches of one pack and the events they emitted up to their checkpoints:
-        ``docs/how-to/packing.md``)."""
+        state)`` each, with ``events`` appended under ``run_id`` first and the tokens added to the
+        run's usage, in one transaction (the branches of one pack and the events they emitted up
+        to their checkpoints: ``docs/how-to/packing.md``; the usage of the model calls before a
+        checkpoint, not written yet: a checkpoint never stands without it)."""
         ...
 
     def finish_loops(

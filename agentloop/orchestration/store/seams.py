@@ -98,7 +98,9 @@ class StoreUsageMeter:
     each call's usage written at once, for totals every worker agrees on. A run
     without a budget (most) costs no read per call and no write per call: its
     usage is summed here and written at most every ``interval`` seconds
-    (:meth:`flush`) and at the task's end, with the loop's result (:meth:`take`).
+    (:meth:`flush`), with each checkpoint (:class:`StoreCheckpointer`, a pack's
+    ``PackWrites``: a process killed after a checkpoint has stored the usage of
+    every call before it) and at the task's end, with the loop's result (:meth:`take`).
     Whether a run has a budget is read once per run and process (a budget never
     changes after the launch), at the first model call: steps that call no model
     cost nothing.
@@ -162,6 +164,12 @@ class StoreUsageMeter:
             self._written_at = time.monotonic()
         return pending
 
+    def keep(self, usage: Usage) -> None:
+        """Usage :meth:`take` gave that could not be written: written with the next write."""
+        if usage.total_tokens:
+            with self._lock:
+                self._pending = usage + self._pending
+
     def flush(self, *, after_failure: bool = False) -> None:
         """Write the usage summed since the last write (the task ends, or ``interval`` passed).
 
@@ -174,8 +182,7 @@ class StoreUsageMeter:
         try:
             self.used = sum(self.store.add_usage(self.run_id, pending.input_tokens, pending.output_tokens))
         except Exception as error:
-            with self._lock:  # kept: this task's next flush writes it
-                self._pending = pending + self._pending
+            self.keep(pending)  # this task's next write writes it
             reraise_interruption(error)
             if not after_failure:
                 raise
@@ -213,6 +220,7 @@ class StoreCheckpointer:
         loaded: dict[str, tuple[int, Any] | None] | None = None,
         writes: PackWrites | None = None,
         before_save: Callable[[], None] | None = None,
+        meter: StoreUsageMeter | None = None,
     ) -> None:
         self.store, self.run_id, self.interval = store, run_id, interval
         self._saved_at: dict[str, float] = {}
@@ -221,6 +229,10 @@ class StoreCheckpointer:
         # the task's buffered events, written before a checkpoint: a process killed after it has
         # stored every event up to that checkpoint, and a resumption emits those after it again
         self.before_save = before_save
+        # the loop's usage not written yet, written with the checkpoint (one transaction): a
+        # process killed after a checkpoint has counted every model call before it (a pack's
+        # meter goes with its ``writes``)
+        self.meter = meter
 
     def load(self, *, path: str) -> tuple[int, Any] | None:
         self._saved_at[path] = time.monotonic()
@@ -236,7 +248,21 @@ class StoreCheckpointer:
             return self._save_with_the_pack(path, iteration, state, now)
         if self.before_save is not None:
             self.before_save()
-        self.store.save_checkpoint(self.run_id, path, iteration, state)
+        used = self.meter.take() if self.meter is not None else Usage()
+        if used.total_tokens == 0:
+            self.store.save_checkpoint(self.run_id, path, iteration, state)
+        else:
+            try:
+                self.store.save_checkpoints(
+                    self.run_id,
+                    [(path, iteration, state)],
+                    input_tokens=used.input_tokens,
+                    output_tokens=used.output_tokens,
+                )
+            except BaseException:
+                assert self.meter is not None
+                self.meter.keep(used)  # the task's next write, or its end, writes it
+                raise
         self._saved_at[path] = now
         return None
 

@@ -342,12 +342,13 @@ class SqlRunStore(BulkRunStoreBase):
             connection.execute(self._upserts.save_checkpoint, row)
 
     @retried
-    def _save_checkpoints(self, run_id: str, rows: Rows, events: Rows) -> None:
+    def _save_checkpoints(self, run_id: str, rows: Rows, events: Rows, tokens: dict[str, int]) -> None:
         """One transaction; on PostgreSQL one statement."""
         if self.dialect == "postgresql" and not _fails(events):  # one statement (dialects.py)
             saved = [{key: row[key] for key in ("path", "iteration", "state")} for row in rows]
             params = {
                 **pg_event_batch(run_id, events),
+                **tokens,
                 "run_id": run_id,
                 "checkpoints": saved,
                 "updated_at": rows[0]["updated_at"] if rows else utcnow(),
@@ -355,8 +356,10 @@ class SqlRunStore(BulkRunStoreBase):
             with one_statement(self.engine) as connection, connection.begin():
                 connection.execute(PG_SAVE_CHECKPOINTS, params)
             return
-        with self.engine.begin() as connection:  # the events, then the checkpoints: one transaction
+        with self.engine.begin() as connection:  # the events, the usage, the checkpoints: one transaction
             _insert_events(connection, run_id, events)
+            if any(tokens.values()):
+                connection.execute(_added_counts(run_id, tokens))
             if rows:
                 connection.execute(self._upserts.save_checkpoint, rows)
 
