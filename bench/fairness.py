@@ -265,7 +265,7 @@ def run(args: argparse.Namespace) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__)
-    parser.add_argument("--inputs", type=int, default=5000)
+    parser.add_argument("--inputs", type=int, default=None, help="A's batch (5,000; 10,000 with --defaults)")
     parser.add_argument("--interactive", type=int, default=50)
     parser.add_argument("--spacing", type=float, default=0.5)
     parser.add_argument("--equal", type=int, default=2000)
@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         help="nothing set: prefork, a process per core, no key rule, 10,000 inputs, no equal keys",
     )
     args = parser.parse_args(argv)
-    args.pool, args.runnable = "threads", RUNNABLE
+    given = args.inputs
+    args.pool, args.runnable, args.inputs = "threads", RUNNABLE, 5000
     if args.defaults:
         # what ``celery -A agentloop worker`` is with no capacity setting: prefork, one per core
         args.pool, args.runnable, args.concurrency = "prefork", FREE, os.cpu_count() or 1
@@ -291,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.inputs, args.interactive = 500, 20
         args.equal = 0 if args.defaults else 300
+    args.inputs = given if given is not None else args.inputs
     try:
         ok = run(args)
     except NotRunnable as missing:
