@@ -16,12 +16,18 @@ one model call, keyed by its input, at most ``--limit`` (50) runs of a key in fl
 
 Ratios are against the baseline of the same run. Only 127.0.0.1 is used; every wait is bounded
 (``--timeout``). ``--quick``: 500 inputs, 20 interactive runs, 300 of each equal key.
+
+``--defaults`` (issue 36's target: nothing set): the worker as ``celery worker`` starts it with no
+capacity setting (the prefork pool, a process per core), runs of ``bench.fair.free`` (no
+concurrency rule: no key limit, the batch packed as the packing rule decides), 10,000 inputs (500
+with ``--quick``); measurement 3 is left out (without keys there are no shares to compare).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -32,7 +38,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from bench.celery_overhead.rig import ROOT, NotRunnable, _detach_result_consumer, run_store_url
-from bench.fairness_workflows import RUNNABLE
+from bench.fairness_workflows import FREE, RUNNABLE
 
 START_TARGET, END_RATIO_TARGET, SHARE_TARGET = 1.0, 2.0, 0.10
 _KEY = re.compile(r"key=([A-Za-z0-9_-]+)")
@@ -107,7 +113,7 @@ def _rig(args: argparse.Namespace, model: CountingModel) -> Iterator[tuple[Any, 
                 result_backend=server.url,
                 imports=["bench.fairness_workflows"],
                 env=env,
-                pool="threads",
+                pool=args.pool,
                 concurrency=args.concurrency,
                 loglevel="WARNING",
                 start_timeout=60.0,
@@ -122,19 +128,19 @@ def _rig(args: argparse.Namespace, model: CountingModel) -> Iterator[tuple[Any, 
         yield app, store
 
 
-def _launch(app: Any, key: str) -> tuple[str, float]:
+def _launch(app: Any, runnable: str, key: str) -> tuple[str, float]:
     from agentloop.orchestration.wire import LAUNCH
 
     sent = time.time()
-    result = app.send_task(LAUNCH, kwargs={"runnable": RUNNABLE, "input": {"key": key}})
+    result = app.send_task(LAUNCH, kwargs={"runnable": runnable, "input": {"key": key}})
     return str(result.id), sent
 
 
-def _batch(app: Any, key: str, count: int, timeout: float) -> str:
+def _batch(app: Any, runnable: str, key: str, count: int, timeout: float) -> str:
     from agentloop.orchestration.wire import BATCH
 
     kwargs = {
-        "runnable": RUNNABLE,
+        "runnable": runnable,
         "inputs": [{"key": key}] * count,
         "poll_seconds": 1.0,
         "key": f"fair-{key}",
@@ -147,6 +153,31 @@ def _ended(store: Any, run_id: str) -> bool:
     return record is not None and record.is_finished
 
 
+def _equal_keys(app: Any, store: Any, model: CountingModel, args: argparse.Namespace) -> tuple[int, int]:
+    """Keys C and D send a batch of ``--equal`` each, C's first: the model server's calls of each
+    while both still had runs to do."""
+    from agentloop.orchestration.celery_adapter.batches import summarize
+
+    began = time.time()
+    batch_c = _batch(app, args.runnable, "C", args.equal, args.timeout)
+    batch_d = _batch(app, args.runnable, "D", args.equal, args.timeout)
+
+    def first_done() -> bool:
+        return bool(summarize(store, batch_c)["open"] == 0 or summarize(store, batch_d)["open"] == 0)
+
+    _until(first_done, args.timeout, "one equal key's batch", every=0.2)
+    window_end = time.time()
+    with model.lock:
+        both = [key for at, key in model.calls if began <= at <= window_end]
+    _until(
+        lambda: summarize(store, batch_c)["open"] == 0 and summarize(store, batch_d)["open"] == 0,
+        args.timeout,
+        "both equal keys' batches",
+        every=0.5,
+    )
+    return both.count("C"), both.count("D")
+
+
 def run(args: argparse.Namespace) -> bool:
     """The three measurements; prints the figures, returns the verdict."""
     from agentloop.orchestration.celery_adapter.batches import summarize
@@ -156,18 +187,19 @@ def run(args: argparse.Namespace) -> bool:
         # 1. baseline: B's runs alone, one at a time
         alone = []
         for _ in range(args.alone):
-            run_id, sent = _launch(app, "B")
+            run_id, sent = _launch(app, args.runnable, "B")
             _until(lambda r=run_id: _ended(store, r), args.timeout, "a baseline run's end", every=0.005)
             record = store.get_run(run_id)
             alone.append(record.finished_at.timestamp() - sent)
         baseline = statistics.median(alone)
 
         # 2. A's batch, B's interactive runs spaced over it
-        batch_a = _batch(app, "A", args.inputs, args.timeout)
-        _until(lambda: summarize(store, batch_a)["ended"] >= args.limit, args.timeout, "A's first runs")
+        a_sent = time.time()
+        batch_a = _batch(app, args.runnable, "A", args.inputs, args.timeout)
+        _until(lambda: summarize(store, batch_a)["ended"] >= 50, args.timeout, "A's first runs")
         interactive = []
         for _ in range(args.interactive):
-            interactive.append(_launch(app, "B"))
+            interactive.append(_launch(app, args.runnable, "B"))
             time.sleep(args.spacing)
         _until(lambda: all(_ended(store, run_id) for run_id, _ in interactive), args.timeout, "B's runs")
         a_open_when_b_done = summarize(store, batch_a)["open"]
@@ -178,28 +210,14 @@ def run(args: argparse.Namespace) -> bool:
             ends.append(record.finished_at.timestamp() - sent)
             claimed.append(record.created_at.timestamp() - sent)
             running.append((record.finished_at - record.started_at).total_seconds())
-        _until(lambda: summarize(store, batch_a)["open"] == 0, args.timeout, "A's batch", every=0.5)
+        _until(lambda: summarize(store, batch_a)["open"] == 0, args.timeout, "A's batch", every=0.1)
+        a_seconds = time.time() - a_sent
         most_a = model.most.get("A", 0)
 
         # 3. two equal keys
-        began = time.time()
-        batch_c = _batch(app, "C", args.equal, args.timeout)
-        batch_d = _batch(app, "D", args.equal, args.timeout)
-
-        def first_done() -> bool:
-            return bool(summarize(store, batch_c)["open"] == 0 or summarize(store, batch_d)["open"] == 0)
-
-        _until(first_done, args.timeout, "one equal key's batch", every=0.2)
-        window_end = time.time()
-        with model.lock:
-            both = [key for at, key in model.calls if began <= at <= window_end]
-        c_calls, d_calls = both.count("C"), both.count("D")
-        _until(
-            lambda: summarize(store, batch_c)["open"] == 0 and summarize(store, batch_d)["open"] == 0,
-            args.timeout,
-            "both equal keys' batches",
-            every=0.5,
-        )
+        c_calls = d_calls = 0
+        if args.equal:
+            c_calls, d_calls = _equal_keys(app, store, model, args)
 
     start_p50, start_p95 = _p(starts, 0.5), _p(starts, 0.95)
     end_ratio_p50, end_ratio_p95 = _p(ends, 0.5) / baseline, _p(ends, 0.95) / baseline
@@ -207,11 +225,14 @@ def run(args: argparse.Namespace) -> bool:
     checks = {
         "B starts within 1 s at p95": start_p95 <= START_TARGET,
         "B ends within 2x alone at p95": end_ratio_p95 <= END_RATIO_TARGET,
-        f"A never above {args.limit} in flight": most_a <= args.limit,
-        "equal keys within 10%": share >= 1 - SHARE_TARGET,
     }
+    if not args.defaults:
+        checks[f"A never above {args.limit} in flight"] = most_a <= args.limit
+    if args.equal:
+        checks["equal keys within 10%"] = share >= 1 - SHARE_TARGET
+    limit = "no key rule" if args.defaults else f"per-key limit {args.limit}"
     print(
-        f"fairness: --pool threads -c {args.concurrency}, per-key limit {args.limit}, model latency"
+        f"fairness: {args.runnable}, --pool {args.pool} -c {args.concurrency}, {limit}, model latency"
         f" {args.latency} s, store {args.store}"
     )
     print(f"  baseline: B alone, median {baseline:.3f} s (of {args.alone} runs)")
@@ -219,19 +240,22 @@ def run(args: argparse.Namespace) -> bool:
         f"  A's batch of {args.inputs} with B's {args.interactive} runs every {args.spacing} s:"
         f" B started after p50 {start_p50:.3f} s, p95 {start_p95:.3f} s (target {START_TARGET} s);"
         f" ended after p50 {end_ratio_p50:.2f}x, p95 {end_ratio_p95:.2f}x alone (target {END_RATIO_TARGET}x);"
-        f" A's runs still open when B's ended: {a_open_when_b_done}"
+        f" A's runs still open when B's ended: {a_open_when_b_done}, all of A's ended after {a_seconds:.1f} s"
     )
-    print(
-        f"  where B's time went (p50): sent to recorded {_p(claimed, 0.5):.3f} s, recorded to started"
-        f" {_p(starts, 0.5) - _p(claimed, 0.5):.3f} s, started to ended {_p(running, 0.5):.3f} s"
-        f" (alone: {baseline:.3f} s in all)"
-    )
+    waiting = [start - claim for start, claim in zip(starts, claimed, strict=True)]
+    for q in (0.5, 0.95):
+        print(
+            f"  where B's time went (p{round(q * 100)} of each): sent to recorded {_p(claimed, q):.3f} s,"
+            f" recorded to started {_p(waiting, q):.3f} s, started to ended {_p(running, q):.3f} s"
+            f" (alone: {baseline:.3f} s in all)"
+        )
     most_b = model.most.get("B", 0)
-    print(f"  most calls in flight at the model server: A {most_a} (limit {args.limit}), B {most_b}")
-    print(
-        f"  two keys of {args.equal}: while both had work, C made {c_calls} calls and D {d_calls}"
-        f" (share ratio {share:.3f}, target >= {1 - SHARE_TARGET:.2f})"
-    )
+    print(f"  most calls in flight at the model server: A {most_a} ({limit}), B {most_b}")
+    if args.equal:
+        print(
+            f"  two keys of {args.equal}: while both had work, C made {c_calls} calls and D {d_calls}"
+            f" (share ratio {share:.3f}, target >= {1 - SHARE_TARGET:.2f})"
+        )
     for what, ok in checks.items():
         print(f"  {'PASS' if ok else 'FAIL'}: {what}")
     verdict = all(checks.values())
@@ -241,7 +265,7 @@ def run(args: argparse.Namespace) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__)
-    parser.add_argument("--inputs", type=int, default=5000)
+    parser.add_argument("--inputs", type=int, default=None, help="A's batch (5,000; 10,000 with --defaults)")
     parser.add_argument("--interactive", type=int, default=50)
     parser.add_argument("--spacing", type=float, default=0.5)
     parser.add_argument("--equal", type=int, default=2000)
@@ -253,9 +277,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--quick", action="store_true", help="500 inputs, 20 interactive, 300 each")
     parser.add_argument("--check", action="store_true", help="exit 1 when the verdict is FAIL")
+    parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="nothing set: prefork, a process per core, no key rule, 10,000 inputs, no equal keys",
+    )
     args = parser.parse_args(argv)
+    given = args.inputs
+    args.pool, args.runnable, args.inputs = "threads", RUNNABLE, 5000
+    if args.defaults:
+        # what ``celery -A agentloop worker`` is with no capacity setting: prefork, one per core
+        args.pool, args.runnable, args.concurrency = "prefork", FREE, os.cpu_count() or 1
+        args.inputs, args.equal = 10_000, 0
     if args.quick:
-        args.inputs, args.interactive, args.equal = 500, 20, 300
+        args.inputs, args.interactive = 500, 20
+        args.equal = 0 if args.defaults else 300
+    args.inputs = given if given is not None else args.inputs
     try:
         ok = run(args)
     except NotRunnable as missing:

@@ -1,5 +1,6 @@
 """What ``bench.fairness``'s worker runs: ``bench.fair.call``, one model call per run, keyed by its
-input's ``key`` with a per-key limit of ``AGENTLOOP_BENCH_KEY_LIMIT`` (default 50) runs in flight."""
+input's ``key`` with a per-key limit of ``AGENTLOOP_BENCH_KEY_LIMIT`` (default 50) runs in flight;
+``bench.fair.free``, the same call with no concurrency rule (``--defaults``: nothing set)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from agentloop.actions.model import ModelRequest
 from agentloop.orchestration.runtime.context import standard_context
 
 RUNNABLE = "bench.fair.call"
+FREE = "bench.fair.free"
 LIMIT = int(os.environ.get("AGENTLOOP_BENCH_KEY_LIMIT", "50"))
 
 
@@ -38,3 +40,9 @@ class FairCall(BaseAgentLoop):
 
     def build_result(self, *, state: dict[str, Any]) -> str:
         return str(state["key"])
+
+
+@register(FREE, context_factory=standard_context)
+class FreeCall(FairCall):
+    """:class:`FairCall` without a concurrency rule: no key, no limit, no fair shares (the batch is
+    packed where the packing rule allows, as any runnable that sets nothing)."""

@@ -1,13 +1,20 @@
 """Concurrency keys' slots (``store/concurrency.py``) on SQLite, PostgreSQL and in memory: limits
-in arrival order, refusals, the oldest run cancelled to make room, fair shares between keys, and
-slots that free without anyone releasing them (the run ended, the lease ran out)."""
+in arrival order, refusals, the oldest run cancelled to make room, fair shares between keys,
+slots that free without anyone releasing them (the run ended, the lease ran out), and threads
+waiting for their key's turn without a database connection."""
 
 from __future__ import annotations
 
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agentloop.orchestration.store import RunStore
-from agentloop.orchestration.store.concurrency import ConcurrencySlots
+import pytest
+from sqlalchemy import Engine, text
+
+from agentloop.orchestration.store import RunStore, SqlRunStore, create_engine_for
+from agentloop.orchestration.store.concurrency import ConcurrencySlots, SqlConcurrencySlots
 
 
 def slots_of(store: RunStore) -> ConcurrencySlots:
@@ -179,3 +186,53 @@ def test_weighted_keys_are_admitted_in_proportion_while_both_wait(run_store: Run
     c_count = sum(1 for run_id in both_waiting if run_id.startswith("c"))
     d_count = len(both_waiting) - c_count
     assert abs(c_count - 2 * d_count) <= 2, (c_count, d_count)
+
+
+@pytest.mark.integration
+def test_threads_waiting_for_their_keys_turn_hold_no_database_connection(pg_engine: Engine) -> None:
+    """Another process holds key K's turn (its advisory lock); five threads of this process ask
+    for slots of K on a pool of three connections. Counted: two of them wait in PostgreSQL, each
+    on a connection (the next in line is ready when the lock passes), the others in this process,
+    so a connection is left for a run of another key (before, the five held all three connections
+    and the other key's run waited for the pool). Once K's turn is free, all five are admitted."""
+    url = pg_engine.url.render_as_string(hide_password=False)
+    engine = create_engine_for(url, pool_size=3, max_overflow=0)
+    try:
+        store = SqlRunStore(engine)
+        slots, key = store.concurrency, f"K-{uuid.uuid4().hex}"
+        ids = [f"{key}-{i}" for i in range(5)]
+        runs(store, *ids, f"{key}-other")
+        other_process = SqlConcurrencySlots(pg_engine, dialect="postgresql")
+        with ThreadPoolExecutor(5) as threads:
+            with other_process._serialized(("run", key)):
+                asked = [threads.submit(lambda run: acquire(slots, run, key, limit=10), run) for run in ids]
+                _until(lambda: _advisory_waiters(pg_engine) >= 2)
+                _until(lambda: engine.pool.checkedout() >= 3, timeout=1.0, required=False)  # before: at once
+                assert engine.pool.checkedout() == 2
+                assert _advisory_waiters(pg_engine) == 2
+                assert acquire(slots, f"{key}-other", f"{key}-other").admitted  # on the connection left
+                assert not any(future.done() for future in asked)
+            assert [future.result(timeout=30).admitted for future in asked] == [True] * 5
+        assert len(slots.turns) == 0  # no lock is kept once nobody waits
+    finally:
+        engine.dispose()
+
+
+def _advisory_waiters(engine: Engine) -> int:
+    """Sessions of ``engine``'s database waiting for an advisory lock."""
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+    )
+    with engine.connect() as connection:
+        return int(connection.execute(query).scalar_one())
+
+
+def _until(check: Any, *, timeout: float = 30.0, required: bool = True) -> None:
+    """Poll ``check`` until it holds (bounded: ``timeout`` s, past which it fails if ``required``)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            assert not required, "the condition did not come"
+            return
+        time.sleep(0.01)

@@ -7,7 +7,12 @@ slots and the waiters ahead of the run (and, with fair shares, the keys that hav
 (``fairness/shares.py``), and writes the run's new place. On PostgreSQL the transaction first
 takes an advisory lock: its key's (without fair shares a key reads only its own rows), or one for
 all keys (fair shares read every key); on SQLite it begins ``IMMEDIATE``, which serializes the
-writers from their first read.
+writers from their first read. Inside one process at most two threads asking for the same lock go
+to the database (one inside, the next waiting its turn there, so the lock passes on without a
+round trip); the others queue in the process (:class:`ProcessTurns`), holding no database
+connection: a threads worker's fifty launches of one key waiting their turn held fifty of the
+pool's fifteen connections, and every other run's store step (an interactive run's) queued behind
+them.
 
 A waiting run is *parked*: its row keeps its launch message (``message``), and whoever frees a
 slot (a run of the key ends) calls :meth:`SqlConcurrencySlots.wake`, which picks the runs at the
@@ -43,7 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -65,6 +70,7 @@ __all__ = [
     "ConcurrencySlots",
     "InMemoryConcurrencySlots",
     "KeyCounts",
+    "ProcessTurns",
     "SlotKind",
     "SqlConcurrencySlots",
     "Wake",
@@ -104,6 +110,44 @@ def branch_holder(run_id: str, path: str) -> str:
     if len(whole) <= _NAME_CHARS:
         return whole
     return f"{run_id[:150]}{BRANCH_MARK}{hashlib.sha256(whole.encode()).hexdigest()}"
+
+
+#: How many threads of a process go to the database for one lock of the slots at once: the one
+#: holding it and the next, already waiting there (the module doc).
+AT_THE_DATABASE = 2
+
+
+class ProcessTurns:
+    """For each name, at most ``width`` threads of this process at once in the ``with`` block of
+    :meth:`held`; the others wait in the process. A name's semaphore is kept only while a thread
+    is inside or waiting (a deployment's thousands of keys leave nothing behind)."""
+
+    def __init__(self, width: int = AT_THE_DATABASE) -> None:
+        self.width = width
+        self._guard = threading.Lock()
+        self._names: dict[Hashable, tuple[threading.Semaphore, int]] = {}
+
+    @contextmanager
+    def held(self, name: Hashable) -> Iterator[None]:
+        """Enter ``name``'s block once fewer than ``width`` threads of this process are in it."""
+        with self._guard:
+            turns, users = self._names.get(name) or (threading.Semaphore(self.width), 0)
+            self._names[name] = (turns, users + 1)
+        try:
+            with turns:
+                yield
+        finally:
+            with self._guard:
+                turns, users = self._names[name]
+                if users == 1:
+                    del self._names[name]
+                else:
+                    self._names[name] = (turns, users - 1)
+
+    def __len__(self) -> int:
+        """How many names have a thread inside or waiting."""
+        with self._guard:
+            return len(self._names)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -282,6 +326,7 @@ class SqlConcurrencySlots:
     def __init__(self, engine: Engine, *, dialect: str, retry: StoreRetry | None = None) -> None:
         self.engine, self.dialect = engine, dialect
         self.retry = retry or StoreRetry()
+        self.turns = ProcessTurns()
 
     @contextmanager
     def _serialized(self, line: tuple[str, str] | None) -> Iterator[Connection]:
@@ -289,8 +334,10 @@ class SqlConcurrencySlots:
         ``None``: of every key's runs, as fair shares read them all): on PostgreSQL under an
         advisory lock (one per line, so one key's thousands of waiters never hold up another key's
         launch), on SQLite from ``BEGIN IMMEDIATE`` (its reads would otherwise run before its
-        transaction begins, each seeing whatever was committed then)."""
-        with self.engine.begin() as connection:
+        transaction begins, each seeing whatever was committed then). A thread takes a connection
+        only once fewer than :data:`AT_THE_DATABASE` threads of this process ask for the same line
+        (:class:`ProcessTurns`)."""
+        with self.turns.held(line), self.engine.begin() as connection:
             if self.dialect == "postgresql":
                 name = "agentloop concurrency slots"
                 if line is not None:
