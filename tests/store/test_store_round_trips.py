@@ -1,8 +1,9 @@
 """How many round trips a run-store call costs on PostgreSQL, read off libpq's protocol trace of
-the pooled connection: a read, a checkpoint, a usage update, a batch of events and a loop's end
-with its events are one statement each (autocommit: no ``BEGIN`` before, no ``COMMIT`` or
-``ROLLBACK`` after). A pooled connection an outage left inside a transaction cannot be switched to
-autocommit: it is thrown away and the read runs again on a new one."""
+the pooled connection: a read, a checkpoint, a usage update, a batch of events, a loop's end
+with its events, and a stage's end with the next stage's start are one statement each
+(autocommit: no ``BEGIN`` before, no ``COMMIT`` or ``ROLLBACK`` after). A pooled connection an
+outage left inside a transaction cannot be switched to autocommit: it is thrown away and the read
+runs again on a new one."""
 
 from __future__ import annotations
 
@@ -66,14 +67,19 @@ def test_a_read_or_a_one_statement_write_is_one_round_trip(store_url: str, tmp_p
                 run_id, "p", {"r": 1}, events=[{"phase": "done"}], input_tokens=5, output_tokens=1
             )
             store.finish_loop(run_id, "q", {"r": 2}, output_tokens=2)  # usage without events
+            # a pipeline's stage ends and the next one starts (joined stages): one statement too
+            ended, (following, deliveries) = store.finish_loop_then_start(
+                run_id, "s/0", {"r": 3}, "s/1", events=[{"phase": "done"}], input_tokens=1
+            )
             pgconn.untrace()
         trips = _round_trips(trace)
         kinds = [trip.split()[0].upper() for trip in trips]
-        assert kinds == ["SELECT", "SELECT", "INSERT", "UPDATE", "WITH", "WITH", "WITH"], trips
-        assert [event["phase"] for _, event in store.events(run_id)] == ["start", "iteration", "done"]
+        assert kinds == ["SELECT", "SELECT", "INSERT", "UPDATE", "WITH", "WITH", "WITH", "WITH"], trips
+        assert (ended, following.finished, deliveries) == ({"r": 3}, False, 1)
+        assert [event["phase"] for _, event in store.events(run_id)] == ["start", "iteration", "done", "done"]
         assert store.loop_record(run_id, "p").result == {"r": 1}
         record = store.get_run(run_id)
-        assert record is not None and (record.input_tokens, record.output_tokens) == (8, 7)
+        assert record is not None and (record.input_tokens, record.output_tokens) == (9, 7)
     finally:
         engine.dispose()
 

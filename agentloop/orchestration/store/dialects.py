@@ -10,7 +10,8 @@ per dialect. Locks: :func:`advisory_lock` for one transaction,
 :func:`insert_events_failing_once` records each level's failure once.
 
 On PostgreSQL a batch of progress events is written by one statement
-(:data:`PG_APPEND_EVENTS`, and :data:`PG_FINISH_LOOP` with a loop's result): it
+(:data:`PG_APPEND_EVENTS`, and :data:`PG_FINISH_LOOP` with a loop's result,
+:data:`PG_FINISH_LOOP_THEN_START` with the next stage's start as well): it
 takes the root run's advisory lock, so event ids commit in order and a reader
 polling with ``after_id`` never skips one, inserts the batch in its order, and
 commits, in one round trip, where a transaction of the same statements takes
@@ -29,9 +30,11 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Connection,
     Engine,
     Executable,
+    Integer,
     Select,
     String,
     Table,
@@ -231,6 +234,52 @@ RETURNING checkpoints.result"""
 """A loop's result (its checkpoint kept; a result recorded before stands, and is the one
 returned), a batch of events under its root run and the task's token usage, as one statement
 (params: the finished row, :func:`pg_event_batch` and the two token counts)."""
+
+
+PG_FINISH_LOOP_THEN_START: TextualSelect = (
+    text(
+        f"""WITH {_EVENT_LOCK}, new_events AS ({_EVENT_INSERT}), {_PG_USAGE},
+finished AS (
+    INSERT INTO checkpoints (run_id, path, iteration, state, finished, result, updated_at)
+    VALUES (:run_id, :path, NULL, NULL, true, :result, :updated_at)
+    {_PG_FIRST_RESULT_STANDS}
+    RETURNING checkpoints.result
+),
+started AS (
+    INSERT INTO checkpoints (run_id, path, finished, updated_at, deliveries)
+    VALUES (:run_id, :next_path, false, :updated_at, 1)
+    ON CONFLICT (run_id, path) DO UPDATE SET deliveries = checkpoints.deliveries + 1
+    RETURNING checkpoints.finished, checkpoints.result, checkpoints.iteration, checkpoints.state,
+              checkpoints.deliveries
+)
+SELECT finished.result, started.finished AS next_finished, started.result AS next_result,
+       started.iteration AS next_iteration, started.state AS next_state,
+       started.deliveries AS next_deliveries
+FROM finished, started"""
+    )
+    .bindparams(
+        *_EVENT_PARAMS,
+        bindparam("run_id", type_=String()),
+        bindparam("path", type_=String()),
+        bindparam("next_path", type_=String()),
+        bindparam("result", type_=postgresql.JSONB(none_as_null=True)),
+        bindparam("updated_at", type_=UtcDateTime()),
+        bindparam("input_tokens", type_=BigInteger()),
+        bindparam("output_tokens", type_=BigInteger()),
+    )
+    .columns(
+        column("result", postgresql.JSONB(none_as_null=True)),
+        column("next_finished", Boolean()),
+        column("next_result", postgresql.JSONB(none_as_null=True)),
+        column("next_iteration", Integer()),
+        column("next_state", postgresql.JSONB(none_as_null=True)),
+        column("next_deliveries", Integer()),
+    )
+)
+""":data:`PG_FINISH_LOOP`, and the start of the loop at ``next_path`` (one more delivery counted,
+its record returned: ``next_*``), as one statement: a pipeline's stage ends and the next one in
+the same task starts in one round trip (``RunStore.finish_loop_then_start``), where a
+transaction of the two statements takes four (``BEGIN``, the two, ``COMMIT``)."""
 
 
 PG_FINISH_LOOPS: TextualSelect = (
