@@ -51,15 +51,15 @@ def sent() -> Iterator[Counter[str]]:
         signals.before_task_publish.disconnect(count)
 
 
-def run_batch(rig: Any, runnable: str, key: str, count: int = 24, chunk_size: int = 7) -> Any:
+def run_batch(rig: Any, runnable: str, key: str) -> Any:
     rig.registry.register_input_provider(f"{key}-numbers", lambda n: [*range(n), None])
     answer = rig.app.send_task(
         BATCH,
         kwargs={
             "runnable": runnable,
             "provider": f"{key}-numbers",
-            "provider_args": {"n": count},
-            "chunk_size": chunk_size,
+            "provider_args": {"n": 24},
+            "chunk_size": 7,
             "poll_seconds": 0.2,
             "key": key,
         },
@@ -105,23 +105,3 @@ def test_a_batch_of_plain_function_loops_is_packed_too(memory_celery: Any, sent:
     assert record.status == "succeeded" and record.output["succeeded"] == 24
     # its plain steps run in each pack's threads (packing/threads.py), not on the pack's loop
     assert sent[BATCH_PACK] == 4 and sent[LAUNCH] == 0, sent
-
-
-@pytest.mark.parametrize(("pool", "packs"), [("prefork", 3), ("solo", 3), ("threads", 1)])
-def test_a_pool_running_one_task_per_process_gets_a_chunk_in_packs_of_25(
-    memory_celery: Any, sent: Counter[str], pool: str, packs: int
-) -> None:
-    """A chunk of 60 runs: one pack on a threads pool (a pack holds one of its threads), three of
-    at most 25 where a process runs one task at a time (a run launched beside the batch waits for
-    a process: a smaller pack frees one sooner)."""
-    rig = memory_celery
-    if "packs.awaiting_count" not in rig.registry:
-        rig.registry.register("packs.awaiting_count", AwaitingCount)
-    was = getattr(rig.app, "agentloop_pool", None)
-    rig.app.agentloop_pool = pool  # as the worker's bootstep records it
-    try:
-        record = run_batch(rig, "packs.awaiting_count", f"pool-{pool}", count=59, chunk_size=60)
-    finally:
-        rig.app.agentloop_pool = was
-    assert (record.status, record.output["succeeded"], record.output["failed"]) == ("succeeded", 59, 1)
-    assert (sent[BATCH_PACK], sent[LAUNCH]) == (packs, 0), sent

@@ -42,7 +42,7 @@ from agentloop.orchestration.errors import (
     RunIdTakenError,
     StoreUnavailableError,
 )
-from agentloop.orchestration.packing.rule import batch_pack_bound, why_not_packed
+from agentloop.orchestration.packing.rule import why_not_packed
 from agentloop.orchestration.packing.threads import pack_threads
 from agentloop.orchestration.runtime.engine import RUN_END_PHASES, WorkflowEngine
 from agentloop.orchestration.runtime.launches import (
@@ -68,10 +68,8 @@ logger = logging.getLogger(__name__)
 
 def batch_pack_size(task: Task, runnable: str, chunk: int) -> int:
     """How many of a chunk's runs of ``runnable`` go to one ``agentloop.batch_pack`` (1: one
-    launch each): ``AGENTLOOP_PACK_SIZE`` when set, else where the rule packs the whole chunk, or
-    at most :func:`~agentloop.orchestration.packing.rule.batch_pack_bound` of it on a pool whose
-    process runs one task at a time; a pipeline or a composite is never packed (it expands into
-    tasks of its own)."""
+    launch each): ``AGENTLOOP_PACK_SIZE`` when set, else the whole chunk where the rule packs; a
+    pipeline or a composite is never packed (it expands into tasks of its own)."""
     deps = dependencies_of(task.app)
     registered = deps.registry.get(runnable).runnable
     chosen = deps.settings.pack_size
@@ -85,8 +83,7 @@ def batch_pack_size(task: Task, runnable: str, chunk: int) -> int:
         return chosen
     if why_not_packed(registered) is not None or not this_deployment(task.app).allowed:
         return 1
-    bound = batch_pack_bound(getattr(task.app, "agentloop_pool", None))
-    return max(1, chunk if bound is None else min(chunk, bound))
+    return max(1, chunk)
 
 
 async def _claim(

@@ -22,9 +22,7 @@ when everything below holds; otherwise it gets a task of its own, as before pack
    :data:`~agentloop.orchestration.wire.PACK_WIRE_VERSION` (packs travel in the holding queue of
    that version, which only workers that read it consume: ``celery_adapter/canvas.py``).
 
-Sizes: :func:`auto_pack_size`; a batch's packs (``agentloop.batch_pack``) hold a chunk's runs, at
-most :data:`ONE_TASK_POOL_BATCH_PACK` on a pool whose process runs one task at a time
-(:func:`batch_pack_bound`). A pack size set by the user (the composite's ``pack_size``,
+Sizes: :func:`auto_pack_size`. A pack size set by the user (the composite's ``pack_size``,
 ``AGENTLOOP_PACK_SIZE``) overrides the rule: ``1`` turns packing off, ``K`` packs every loop
 branch ``K`` to a task. This module reads classes and settings only: no Celery.
 
@@ -50,11 +48,9 @@ from agentloop.pipelines.action_stage import BaseActionStage, FunctionStage
 __all__ = [
     "AUTO_PACK_SIZE",
     "JOINED_STAGES_SECONDS",
-    "ONE_TASK_POOL_BATCH_PACK",
     "PACKING_POOLS",
     "DeploymentPacking",
     "auto_pack_size",
-    "batch_pack_bound",
     "deployment_packing",
     "plain_work",
     "why_not_joined",
@@ -66,14 +62,6 @@ __all__ = [
 AUTO_PACK_SIZE = 200
 #: The pools whose tasks each run an asyncio event loop, where a pack runs.
 PACKING_POOLS = frozenset({"prefork", "threads", "solo"})
-#: The pools whose processes run one task at a time: a pack holds its process until its last run ends.
-ONE_TASK_POOLS = frozenset({"prefork", "solo"})
-#: The most runs of a batch one ``agentloop.batch_pack`` holds on those pools. A run launched
-#: beside the batch is taken before the batch's packs (its priority), but only once a process is
-#: free: with a process per core and packs of a 100-input chunk (about 1 s each on 2 cores), it
-#: waited p95 0.9 s to start and ended at 5x its time alone (``bench.fairness --defaults``);
-#: packs of 25 end four times as often, and the batch took no longer.
-ONE_TASK_POOL_BATCH_PACK = 25
 #: How long one ``agentloop.stages`` task runs a pipeline's stages before it sends the rest on in
 #: a task of their own: cheap stages share a task, a slow one (a model call) soon gets its own;
 #: a task time limit covers about this plus one stage, and a worker slot is given back this often.
@@ -130,13 +118,6 @@ def deployment_packing(*, pool: str | None, wire_version: int, time_limits_set: 
     if time_limits_set and pool in (None, "prefork"):
         return DeploymentPacking(False, "a task time limit was set: a pack's would cover all its branches")
     return DeploymentPacking(True)
-
-
-def batch_pack_bound(pool: str | None) -> int | None:
-    """The most runs of a batch chunk one ``agentloop.batch_pack`` holds on ``pool`` (``None``:
-    the whole chunk): :data:`ONE_TASK_POOL_BATCH_PACK` on a pool whose process runs one task at a
-    time, so a process is soon free for a run launched beside the batch."""
-    return ONE_TASK_POOL_BATCH_PACK if pool in ONE_TASK_POOLS else None
 
 
 def auto_pack_size(width: int, bound: int | None) -> int:
