@@ -137,6 +137,17 @@ class HostCpu:
             parts[kind] = parts.get(kind, 0.0) + max(0.0, cpu - before.get(pid, 0.0))
         return parts
 
+    def per_worker(self, before: dict[int, float], after: dict[int, float]) -> list[float]:
+        """:meth:`used` per worker process (with its children), in :attr:`Rig.worker_pids`' order:
+        next to the wall time, whether a worker's GIL was the bound (its CPU near the wall time)."""
+        used = []
+        for root in self.rig.worker_pids:
+            tree = _tree(root)
+            used.append(
+                sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in after.items() if pid in tree)
+            )
+        return used
+
     def close(self) -> None:
         if self._pg is not None:
             self._pg.close()
@@ -152,6 +163,8 @@ class Side:
     cpu: list[float] = field(default_factory=list)
     #: Per round, the CPU ms per run of each kind of process (worker, redis, postgres).
     parts: list[dict[str, float]] = field(default_factory=list)
+    #: Per round, the CPU seconds of each worker process.
+    workers: list[list[float]] = field(default_factory=list)
 
 
 def inline_once(runs: int) -> float:
@@ -182,6 +195,7 @@ def _measure(r: Rig, sides: list[Side], rounds: int, runs: int) -> None:
                 side.cpu.append(used * 1000 / runs)
                 parts = host.split(before, after).items()
                 side.parts.append({kind: cpu * 1000 / runs for kind, cpu in parts})
+                side.workers.append(host.per_worker(before, after) if side.host else [])
     finally:
         host.close()
 
@@ -238,6 +252,13 @@ def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
         f"CPU/run: {seconds / IDEAL:.2f}x, {worker_cpu:.2f} ms: {'PASS' if ok else 'FAIL'}; "
         f"worker RSS {rss:.0f} MiB (peak {peak:.0f} MiB: the workers' VmHWM, summed)"
     )
+    last = default.workers[-1] if default.workers else []
+    if last:
+        each = ", ".join(f"{cpu:.2f}" for cpu in last)
+        print(
+            f"the default side's last round: {default.seconds[-1]:.2f} s wall, its workers' CPU {each} s "
+            "(a process's CPU near the wall time: its GIL, not waiting, bounds the latency)"
+        )
     packed = [s for s in sides if s.name.startswith("packed")]
     if not packed:
         return ok, args.pack
