@@ -289,6 +289,7 @@ class WorkflowEngine:
             publisher.state_offload = threads  # the PROGRESS state goes out from a thread too
             # the pack's writes go to the store from a thread: the loop runs on meanwhile
             writes = PackWrites(self.store, nodes[0].run_id, events=publisher, offload=threads)
+            publisher.events_writer = writes.events_due  # its due events too, in turn, off the loop
             tasks = [
                 asyncio.ensure_future(
                     self.start(

@@ -326,6 +326,9 @@ class ProgressPublisher:
         self._interrupted: BaseException | None = None  # the soft time limit, raised into a timer
         #: Where a pack publishes the state, off its event loop (``None``: on the caller's thread).
         self.state_offload: Callable[[Callable[[], None]], Awaitable[None]] | None = None
+        #: A pack's writer of its due events (``PackWrites.events_due``: in turn with its other
+        #: writes, off its loop); ``None``: written on the caller's thread when due.
+        self.events_writer: Callable[[], None] | None = None
         self._showing: asyncio.Future[None] | None = None  # the publication in a thread
 
     def __call__(self, event: ProgressEvent) -> None:
@@ -347,7 +350,7 @@ class ProgressPublisher:
             payload["status"] = ProgressStatus.PROGRESS.value
         if not self._pending:
             self._first_pending_at = now
-            self._arm("events", self.interval, self._write)
+            self._arm("events", self.interval, self._write_due)
         self._pending.append(payload)
         if self.update_state is not None:
             if self._unshown is None:
@@ -355,7 +358,7 @@ class ProgressPublisher:
                 self._arm("state", self.state_interval, self._show)
             self._unshown = payload
         if now - self._first_pending_at >= self.interval:
-            self._write()
+            self._write_due()
         if self._unshown is not None and now - self._first_unshown_at >= self.state_interval:
             self._show()
 
@@ -411,8 +414,17 @@ class ProgressPublisher:
         if events:
             if not self._pending:
                 self._first_pending_at = time.monotonic()
-                self._arm("events", self.interval, self._write)
+                self._arm("events", self.interval, self._write_due)
             self._pending = events + self._pending
+
+    def _write_due(self) -> None:
+        """The buffered events are due: written now, or handed to :attr:`events_writer`."""
+        if self.events_writer is None or _running_loop() is None:
+            self._write()
+            return
+        self._disarm("events")
+        self._first_pending_at = time.monotonic()  # asked once; the writer takes them in turn
+        self.events_writer()
 
     def _write(self) -> None:
         pending = self.take_events()
