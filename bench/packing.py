@@ -41,6 +41,11 @@ from bench.model_bound.run import IDEAL, RESULT_TIMEOUT, Rig, bare_once, framewo
 from bench.model_bound.workflows import CALLS, FAN, PACK_SIZES, packed_fan
 
 TARGET_IDEAL = 1.5
+#: Issue 36, 10,000 loops in flight on one host: the latency ideal (about the CPU floor on 2
+#: cores) and the workers' RSS, summed.
+IN_FLIGHT_RUNS = 10_000
+TARGET_IN_FLIGHT_IDEAL = 5.0
+TARGET_IN_FLIGHT_RSS_MIB = 1536
 TARGET_CPU_MS = 1.0
 #: Issue 36: the worker's CPU per run, nothing set (the inline runner is 0.30 ms with no store).
 TARGET_WORKER_CPU_MS = 0.4
@@ -246,12 +251,22 @@ def latency_table(args: argparse.Namespace) -> tuple[bool, int]:
     default = sides[0]
     seconds = statistics.median(default.seconds)
     worker_cpu = statistics.median(p.get("worker", 0.0) for p in default.parts)
-    ok = seconds / IDEAL <= TARGET_IDEAL and worker_cpu <= TARGET_WORKER_CPU_MS
-    print(
-        f"targets (issue 36, nothing set): <= {TARGET_IDEAL}x ideal, <= {TARGET_WORKER_CPU_MS} ms worker "
-        f"CPU/run: {seconds / IDEAL:.2f}x, {worker_cpu:.2f} ms: {'PASS' if ok else 'FAIL'}; "
-        f"worker RSS {rss:.0f} MiB (peak {peak:.0f} MiB: the workers' VmHWM, summed)"
-    )
+    in_flight = runs >= IN_FLIGHT_RUNS
+    if in_flight:  # 10,000 in flight: the latency and the memory targets (the CPU one holds at any size)
+        ok = seconds / IDEAL <= TARGET_IN_FLIGHT_IDEAL and peak <= TARGET_IN_FLIGHT_RSS_MIB
+        print(
+            f"targets (issue 36, {runs} in flight, nothing set): <= {TARGET_IN_FLIGHT_IDEAL}x ideal, "
+            f"workers' RSS <= {TARGET_IN_FLIGHT_RSS_MIB} MiB: {seconds / IDEAL:.2f}x, peak {peak:.0f} MiB "
+            f"(now {rss:.0f}): {'PASS' if ok else 'FAIL'}; worker CPU {worker_cpu:.2f} ms/run "
+            f"(<= {TARGET_WORKER_CPU_MS} ms is judged at 1,000)"
+        )
+    else:
+        ok = seconds / IDEAL <= TARGET_IDEAL and worker_cpu <= TARGET_WORKER_CPU_MS
+        print(
+            f"targets (issue 36, nothing set): <= {TARGET_IDEAL}x ideal, <= {TARGET_WORKER_CPU_MS} ms worker "
+            f"CPU/run: {seconds / IDEAL:.2f}x, {worker_cpu:.2f} ms: {'PASS' if ok else 'FAIL'}; "
+            f"worker RSS {rss:.0f} MiB (peak {peak:.0f} MiB: the workers' VmHWM, summed)"
+        )
     last = default.workers[-1] if default.workers else []
     if last:
         each = ", ".join(f"{cpu:.2f}" for cpu in last)
