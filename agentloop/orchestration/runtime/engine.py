@@ -197,7 +197,9 @@ class WorkflowEngine:
             cache=self.cache,
             recording=self.recorder(node),
             offload=current_pack_threads(),  # a pack's plain-function work runs in its threads
-            cancel=StoreCancelSignal(self.store, node.run_id),
+            cancel=StoreCancelSignal(
+                self.store, node.run_id, offload=current_pack_threads()
+            ),  # and its reads
             checkpointer=StoreCheckpointer(
                 self.store,
                 node.run_id,
