@@ -272,8 +272,8 @@ def _ablate_celery_progress() -> None:
 
     original = tasks.engine_for
 
-    def quiet_engine(task: Any) -> Any:
-        engine = original(task)
+    def quiet_engine(task: Any, pack: Any = None) -> Any:
+        engine = original(task, pack)
         engine.update_state = None
         return engine
 

@@ -96,3 +96,22 @@ def test_the_celery_benchmark_is_listed_and_its_own_command_line_parses(
         celery_main.main(["--help"])
     assert exit_info.value.code == 0
     assert "--ablate" in capsys.readouterr().out
+
+
+def test_packing_openai_failure_is_one_line_not_a_traceback() -> None:
+    """``bench.packing``'s OpenAI step reports a failed side as NOT RUN with one line of reason
+    (at 10,000 runs the local server dropped connections and the benchmark printed tracebacks):
+    here the bare script's server is a closed port."""
+    import socket
+    import subprocess
+
+    packing = _bench_module("bench.packing")
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        packing.bare_openai_once(f"http://127.0.0.1:{port}/v1", 1)
+    reason = packing._reason(failed.value)
+    assert "\n" not in reason and "Traceback" not in reason
+    assert "Connection" in reason, reason
+    assert packing.OPENAI_MAX_RUNS <= 200

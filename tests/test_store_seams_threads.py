@@ -63,3 +63,34 @@ def test_two_stores_in_one_process_never_answer_for_each_other() -> None:
 
     assert StoreCancelSignal(cancelled, run_id).is_cancelled() is True
     assert StoreCancelSignal(other, run_id).is_cancelled() is False
+
+
+def test_in_a_pack_a_stale_answer_is_asked_again_in_a_thread_while_the_loop_goes_on() -> None:
+    """A pack's cancel signal (``offload``: its threads) asks a stale answer again off its event
+    loop, keeping the old one meanwhile; a cancel is seen once that answer is in. A run's first
+    answer is asked at once. On the loop the read held every branch of the pack."""
+    import asyncio
+
+    from agentloop.orchestration.packing.threads import pack_threads
+
+    store, run_id = SlowStore(), new_run_id()
+    store.create_run(run_id=run_id, runnable="x", input=None)
+    store.answer.set()  # the first answer: at once, on the caller's thread
+
+    async def pack() -> tuple[bool, bool, bool]:
+        with pack_threads() as threads:
+            signal = StoreCancelSignal(store, run_id, interval=0.0, offload=threads)
+            first = signal.is_cancelled()
+            store.answer.clear()
+            store.asked.clear()
+            store.request_cancel(run_id)
+            while_asking = signal.is_cancelled()  # stale: asked in a thread, held by the store
+            assert await asyncio.to_thread(store.asked.wait, 10)
+            store.answer.set()
+            for _ in range(1000):  # the thread's answer comes in; a later check sees it
+                await asyncio.sleep(0.01)
+                if signal.is_cancelled():
+                    return first, while_asking, True
+            return first, while_asking, False
+
+    assert asyncio.run(pack()) == (False, False, True)

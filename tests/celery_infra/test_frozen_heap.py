@@ -10,16 +10,18 @@ import pytest
 from celery.contrib.testing.worker import TestWorkController
 
 from agentloop import create_app, load_settings
-from agentloop.orchestration.celery_adapter.heap import FrozenHeap
+from agentloop.orchestration.celery_adapter.heap import YOUNG_THRESHOLD, FrozenHeap
 
 
 @pytest.fixture
 def thawed() -> Iterator[None]:
     gc.unfreeze()
+    threshold = gc.get_threshold()
     try:
         yield
     finally:
         gc.unfreeze()  # the rest of the test session collects as before
+        gc.set_threshold(*threshold)
 
 
 class _Worker:
@@ -41,6 +43,25 @@ def test_a_worker_moves_its_boot_time_objects_out_of_the_collectors_walks(thawed
     step.start(_Worker())
 
     assert gc.get_freeze_count() >= len(booted)
+
+
+def test_a_worker_collects_its_young_objects_less_often(thawed: None) -> None:
+    """A pack's branches make many short-lived objects: a young collection every 700 of them
+    walked the live ones again and again (``heap.py``)."""
+    gc.set_threshold(700, 10, 10)
+    FrozenHeap(_Worker()).start(_Worker())
+    assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+
+    gc.set_threshold(50_000, 10, 10)  # a process that set it higher keeps its setting
+    FrozenHeap(_Worker()).start(_Worker())
+    assert gc.get_threshold()[0] == 50_000
+
+
+def test_an_embedded_worker_leaves_the_collectors_thresholds_alone(thawed: None) -> None:
+    gc.set_threshold(700, 10, 10)
+    worker = TestWorkController.__new__(TestWorkController)
+    FrozenHeap(worker).start(worker)
+    assert gc.get_threshold() == (700, 10, 10)
 
 
 def test_an_embedded_worker_freezes_nothing_of_the_process_it_shares(thawed: None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -92,3 +93,45 @@ def test_a_state_that_cannot_be_published_is_logged_and_the_events_are_still_wri
     assert record.getMessage() == "could not publish progress of run r"
     assert record.exc_info is not None and isinstance(record.exc_info[1], RuntimeError)  # with its traceback
     assert len(store.events("r")) == 1
+
+
+def test_a_pack_publishes_its_state_from_a_thread_one_at_a_time_and_settles_before_its_end() -> None:
+    """A pack's ``PROGRESS`` state goes out from its threads (``state_offload``): a publication
+    held up (the result backend, the broker behind other threads) no longer holds the pack's event
+    loop; the latest event waits for the one in flight; ``settle`` waits for the last."""
+    from agentloop.orchestration.packing.threads import pack_threads
+
+    store, states, threads = CountingStore(), [], set()
+    release = threading.Event()
+
+    both: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+
+    def held(state: dict[str, Any]) -> None:
+        threads.add(threading.get_ident())
+        release.wait(timeout=10)  # the first publication is held until the loop has gone on
+        states.append(state)
+        if len(states) == 2:
+            loop, published = both[0]
+            loop.call_soon_threadsafe(published.set)
+
+    async def pack() -> list[int]:
+        both.append((asyncio.get_running_loop(), asyncio.Event()))
+        publisher = ProgressPublisher(store=store, run_id="r", update_state=held, interval=0)
+        with pack_threads() as offload:
+            publisher.state_offload = offload
+            publisher(progress(0))  # due at once: handed to a thread
+            gone_on = []
+            for n in (1, 2):  # the loop goes on while the publication is held
+                await asyncio.sleep(0)
+                publisher(progress(n))
+                gone_on.append(n)
+            release.set()
+            await both[0][1].wait()  # the latest (2) follows once the first has gone out
+            await publisher.settle()
+            publisher.flush(final=True)
+            return gone_on
+
+    assert asyncio.run(pack()) == [1, 2]
+    assert threading.get_ident() not in threads
+    assert [s["iteration"] for s in states] == [0, 2]
+    assert len(store.events("r")) == 3

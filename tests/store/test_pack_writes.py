@@ -398,3 +398,52 @@ def test_a_packs_branches_write_their_usage_together_not_each_on_its_own() -> No
     # 40 branches x 3 steps: per-branch meters wrote each branch's usage at every step past the
     # interval (some 80 writes); the pack's meter writes once per round of the steps, or with a result
     assert store.usage_writes <= 20, store.usage_writes
+
+
+class ThreadNoting(InMemoryRunStore):
+    """Notes the thread each ``append_events`` ran on; fails the first ``failing`` of them."""
+
+    def __init__(self, failing: int = 0) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+        self.failing = failing
+
+    def append_events(self, root_run_id: str, events: Any) -> None:
+        self.threads.append(threading.get_ident())
+        if self.failing:
+            self.failing -= 1
+            raise StoreUnavailableError("the database is away", seconds=0.0)
+        super().append_events(root_run_id, events)
+
+
+@pytest.mark.parametrize("failing", [0, 1], ids=["written", "failed-once"])
+def test_a_packs_due_events_are_written_from_its_threads_in_turn_not_on_its_loop(failing: int) -> None:
+    """A pack's events that fall due on their own (its publisher's interval passed, no checkpoint
+    took them) are written by its ``PackWrites`` in a thread: on the loop the round trip held every
+    branch of the pack (the lag watch saw 0.5-0.9 s in psycopg's ``Connection.wait`` with 10,000
+    loops in flight). A failed write gives them back: the pack's last write stores them."""
+    from agentloop.loops import ProgressEvent, ProgressStatus
+    from agentloop.orchestration.store.seams import ProgressPublisher
+
+    store = ThreadNoting(failing)
+
+    def event(n: int) -> ProgressEvent:
+        return ProgressEvent(
+            run_id="r", path="b/0", runnable="L", iteration=n, max_iterations=9, phase="x",
+            status=ProgressStatus.PROGRESS,
+        )  # fmt: skip
+
+    async def pack() -> int:
+        publisher = ProgressPublisher(store=store, run_id="r", interval=0)  # every event due at once
+        writes = PackWrites(store, "r", events=publisher, offload=_in_a_thread)
+        publisher.events_writer = writes.events_due
+        for n in range(3):
+            publisher(event(n))
+            await asyncio.sleep(0)
+        await writes.drain()
+        publisher.flush(final=True)
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(pack())
+    assert store.threads and loop_thread not in store.threads[: len(store.threads) - failing]
+    assert [e["iteration"] for _, e in store.events("r")] == [0, 1, 2]

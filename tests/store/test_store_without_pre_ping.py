@@ -91,3 +91,24 @@ def test_every_store_rides_out_a_pooled_connection_the_server_killed(
     wait = Wait(run_id=run_id, path="", question=question, message={})
     assert waits.record(wait) is True
     assert waits.get(run_id, "", "q1") is not None
+
+
+def test_a_packs_start_is_one_statement_whose_text_is_the_same_at_any_size(
+    pg_stores: tuple[SqlRunStore, SqlToolStore, str],
+) -> None:
+    """``start_loops`` of a pack (200 paths) was a multi-row ``VALUES`` of 1,000 parameters, a new
+    text psycopg parsed again for every pack (past its cache's 50 parameters): now one text."""
+    run_store, _, _ = pg_stores
+    sent: list[str] = []
+
+    def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    event.listen(run_store.engine, "before_cursor_execute", note)
+    try:
+        for delivery, size in enumerate((1, 5, 200), start=1):
+            started = run_store.start_loops("r1", [f"b/{index}" for index in range(size)])
+            assert len(started) == size and started[0][1] == delivery and started[-1][1] == 1
+    finally:
+        event.remove(run_store.engine, "before_cursor_execute", note)
+    assert len(sent) == 3 and len(set(sent)) == 1, sent

@@ -20,6 +20,7 @@ import threading
 from typing import Any
 
 from celery import Celery, Task
+from celery.app.task import Context
 
 __all__ = ["PROGRESS_EVENT", "ProgressEvents", "progress_events_of"]
 
@@ -38,9 +39,10 @@ class ProgressEvents:
         #: How many dispatchers this object built (one per process unless a send failed).
         self.built = 0
 
-    def send(self, task: Task, progress: dict[str, Any]) -> None:
-        """Send ``progress`` as the ``task-progress`` event of the running ``task``."""
-        request = task.request
+    def send(self, task: Task | Context, progress: dict[str, Any]) -> None:
+        """Send ``progress`` as the ``task-progress`` event of the running ``task`` (or of the
+        task whose request is given: from another thread, as a pack publishes)."""
+        request = task if isinstance(task, Context) else task.request
         dispatcher = self._dispatcher_for(str(request.hostname or ""))
         try:
             dispatcher.send(

@@ -121,11 +121,13 @@ def engine_for(task: Task, pack: list[str] | None = None) -> WorkflowEngine:
     """The engine of one task: its events go to the run store and the task's ``PROGRESS`` state
     (with the paths of the branches a pack runs, ``pack``, so Flower shows what it runs)."""
 
+    request = task.request  # this thread's: a pack publishes from its threads (ProgressPublisher)
+
     def publish(event: dict[str, Any]) -> None:
-        if task.request.id and not task.request.called_directly:
+        if request.id and not request.called_directly:
             meta = event if pack is None else {**event, "pack": pack}
-            task.update_state(state="PROGRESS", meta=meta)
-            progress_events_of(task.app).send(task, meta)  # one dispatcher per process
+            task.backend.store_result(request.id, meta, "PROGRESS", request=request)  # update_state's
+            progress_events_of(task.app).send(request, meta)  # one dispatcher per process
 
     deps = dependencies_of(task.app)
     return WorkflowEngine(

@@ -198,7 +198,9 @@ class WorkflowEngine:
             cache=self.cache,
             recording=self.recorder(node),
             offload=current_pack_threads(),  # a pack's plain-function work runs in its threads
-            cancel=StoreCancelSignal(self.store, node.run_id),
+            cancel=StoreCancelSignal(
+                self.store, node.run_id, offload=current_pack_threads()
+            ),  # and its reads
             checkpointer=StoreCheckpointer(
                 self.store,
                 node.run_id,
@@ -288,8 +290,10 @@ class WorkflowEngine:
         # one usage meter for the run's branches: its usage written once per interval, not per branch
         meter = StoreUsageMeter(self.store, nodes[0].run_id, interval=self.events_interval)
         with pack_threads() as threads:  # each task keeps the pack's threads
+            publisher.state_offload = threads  # the PROGRESS state goes out from a thread too
             # the pack's writes go to the store from a thread: the loop runs on meanwhile
             writes = PackWrites(self.store, nodes[0].run_id, events=publisher, usage=meter, offload=threads)
+            publisher.events_writer = writes.events_due  # its due events too, in turn, off the loop
             tasks = [
                 asyncio.ensure_future(
                     self.start(
@@ -334,6 +338,7 @@ class WorkflowEngine:
                 task.cancel()
             await asyncio.gather(heartbeat, *unfinished, return_exceptions=True)
             await writes.drain()  # a write still in its thread ends before the last events go
+            await publisher.settle()  # and a state publication before the task's own end
             publisher.flush(final=True)
 
     def _lag_reporter(

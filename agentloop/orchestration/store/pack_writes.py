@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,6 +34,8 @@ from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import RunStore
 
 __all__ = ["EventBuffer", "PackWrites", "UsageBuffer"]
+
+logger = logging.getLogger(__name__)
 
 
 class EventBuffer(Protocol):
@@ -95,6 +98,7 @@ class PackWrites:
         self._checkpoints: list[_Checkpoint] = []
         self._results: list[_Result] = []
         self._due = False
+        self._events_due = False  # the buffer's events are due on their own (its interval passed)
         self._writing: asyncio.Future[None] | None = None  # the last write handed to ``offload``
         #: How many writes of each kind went out, and in how many store calls (for the bench).
         self.writes = self.calls = 0
@@ -122,6 +126,12 @@ class PackWrites:
         self._schedule()
         return done
 
+    def events_due(self) -> None:
+        """The buffered progress events (``events``) are due: written with the writes due, in
+        turn (with a checkpoint's, else on their own), not on the caller's thread."""
+        self._events_due = True
+        self._schedule()
+
     def _schedule(self) -> None:
         if not self._due:
             self._due = True
@@ -131,12 +141,17 @@ class PackWrites:
         self._due = False
         checkpoints, self._checkpoints = self._checkpoints, []
         results, self._results = self._results, []
+        events_only, self._events_due = self._events_due and not checkpoints, False  # a checkpoint takes them
         self.writes += len(checkpoints) + len(results)
-        self.calls += bool(checkpoints) + bool(results)
+        self.calls += bool(checkpoints) + bool(results) + events_only
         if self.offload is not None:  # in a thread, after the write before it
             previous = self._writing
-            self._writing = asyncio.ensure_future(self._write_off_loop(previous, checkpoints, results))
+            self._writing = asyncio.ensure_future(
+                self._write_off_loop(previous, checkpoints, results, events_only)
+            )
             return
+        if events_only:
+            self._append_events(None)
         if checkpoints:
             rows = [(c.path, c.iteration, c.state) for c in checkpoints]
             _settle([c.done for c in checkpoints], lambda: self._save(rows))
@@ -144,11 +159,22 @@ class PackWrites:
             _settle([r.done for r in results], lambda: self._finish(results))
 
     async def _write_off_loop(
-        self, previous: asyncio.Future[None] | None, checkpoints: list[_Checkpoint], results: list[_Result]
+        self,
+        previous: asyncio.Future[None] | None,
+        checkpoints: list[_Checkpoint],
+        results: list[_Result],
+        events_only: bool = False,
     ) -> None:
         assert self.offload is not None
         if previous is not None:
             await asyncio.wait([previous])  # one write at a time, in the order they fell due
+        if events_only and self.events is not None:
+            events = self.events.take_events()  # on the loop, in turn
+            if events:
+                try:
+                    await self.offload(functools.partial(self._append_events, events))
+                except Exception as error:
+                    self._events_lost(events, error)
         if checkpoints:
             rows = [(c.path, c.iteration, c.state) for c in checkpoints]
             events, used = self._take()  # on the loop
@@ -202,6 +228,28 @@ class PackWrites:
             if on_loop:  # kept for the next write: never lost here
                 self._give_back(events, used)
             raise
+
+    def _append_events(self, events: list[dict[str, Any]] | None) -> None:
+        """Write the buffered events on their own (``None``: take them here, on the loop)."""
+        if events is None:
+            events = self.events.take_events() if self.events is not None else []
+            try:
+                self._append_events(events)
+            except Exception as error:
+                self._events_lost(events, error)
+            return
+        if events:
+            self.store.append_events(self.run_id, events)
+
+    def _events_lost(self, events: list[dict[str, Any]], error: BaseException) -> None:
+        """A write of events alone failed (on the loop): they go back to the buffer, first in the
+        next write (a checkpoint's, or the pack's last); logged, never raised, as the publisher's
+        own writes."""
+        logger.warning(
+            "could not record %d progress event(s) of run %s yet: %s", len(events), self.run_id, error
+        )
+        if self.events is not None:
+            self.events.give_back(events)
 
     def _finish(self, results: list[_Result]) -> list[JsonValue]:
         return self.store.finish_loops(
