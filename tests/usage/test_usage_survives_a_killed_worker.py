@@ -39,7 +39,7 @@ pytestmark = pytest.mark.integration
 API_KEY = "sk-test-usage-killed-0123456789"
 PROMPT, COMPLETION = 5, 11  # the tokens the server reports for each reply
 CALLS, HELD_AT = 5, 3  # each loop's calls; the one held until the kill (after 3 checkpoints)
-_MARKER = re.compile(r"\[usage:([^\]:]+):(\d+)\]")
+_MARKER = re.compile(r"\[packed:([^\]:]+):(\d+)\]")  # parity.tagged_model_calls' asks
 
 
 class HoldingModel:
@@ -86,13 +86,13 @@ def test_usage_of_every_answered_call_counts_after_a_kill(tmp_path: Path, shape:
             # a checkpoint after every iteration: the kill comes after the third
             env={"OPENAI_MODEL": "test-model", "AGENTLOOP_CHECKPOINT_SECONDS": "0"},
         )
-        worker = services.start_worker(["workflows.usage"], concurrency=1)
+        worker = services.start_worker(["workflows.parity"], concurrency=1)
         app = services.client()
         tag = uuid.uuid4().hex[:10]
         if shape == "alone":
-            runnable, payload, tags = "usage.marked_calls", {"tag": tag, "calls": CALLS}, [tag]
+            runnable, payload, tags = "parity.tagged_model_calls", {"tag": tag, "calls": CALLS}, [tag]
         else:
-            runnable = "usage.packed_marked_calls"
+            runnable = "parity.packed_model_calls"  # its two branches in one pack
             payload = {"tag": tag, "calls": CALLS, "width": 2}
             tags = [f"{tag}/0", f"{tag}/1"]
         runner = CeleryAgentRunner.create(runnable=runnable, context={}, app=app, store=services.store)
