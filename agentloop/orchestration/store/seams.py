@@ -65,7 +65,7 @@ class StoreCancelSignal:
         run_id: str,
         *,
         interval: float = 0.5,
-        offload: Callable[[Callable[[], None]], Awaitable[None]] | None = None,
+        offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     ) -> None:
         self.store, self.run_id, self.interval, self.offload = store, run_id, interval, offload
 
@@ -94,6 +94,10 @@ class StoreCancelSignal:
         if known and self.offload is not None and _running_loop() is not None:
             self.offload(functools.partial(self._ask, seen, now))  # the old answer (no) stands meanwhile
             return False
+        return self._ask(seen, now)
+
+    def _ask(self, seen: dict[str, tuple[float, bool]], now: float) -> bool:
+        """Ask the store for the flag (here, or in a thread: ``offload``) and keep its answer."""
         try:
             cancelled = self.store.is_cancel_requested(self.run_id)
         except Exception as error:
@@ -103,16 +107,6 @@ class StoreCancelSignal:
         with self._seen_lock:
             seen[self.run_id] = (now, cancelled)
         return cancelled
-
-    def _ask(self, seen: dict[str, tuple[float, bool]], now: float) -> None:
-        """Ask the store for the flag (in a thread: ``offload``) and keep its answer."""
-        try:
-            cancelled = self.store.is_cancel_requested(self.run_id)
-        except Exception:
-            logger.warning("could not read the cancel flag of run %s", self.run_id, exc_info=True)
-            return
-        with self._seen_lock:
-            seen[self.run_id] = (now, cancelled)
 
 
 class StoreUsageMeter:
@@ -429,9 +423,8 @@ class ProgressPublisher:
             return False
 
     def _arm(self, name: str, delay: float, then: Callable[[], None]) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = _running_loop()
+        if loop is None:
             return  # no event loop: the next event or the final flush writes it
         if name not in self._timers:
             self._timers[name] = loop.call_later(delay, self._on_timer, name, then)
