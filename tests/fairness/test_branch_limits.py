@@ -38,6 +38,15 @@ class Gauge:
         self.most = 0
         self.entries: dict[str, int] = {}
         self.release = threading.Event()
+        self.failing: str | None = None
+
+    def fails(self, name: str) -> bool:
+        """Whether ``name`` is the branch that fails its run: the first of a ``failing/`` run's
+        branches to take a slot (whichever of them the key's slots let in first), every time."""
+        with self.lock:
+            if self.failing is None and name.startswith("failing/"):
+                self.failing = name
+            return name == self.failing
 
     def enter(self, name: str) -> None:
         with self.lock:
@@ -61,7 +70,8 @@ GAUGE = Gauge()
 
 
 class Step(ProceduralAgentLoop):
-    """Input ``"run/branch"``: enters the gauge, waits for the test's release, leaves."""
+    """Input ``"run/branch"``: enters the gauge, waits for the test's release, leaves (the first
+    branch of a ``failing`` run to start raises instead)."""
 
     max_iterations = 2
 
@@ -69,7 +79,7 @@ class Step(ProceduralAgentLoop):
         return {"name": input, "done": False}
 
     def advance_state(self, *, state: Any, iteration: int) -> Any:
-        if state["name"] == "failing/0":
+        if GAUGE.fails(state["name"]):
             raise RuntimeError("this branch fails its run")
         GAUGE.enter(state["name"])
         try:

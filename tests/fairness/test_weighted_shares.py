@@ -1,7 +1,8 @@
 """Weighted fair shares on a Celery worker (``memory://`` broker, worker threads, a SQLite run
 store, ``AGENTLOOP_FAIR_SLOTS=3``): keys C (weight 2) and D (weight 1) with equal backlogs hold 2
 and 1 of the 3 slots at every step while both wait, so they are admitted 2:1. The test lets one
-run end at a time and counts the runs inside their step by key; nothing is timed."""
+run end at a time and counts the runs inside their step by key, and the slots the store says
+are held; nothing is timed."""
 
 from __future__ import annotations
 
@@ -96,19 +97,22 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, A
 
 
 def test_keys_of_weights_2_and_1_hold_2_and_1_slots_while_both_wait(rig: dict[str, Any]) -> None:
-    """The first runs of each key may take more than their share before the other key's arrive
-    (a run in flight is never stopped); once one run has ended at a time long enough for the
-    split to come to 2:1, it stays 2:1 after every run that ends while both keys wait."""
+    """One run of each key goes first, and the rest are sent once both hold their slots: every
+    later run arrives while both keys have work, so none is admitted past its share (a key alone
+    takes all 3 slots, and a run in flight is never stopped). The split is 2:1 at once, and stays
+    2:1 after every run that ends while both keys wait."""
     store = rig["store"]
     runner = CeleryAgentRunner.create(runnable="weighted.turn", app=rig["app"], store=store)
-    handles = []
-    for _ in range(12):  # equal backlogs, arriving in turns
+    handles = [runner.request_sync(input={"key": "C"}), runner.request_sync(input={"key": "D"})]
+    held_by_key(store, "the first run of each key holding its slot", {"C": 1, "D": 1})
+    for _ in range(11):  # equal backlogs, arriving in turns
         handles += [runner.request_sync(input={"key": "C"}), runner.request_sync(input={"key": "D"})]
-    TURNSTILE.until("runs of both keys inside", lambda inside: inside.get("C") and inside.get("D"))
     deadline = time.monotonic() + CEILING
     while sum(c.held + c.waiting for c in store.concurrency.counts().values()) < 24:  # all asked
         assert time.monotonic() < deadline, store.concurrency.counts()
         time.sleep(0.02)
+    splits = [TURNSTILE.until("C's second run inside", lambda inside: inside == {"C": 2, "D": 1})]
+    held_by_key(store, "no run admitted but those inside", {"C": 2, "D": 1})
 
     def next_split() -> dict[str, int]:
         left = TURNSTILE.left
@@ -116,16 +120,18 @@ def test_keys_of_weights_2_and_1_hold_2_and_1_slots_while_both_wait(rig: dict[st
         TURNSTILE.until("the run leaving", lambda inside: TURNSTILE.left == left + 1)
         return TURNSTILE.until("3 runs inside", lambda inside: sum(inside.values()) == 3)
 
-    settled = 0
-    while TURNSTILE.until("", lambda inside: True) != {"C": 2, "D": 1}:
-        settled += 1
-        assert settled <= 6, "the split never came to 2:1"
-        next_split()
-    splits = []
     for _ in range(5):
         counts = store.concurrency.counts()
         assert counts["C"].waiting > 0 and counts["D"].waiting > 0  # both keys still have a backlog
         splits.append(next_split())
-    assert splits == [{"C": 2, "D": 1}] * 5
+    assert splits == [{"C": 2, "D": 1}] * 6
     TURNSTILE.passes.release(100)
     assert sorted(handle.wait_sync(timeout=CEILING) for handle in handles) == ["C"] * 12 + ["D"] * 12
+
+
+def held_by_key(store: Any, what: str, expected: dict[str, int]) -> None:
+    """Until the store's held slots by key are ``expected`` (bounded; no run ends meanwhile)."""
+    deadline = time.monotonic() + CEILING
+    while (held := {key: c.held for key, c in store.concurrency.counts().items() if c.held}) != expected:
+        assert time.monotonic() < deadline, f"never saw {what}: held {held}"
+        time.sleep(0.02)
