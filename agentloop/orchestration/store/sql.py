@@ -194,7 +194,9 @@ class SqlRunStore(BulkRunStoreBase):
             .returning(runs.c.runnable)
         )
         again = update(runs).where(*open_run).values(status=RunStatus.RUNNING.value).returning(runs.c.id)
-        with self.engine.begin() as connection:
+        # Each statement is atomic by itself (a run's first start is the common case: one round trip
+        # on PostgreSQL, see dialects.one_statement); the others only run when it matched nothing.
+        with one_statement(self.engine) as connection, connection.begin():
             started = connection.execute(first).first()
             marked = started is not None or connection.execute(again).first() is not None
             if (
@@ -225,7 +227,9 @@ class SqlRunStore(BulkRunStoreBase):
             .returning(runs.c.runnable, runs.c.started_at, runs.c.created_at)
         )
         read = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
-        with self.engine.begin() as connection:
+        # One statement in the common case (one round trip on PostgreSQL: dialects.one_statement);
+        # the read, of a refusal only, needs no transaction with it.
+        with one_statement(self.engine) as connection, connection.begin():
             finished = connection.execute(statement).first()
             if finished is None:
                 row = connection.execute(read).first()
