@@ -81,27 +81,9 @@ def _traces(folder: str, after: datetime) -> dict[str, list[Trip]]:
     return by_pid
 
 
-def _commit_floor(database_url: str) -> list[float]:
-    """Seconds of one-row autocommit ``INSERT``s on the run store's server: one durable commit each."""
-    import psycopg
-
-    url = database_url.replace("postgresql+psycopg://", "postgresql://")
-    seconds = []
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute("CREATE TABLE bench_commit_probe (id bigserial PRIMARY KEY)")
-        try:
-            for _ in range(_COMMIT_PROBES):
-                begun = time.perf_counter()
-                connection.execute("INSERT INTO bench_commit_probe DEFAULT VALUES")
-                seconds.append(time.perf_counter() - begun)
-        finally:
-            connection.execute("DROP TABLE bench_commit_probe")
-    return seconds
-
-
 def profile_round_trips(*, stages: int) -> str:
     """One traced framework pipeline of ``stages`` trivial stages on PostgreSQL, per task."""
-    from bench.celery_overhead.measure import run_once
+    from bench.celery_overhead.measure import durable_commit_seconds, run_once
     from bench.celery_overhead.rig import ROOT, rig
     from bench.celery_overhead.sides import build_sides
     from bench.workflows_celery import TRACE_ENV
@@ -113,7 +95,7 @@ def profile_round_trips(*, stages: int) -> str:
             run_once(r, pipeline)  # warm-up: connections opened, statements prepared
             after = datetime.now()
             seconds, _, _ = run_once(r, pipeline)
-            floor = _commit_floor(r.database_url)
+            floor = durable_commit_seconds(r.database_url, _COMMIT_PROBES)
             r.worker.terminate()
         time.sleep(0.2)
         trips = _traces(folder, after)
