@@ -86,6 +86,12 @@ def render(report: Report) -> str:
             f"{cpu_ratio:.2f}x CPU; overhead per {unit}: {extra_ms:+.2f} ms wall, "
             f"{extra_cpu:+.2f} ms CPU  {verdict}"
         )
+        # the two sides of a round ran one after the other: their ratio shares the host's moment
+        rounds = [f / b for f, b in zip(framework.seconds, bare.seconds, strict=True)]
+        lines.append(
+            f"{'':<9} per round: {', '.join(f'{r:.2f}' for r in rounds)}x "
+            f"(median {statistics.median(rounds):.2f}x)"
+        )
     if report.commit_seconds:
         floor = statistics.median(report.commit_seconds)
         pipeline = report.results["fw_pipeline"].median
