@@ -20,6 +20,9 @@ imports its runnables). On import it
   processes from ``task_prerun`` to ``task_postrun`` (its body, its
   ``STARTED`` and final result writes, the publishing of what follows it) and
   writes ``<pid>.timing.json`` at exit;
+* when ``AGENTLOOP_BENCH_TRACE_DIR`` is set, traces every PostgreSQL connection of the pool
+  processes with libpq and notes each task's time window, for
+  :mod:`bench.celery_overhead.round_trips`;
 * when ``AGENTLOOP_BENCH_ABLATE`` is set (comma-separated), switches parts of
   the framework off *in this worker process only*, to measure what each
   costs end to end (an experiment, never a configuration: the runs are not
@@ -48,6 +51,7 @@ PIPELINES_ENV = "AGENTLOOP_BENCH_PIPELINES"
 PROFILE_ENV = "AGENTLOOP_BENCH_PROFILE_DIR"
 TIMING_ENV = "AGENTLOOP_BENCH_TIMING_DIR"
 ABLATE_ENV = "AGENTLOOP_BENCH_ABLATE"
+TRACE_ENV = "AGENTLOOP_BENCH_TRACE_DIR"
 DEFAULT_PIPELINES = (10, 50)
 
 
@@ -254,6 +258,58 @@ def _install_timing(folder: str) -> None:
 
 if os.environ.get(TIMING_ENV) and _in_worker():
     _install_timing(os.environ[TIMING_ENV])
+
+
+# --------------------------------------------------------------------------- in-worker libpq trace
+
+
+def _install_trace(folder: str) -> None:
+    """In a pool process: trace every PostgreSQL connection it opens into ``folder`` and record
+    each task's window (name, start, end) in ``<pid>.windows.json``."""
+    import json
+    from datetime import datetime
+    from pathlib import Path
+
+    from celery import signals
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    files: list[tuple[Any, Any]] = []
+    windows: list[tuple[str, str, str]] = []
+    started: dict[str, str] = {}
+
+    def connect(dbapi_connection: Any, _record: Any) -> None:
+        pgconn = getattr(dbapi_connection, "pgconn", None)
+        if pgconn is not None:
+            out = open(os.path.join(folder, f"{os.getpid()}.{len(files)}.trace"), "w")  # noqa: SIM115
+            files.append((pgconn, out))
+            pgconn.trace(out.fileno())
+
+    def flush() -> None:
+        # libpq writes the trace through a buffered stream, and a pool process leaves by
+        # os._exit: untracing flushes it, and tracing goes on into the same file
+        for pgconn, out in files:
+            if pgconn.status == 0:  # CONNECTION_OK
+                pgconn.untrace()
+                pgconn.trace(out.fileno())
+
+    def prerun(task_id: str | None = None, **_kwargs: Any) -> None:
+        started[task_id or ""] = datetime.now().isoformat(sep=" ")
+
+    def postrun(sender: Any = None, task_id: str | None = None, **_kwargs: Any) -> None:
+        begun = started.pop(task_id or "", None)
+        if begun is not None:
+            windows.append((getattr(sender, "name", "?"), begun, datetime.now().isoformat(sep=" ")))
+            flush()
+            Path(folder, f"{os.getpid()}.windows.json").write_text(json.dumps(windows))
+
+    event.listen(Engine, "connect", connect)
+    signals.task_prerun.connect(prerun, weak=False)
+    signals.task_postrun.connect(postrun, weak=False)
+
+
+if os.environ.get(TRACE_ENV) and _in_worker():
+    _install_trace(os.environ[TRACE_ENV])
 
 
 # --------------------------------------------------------------------------- ablation experiments

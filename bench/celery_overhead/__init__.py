@@ -35,12 +35,14 @@ each run, outside the timed region).
 same kind of store (SQL statements counted with a SQLAlchemy listener, time
 per task split into SQL and the rest), and a cProfile of the worker's pool
 processes during one framework composite and one bare chord (a separate,
-profiled worker; ``AGENTLOOP_BENCH_PROFILE_DIR``).
+profiled worker; ``AGENTLOOP_BENCH_PROFILE_DIR``); on PostgreSQL, the round trips and
+durable commits each task of one pipeline sends, read off a libpq trace of the pool processes,
+beside the cost of one durable commit on the same server (:mod:`.round_trips`).
 
 The package, by job: :mod:`.rig` (Redis, run store, worker, client app),
 :mod:`.sides` (the four canvases), :mod:`.measure` (one timed run, the
 rounds), :mod:`.report` (the printed table and verdict),
-:mod:`.profile_engine` and :mod:`.profile_worker` (``--profile``),
+:mod:`.profile_engine`, :mod:`.profile_worker` and :mod:`.round_trips` (``--profile``),
 :mod:`.ablation` (``--ablate``) and ``__main__`` (its own command line).
 """
 
@@ -55,6 +57,7 @@ from bench.celery_overhead.profile_engine import profile_engine
 from bench.celery_overhead.profile_worker import profile_timing, profile_worker
 from bench.celery_overhead.report import render
 from bench.celery_overhead.rig import ROOT, STORE_ENV, NotRunnable
+from bench.celery_overhead.round_trips import profile_round_trips
 from bench.celery_overhead.sides import sizes
 
 NAME = "celery"
@@ -72,6 +75,7 @@ def run(options: BenchOptions, *, store_kind: str | None = None) -> Report:
                 profile_timing(store_kind=kind, width=width, stages=stages),
                 profile_engine(store_kind=kind, width=width, stages=stages),
                 profile_worker(store_kind=kind, width=width, stages=stages),
+                *([profile_round_trips(stages=stages)] if kind == "postgres" else []),
             ]
         )
     return report

@@ -19,6 +19,8 @@ TARGET_RATIO = 1.2
 #: Per workload, where a later issue set its own: a pipeline's stages share one task (issue 36).
 TARGET_RATIOS = {"composite": TARGET_RATIO, "pipeline": 0.5}
 RESULT_TIMEOUT = 600.0
+#: One-row autocommit ``INSERT``s a PostgreSQL run store's server is probed with after each round.
+COMMIT_PROBES = 20
 
 
 @dataclass
@@ -130,6 +132,9 @@ class Report:
     store_kind: str
     results: dict[str, SideResult]
     profile_text: str = ""
+    #: On PostgreSQL: seconds of one durable commit on the run store's server, probed after each
+    #: round (:func:`durable_commit_seconds`); a stage recorded as it ends pays one.
+    commit_seconds: list[float] = field(default_factory=list)
 
     def ratio(self, workload: str) -> float:
         framework = self.results["fw_composite" if workload == "composite" else "fw_pipeline"]
@@ -151,12 +156,32 @@ class Report:
         return all(self.ratio(workload) <= self.target(workload) for workload in ("composite", "pipeline"))
 
 
+def durable_commit_seconds(database_url: str, count: int) -> list[float]:
+    """Seconds of ``count`` one-row autocommit ``INSERT``s on a PostgreSQL run store's server
+    (a table of their own, dropped after): one durable commit (a WAL flush) each."""
+    import psycopg
+
+    url = database_url.replace("postgresql+psycopg://", "postgresql://")
+    seconds = []
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("CREATE TABLE bench_commit_probe (id bigserial PRIMARY KEY)")
+        try:
+            for _ in range(count):
+                begun = time.perf_counter()
+                connection.execute("INSERT INTO bench_commit_probe DEFAULT VALUES")
+                seconds.append(time.perf_counter() - begun)
+        finally:
+            connection.execute("DROP TABLE bench_commit_probe")
+    return seconds
+
+
 def measure(
     *, width: int, stages: int, rounds: int, store_kind: str, worker_env: dict[str, str] | None = None
 ) -> Report:
     sides = build_sides(width, stages)
     results = {side.key: SideResult(side=side) for side in sides}
     pairs = [(sides[0], sides[1]), (sides[2], sides[3])]
+    commits: list[float] = []
     with rig(store_kind=store_kind, stages=stages, worker_env=worker_env) as r:
         for side in sides:  # warm-up: pool processes import, connect, open the store
             run_once(r, side)
@@ -170,4 +195,8 @@ def measure(
                     results[side.key].redis_bytes.append(calls.pop("~bytes_in", 0))
                     results[side.key].redis_commands.append(sum(calls.values()))
                     results[side.key].redis_top += calls
-    return Report(width=width, stages=stages, rounds=rounds, store_kind=store_kind, results=results)
+            if store_kind == "postgres":  # between rounds, outside the timed runs
+                commits += durable_commit_seconds(r.database_url, COMMIT_PROBES)
+    report = Report(width=width, stages=stages, rounds=rounds, store_kind=store_kind, results=results)
+    report.commit_seconds = commits
+    return report

@@ -86,6 +86,22 @@ def render(report: Report) -> str:
             f"{cpu_ratio:.2f}x CPU; overhead per {unit}: {extra_ms:+.2f} ms wall, "
             f"{extra_cpu:+.2f} ms CPU  {verdict}"
         )
+        # the two sides of a round ran one after the other: their ratio shares the host's moment
+        rounds = [f / b for f, b in zip(framework.seconds, bare.seconds, strict=True)]
+        lines.append(
+            f"{'':<9} per round: {', '.join(f'{r:.2f}' for r in rounds)}x "
+            f"(median {statistics.median(rounds):.2f}x)"
+        )
+    if report.commit_seconds:
+        floor = statistics.median(report.commit_seconds)
+        pipeline = report.results["fw_pipeline"].median
+        lines.append(
+            f"  one durable commit on this PostgreSQL server ({len(report.commit_seconds)} one-row "
+            f"autocommit INSERTs, after each round): median {floor * 1000:.2f} ms "
+            f"(min {min(report.commit_seconds) * 1000:.2f}, max {max(report.commit_seconds) * 1000:.2f}); "
+            f"the pipeline's {report.stages} stages pay one each, {report.stages * floor * 1000:.0f} ms "
+            f"at the median, {report.stages * floor / pipeline:.0%} of its median wall time"
+        )
     lines += ["", "Redis commands per run, framework / bare (median run; the most frequent):"]
     for workload, fw_key, bare_key, _unit in PAIRS:
         fw, bare = report.results[fw_key], report.results[bare_key]

@@ -15,6 +15,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 from sqlalchemy import create_engine
 
+from agentloop.orchestration.errors import RunAlreadyEndedError, RunExistsError
 from agentloop.orchestration.store import SqlRunStore, StoreRetry, open_store
 from tests.services.postgres import private_database
 
@@ -80,6 +81,44 @@ def test_a_read_or_a_one_statement_write_is_one_round_trip(store_url: str, tmp_p
         assert store.loop_record(run_id, "p").result == {"r": 1}
         record = store.get_run(run_id)
         assert record is not None and (record.input_tokens, record.output_tokens) == (9, 7)
+    finally:
+        engine.dispose()
+
+
+def test_a_runs_start_and_end_are_one_round_trip_each(store_url: str, tmp_path: Path) -> None:
+    # a launch records its run and marks it running, a finalize ends it: each one autocommit
+    # statement (no BEGIN, no COMMIT), as every run pays them, and a pipeline of trivial stages
+    # pays them beside its stages' one statement each; the fallbacks (an id taken, a run started
+    # before, or ended) stay correct
+    store = open_store(store_url, migrate=False)[0]
+    engine = store.engine
+    try:
+        run_id, ended_id = uuid.uuid4().hex, uuid.uuid4().hex
+        store.create_run(run_id=ended_id, runnable="x", input={})
+        store.finish_run(ended_id, status="failed", error={"type": "E", "message": "m"})
+        trace = tmp_path / "libpq.trace"
+        with engine.connect() as connection, trace.open("w") as out:
+            connection.rollback()
+            pgconn = connection.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+            pgconn.trace(out.fileno())
+            connection.close()
+            created = store.create_run(run_id=run_id, runnable="x", input={"n": 1})
+            assert store.get_run(run_id) == created  # the record as stored, from the INSERT
+            assert store.mark_running(run_id)
+            store.finish_run(run_id, status="succeeded", output={"r": 1})
+            pgconn.untrace()
+        kinds = [trip.split()[0].upper() for trip in _round_trips(trace)]
+        assert kinds == ["INSERT", "SELECT", "UPDATE", "UPDATE"], _round_trips(trace)
+        assert (created.id, created.status, created.input) == (run_id, "pending", {"n": 1})
+        record = store.get_run(run_id)
+        assert record is not None and (record.status, record.output) == ("succeeded", {"r": 1})
+        assert record.started_at is not None
+        with pytest.raises(RunExistsError) as taken:  # its id taken: the run stored before, as before
+            store.create_run(run_id=run_id, runnable="y", input={})
+        assert taken.value.record == record
+        assert not store.mark_running(ended_id)  # ended: not marked, as before
+        with pytest.raises(RunAlreadyEndedError):
+            store.finish_run(ended_id, status="succeeded")
     finally:
         engine.dispose()
 

@@ -70,6 +70,7 @@ from agentloop.orchestration.store.dialects import (
     PG_FINISH_LOOPS,
     PG_SAVE_CHECKPOINTS,
     dialect_of,
+    insert,
     insert_events_failing_once,
     one_statement,
     pg_event_batch,
@@ -154,6 +155,10 @@ class SqlRunStore(BulkRunStoreBase):
         self.retry = retry or StoreRetry()
         """How a call rides out an unreachable database (default: 60 s of retries)."""
         self._upserts = upserts(self.dialect)
+        # a new run's record as stored, from the INSERT itself: a launch's claim in one statement
+        self._insert_run_record = (
+            insert(runs, self.dialect).on_conflict_do_nothing(index_elements=["id"]).returning(*_RUN_COLUMNS)
+        )
         self.recordings = SqlRecordingStore(engine, dialect=self.dialect, retry=self.retry)
         """The entries of recorded runs (``run_recordings``), in the same database."""
         self.concurrency = SqlConcurrencySlots(engine, dialect=self.dialect, retry=self.retry)
@@ -162,12 +167,16 @@ class SqlRunStore(BulkRunStoreBase):
     @retried
     def _insert_run(self, values: dict[str, Any], owner: RunOwner | None) -> RunRecord:
         owned = {"launch_digest": owner.launch_digest, "owner_token": owner.token} if owner else {}
-        with self.engine.begin() as connection:
-            created = connection.execute(self._upserts.create_run, {**values, **owned}).first() is not None
-            record = _record(connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == values["id"])).one())
-        if not created:
-            raise RunExistsError(record)
-        return record
+        # One statement when the id is new (one round trip on PostgreSQL: dialects.one_statement);
+        # when it exists, the run stored before is read on its own (it has committed: the INSERT
+        # waited for it, and READ COMMITTED reads it in a transaction or not).
+        with one_statement(self.engine) as connection, connection.begin():
+            created = connection.execute(self._insert_run_record, {**values, **owned}).first()
+            if created is None:
+                stored = connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == values["id"])).one()
+        if created is None:
+            raise RunExistsError(_record(stored))
+        return _record(created)
 
     @retried
     def _insert_unless_open(self, values: dict[str, Any]) -> RunRecord:
@@ -194,7 +203,9 @@ class SqlRunStore(BulkRunStoreBase):
             .returning(runs.c.runnable)
         )
         again = update(runs).where(*open_run).values(status=RunStatus.RUNNING.value).returning(runs.c.id)
-        with self.engine.begin() as connection:
+        # Each statement is atomic by itself (a run's first start is the common case: one round trip
+        # on PostgreSQL, see dialects.one_statement); the others only run when it matched nothing.
+        with one_statement(self.engine) as connection, connection.begin():
             started = connection.execute(first).first()
             marked = started is not None or connection.execute(again).first() is not None
             if (
@@ -225,7 +236,9 @@ class SqlRunStore(BulkRunStoreBase):
             .returning(runs.c.runnable, runs.c.started_at, runs.c.created_at)
         )
         read = select(*_RUN_COLUMNS, runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
-        with self.engine.begin() as connection:
+        # One statement in the common case (one round trip on PostgreSQL: dialects.one_statement);
+        # the read, of a refusal only, needs no transaction with it.
+        with one_statement(self.engine) as connection, connection.begin():
             finished = connection.execute(statement).first()
             if finished is None:
                 row = connection.execute(read).first()
