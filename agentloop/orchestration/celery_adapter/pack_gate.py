@@ -35,6 +35,9 @@ __all__ = ["ExtraProcess", "PackGate", "install_pack_gate", "packs_held"]
 
 logger = logging.getLogger(__name__)
 
+#: The processes a prefork worker starts beyond its concurrency, which packs never take.
+KEPT_PROCESSES = 1
+
 #: How often the gate looks whether a pack ended (s): the read resumes at most this late.
 CHECK_SECONDS = 0.02
 
@@ -65,9 +68,9 @@ class ExtraProcess(bootsteps.Step):  # type: ignore[misc]
         if not _gated(app, getattr(parent, "pool_cls", None), kwargs.get("autoscale")):
             return
         app.agentloop_pack_processes = concurrency  # what PackGate lets packs hold
-        parent.concurrency = concurrency + 1
+        parent.concurrency = concurrency + KEPT_PROCESSES
         if getattr(parent, "min_concurrency", None) == concurrency:  # the Pool step was made first
-            parent.min_concurrency = concurrency + 1
+            parent.min_concurrency = concurrency + KEPT_PROCESSES
 
 
 def packs_held(current: Any = None) -> int:
