@@ -21,6 +21,11 @@ Ratios are against the baseline of the same run. Only 127.0.0.1 is used; every w
 capacity setting (the prefork pool, a process per core), runs of ``bench.fair.free`` (no
 concurrency rule: no key limit, the batch packed as the packing rule decides), 10,000 inputs (500
 with ``--quick``); measurement 3 is left out (without keys there are no shares to compare).
+
+``--trace FILE``: every process of the worker appends a line per task step to ``FILE``
+(``bench/fairness_workflows.py``); printed: B's launches from send to taken by the worker and
+from there to a pool process, what held each pool process when B was sent, batch messages taken
+while B waited in the broker, and how long the batch packs ran.
 """
 
 from __future__ import annotations
