@@ -21,6 +21,11 @@ Ratios are against the baseline of the same run. Only 127.0.0.1 is used; every w
 capacity setting (the prefork pool, a process per core), runs of ``bench.fair.free`` (no
 concurrency rule: no key limit, the batch packed as the packing rule decides), 10,000 inputs (500
 with ``--quick``); measurement 3 is left out (without keys there are no shares to compare).
+
+``--trace FILE``: every process of the worker appends a line per task step to ``FILE``
+(``bench/fairness_workflows.py``); printed: B's launches from send to taken by the worker and
+from there to a pool process, what held each pool process when B was sent, batch messages taken
+while B waited in the broker, and how long the batch packs ran.
 """
 
 from __future__ import annotations
@@ -106,6 +111,7 @@ def _rig(args: argparse.Namespace, model: CountingModel) -> Iterator[tuple[Any, 
             "OPENAI_API_KEY": "sk-bench",
             "OPENAI_MAX_RETRIES": "0",
             "AGENTLOOP_BENCH_KEY_LIMIT": str(args.limit),
+            **({"AGENTLOOP_BENCH_TRACE": args.trace} if args.trace else {}),
         }
         stack.enter_context(
             run_worker_process(
@@ -256,11 +262,63 @@ def run(args: argparse.Namespace) -> bool:
             f"  two keys of {args.equal}: while both had work, C made {c_calls} calls and D {d_calls}"
             f" (share ratio {share:.3f}, target >= {1 - SHARE_TARGET:.2f})"
         )
+    if args.trace:
+        _print_trace(args.trace, interactive)
     for what, ok in checks.items():
         print(f"  {'PASS' if ok else 'FAIL'}: {what}")
     verdict = all(checks.values())
     print("verdict:", "PASS" if verdict else "FAIL")
     return verdict
+
+
+def _print_trace(path: str, interactive: list[tuple[str, float]]) -> None:
+    """``--trace``: B's launch in the worker (broker to the worker's main process, main process to
+    a pool process) and what held every pool process when B's message arrived."""
+    steps: dict[str, dict[str, Any]] = {}
+    with open(path) as lines:
+        for line in lines:
+            entry = json.loads(line)
+            steps.setdefault(entry["id"], {"name": entry["name"]})[entry["step"]] = entry
+    fetched, dispatched, held_by, overtaken = [], [], [], 0
+    for run_id, sent in interactive:
+        own = steps.get(run_id, {})
+        if "received" not in own or "start" not in own:
+            continue
+        received, started = own["received"]["at"], own["start"]["at"]
+        fetched.append(received - sent)
+        dispatched.append(started - received)
+        busy = [
+            task["name"]
+            for task in steps.values()
+            if "start" in task and task["start"]["at"] <= sent and task.get("end", {}).get("at", 1e18) > sent
+        ]
+        held_by.append(",".join(sorted(busy)) or "-")
+        # taken by the worker while B's launch waited in the broker: priority not honoured
+        overtaken += sum(
+            1
+            for task in steps.values()
+            if task["name"] != "agentloop.launch" and sent < task.get("received", {}).get("at", 0) < received
+        )
+    for q in (0.5, 0.95):
+        print(
+            f"  trace (p{round(q * 100)}): B's launch sent to taken by the worker {_p(fetched, q):.3f} s,"
+            f" taken to running in a pool process {_p(dispatched, q):.3f} s"
+        )
+    counts: dict[str, int] = {}
+    for held in held_by:
+        counts[held] = counts.get(held, 0) + 1
+    print(f"  trace: the pool's tasks when B's launch was sent (of {len(held_by)}): {counts}")
+    print(f"  trace: batch messages the worker took while a launch of B waited in the broker: {overtaken}")
+    packs = [
+        task["end"]["at"] - task["start"]["at"]
+        for task in steps.values()
+        if task["name"] == "agentloop.batch_pack" and "start" in task and "end" in task
+    ]
+    if packs:
+        print(
+            f"  trace: {len(packs)} batch packs ran p50 {_p(packs, 0.5):.3f} s, p95 {_p(packs, 0.95):.3f} s"
+            " each in their process"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default="postgres", choices=("sqlite", "postgres"))
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--quick", action="store_true", help="500 inputs, 20 interactive, 300 each")
+    parser.add_argument(
+        "--trace", default=None, help="a file: where each task's time went in the worker (fairness_workflows)"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when the verdict is FAIL")
     parser.add_argument(
         "--defaults",

@@ -46,3 +46,42 @@ class FairCall(BaseAgentLoop):
 class FreeCall(FairCall):
     """:class:`FairCall` without a concurrency rule: no key, no limit, no fair shares (the batch is
     packed where the packing rule allows, as any runnable that sets nothing)."""
+
+
+#: ``--trace``: where each task's time went in the worker, one JSON line per step to this file
+#: (``received``: the worker's main process took the message; ``start`` and ``end``: the pool
+#: process ran it), appended with ``O_APPEND`` from every process of the worker.
+TRACE = os.environ.get("AGENTLOOP_BENCH_TRACE")
+
+
+def _trace(step: str, task_id: Any, name: Any, **more: Any) -> None:
+    import json
+    import time
+
+    entry = {"step": step, "id": task_id, "name": name, "at": time.time(), "pid": os.getpid(), **more}
+    line = json.dumps(entry)
+    descriptor = os.open(str(TRACE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, (line + "\n").encode())
+    finally:
+        os.close(descriptor)
+
+
+def _received(request: Any = None, **_: Any) -> None:
+    _trace("received", request.id, request.name)
+
+
+def _start(task_id: Any = None, task: Any = None, **_: Any) -> None:
+    _trace("start", task_id, task.name)
+
+
+def _end(task_id: Any = None, task: Any = None, **_: Any) -> None:
+    _trace("end", task_id, task.name)
+
+
+if TRACE:
+    from celery import signals
+
+    signals.task_received.connect(_received, weak=False)
+    signals.task_prerun.connect(_start, weak=False)
+    signals.task_postrun.connect(_end, weak=False)

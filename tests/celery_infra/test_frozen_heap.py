@@ -71,3 +71,32 @@ def test_an_embedded_worker_freezes_nothing_of_the_process_it_shares(thawed: Non
     step.start(worker)
 
     assert gc.get_freeze_count() == 0
+
+
+_PRELOAD = """
+import sys
+from agentloop import create_app, load_settings
+from agentloop.orchestration.celery_adapter.heap import FrozenHeap
+
+SDK = "agentloop.orchestration.llm.openai.processor"
+app = create_app(settings=load_settings({"OPENAI_API_KEY": "sk-test"}))
+before = SDK in sys.modules
+
+class Worker:
+    pass
+
+worker = Worker()
+worker.app = app
+FrozenHeap(worker)
+print(before, SDK in sys.modules)
+"""
+
+
+def test_a_worker_imports_its_model_sdk_before_the_pool_forks() -> None:
+    """A pool process imported the OpenAI processor at its first model call (1.0-1.5 s at load),
+    while the runs sent to it waited: the worker's main process imports it before forking."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PRELOAD], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]

@@ -21,6 +21,11 @@ every 700 allocations walked the ones still alive each time. Measured the same w
 packed run. Memory grows by at most those 10,000 young objects; a setting the process made
 higher is kept.
 
+Before the pool forks, the main process also imports the model SDK the deployment's settings pick
+(``ModelProvider.preload``): a pool process would import it at its first model call, 1.0-1.5 s
+of CPU on a loaded 2-core host (the OpenAI processor's modules), while the runs sent to it waited;
+so does every process the pool starts later, and its frozen heap holds the SDK's objects too.
+
 The main process freezes when its bootsteps start (a threads or solo pool runs its tasks there);
 each prefork pool process freezes once forked (what it inherited and imported). An embedded worker
 (``celery_adapter/embedded.py``: tests, ``agentloop serve``, a notebook) lives in a process that is
@@ -61,11 +66,22 @@ class FrozenHeap(bootsteps.StartStopStep):  # type: ignore[misc]
 
         self.enabled = not isinstance(parent, TestWorkController)
         if self.enabled:  # connected before the pool forks: each pool process freezes its own heap
+            _preload_model_sdk(getattr(parent, "app", None))
             signals.worker_process_init.connect(freeze_heap, weak=False, dispatch_uid="agentloop.frozen_heap")
 
     def start(self, parent: Any) -> None:
         if self.enabled:
             freeze_heap()
+
+
+def _preload_model_sdk(app: Celery | None) -> None:
+    """Import the model SDK ``app``'s settings pick, before the pool forks (the module doc)."""
+    if app is None:
+        return
+    from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+    from agentloop.orchestration.llm.provider import ModelProvider
+
+    ModelProvider(dependencies_of(app).settings.model).preload()
 
 
 def install_heap_freeze(app: Celery) -> None:

@@ -43,6 +43,7 @@ in one line what a processor is, for display (never a key or a password).
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -177,6 +178,17 @@ class ModelProvider:
                 base = self._sdk_processor = self._sdk(kind)
         shared: ModelProcessor = base.sharing_clients()
         return shared
+
+    def preload(self) -> None:
+        """Import the module of the SDK processor this provider builds (nothing offline, nor when
+        its SDK is not installed): what the first processor would import. A prefork worker does
+        so before its pool forks, so no pool process pays for it at its first model call."""
+        row = PROVIDER_TABLE.get(self.kind)
+        if row is not None:
+            try:
+                importlib.import_module(row.processor_module)
+            except ImportError:  # the processor's first use says which extra to install
+                return
 
     def _sdk(self, kind: ProviderName) -> Any:
         """The processor whose per-loop SDK clients this provider's processors share (module doc)."""
