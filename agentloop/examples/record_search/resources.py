@@ -23,6 +23,7 @@ from agentloop.examples.record_search.sample_data import build_sample_database, 
 from agentloop.examples.record_search.service import RecordSearchService
 from agentloop.orchestration.store import (
     SqlToolStore,
+    StoreRetry,
     create_engine_for,
     database_url,
     normalize_url,
@@ -58,19 +59,27 @@ def resolve_database_url(url: str | None = None) -> str:
     return normalize_url(url) if url else database_url()
 
 
-def open_resources(url: str | None = None) -> RecordSearchResources:
-    """Connect, migrate the ``AiTool`` table, build the sample records and load the tools (idempotent)."""
+def open_resources(url: str | None = None, *, retry: StoreRetry | None = None) -> RecordSearchResources:
+    """Connect, migrate the ``AiTool`` table, build the sample records and load the tools (idempotent).
+
+    A database that is briefly away (restarting, refusing connections) is waited for as the run
+    store waits for its own (``retry``: 60 s of :class:`~agentloop.orchestration.store.StoreRetry`
+    by default): every step is safe to run again, so the whole set-up is tried again."""
     engine = create_engine_for(resolve_database_url(url))
     try:
-        upgrade_database(engine)
-        tool_store = SqlToolStore(engine)
-        with held_lock(engine, SETUP_LOCK):  # concurrent first tasks set up one at a time
-            counts = build_sample_database(engine)
-            load_tools(tool_store)
-        service = RecordSearchService.create(engine=engine, categories=SEARCHABLE_CATEGORIES)
+        return (retry or StoreRetry()).call(_set_up, engine)
     except BaseException:
         engine.dispose()
         raise
+
+
+def _set_up(engine: Engine) -> RecordSearchResources:
+    upgrade_database(engine)
+    tool_store = SqlToolStore(engine)
+    with held_lock(engine, SETUP_LOCK):  # concurrent first tasks set up one at a time
+        counts = build_sample_database(engine)
+        load_tools(tool_store)
+    service = RecordSearchService.create(engine=engine, categories=SEARCHABLE_CATEGORIES)
     return RecordSearchResources(
         engine=engine,
         service=service,
