@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import pytest
 from sqlalchemy.engine import make_url
 
 from agentloop.examples.record_search import open_resources
-from tests.services.postgres import PostgresUnavailableError, postgres_server, private_database, skip_or_fail
+from tests.services.postgres import postgres_url_fixture
 from tests.services.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
@@ -23,14 +21,7 @@ pytestmark = pytest.mark.integration
 CEILING = 60.0
 
 
-@pytest.fixture
-def database_url() -> Iterator[str]:
-    with ExitStack() as stack:
-        try:
-            admin = stack.enter_context(postgres_server())
-        except PostgresUnavailableError as error:
-            skip_or_fail(str(error))
-        yield stack.enter_context(private_database(admin))
+database_url = postgres_url_fixture(scope="function")
 
 
 class Retries(logging.Handler):
