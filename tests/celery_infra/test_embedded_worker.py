@@ -100,6 +100,34 @@ def test_two_embedded_workers_in_one_process_each_run_their_own_apps_tasks(pool:
     assert ran == {"first": ["first"] * 3, "second": ["second"] * 3}
 
 
+@pytest.mark.parametrize("pool", ["solo", "threads"])
+def test_a_stopped_worker_s_loop_ends_without_waiting_out_its_round(
+    memory_app: Any, monkeypatch: pytest.MonkeyPatch, pool: str
+) -> None:
+    """Celery's loop polls ``memory://`` for up to 2 s a round. The stop cancels the worker's
+    consumers, so no message ended the round left waiting: it ran its 2 s out (a timeout) before
+    the worker thread ended, in every embedded rig and every ``agentloop trigger --wait`` on the
+    embedded defaults. How each round of the worker's polling ended, counted:"""
+    from kombu.transport.memory import Transport
+
+    ended: list[str] = []
+    drain = Transport.drain_events
+
+    def counted(self: Any, connection: Any, timeout: float | None = None) -> None:
+        try:
+            drain(self, connection, timeout=timeout)
+        except BaseException as error:
+            ended.append(type(error).__name__)
+            raise
+        ended.append("message")
+
+    monkeypatch.setattr(Transport, "drain_events", counted)
+    with embedded_worker(memory_app, pool=pool):
+        assert memory_app.send_task(PING).get(timeout=10) == "pong"
+
+    assert ended[-1] == "OSError", ended  # woken by the stop, not "TimeoutError": its 2 s waited out
+
+
 def test_a_worker_that_stops_leaves_the_other_workers_of_the_process_running() -> None:
     """Celery's test worker stopped by setting the process-wide ``should_terminate`` (and never
     cleared it): a short-lived embedded worker's end stopped a long-lived one beside it, whose

@@ -56,19 +56,38 @@ def _own_app_pool(pool: str) -> Any:
     return OwnAppPool
 
 
-def _wake_for_shutdown(app: Any) -> None:
-    """Let an embedded worker on ``memory://`` stop at once rather than after 2 to 4 s.
+class _StoppedChannel:
+    """A channel whose every poll says the connection is gone (``OSError``): what ends Celery's
+    blocking loop at once once the worker is told to stop (it swallows the error then)."""
 
-    Celery's blocking loop waits up to 2 s for a message and, once told to
-    stop, waits one more round before it exits. On the polling memory
-    transport nothing interrupts those waits, so two ping messages (results
-    ignored) end both waits. Other transports are left alone: their loop
-    wakes on its own.
-    """
+    def drain_events(self, *args: Any, **kwargs: Any) -> None:
+        raise OSError("the embedded worker stopped")
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def _polled_transport(app: Any, worker: Any) -> Any:
+    """The transport the worker's loop polls, on ``memory://`` (``None`` on other brokers)."""
     if not Broker.of(str(app.conf.broker_url or "")).in_process:
-        return
-    for _ in range(2):
-        app.send_task(PING, ignore_result=True)
+        return None
+    connection = getattr(worker.consumer, "connection", None)
+    return None if connection is None else connection.transport
+
+
+def _wake_for_shutdown(transport: Any) -> None:
+    """Let an embedded worker on ``memory://`` stop at once rather than after 2 s.
+
+    Celery's blocking loop polls the broker for up to 2 s per round and looks at the worker's
+    state between rounds. On the polling memory transport nothing ends a round early: stopping the
+    worker cancels its consumers, so no message (a ping) reaches the round left waiting. So the
+    round's transport (``transport``, the worker connection's, which the stop closed) gets a
+    channel that raises ``OSError`` when polled, within the transport's 10 ms polling interval;
+    the loop, told to stop, takes it as the lost connection of a worker stopping and ends. Other
+    transports (``None``) are left alone: their loop wakes on its own.
+    """
+    if transport is not None:
+        transport.channels.append(_StoppedChannel())
 
 
 @contextmanager
@@ -103,8 +122,9 @@ def _worker_thread(app: Any, *, shutdown_timeout: float, **options: Any) -> Iter
     try:
         yield worker
     finally:
+        transport = _polled_transport(app, worker)  # before the stop, which closes its connection
         worker.stop(in_sighandler=False)
-        _wake_for_shutdown(app)
+        _wake_for_shutdown(transport)
         thread.join(shutdown_timeout)
         if thread.is_alive():
             raise WorkerStartError(f"the embedded worker did not stop within {shutdown_timeout} s")
