@@ -99,8 +99,7 @@ def test_usage_of_every_answered_call_counts_after_a_kill(tmp_path: Path, shape:
         handle = runner.request_sync(input=payload)
 
         _wait(lambda: model.held == set(tags), 60, f"held {model.held}: {worker.log_text()[-2000:]}")
-        # the pool's processes, the one making the calls among them (a prefork worker that runs
-        # packs keeps one more than its concurrency: celery_adapter/pack_gate.py)
+        # the pool's processes, the one making the calls among them
         pool = children_of(worker.pid)
         assert pool, "the worker has no pool process"
         for child in pool:
