@@ -187,13 +187,19 @@ class OpsStack:
     env: dict[str, str]
 
 
-def wait_for_events(client: FlowerClient, *, timeout: float = 20.0) -> None:
-    """Until Flower has captured the events of a task it sent (``agentloop.ping``)."""
-    task_id = client.post("/api/task/send-task/agentloop.ping")["task-id"]
+def wait_for_events(client: FlowerClient, *, timeout: float = 60.0, each: float = 3.0) -> None:
+    """Until Flower has captured the events of a task it sent (``agentloop.ping``). Events are not
+    kept for a receiver that connects later: a ping whose events went out before Flower's
+    receiver listened is never seen, so another is sent every ``each`` seconds until one is."""
     deadline = time.monotonic() + timeout
+    sent: list[str] = []
     while time.monotonic() < deadline:
-        answer = client.request("GET", f"/api/task/info/{task_id}")
-        if answer.status == 200 and answer.json().get("state") == "SUCCESS":
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"Flower saw no events of {task_id} within {timeout}s")
+        sent.append(client.post("/api/task/send-task/agentloop.ping")["task-id"])
+        round_ends = min(deadline, time.monotonic() + each)
+        while time.monotonic() < round_ends:
+            for task_id in sent:
+                answer = client.request("GET", f"/api/task/info/{task_id}")
+                if answer.status == 200 and answer.json().get("state") == "SUCCESS":
+                    return
+            time.sleep(0.1)
+    raise AssertionError(f"Flower saw no events of the pings {sent} within {timeout}s")
