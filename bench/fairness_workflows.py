@@ -4,7 +4,9 @@ input's ``key`` with a per-key limit of ``AGENTLOOP_BENCH_KEY_LIMIT`` (default 5
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from typing import Any
 
 from agentloop import BaseAgentLoop, Concurrency, register
@@ -55,9 +57,6 @@ TRACE = os.environ.get("AGENTLOOP_BENCH_TRACE")
 
 
 def _trace(step: str, task_id: Any, name: Any, **more: Any) -> None:
-    import json
-    import time
-
     entry = {"step": step, "id": task_id, "name": name, "at": time.time(), "pid": os.getpid(), **more}
     line = json.dumps(entry)
     descriptor = os.open(str(TRACE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -197,6 +197,11 @@ def measure(
                     results[side.key].redis_top += calls
             if store_kind == "postgres":  # between rounds, outside the timed runs
                 commits += durable_commit_seconds(r.database_url, COMMIT_PROBES)
-    report = Report(width=width, stages=stages, rounds=rounds, store_kind=store_kind, results=results)
-    report.commit_seconds = commits
-    return report
+    return Report(
+        width=width,
+        stages=stages,
+        rounds=rounds,
+        store_kind=store_kind,
+        results=results,
+        commit_seconds=commits,
+    )

@@ -43,7 +43,6 @@ in one line what a processor is, for display (never a key or a password).
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -186,7 +185,7 @@ class ModelProvider:
         row = PROVIDER_TABLE.get(self.kind)
         if row is not None:
             try:
-                importlib.import_module(row.processor_module)
+                load(row.processor)
             except ImportError:  # the processor's first use says which extra to install
                 return
 
