@@ -9,7 +9,8 @@ SQLite tests each get a copy of a database file migrated once per session.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -79,6 +80,19 @@ def _engine(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Eng
     engine = create_engine_for(f"sqlite:///{path}")
     request.addfinalizer(engine.dispose)
     return engine
+
+
+@pytest.fixture
+def fresh_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], Engine]:
+    """Engines on empty, migrated databases of a backend (``"sqlite"``, ``"postgresql"``), a new
+    one each call (a Hypothesis test's examples each start empty; PostgreSQL's is emptied)."""
+
+    def make(backend: str) -> Engine:
+        folder = tmp_path / f"db-{uuid.uuid4().hex}"
+        folder.mkdir()
+        return _engine(request, backend, folder)
+
+    return make
 
 
 @pytest.fixture(params=SQL_BACKENDS)

@@ -9,9 +9,8 @@ at that moment: its share, or more only for the runs admitted before the share s
 
 from __future__ import annotations
 
-import shutil
 import uuid
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -26,9 +25,8 @@ from hypothesis.stateful import (
 from sqlalchemy import Engine
 
 from agentloop.orchestration.fairness.shares import share_of
-from agentloop.orchestration.store import InMemoryRunStore, RunStore, SqlRunStore, create_engine_for
+from agentloop.orchestration.store import InMemoryRunStore, RunStore, SqlRunStore
 from agentloop.orchestration.store.concurrency import ConcurrencySlots
-from agentloop.orchestration.store.tables import metadata
 
 WEIGHTS = {"C": 2, "D": 1, "E": 1}
 EXAMPLES = {"memory": 100, "sqlite": 15, "postgresql": 10}
@@ -38,7 +36,6 @@ class FairWakes(RuleBasedStateMachine):
     """The store's slots against a model: which runs hold a slot, wait, or have a copy on its way."""
 
     store: RunStore
-    engine: Engine | None
     fair_slots: int
 
     def __init__(self) -> None:
@@ -117,40 +114,18 @@ class FairWakes(RuleBasedStateMachine):
             )
 
 
-def empty_store(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> tuple[RunStore, Engine | None]:
-    """An empty run store of ``backend``, and the engine to dispose of after (``None``: keep it)."""
-    if backend == "memory":
-        return InMemoryRunStore(), None
-    if backend == "postgresql":
-        engine: Engine = request.getfixturevalue("pg_engine")
-        with engine.begin() as connection:
-            for table in metadata.sorted_tables:
-                connection.execute(table.delete())
-        return SqlRunStore(engine), None
-    path = tmp_path / f"{uuid.uuid4().hex}.sqlite3"
-    shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-    engine = create_engine_for(f"sqlite:///{path}")
-    return SqlRunStore(engine), engine
-
-
 @pytest.mark.parametrize(
     "backend", ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
 )
 @pytest.mark.parametrize("fair_slots", [3, 4])
 def test_no_key_waits_below_its_share_with_no_wake_on_its_way(
-    backend: str, fair_slots: int, request: pytest.FixtureRequest, tmp_path: Path
+    backend: str, fair_slots: int, fresh_engine: Callable[[str], Engine]
 ) -> None:
     class OnThisStore(FairWakes):
         def __init__(self) -> None:
-            self.store, self.engine = empty_store(backend, request, tmp_path)
+            self.store = InMemoryRunStore() if backend == "memory" else SqlRunStore(fresh_engine(backend))
             self.fair_slots = fair_slots
             super().__init__()
-
-        def teardown(self) -> None:
-            if self.engine is not None:
-                self.engine.dispose()
 
     run_state_machine_as_test(
         OnThisStore,
