@@ -236,3 +236,28 @@ def _until(check: Any, *, timeout: float = 30.0, required: bool = True) -> None:
             assert not required, "the condition did not come"
             return
         time.sleep(0.01)
+
+
+def test_a_freed_slot_wakes_the_head_of_the_line_though_a_wake_behind_it_is_on_its_way(
+    run_store: RunStore,
+) -> None:
+    """Found by ``test_fair_wakes_never_strand_a_key.py``: the head of a line, woken, parked again
+    when its key's share shrank; a slot that freed then was counted as taken by the wake still on
+    its way to the run behind it, which parks again too (the head is ahead of it). Nobody was left
+    to wake either until a backstop. The room now goes to the head of the line."""
+    slots = slots_of(run_store)
+    runs(run_store, "e0", "e1", "e2", "e3", "e4", "c0")
+    fair = {"limit": None, "fair_slots": 3}
+    assert [park(slots, run, "E", **fair).admitted for run in ("e0", "e1", "e2", "e3", "e4")] == [
+        True, True, True, False, False,
+    ]  # fmt: skip
+    run_store.finish_run("e0", status="succeeded", output=None)
+    assert [wake.run_id for wake in slots.wake(fair_slots=3)] == ["e3"]
+    run_store.finish_run("e1", status="succeeded", output=None)
+    assert [wake.run_id for wake in slots.wake(fair_slots=3)] == ["e4"]
+    assert park(slots, "c0", "C", weight=2, **fair).admitted  # E's share is now 3 * 1 // 3 = 1
+    assert not park(slots, "e3", "E", copy="w-e3", **fair).admitted  # e2 holds E's one slot
+    run_store.finish_run("e2", status="succeeded", output=None)
+    assert [wake.run_id for wake in slots.wake(fair_slots=3)] == ["e3"]  # not e4's wake, on its way
+    assert not park(slots, "e4", "E", copy="w-e4", **fair).admitted  # e3 is ahead of it
+    assert park(slots, "e3", "E", copy="w-e3b", **fair).admitted

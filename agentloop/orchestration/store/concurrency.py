@@ -290,9 +290,11 @@ def _carries(copy: str | None, backstop: str | None, due: datetime | None, now: 
     return due is None or due + timedelta(seconds=BACKSTOP_LATE_SECONDS) < now
 
 
-def _free(bound: int | None, held: int, coming: int) -> int:
-    """How many more waiters of a key to wake: its bound less its held slots and wakes on their way."""
-    return WAKE_BATCH if bound is None else bound - held - coming
+def _free(bound: int | None, held: int) -> int:
+    """The room a key's line has: its bound less its held slots. Its first waiters that fit are
+    woken, less those whose wake is already on its way: a woken copy behind a waiter that parked
+    again would itself park again (the one ahead takes the room), so the room goes to the head."""
+    return WAKE_BATCH if bound is None else bound - held
 
 
 def _share(kind: str, key: str, fair_slots: int | None, weights: Mapping[str, int]) -> int | None:
@@ -549,7 +551,6 @@ class SqlConcurrencySlots:
             in_line = slots.key.in_(sorted({key for _, key in lines}))
             held = self._by_line(connection, and_(in_line, self._held(now)))
             recent = now - timedelta(seconds=WAKE_SECONDS)
-            coming = self._by_line(connection, and_(in_line, self._waiting(now), slots.woken_at > recent))
             woken: list[Wake] = []
             for kind, name in lines:
                 head = and_(self._line(kind, name), waiting)
@@ -558,18 +559,19 @@ class SqlConcurrencySlots:
                 ).scalar_one_or_none()
                 bound = effective_limit(limit, _share(kind, name, fair_slots, weights))
                 line = (kind, name)
-                free = min(_free(bound, held.get(line, 0), coming.get(line, 0)), WAKE_BATCH - len(woken))
+                free = min(_free(bound, held.get(line, 0)), WAKE_BATCH - len(woken))
                 if free <= 0:
                     continue
-                not_woken = or_(slots.woken_at.is_(None), slots.woken_at <= recent)
+                on_its_way = and_(slots.woken_at.is_not(None), slots.woken_at > recent)
                 rows = connection.execute(
-                    select(slots.run_id, slots.message, slots.weight)
-                    .where(head, not_woken)
+                    select(slots.run_id, slots.message, slots.weight, on_its_way.label("on_its_way"))
+                    .where(head)
                     .order_by(slots.queued_at, slots.run_id)
                     .limit(free)
                 ).all()
                 if kind == "branch":  # a pack waits for room for all its branches
                     rows = _within(rows, free, lambda row: int(row.weight or 1))
+                rows = [row for row in rows if not row.on_its_way]
                 if rows:
                     ids = [row.run_id for row in rows]
                     connection.execute(
@@ -851,12 +853,12 @@ class InMemoryConcurrencySlots:
                 held = sum(
                     _size(p) for p in live.values() if (p.kind, p.key) == (of_kind, key) and p.state == "held"
                 )
-                coming = sum(_size(live[rid]) for rid in mine if (live[rid].woken_at or -1e18) > recent)
                 bound = effective_limit(live[mine[0]].bound, _share(of_kind, key, fair_slots, weights))
-                free = min(_free(bound, held, coming), WAKE_BATCH - len(woken))
-                ready = [rid for rid in mine if (live[rid].woken_at or -1e18) <= recent][: max(0, free)]
+                free = min(_free(bound, held), WAKE_BATCH - len(woken))
+                ready = mine[: max(0, free)]
                 if of_kind == "branch":  # a pack waits for room for all its branches
                     ready = _within(ready, free, lambda rid: _size(live[rid]))
+                ready = [rid for rid in ready if (live[rid].woken_at or -1e18) <= recent]
                 for rid in ready:
                     place = live[rid]
                     place.woken_at = now
