@@ -23,6 +23,7 @@ from agentloop.orchestration.celery_adapter.dependencies import AppDependencies
 from agentloop.orchestration.celery_adapter.edge_consumer import install_edge
 from agentloop.orchestration.celery_adapter.heap import install_heap_freeze
 from agentloop.orchestration.celery_adapter.memory_results import use_memory_results
+from agentloop.orchestration.celery_adapter.pack_gate import install_pack_gate
 from agentloop.orchestration.celery_adapter.pack_policy import install_packing
 from agentloop.orchestration.celery_adapter.patches import install_worker_patches
 from agentloop.orchestration.celery_adapter.progress_events import ProgressEvents
@@ -85,6 +86,7 @@ def create_app(
     install_worker_metrics(app)  # a worker serves its metrics with AGENTLOOP_METRICS_PORT (off by default)
     install_heap_freeze(app)  # the boot-time heap out of the collector's walks (heap.py)
     install_packing(app)  # the worker's pool for the packing rule; packs' route (pack_policy.py)
+    install_pack_gate(app)  # a prefork worker keeps a spare process beside packs (pack_gate.py)
     if settings.tracing.enabled:  # one trace per run (the otel extra), off by default
         from agentloop.orchestration.tracing.otel import install_tracing
 

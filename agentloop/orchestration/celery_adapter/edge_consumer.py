@@ -66,6 +66,7 @@ from agentloop.orchestration.celery_adapter.edge import (
     past_delivery_limit,
     rejection_of,
 )
+from agentloop.orchestration.celery_adapter.pack_gate import prefetch_limit
 from agentloop.orchestration.celery_adapter.run_failures import RUN_TASKS, end_run_of_message
 from agentloop.orchestration.celery_adapter.wire_versions import WireGate, too_new
 from agentloop.orchestration.errors import DeliveryLimitError, RunExistsError
@@ -262,6 +263,12 @@ class EdgeConsumer(Consumer):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self.wire_gate = WireGate(self.app)
         self.wire_gate.consume_holding_queues()
+
+    @property
+    def max_prefetch_count(self) -> int:
+        """The prefetch Celery restores after a reconnect: its own, less a prefork worker's spare
+        process (``pack_gate.py``)."""
+        return prefetch_limit(self, self.pool.num_processes, self.prefetch_multiplier)
 
     def create_task_handler(self, *args: Any, **kwargs: Any) -> Callable[[Any], None]:
         """Celery's task handler, called only for messages the edge lets through."""
