@@ -93,12 +93,12 @@ def stats(app: Any, worker: WorkerProcess) -> tuple[int, int]:
     return len(found["pool"]["processes"]), int(found["prefetch_count"]) - waiting
 
 
-def one_at_a_time(store: RunStore, run_ids: list[str], what: str) -> None:
-    """Once one of ``run_ids`` runs, no other starts while :data:`QUIET_WINDOW` is watched."""
-    wait_for(lambda: True if running(store, run_ids) >= 1 else None, ceiling=60, what="a launch running")
+def settles_at(store: RunStore, run_ids: list[str], count: int, what: str) -> None:
+    """Once ``count`` of ``run_ids`` run, no other starts while :data:`QUIET_WINDOW` is watched."""
+    wait_for(lambda: True if running(store, run_ids) >= count else None, ceiling=60, what=f"{count} running")
     deadline = time.monotonic() + QUIET_WINDOW
     while time.monotonic() < deadline:
-        assert running(store, run_ids) == 1, what
+        assert running(store, run_ids) == count, what
         time.sleep(0.05)
 
 
@@ -176,7 +176,7 @@ def test_c_1_runs_one_task_that_is_not_a_pack_at_a_time_beside_a_pack_or_not(tmp
         assert stats(app, worker) == (2, 1)
         # no pack: one launch runs, the next waits in the broker though a process is free
         alone = [launch_held(app, first), launch_held(app, first)]
-        one_at_a_time(store, alone, "a worker of -c 1 ran two launches at once")
+        settles_at(store, alone, 1, "a worker of -c 1 ran two launches at once")
         first.write_text("go")
         wait_for(lambda: ended(store, alone), ceiling=60, what="both launches ended")
 
@@ -195,13 +195,41 @@ def test_c_1_runs_one_task_that_is_not_a_pack_at_a_time_beside_a_pack_or_not(tmp
         )
         assert stats(app, worker) == (2, 2)
         beside = [launch_held(app, second), launch_held(app, second)]
-        one_at_a_time(store, beside, "beside a pack, a worker of -c 1 ran two launches")
+        settles_at(store, beside, 1, "beside a pack, a worker of -c 1 ran two launches")
         packed.write_text("go")  # the pack ends: its message's place goes back; still one launch
         batch_ended(store, batch_id)
         assert running(store, beside) == 1
         second.write_text("go")
         wait_for(lambda: ended(store, beside), ceiling=60, what="the launches beside the pack ended")
         assert prefetch_back_to(app, worker, 1) == (2, 1)
+
+
+def test_c_2_runs_two_tasks_that_are_not_packs_beside_one_pack_not_three(tmp_path: Path) -> None:
+    """Beside one pack the worker takes one message more than -c 2: three in all, two of them
+    launches; a third launch waits for one of them (or the pack) to end."""
+    packed, held = tmp_path / "packed", tmp_path / "held"
+    with gated_worker(tmp_path, 2) as (app, store, worker, _):
+        batch_id = app.send_task(
+            BATCH,
+            kwargs={
+                "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
+                "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS,
+            },
+        ).get(timeout=30)["batch_id"]  # fmt: skip
+        wait_for(
+            lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
+            ceiling=60,
+            what="the pack running",
+        )
+        assert stats(app, worker) == (3, 3)  # one pack: one message more
+        launches = [launch_held(app, held) for _ in range(3)]
+        settles_at(store, launches, 2, "beside a pack, a worker of -c 2 ran three launches")
+        packed.write_text("go")  # the pack ends: its place goes back, still two launches
+        batch_ended(store, batch_id)
+        assert running(store, launches) == 2
+        held.write_text("go")
+        wait_for(lambda: ended(store, launches), ceiling=60, what="the launches ended")
+        assert prefetch_back_to(app, worker, 2) == (3, 2)
 
 
 def test_the_bound_comes_back_after_a_broker_restart_while_a_pack_holds(tmp_path: Path) -> None:
@@ -242,7 +270,7 @@ def test_the_bound_comes_back_after_a_broker_restart_while_a_pack_holds(tmp_path
         # the pack's acknowledgement went with the old connection (its message comes back after
         # the visibility timeout, past this test, and runs nothing): the prefetch is -c 1's again
         launches = [launch_held(app, after), launch_held(app, after)]
-        one_at_a_time(store, launches, "after a reconnect, a worker of -c 1 ran two launches at once")
+        settles_at(store, launches, 1, "after a reconnect, a worker of -c 1 ran two launches at once")
         after.write_text("go")
         wait_for(lambda: ended(store, launches), ceiling=60, what="the launches ended")
         assert prefetch_back_to(app, worker, 1) == (2, 1)

@@ -16,17 +16,19 @@ So a prefork worker that runs packs, of ``-c N``:
 * reads the packs' queue (the holding queue of
   :data:`~agentloop.orchestration.wire.PACK_WIRE_VERSION`, where ``pack_policy.PackRouter`` sends
   every pack) only while it holds fewer than ``N`` packs (:class:`PackGate`);
-* while it holds ``N`` packs, takes one message more: that one is not a pack (the packs' queue is
-  not read), and it runs on the process the packs leave. The extra message is given back before
-  a pack's message is settled (:class:`GatedRequest`), so the next message the broker hands over
-  counts against ``N`` again.
+* while it holds a pack, takes one message more: ``N + 1`` in all, of which the packs are one or
+  more, so at most ``N`` are other tasks, and once packs hold ``N`` processes the one left is not
+  a pack (the packs' queue is not read) and runs on the spare. The extra message is given back
+  before the last pack's message is settled (:class:`GatedRequest`), so the next message the
+  broker hands over counts against ``N`` again.
 
 What ``-c N`` bounds is unchanged for everything but packs: at most ``N`` tasks that are not
-packs run at once, and at most ``N`` packs; the one case with ``N + 1`` processes busy is ``N``
-packs and one other task. Stopping the read only stops taking messages: a pack sent meanwhile
-waits in its queue (nothing is lost). With ``--autoscale``, the other pools, a prefetch
-multiplier above 1 (the worker would run ``N + 1`` of what it prefetched), ``AGENTLOOP_PACK_SIZE=1``
-or a wire version before packs nothing changes.
+packs run at once, at most ``N`` packs, and ``N + 1`` tasks in all. Stopping the read only stops
+taking messages: a pack sent meanwhile waits in its queue (nothing is lost). After a broker
+reconnect Celery takes new messages while the tasks that ran through it finish, on every pool; for
+that moment one task more may run. With ``--autoscale``, the other pools, a prefetch multiplier
+above 1 (the worker would run ``N + 1`` of what it prefetched), ``AGENTLOOP_PACK_SIZE=1`` or a
+wire version before packs nothing changes.
 """
 
 from __future__ import annotations
@@ -99,8 +101,8 @@ def _packs_held(*, arriving: Any = None, leaving: Any = None) -> int:
 
 
 class PackGate(bootsteps.StartStopStep):  # type: ignore[misc]
-    """A consumer bootstep: the packs' queue read only while fewer than ``N`` packs are in the
-    worker, and one message more taken while ``N`` are (the module doc)."""
+    """A consumer bootstep: one message more taken while a pack is in the worker, and the packs'
+    queue read only while fewer than ``N`` are (the module doc)."""
 
     name = "agentloop.pack_gate"
     requires = ("celery.worker.consumer.tasks:Tasks",)
@@ -112,7 +114,7 @@ class PackGate(bootsteps.StartStopStep):  # type: ignore[misc]
         self.consumer: Any = None
         self.timer: Any = None
         self.paused: Any = None  # the task consumer whose read of the packs' queue is stopped
-        self.extra: Any = None  # the consumer's QoS raised by one while the packs hold N processes
+        self.extra: Any = None  # the consumer's QoS, raised by one while the worker holds a pack
         if self.limit is not None:
             for name in PACK_TASKS:  # before Tasks.start builds the strategies that read it
                 task = c.app.tasks.get(name)
@@ -128,29 +130,31 @@ class PackGate(bootsteps.StartStopStep):  # type: ignore[misc]
         self.consumer = c
         c.app.agentloop_pack_gate = self
         signals.task_received.connect(_on_received, weak=False, dispatch_uid="agentloop.pack_gate")
-        self.check()  # a consumer made anew (a reconnect): packs may already hold every process
+        self.check()  # a consumer made anew (a reconnect): packs may already be running
         if self.timer is None:
             self.timer = c.timer.call_repeatedly(CHECK_SECONDS, self.check, priority=10)
 
     def check(self, *, arriving: Any = None, leaving: Any = None) -> None:
-        """Stop reading the packs' queue and take one message more once the worker holds ``N``
-        packs; read it again and give the message back once it holds fewer."""
+        """Take one message more while the worker holds a pack, and give it back once it holds
+        none; stop reading the packs' queue once it holds ``N`` packs, and read it again once it
+        holds fewer."""
         c, limit = self.consumer, self.limit
         task_consumer = getattr(c, "task_consumer", None)
         qos = getattr(c, "qos", None)
         if task_consumer is None or qos is None or limit is None:
             return
-        full = _packs_held(arriving=arriving, leaving=leaving) >= limit
+        held = _packs_held(arriving=arriving, leaving=leaving)
         # A QoS made anew (a reconnect) has no extra message; while Celery brings it back up to
         # N after the reconnect (its prefetch reduction), the extra waits: Celery's restore would
         # take it back with its own.
         restored = getattr(c, "_maximum_prefetch_restored", True)
-        if full and self.extra is not qos and restored:
+        if held and self.extra is not qos and restored:
             qos.increment_eventually(1)  # applied by the event loop before it reads the broker again
             self.extra = qos
-        elif not full and self.extra is qos:
+        elif not held and self.extra is qos:
             qos.decrement_eventually(1)  # before the pack's acknowledgement goes out: see GatedRequest
             self.extra = None
+        full = held >= limit
         paused = self.paused is task_consumer  # a consumer made anew reads every queue
         if full and not paused:
             task_consumer.cancel_by_queue(self.queue)
@@ -200,8 +204,8 @@ def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
 
 class GatedRequest(RedactingRequest):
     """A pack's request: before its message is settled (acknowledged, or rejected to be delivered
-    again), the gate counts the worker's packs without it, so the message taken beside ``N``
-    packs is given back before the broker may hand over the next one (Celery applies the prefetch
+    again), the gate counts the worker's packs without it, so the message taken beside the last
+    pack is given back before the broker may hand over the next one (Celery applies the prefetch
     at the top of its event loop; acknowledgements go out after it, from ``call_soon``)."""
 
     def _leave(self) -> None:
