@@ -45,7 +45,8 @@ def fixed_tasks(
     from bench.workflows_celery import TASK_PROFILE_ENV, TIMING_ENV
 
     (side,) = [side for side in build_sides(1, stages) if side.key == "fw_pipeline"]
-    out = [f"{runs} pipelines of {stages} trivial stages, store {store_kind}, after a warm-up (load {_load()})"]
+    out = [f"{runs} pipelines of {stages} trivial stages, store {store_kind}, after a warm-up"]
+    out[0] += f" (load {_load()})"
     with tempfile.TemporaryDirectory(prefix="agentloop-bench-fixed-") as folder:
         env = {TIMING_ENV: folder, **({TASK_PROFILE_ENV: "1"} if profile else {})}
         with rig(store_kind=store_kind, stages=stages, worker_env=env) as r:
@@ -67,7 +68,8 @@ def fixed_tasks(
         out.append(f"  {'task':<26} {'tasks':>5} {'wall ms':>9} {'CPU ms':>9}")
         fixed_cpu = 0.0
         for name, (count, seconds, cpu) in sorted(totals.items()):
-            out.append(f"  {name:<26} {int(count):5d} {seconds / count * 1000:9.2f} {cpu / count * 1000:9.2f}")
+            wall_ms, cpu_ms = seconds / count * 1000, cpu / count * 1000
+            out.append(f"  {name:<26} {int(count):5d} {wall_ms:9.2f} {cpu_ms:9.2f}")
             fixed_cpu += cpu / count * 1000 if name in FIXED else 0.0
         out.append(f"  the three fixed tasks: {fixed_cpu:.2f} ms of CPU a pipeline (load {_load()})")
         if profile:
@@ -78,7 +80,8 @@ def fixed_tasks(
                 stats = pstats.Stats(*files)
                 if keep:
                     stats.dump_stats(os.path.join(keep, f"{name}.prof"))
-                out.append(f"\ncProfile of {name} ({int(totals.get(name, [0])[0])} tasks), by cumulative time:")
+                count = int(totals.get(name, [0])[0])
+                out.append(f"\ncProfile of {name} ({count} tasks), by cumulative time:")
                 out.append(indent(pstats_text(stats, "cumulative", lines)))
                 out.append("  by own time:")
                 out.append(indent(pstats_text(stats, "tottime", lines)))

@@ -46,6 +46,18 @@ caller: commands from several threads share it safely, as they would share its
 pool (pipelines and pub/sub objects stay per use); a pool kombu replaces (after
 a lost connection) gets a client of its own. kombu 5.4 to 5.7 build a client per
 call (read in kombu's source, 5.7.0 measured by ``bench/model_bound``).
+
+**Celery: an ignored task's log line built whether or not it is logged.** A task that replaces
+itself (``Task.replace``: ``agentloop.launch`` with its run's canvas, a composite with its
+branches) ends by raising ``Ignore``, and Celery's tracer (``TraceInfo.handle_ignore``) then
+builds an ``ExceptionInfo`` to log "Task ... ignored" at ``INFO``: a pickleable copy of the
+traceback and ``traceback.format_exception`` of it (on Python 3.11, source lines read and
+parsed for each frame's carets), and the ``repr`` of the task's arguments, before the logger
+drops the record when ``INFO`` is not logged (a worker's default level is ``WARNING``). That
+was about a fifth of ``agentloop.launch``'s Python under cProfile. The patch builds it only when
+the tracer's logger logs ``INFO``: a worker started with ``--loglevel INFO`` logs the same line
+as before. Celery 5.3 to 5.7 (read in 5.7.0's ``celery/app/trace.py``;
+``bench.celery_overhead.fixed_tasks`` measures it).
 """
 
 from __future__ import annotations
@@ -56,23 +68,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import celery
 import kombu
 from celery import Celery, bootsteps
 
 __all__ = [
+    "CELERY_IGNORE_LOGGED_ALWAYS",
     "KOMBU_CLIENT_PER_CALL",
     "KOMBU_RESTORE_DEFECT",
     "WorkerPatches",
     "apply_worker_patches",
+    "celery_ignore_is_patched",
     "install_worker_patches",
     "kombu_ack_is_patched",
     "kombu_client_is_shared",
     "kombu_redis",
     "kombu_restore_is_patched",
-    "kombu_within",
     "mend_ack_on_dead_connection",
     "mend_restore_unacked",
+    "quiet_ignored_tasks",
     "share_channel_client",
+    "version_within",
 ]
 
 logger = logging.getLogger(__name__)
@@ -83,13 +99,16 @@ KOMBU_RESTORE_DEFECT = ((5, 4), (5, 8))
 #: kombu versions (major, minor) whose Redis channel builds a redis-py client per command: 5.4 to 5.7.
 KOMBU_CLIENT_PER_CALL = ((5, 4), (5, 8))
 
+#: Celery versions (major, minor) whose tracer builds an ignored task's log record unlogged: 5.3 to 5.7.
+CELERY_IGNORE_LOGGED_ALWAYS = ((5, 3), (5, 8))
+
 _PATCHED = "_agentloop_patched"
 #: Where a patched channel keeps its shared client (in the instance's ``__dict__``).
 _SHARED_CLIENT = "_agentloop_shared_client"
 
 
-def kombu_within(version: tuple[int, ...], versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
-    """Whether kombu ``version`` is in ``versions`` (``(first, beyond)``, major and minor)."""
+def version_within(version: tuple[int, ...], versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+    """Whether a library's ``version`` is in ``versions`` (``(first, beyond)``, major and minor)."""
     first, beyond = versions
     return first <= tuple(version[:2]) < beyond
 
@@ -212,23 +231,58 @@ def share_channel_client(channel_class: Any) -> None:
     channel_class.conn_or_acquire = conn_or_acquire
 
 
-def apply_worker_patches(kombu_version: tuple[int, ...] = tuple(kombu.VERSION[:2])) -> tuple[str, ...]:
+def _trace_info() -> Any:
+    from celery.app.trace import TraceInfo
+
+    return TraceInfo
+
+
+def celery_ignore_is_patched() -> bool:
+    """Whether this process's Celery tracer builds an ignored task's log record only when logged."""
+    return bool(getattr(_trace_info().handle_ignore, _PATCHED, False))
+
+
+def quiet_ignored_tasks(trace_info: Any) -> None:
+    """Make ``trace_info.handle_ignore`` (Celery's ``TraceInfo``) do its work, building the log
+    record of an ignored task, only when the tracer's logger logs ``INFO`` (the record's level)."""
+    from celery.app import trace
+
+    original: Any = trace_info.handle_ignore
+
+    @functools.wraps(original)
+    def handle_ignore(self: Any, task: Any, req: Any, **kwargs: Any) -> Any:
+        if trace.logger.isEnabledFor(trace.log_policy_ignore.severity):
+            return original(self, task, req, **kwargs)
+        return None
+
+    setattr(handle_ignore, _PATCHED, True)
+    trace_info.handle_ignore = handle_ignore
+
+
+def apply_worker_patches(
+    kombu_version: tuple[int, ...] = tuple(kombu.VERSION[:2]),
+    celery_version: tuple[int, ...] = tuple(celery.VERSION[:2]),
+) -> tuple[str, ...]:
     """Apply, in this process, the patches the installed library versions need; the names of those applied.
 
     Idempotent. Meant for worker processes; :class:`WorkerPatches` calls it at worker start.
     """
+    applied: list[str] = []
+    if version_within(celery_version, CELERY_IGNORE_LOGGED_ALWAYS):
+        if not celery_ignore_is_patched():
+            quiet_ignored_tasks(_trace_info())
+        applied.append("celery-ignored-task-log")
     transport = kombu_redis()
     if transport is None:
-        return ()
-    applied: list[str] = []
-    if kombu_within(kombu_version, KOMBU_RESTORE_DEFECT):
+        return tuple(applied)
+    if version_within(kombu_version, KOMBU_RESTORE_DEFECT):
         if not kombu_restore_is_patched():
             mend_restore_unacked(transport.QoS)
         applied.append("kombu-redis-restore-unacked")
         if not kombu_ack_is_patched():
             mend_ack_on_dead_connection(transport.QoS)
         applied.append("kombu-redis-ack-on-dead-connection")
-    if kombu_within(kombu_version, KOMBU_CLIENT_PER_CALL):
+    if version_within(kombu_version, KOMBU_CLIENT_PER_CALL):
         if not kombu_client_is_shared():
             share_channel_client(transport.Channel)
         applied.append("kombu-redis-shared-client")
