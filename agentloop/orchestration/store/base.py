@@ -10,7 +10,7 @@ neither. The promises are the protocol's; this module says who keeps them.
 
 A store gives the primitives, each one atomic step on its storage, taking checked values:
 
-- runs: ``_insert_run(values, owner)``, ``_insert_unless_open(values)``, ``_run_owner(run_id)``,
+- runs: ``_insert_run(values, owner)``, ``_insert_unless_open(values)``, ``_run_owner_and_status(run_id)``,
   ``_mark_running(run_id)``, ``_finish_run(asked)`` (a :class:`Finish`), ``_get_run(run_id)``,
   ``_list_runs(query)`` (a :class:`RunQuery`), ``_child_counts(parent_run_id)``,
   ``_count_runs(statuses)``;
@@ -296,7 +296,12 @@ class RunStoreBase:
 
     def run_owner(self, run_id: str) -> RunOwner | None:
         """The owner the run was created with (``None``: anyone may end it)."""
-        return self._run_owner(run_id)
+        return self._run_owner_and_status(run_id)[0]
+
+    def run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
+        """:meth:`run_owner` and the run's status, in one read (what a task's node is admitted on:
+        ``orchestration/runtime/run_gate.py``)."""
+        return self._run_owner_and_status(run_id)
 
     def mark_running(self, run_id: str) -> bool:
         """Mark the run running, keeping its first start time; ``False`` when it had already ended.
@@ -543,8 +548,9 @@ class RunStoreBase:
         run of that id when it exists now, else the earliest open run of the runnable."""
         raise NotImplementedError
 
-    def _run_owner(self, run_id: str) -> RunOwner | None:
-        """The run's owner; :class:`~agentloop.orchestration.errors.RunNotFoundError` if unknown."""
+    def _run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
+        """The run's owner and status; :class:`~agentloop.orchestration.errors.RunNotFoundError` if
+        unknown."""
         raise NotImplementedError
 
     def _mark_running(self, run_id: str) -> tuple[bool, str | None]:

@@ -253,6 +253,10 @@ class RunStore(Protocol):
         """The owner the run was created with (``None``: anyone may end it)."""
         ...
 
+    def run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
+        """:meth:`run_owner` and the run's status, in one read (what a task's node is admitted on)."""
+        ...
+
     def mark_running(self, run_id: str) -> bool:
         """Mark the run running (first start time kept); ``False`` when it had already ended."""
         ...

@@ -184,14 +184,14 @@ class SqlRunStore(BulkRunStoreBase):
             return _record(insert_unless_open(connection, self.dialect, values))
 
     @retried
-    def _run_owner(self, run_id: str) -> RunOwner | None:
-        statement = select(runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
+    def _run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
+        columns = (runs.c.launch_digest, runs.c.owner_token, runs.c.status)
         with one_statement(self.engine) as connection:
-            row = connection.execute(statement).first()
+            row = connection.execute(select(*columns).where(runs.c.id == run_id)).first()
         if row is None:
             raise RunNotFoundError(run_id)
-        digest, token = row
-        return None if token is None else RunOwner(launch_digest=digest or "", token=token)
+        digest, token, status = row
+        return None if token is None else RunOwner(launch_digest=digest or "", token=token), status
 
     @retried
     def _mark_running(self, run_id: str) -> tuple[bool, str | None]:
