@@ -786,8 +786,8 @@ class WorkflowEngine:
         The record says how it ended (``stopped_by``: ``"bound"`` when a loop's ``done`` event says
         it hit its bound, else ``"complete"``). A packed batch's run reads its events and ends with
         the other runs' due (``rounds``: ``store/batch_rounds.py``)."""
-        if rounds is None:
-            ends = [event for _, event in self.store.events(run_id, phase=RUN_END_PHASES)]
+        if rounds is None:  # the store picks them: a run of many loops reads few rows, if any
+            ends = [event for _, event in self.store.run_end_events(run_id)]
         else:
             ends = await rounds.ends(run_id)
         failures, bounded = failures_in(ends), bounded_paths(ends)  # one read for both

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentloop.loops.run_outcome import MODEL_UNAVAILABLE, STOPPED_BY_BOUND
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.store.checks import (
     check_count,
@@ -164,16 +165,22 @@ class RunQuery:
         )
 
 
+#: The phases of the events a run's end is judged on (:func:`judges_the_end`).
+END_PHASES = (MODEL_UNAVAILABLE, "done")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EventQuery:
     """Which events :meth:`RunStoreBase.events` reads, checked: those of root run ``run_id``
-    above ``after_id``, oldest first, at most ``limit``; of ``phases`` and ``status`` when given."""
+    above ``after_id``, oldest first, at most ``limit``; of ``phases`` and ``status`` when given.
+    ``ends``: only those a run's end is judged on (:meth:`RunStoreBase.run_end_events`)."""
 
     run_id: str
     after_id: int
     limit: int | None
     phases: tuple[str, ...] | None
     status: str | None
+    ends: bool = False
 
     def matches(self, event_id: int, row: Mapping[str, Any]) -> bool:
         """Whether an event, its id and row (``checks.event_rows``), is one asked for."""
@@ -181,7 +188,17 @@ class EventQuery:
             event_id > self.after_id
             and (self.phases is None or row["phase"] in self.phases)
             and (self.status is None or row["status"] == self.status)
+            and (not self.ends or judges_the_end(row["phase"], row["payload"]))
         )
+
+
+def judges_the_end(phase: str, payload: Mapping[str, Any]) -> bool:
+    """Whether an event is one a run's end is judged on (``loops/run_outcome.py``): a model
+    failure, or the ``done`` event of a loop that stopped at its bound."""
+    if phase == MODEL_UNAVAILABLE:
+        return True
+    data = payload.get("data")
+    return phase == "done" and isinstance(data, Mapping) and data.get("stopped_by") == STOPPED_BY_BOUND
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -433,6 +450,15 @@ class RunStoreBase:
         query = EventQuery(
             run_id=run_id, after_id=after_id, limit=limit, phases=_phases(phase), status=status
         )
+        return self._events(query)
+
+    def run_end_events(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """The events root run ``run_id``'s end is judged on, oldest first: its model failures
+        and the ``done`` events of its loops that stopped at their bound (:func:`judges_the_end`),
+        picked by the store: a run of 50 stages reads none of its 50 other ``done`` events."""
+        if not is_storable_id(run_id):
+            return []
+        query = EventQuery(run_id=run_id, after_id=0, limit=None, phases=END_PHASES, status=None, ends=True)
         return self._events(query)
 
     # loops

@@ -332,6 +332,12 @@ class RunStore(Protocol):
         without the others)."""
         ...
 
+    def run_end_events(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """The events the root run's end is judged on, oldest first, as ``(id, event)``: its model
+        failures and the ``done`` events of its loops that stopped at their bound (read without
+        the others)."""
+        ...
+
     def request_cancel(self, run_id: str) -> None:
         """Ask the whole workflow ``run_id`` belongs to to stop (the flag is set on its root run)."""
         ...

@@ -31,6 +31,7 @@ from sqlalchemy import (
     update,
 )
 
+from agentloop.loops.run_outcome import MODEL_UNAVAILABLE, STOPPED_BY_BOUND
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
 from agentloop.orchestration.store.base import (
     Ended,
@@ -316,6 +317,11 @@ class SqlRunStore(BulkRunStoreBase):
             statement = statement.where(run_events.c.phase.in_(query.phases))
         if query.status is not None:
             statement = statement.where(run_events.c.status == query.status)
+        if query.ends:  # base.judges_the_end, in the database: a failure, or a loop stopped at its bound
+            stopped_by = run_events.c.payload[("data", "stopped_by")].as_string()
+            statement = statement.where(
+                or_(run_events.c.phase == MODEL_UNAVAILABLE, stopped_by == STOPPED_BY_BOUND)
+            )
         if query.limit is not None:
             statement = statement.limit(query.limit)
         with one_statement(self.engine) as connection:
