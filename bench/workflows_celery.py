@@ -234,7 +234,7 @@ def _install_timing(folder: str) -> None:
     from celery import signals
 
     started: dict[str, tuple[float, float]] = {}
-    totals: dict[str, list[float]] = {}
+    samples: dict[str, list[tuple[float, float]]] = {}
     profiles: dict[str, cProfile.Profile] = {}
     profiling = bool(os.environ.get(TASK_PROFILE_ENV))
     switch = os.path.join(folder, "on")
@@ -252,18 +252,26 @@ def _install_timing(folder: str) -> None:
             name = getattr(sender, "name", "?")
             if profiling:
                 profiles[name].disable()
-            entry = totals.setdefault(name, [0, 0.0, 0.0])
-            entry[0] += 1
-            entry[1] += wall
-            entry[2] += cpu
+            samples.setdefault(name, []).append((wall, cpu))
 
     def dump(**_kwargs: Any) -> None:
-        if not totals:
+        if not samples:
             return
         pid = os.getpid()
         with open(os.path.join(folder, f"{pid}.timing.json"), "w") as out:
-            json.dump({name: {"count": n, "seconds": s, "cpu": c} for name, (n, s, c) in totals.items()}, out)
-        totals.clear()
+            json.dump(
+                {
+                    name: {
+                        "count": len(taken),
+                        "seconds": sum(wall for wall, _ in taken),
+                        "cpu": sum(cpu for _, cpu in taken),
+                        "samples": taken,
+                    }
+                    for name, taken in samples.items()
+                },
+                out,
+            )
+        samples.clear()
         for name, profile in profiles.items():
             profile.dump_stats(os.path.join(folder, f"{pid}.{name}.prof"))
         profiles.clear()

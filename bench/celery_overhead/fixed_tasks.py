@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import pstats
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -56,21 +57,19 @@ def fixed_tasks(
             walls = [run_once(r, side)[0] for _ in range(runs)]
             r.worker.terminate()
         _wait_for_files(folder, "*.timing.json")
-        totals: dict[str, list[float]] = {}
+        samples: dict[str, list[tuple[float, float]]] = {}
         for path in glob.glob(os.path.join(folder, "*.timing.json")):
             for name, entry in json.loads(Path(path).read_text()).items():
-                total = totals.setdefault(name, [0, 0.0, 0.0])
-                total[0] += entry["count"]
-                total[1] += entry["seconds"]
-                total[2] += entry["cpu"]
+                samples.setdefault(name, []).extend((wall, cpu) for wall, cpu in entry["samples"])
         walls.sort()
         out.append(f"  pipeline wall, send to result: median {walls[len(walls) // 2] * 1000:.1f} ms")
-        out.append(f"  {'task':<26} {'tasks':>5} {'wall ms':>9} {'CPU ms':>9}")
+        out.append(f"  {'task (median of its runs)':<26} {'tasks':>5} {'wall ms':>9} {'CPU ms':>9}")
         fixed_cpu = 0.0
-        for name, (count, seconds, cpu) in sorted(totals.items()):
-            wall_ms, cpu_ms = seconds / count * 1000, cpu / count * 1000
-            out.append(f"  {name:<26} {int(count):5d} {wall_ms:9.2f} {cpu_ms:9.2f}")
-            fixed_cpu += cpu / count * 1000 if name in FIXED else 0.0
+        for name, taken in sorted(samples.items()):
+            wall_ms = statistics.median(wall for wall, _ in taken) * 1000
+            cpu_ms = statistics.median(cpu for _, cpu in taken) * 1000
+            out.append(f"  {name:<26} {len(taken):5d} {wall_ms:9.2f} {cpu_ms:9.2f}")
+            fixed_cpu += cpu_ms if name in FIXED else 0.0
         out.append(f"  the three fixed tasks: {fixed_cpu:.2f} ms of CPU a pipeline (load {_load()})")
         if profile:
             for name in FIXED:
@@ -80,7 +79,7 @@ def fixed_tasks(
                 stats = pstats.Stats(*files)
                 if keep:
                     stats.dump_stats(os.path.join(keep, f"{name}.prof"))
-                count = int(totals.get(name, [0])[0])
+                count = len(samples.get(name, []))
                 out.append(f"\ncProfile of {name} ({count} tasks), by cumulative time:")
                 out.append(indent(pstats_text(stats, "cumulative", lines)))
                 out.append("  by own time:")
