@@ -22,6 +22,7 @@ from agentloop.orchestration.celery_adapter.patches import (
     CELERY_IGNORE_LOGGED_ALWAYS,
     KOMBU_CLIENT_PER_CALL,
     KOMBU_RESTORE_DEFECT,
+    light_ignored_outcomes,
     mend_ack_on_dead_connection,
     mend_restore_unacked,
     quiet_ignored_tasks,
@@ -206,3 +207,47 @@ def test_an_ignored_task_builds_its_log_record_only_when_its_level_is_logged(
     assert "ignored" not in caplog.text
     assert ignored(Patched, logging.INFO) == 1  # logged as before when INFO is
     assert "t.replaced" in caplog.text and "ignored" in caplog.text
+
+
+def test_an_ignored_task_s_outcome_crosses_to_the_main_process_without_its_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tracer's ``ExceptionInfo(internal=True)`` of an ``Ignore`` goes to the worker's main
+    process, which reads only its exception (and acknowledges the message): unpatched, the
+    traceback was formatted for it too. Any other exception is recorded as before."""
+    import pickle
+    import traceback
+    import types
+
+    from billiard.einfo import ExceptionInfo, ExceptionWithTraceback
+    from celery.exceptions import Ignore, Reject
+
+    formatted: list[object] = []
+    format_exception = traceback.format_exception
+
+    def counted(*args: Any, **kwargs: Any) -> list[str]:
+        formatted.append(args[0])
+        return format_exception(*args, **kwargs)
+
+    monkeypatch.setattr(traceback, "format_exception", counted)
+    trace = types.SimpleNamespace(ExceptionInfo=ExceptionInfo)  # the module's name, patched alone
+
+    def outcome(error: BaseException) -> Any:
+        try:
+            raise error
+        except BaseException:
+            return trace.ExceptionInfo(internal=True)
+
+    outcome(Ignore("Replaced by new task"))
+    assert formatted == [Ignore]  # what a replaced task paid before
+    light_ignored_outcomes(trace)
+    formatted.clear()
+
+    ignored = outcome(Ignore("Replaced by new task"))
+    assert formatted == [] and ignored.internal and ignored.traceback == ""
+    assert isinstance(ignored.exception, ExceptionWithTraceback)  # as the full one's is
+    sent = pickle.loads(pickle.dumps(ignored))  # what the main process reads: the Ignore
+    assert isinstance(sent, ExceptionInfo) and isinstance(sent.exception, Ignore)
+    rejected, failed = outcome(Reject("no", requeue=False)), outcome(ValueError("boom"))
+    assert formatted == [Reject, ValueError]
+    assert "Reject" in rejected.traceback and "boom" in failed.traceback
