@@ -35,7 +35,6 @@ from agentloop.actions.tracing import Tracer
 from agentloop.actions.usage import use_meter
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.loops.run_outcome import (
-    MODEL_UNAVAILABLE,
     STOPPED_BY_BOUND,
     STOPPED_COMPLETE,
     DegradationRecorder,
@@ -81,9 +80,6 @@ from agentloop.pipelines.pipeline import BaseAgentPipeline
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
-
-#: The phases of the events a run's end is judged on: its model failures and its loops' ends.
-RUN_END_PHASES = (MODEL_UNAVAILABLE, "done")
 
 #: The phase of the event a packed branch gets when it blocked its pack's event loop.
 LOOP_BLOCKED = "loop_blocked"
