@@ -18,8 +18,9 @@ imports its runnables). On import it
   ``<pid>.prof`` and ``<pid>.json`` into that folder when it exits;
 * when ``AGENTLOOP_BENCH_TIMING_DIR`` is set, times every task in the pool
   processes from ``task_prerun`` to ``task_postrun`` (its body, its
-  ``STARTED`` and final result writes, the publishing of what follows it) and
-  writes ``<pid>.timing.json`` at exit;
+  ``STARTED`` and final result writes, the publishing of what follows it), wall and CPU
+  time, and writes ``<pid>.timing.json`` at exit (with ``AGENTLOOP_BENCH_TASK_PROFILE``
+  set, a cProfile of each task name's windows too: ``<pid>.<task name>.prof``);
 * when ``AGENTLOOP_BENCH_TRACE_DIR`` is set, traces every PostgreSQL connection of the pool
   processes with libpq and notes each task's time window, for
   :mod:`bench.celery_overhead.round_trips`;
@@ -50,6 +51,8 @@ NOOP_BODY = "bench.noop_body"
 PIPELINES_ENV = "AGENTLOOP_BENCH_PIPELINES"
 PROFILE_ENV = "AGENTLOOP_BENCH_PROFILE_DIR"
 TIMING_ENV = "AGENTLOOP_BENCH_TIMING_DIR"
+#: With :data:`TIMING_ENV`: a cProfile per task name as well.
+TASK_PROFILE_ENV = "AGENTLOOP_BENCH_TASK_PROFILE"
 ABLATE_ENV = "AGENTLOOP_BENCH_ABLATE"
 TRACE_ENV = "AGENTLOOP_BENCH_TRACE_DIR"
 DEFAULT_PIPELINES = (10, 50)
@@ -219,36 +222,59 @@ if os.environ.get(PROFILE_ENV) and _in_worker():
 
 
 def _install_timing(folder: str) -> None:
-    """Time each task (``task_prerun`` -> ``task_postrun``) per task name while ``<folder>/on``
-    exists; write the totals at process exit."""
+    """Time each task (``task_prerun`` -> ``task_postrun``: wall and the process's CPU) per task
+    name while ``<folder>/on`` exists; write the totals at process exit. With
+    :data:`TASK_PROFILE_ENV` set, also a cProfile of each task name's windows alone
+    (``<pid>.<task name>.prof``)."""
     import atexit
+    import cProfile
     import json
     import time
 
     from celery import signals
 
-    started: dict[str, float] = {}
-    totals: dict[str, list[float]] = {}
+    started: dict[str, tuple[float, float]] = {}
+    samples: dict[str, list[tuple[float, float]]] = {}
+    profiles: dict[str, cProfile.Profile] = {}
+    profiling = bool(os.environ.get(TASK_PROFILE_ENV))
     switch = os.path.join(folder, "on")
 
-    def prerun(task_id: str | None = None, **_kwargs: Any) -> None:
+    def prerun(sender: Any = None, task_id: str | None = None, **_kwargs: Any) -> None:
         if task_id is not None and os.path.exists(switch):
-            started[task_id] = time.perf_counter()
+            if profiling:
+                profiles.setdefault(getattr(sender, "name", "?"), cProfile.Profile()).enable()
+            started[task_id] = (time.perf_counter(), time.process_time())
 
     def postrun(sender: Any = None, task_id: str | None = None, **_kwargs: Any) -> None:
         begun = started.pop(task_id or "", None)
         if begun is not None:
-            entry = totals.setdefault(getattr(sender, "name", "?"), [0, 0.0])
-            entry[0] += 1
-            entry[1] += time.perf_counter() - begun
+            cpu, wall = time.process_time() - begun[1], time.perf_counter() - begun[0]
+            name = getattr(sender, "name", "?")
+            if profiling:
+                profiles[name].disable()
+            samples.setdefault(name, []).append((wall, cpu))
 
     def dump(**_kwargs: Any) -> None:
-        if not totals:
+        if not samples:
             return
-        path = os.path.join(folder, f"{os.getpid()}.timing.json")
-        with open(path, "w") as out:
-            json.dump({name: {"count": n, "seconds": s} for name, (n, s) in totals.items()}, out)
-        totals.clear()
+        pid = os.getpid()
+        with open(os.path.join(folder, f"{pid}.timing.json"), "w") as out:
+            json.dump(
+                {
+                    name: {
+                        "count": len(taken),
+                        "seconds": sum(wall for wall, _ in taken),
+                        "cpu": sum(cpu for _, cpu in taken),
+                        "samples": taken,
+                    }
+                    for name, taken in samples.items()
+                },
+                out,
+            )
+        samples.clear()
+        for name, profile in profiles.items():
+            profile.dump_stats(os.path.join(folder, f"{pid}.{name}.prof"))
+        profiles.clear()
 
     signals.task_prerun.connect(prerun, weak=False)
     signals.task_postrun.connect(postrun, weak=False)

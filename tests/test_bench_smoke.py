@@ -97,6 +97,11 @@ def test_the_celery_benchmark_is_listed_and_its_own_command_line_parses(
     assert exit_info.value.code == 0
     assert "--ablate" in capsys.readouterr().out
 
+    fixed_tasks = _bench_module("bench.celery_overhead.fixed_tasks")
+    with pytest.raises(SystemExit) as exit_info:
+        fixed_tasks.main(["--help"])
+    assert exit_info.value.code == 0 and "--profile" in capsys.readouterr().out
+
 
 def test_packing_openai_failure_is_one_line_not_a_traceback() -> None:
     """``bench.packing``'s OpenAI step reports a failed side as NOT RUN with one line of reason

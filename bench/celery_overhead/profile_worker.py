@@ -31,8 +31,9 @@ def profile_timing(*, store_kind: str, width: int, stages: int, rounds: int = 3)
 
     sides = build_sides(width, stages)
     out = [
-        "time per task inside the pool processes, task_prerun -> task_postrun (body + STARTED and result",
-        f"writes + publishing what follows), no profiler; {rounds} runs of every side after a warm-up:",
+        "time (and the pool process's CPU) per task inside the pool processes, task_prerun -> task_postrun",
+        f"(body + STARTED and result writes + publishing what follows), no profiler; {rounds} runs of every "
+        "side after a warm-up:",
     ]
     with tempfile.TemporaryDirectory(prefix="agentloop-bench-timing-") as folder:
         with rig(store_kind=store_kind, stages=stages, worker_env={TIMING_ENV: folder}) as r:
@@ -47,11 +48,13 @@ def profile_timing(*, store_kind: str, width: int, stages: int, rounds: int = 3)
         totals: dict[str, list[float]] = {}
         for path in glob.glob(os.path.join(folder, "*.timing.json")):
             for name, entry in json.loads(Path(path).read_text()).items():
-                total = totals.setdefault(name, [0, 0.0])
+                total = totals.setdefault(name, [0, 0.0, 0.0])
                 total[0] += entry["count"]
                 total[1] += entry["seconds"]
-    for name, (count, seconds) in sorted(totals.items()):
-        out.append(f"  {name:<24} {count:6d} tasks  {seconds / count * 1000:8.2f} ms/task")
+                total[2] += entry["cpu"]
+    for name, (count, seconds, cpu) in sorted(totals.items()):
+        per_task = f"{seconds / count * 1000:8.2f} ms/task, {cpu / count * 1000:8.2f} ms of CPU"
+        out.append(f"  {name:<24} {int(count):6d} tasks  {per_task}")
     return "\n".join(out)
 
 

@@ -19,10 +19,13 @@ from typing import Any
 import pytest
 
 from agentloop.orchestration.celery_adapter.patches import (
+    CELERY_IGNORE_LOGGED_ALWAYS,
     KOMBU_CLIENT_PER_CALL,
     KOMBU_RESTORE_DEFECT,
+    light_ignored_outcomes,
     mend_ack_on_dead_connection,
     mend_restore_unacked,
+    quiet_ignored_tasks,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +34,8 @@ _PRELUDE = """
 import json
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.patches import (
-    apply_worker_patches, install_worker_patches, kombu_client_is_shared, kombu_restore_is_patched,
+    apply_worker_patches, celery_ignore_is_patched, install_worker_patches, kombu_client_is_shared,
+    kombu_restore_is_patched,
 )
 app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
 install_worker_patches(app)
@@ -57,29 +61,39 @@ def _run(script: str) -> Any:
 def test_a_client_process_that_builds_the_app_and_sends_tasks_patches_no_library() -> None:
     patched = _run("""
         app.send_task("agentloop.ping")
-        print(json.dumps([kombu_restore_is_patched(), kombu_client_is_shared()]))
+        print(json.dumps([kombu_restore_is_patched(), kombu_client_is_shared(), celery_ignore_is_patched()]))
     """)
-    assert patched == [False, False]
+    assert patched == [False, False, False]
 
 
 def test_a_worker_of_the_app_applies_the_patches_when_it_starts() -> None:
     patched = _run("""
-        before = [kombu_restore_is_patched(), kombu_client_is_shared()]
+        def flags():
+            return [kombu_restore_is_patched(), kombu_client_is_shared(), celery_ignore_is_patched()]
+
+        before = flags()
         worker = app.WorkController(pool_cls="solo", concurrency=1, without_heartbeat=True)
-        print(json.dumps([before, [kombu_restore_is_patched(), kombu_client_is_shared()]]))
+        print(json.dumps([before, flags()]))
     """)
-    assert patched == [[False, False], [True, True]]
+    assert patched == [[False, False, False], [True, True, True]]
 
 
 def test_only_kombu_versions_known_to_have_the_defect_are_patched_and_only_once() -> None:
     assert KOMBU_CLIENT_PER_CALL == KOMBU_RESTORE_DEFECT  # both checked on kombu 5.4 to 5.7
     first, beyond = KOMBU_RESTORE_DEFECT
+    fixed_celery = CELERY_IGNORE_LOGGED_ALWAYS[1]
     outcome = _run(f"""
         from kombu.transport.redis import Channel, QoS
         original, acquire = QoS.restore_unacked, Channel.conn_or_acquire
-        fixed = apply_worker_patches(kombu_version={beyond!r}), kombu_restore_is_patched()
-        old = apply_worker_patches(kombu_version={first!r}), kombu_restore_is_patched()
-        apply_worker_patches(kombu_version={first!r})
+        fixed = (
+            apply_worker_patches(kombu_version={beyond!r}, celery_version={fixed_celery!r}),
+            kombu_restore_is_patched(),
+        )
+        old = (
+            apply_worker_patches(kombu_version={first!r}, celery_version={fixed_celery!r}),
+            kombu_restore_is_patched(),
+        )
+        apply_worker_patches(kombu_version={first!r}, celery_version={fixed_celery!r})
         once = QoS.restore_unacked.__wrapped__ is original, Channel.conn_or_acquire.__wrapped__ is acquire
         print(json.dumps([fixed, old, once, kombu_client_is_shared()]))
     """)
@@ -147,3 +161,93 @@ def test_an_ack_on_a_dead_connection_gives_way_and_says_the_message_comes_back(
     alive.channel.connection.client = object()
     with pytest.raises(AttributeError):  # a live connection: a real error, not swallowed
         alive.ack("tag-3")
+
+
+def _replaced() -> None:
+    """A task's body (never run: the test hands its ``Ignore`` to the tracer)."""
+
+
+def test_an_ignored_task_builds_its_log_record_only_when_its_level_is_logged(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task that replaces itself ends with ``Ignore``: unpatched, Celery's tracer builds an
+    ``ExceptionInfo`` (the traceback formatted) for an ``INFO`` line a ``WARNING`` worker drops."""
+    from billiard.einfo import ExceptionInfo
+    from celery import Celery
+    from celery.app import trace
+    from celery.exceptions import Ignore
+    from celery.states import IGNORED
+
+    class Patched(trace.TraceInfo):
+        __slots__ = ()
+
+    quiet_ignored_tasks(Patched)
+    built: list[ExceptionInfo] = []
+
+    def counted(*args: Any, **kwargs: Any) -> ExceptionInfo:
+        built.append(ExceptionInfo(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(trace, "ExceptionInfo", counted)
+    app = Celery("patches-test", set_as_current=False)
+    task = app.task(name="t.replaced", shared=False)(_replaced)
+    request = task.request_stack.top or task.request
+
+    def ignored(kind: type[trace.TraceInfo], level: int) -> int:
+        built.clear()
+        try:
+            raise Ignore("Replaced by new task")
+        except Ignore as exc:
+            with caplog.at_level(level, logger=trace.logger.name):
+                kind(IGNORED, exc).handle_ignore(task, request)
+        return len(built)
+
+    assert ignored(trace.TraceInfo, logging.WARNING) == 1  # what a replaced task paid before
+    assert ignored(Patched, logging.WARNING) == 0
+    assert "ignored" not in caplog.text
+    assert ignored(Patched, logging.INFO) == 1  # logged as before when INFO is
+    assert "t.replaced" in caplog.text and "ignored" in caplog.text
+
+
+def test_an_ignored_task_s_outcome_crosses_to_the_main_process_without_its_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tracer's ``ExceptionInfo(internal=True)`` of an ``Ignore`` goes to the worker's main
+    process, which reads only its exception (and acknowledges the message): unpatched, the
+    traceback was formatted for it too. Any other exception is recorded as before."""
+    import pickle
+    import traceback
+    import types
+
+    from billiard.einfo import ExceptionInfo, ExceptionWithTraceback
+    from celery.exceptions import Ignore, Reject
+
+    formatted: list[object] = []
+    format_exception = traceback.format_exception
+
+    def counted(*args: Any, **kwargs: Any) -> list[str]:
+        formatted.append(args[0])
+        return format_exception(*args, **kwargs)
+
+    monkeypatch.setattr(traceback, "format_exception", counted)
+    trace = types.SimpleNamespace(ExceptionInfo=ExceptionInfo)  # the module's name, patched alone
+
+    def outcome(error: BaseException) -> Any:
+        try:
+            raise error
+        except BaseException:
+            return trace.ExceptionInfo(internal=True)
+
+    outcome(Ignore("Replaced by new task"))
+    assert formatted == [Ignore]  # what a replaced task paid before
+    light_ignored_outcomes(trace)
+    formatted.clear()
+
+    ignored = outcome(Ignore("Replaced by new task"))
+    assert formatted == [] and ignored.internal and ignored.traceback == ""
+    assert isinstance(ignored.exception, ExceptionWithTraceback)  # as the full one's is
+    sent = pickle.loads(pickle.dumps(ignored))  # what the main process reads: the Ignore
+    assert isinstance(sent, ExceptionInfo) and isinstance(sent.exception, Ignore)
+    rejected, failed = outcome(Reject("no", requeue=False)), outcome(ValueError("boom"))
+    assert formatted == [Reject, ValueError]
+    assert "Reject" in rejected.traceback and "boom" in failed.traceback

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from agentloop.actions import StateNotSerializableError
-from agentloop.orchestration.errors import RunAlreadyEndedError, RunExistsError, RunOwnershipError
+from agentloop.orchestration.errors import (
+    RunAlreadyEndedError,
+    RunExistsError,
+    RunNotFoundError,
+    RunOwnershipError,
+)
 from agentloop.orchestration.store import RunOwner, RunStore
 
 
@@ -50,9 +55,13 @@ def test_an_owned_run_ends_only_with_its_owners_token(run_store: RunStore) -> No
             run_store.finish_run("r1", status="succeeded", output="attacker's", owner_token=forged)
     assert run_store.get_run("r1").status == "pending"  # type: ignore[union-attr]
 
+    assert run_store.run_owner_and_status("r1") == (owner, "pending")  # one read, for the run gate
     run_store.finish_run("r1", status="succeeded", output="mine", owner_token=owner.token)
     record = run_store.get_run("r1")
     assert record is not None and (record.status, record.output) == ("succeeded", "mine")
+    assert run_store.run_owner_and_status("r1") == (owner, "succeeded")
+    with pytest.raises(RunNotFoundError):
+        run_store.run_owner_and_status("r2")
     with pytest.raises(RunOwnershipError):  # the owner is checked before the end, so nothing leaks
         run_store.finish_run("r1", status="succeeded", output="mine", owner_token="guess")
 

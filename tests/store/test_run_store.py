@@ -227,6 +227,31 @@ def test_events_follow_a_whole_workflow_in_order_across_paths(run_store: RunStor
     assert run_store.events("nobody") == []
 
 
+def test_a_run_s_end_events_are_its_model_failures_and_its_loops_stopped_at_their_bound(
+    run_store: RunStore,
+) -> None:
+    def event(path: str, phase: str, status: str, data: Any) -> dict[str, Any]:
+        return {"path": path, "phase": phase, "status": status, "data": data}
+
+    judged = [
+        event("s/1", "model_unavailable", "progress", {"action": "plan", "reason": "down"}),
+        event("s/2", "done", "completed", {"stopped_by": "bound"}),
+    ]
+    others = [
+        event("s/0", "done", "completed", {"stopped_by": "complete"}),
+        event("s/3", "done", "completed", {"stopped_by": {"nested": "bound"}}),
+        event("s/4", "done", "completed", {}),
+        event("s/5", "done", "completed", None),
+        event("s/6", "iteration", "progress", {"stopped_by": "bound"}),
+        event("", "done", "completed", {"width": 7}),
+    ]
+    run_store.append_events("root", [others[0], judged[0], *others[1:3], judged[1], *others[3:]])
+    run_store.append_events("other-root", judged)
+
+    assert [event for _, event in run_store.run_end_events("root")] == judged
+    assert run_store.run_end_events("nobody") == []
+
+
 def test_events_must_be_json_objects_and_none_is_kept_when_one_is_not(run_store: RunStore) -> None:
     with pytest.raises(StateNotSerializableError, match="progress event"):
         run_store.append_events("root", [_event("", 0), {**_event("", 1), "data": {"when": object()}}])

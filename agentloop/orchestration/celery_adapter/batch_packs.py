@@ -44,7 +44,7 @@ from agentloop.orchestration.errors import (
 )
 from agentloop.orchestration.packing.rule import why_not_packed
 from agentloop.orchestration.packing.threads import pack_threads
-from agentloop.orchestration.runtime.engine import RUN_END_PHASES, WorkflowEngine
+from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.launches import (
     LaunchClaim,
     attached_result,
@@ -54,6 +54,7 @@ from agentloop.orchestration.runtime.launches import (
 from agentloop.orchestration.runtime.next_step import Done
 from agentloop.orchestration.runtime.run_end import end_with_failure
 from agentloop.orchestration.store import RunRecord
+from agentloop.orchestration.store.base import END_PHASES
 from agentloop.orchestration.store.batch_rounds import BatchRounds
 from agentloop.orchestration.store.bulk import BulkRunStoreBase
 from agentloop.orchestration.store.seams import StoreCancelSignal
@@ -176,7 +177,7 @@ Outcomes = list[tuple[str, Any] | BaseException]
 async def _all(
     task: Task, engine: WorkflowEngine, launches: Sequence[dict[str, Any]], fresh: bool, priority: int
 ) -> Outcomes:
-    rounds = BatchRounds(dependencies_of(task.app).store, end_phases=RUN_END_PHASES)
+    rounds = BatchRounds(dependencies_of(task.app).store, end_phases=END_PHASES)
     seen: set[str] = set()
     runs = []
     for kwargs in launches:

@@ -46,33 +46,53 @@ caller: commands from several threads share it safely, as they would share its
 pool (pipelines and pub/sub objects stay per use); a pool kombu replaces (after
 a lost connection) gets a client of its own. kombu 5.4 to 5.7 build a client per
 call (read in kombu's source, 5.7.0 measured by ``bench/model_bound``).
+
+**Celery: an ignored task's traceback formatted twice, read by nobody.** A task that replaces
+itself (``Task.replace``: ``agentloop.launch`` with its run's canvas, a composite with its
+branches) ends by raising ``Ignore``, and Celery's tracer builds two ``ExceptionInfo`` of it, each
+a pickleable copy of the traceback and ``traceback.format_exception`` of it (on Python 3.11,
+source lines read and parsed for each frame's carets): one in ``TraceInfo.handle_ignore``, with
+the ``repr`` of the task's arguments, for a "Task ... ignored" line at ``INFO`` that the logger
+drops when ``INFO`` is not logged (a worker's default level is ``WARNING``); one as the task's
+outcome, sent to the worker's main process, which only looks at its exception to acknowledge the
+message. Together they were about a third of ``agentloop.launch``'s Python. The patch builds the
+first only when the tracer's logger logs ``INFO`` (a worker started with ``--loglevel INFO`` logs
+the same line as before), and the second without the traceback (its exception alone). Celery 5.3
+to 5.7 (read in 5.7.0's ``celery/app/trace.py`` and ``celery/worker/request.py``;
+``bench.celery_overhead.fixed_tasks`` measures it).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import celery
 import kombu
 from celery import Celery, bootsteps
 
 __all__ = [
+    "CELERY_IGNORE_LOGGED_ALWAYS",
     "KOMBU_CLIENT_PER_CALL",
     "KOMBU_RESTORE_DEFECT",
     "WorkerPatches",
     "apply_worker_patches",
+    "celery_ignore_is_patched",
     "install_worker_patches",
     "kombu_ack_is_patched",
     "kombu_client_is_shared",
     "kombu_redis",
     "kombu_restore_is_patched",
-    "kombu_within",
+    "light_ignored_outcomes",
     "mend_ack_on_dead_connection",
     "mend_restore_unacked",
+    "quiet_ignored_tasks",
     "share_channel_client",
+    "version_within",
 ]
 
 logger = logging.getLogger(__name__)
@@ -83,13 +103,16 @@ KOMBU_RESTORE_DEFECT = ((5, 4), (5, 8))
 #: kombu versions (major, minor) whose Redis channel builds a redis-py client per command: 5.4 to 5.7.
 KOMBU_CLIENT_PER_CALL = ((5, 4), (5, 8))
 
+#: Celery versions (major, minor) whose tracer formats an ignored task's traceback unread: 5.3 to 5.7.
+CELERY_IGNORE_LOGGED_ALWAYS = ((5, 3), (5, 8))
+
 _PATCHED = "_agentloop_patched"
 #: Where a patched channel keeps its shared client (in the instance's ``__dict__``).
 _SHARED_CLIENT = "_agentloop_shared_client"
 
 
-def kombu_within(version: tuple[int, ...], versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
-    """Whether kombu ``version`` is in ``versions`` (``(first, beyond)``, major and minor)."""
+def version_within(version: tuple[int, ...], versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+    """Whether a library's ``version`` is in ``versions`` (``(first, beyond)``, major and minor)."""
     first, beyond = versions
     return first <= tuple(version[:2]) < beyond
 
@@ -212,23 +235,92 @@ def share_channel_client(channel_class: Any) -> None:
     channel_class.conn_or_acquire = conn_or_acquire
 
 
-def apply_worker_patches(kombu_version: tuple[int, ...] = tuple(kombu.VERSION[:2])) -> tuple[str, ...]:
+def _trace_info() -> Any:
+    from celery.app.trace import TraceInfo
+
+    return TraceInfo
+
+
+def _trace() -> Any:
+    from celery.app import trace
+
+    return trace
+
+
+def celery_ignore_is_patched() -> bool:
+    """Whether this process's Celery tracer formats an ignored task's traceback only to log it."""
+    patched = (_trace_info().handle_ignore, _trace().ExceptionInfo)
+    return all(getattr(function, _PATCHED, False) for function in patched)
+
+
+def quiet_ignored_tasks(trace_info: Any) -> None:
+    """Make ``trace_info.handle_ignore`` (Celery's ``TraceInfo``) do its work, building the log
+    record of an ignored task, only when the tracer's logger logs ``INFO`` (the record's level)."""
+    from celery.app import trace
+
+    original: Any = trace_info.handle_ignore
+
+    @functools.wraps(original)
+    def handle_ignore(self: Any, task: Any, req: Any, **kwargs: Any) -> Any:
+        if trace.logger.isEnabledFor(trace.log_policy_ignore.severity):
+            return original(self, task, req, **kwargs)
+        return None
+
+    setattr(handle_ignore, _PATCHED, True)
+    trace_info.handle_ignore = handle_ignore
+
+
+def light_ignored_outcomes(trace: Any) -> None:
+    """Make the tracer (``trace``: the module ``celery.app.trace``) record an ignored task's
+    outcome (``ExceptionInfo(internal=True)`` inside ``except Ignore``) without its traceback:
+    a billiard ``ExceptionInfo`` holding the exception alone. Any other ``ExceptionInfo`` it
+    builds is built as before."""
+    from billiard.einfo import ExceptionInfo, ExceptionWithTraceback
+    from celery.exceptions import Ignore
+
+    full: Any = trace.ExceptionInfo
+
+    @functools.wraps(full)
+    def exception_info(exc_info: Any = None, internal: bool = False) -> Any:
+        if internal and exc_info is None:
+            kind, exception, _ = sys.exc_info()
+            if isinstance(exception, Ignore):
+                light = ExceptionInfo.__new__(ExceptionInfo)
+                light.type, light.tb, light.traceback, light.internal = kind, None, "", True
+                light.exception = ExceptionWithTraceback(exception, "")
+                return light
+        return full(exc_info, internal)
+
+    setattr(exception_info, _PATCHED, True)
+    trace.ExceptionInfo = exception_info
+
+
+def apply_worker_patches(
+    kombu_version: tuple[int, ...] = tuple(kombu.VERSION[:2]),
+    celery_version: tuple[int, ...] = tuple(celery.VERSION[:2]),
+) -> tuple[str, ...]:
     """Apply, in this process, the patches the installed library versions need; the names of those applied.
 
     Idempotent. Meant for worker processes; :class:`WorkerPatches` calls it at worker start.
     """
+    applied: list[str] = []
+    if version_within(celery_version, CELERY_IGNORE_LOGGED_ALWAYS):
+        if not getattr(_trace_info().handle_ignore, _PATCHED, False):
+            quiet_ignored_tasks(_trace_info())
+        if not getattr(_trace().ExceptionInfo, _PATCHED, False):
+            light_ignored_outcomes(_trace())
+        applied.append("celery-ignored-task-traceback")
     transport = kombu_redis()
     if transport is None:
-        return ()
-    applied: list[str] = []
-    if kombu_within(kombu_version, KOMBU_RESTORE_DEFECT):
+        return tuple(applied)
+    if version_within(kombu_version, KOMBU_RESTORE_DEFECT):
         if not kombu_restore_is_patched():
             mend_restore_unacked(transport.QoS)
         applied.append("kombu-redis-restore-unacked")
         if not kombu_ack_is_patched():
             mend_ack_on_dead_connection(transport.QoS)
         applied.append("kombu-redis-ack-on-dead-connection")
-    if kombu_within(kombu_version, KOMBU_CLIENT_PER_CALL):
+    if version_within(kombu_version, KOMBU_CLIENT_PER_CALL):
         if not kombu_client_is_shared():
             share_channel_client(transport.Channel)
         applied.append("kombu-redis-shared-client")

@@ -49,7 +49,7 @@ from kombu.utils import encoding as kombu_encoding
 from kombu.utils import json as kombu_json
 from redis.exceptions import ResponseError
 
-from agentloop.orchestration.celery_adapter.patches import kombu_redis, kombu_within
+from agentloop.orchestration.celery_adapter.patches import kombu_redis, version_within
 
 __all__ = [
     "DOORBELL_TOKENS",
@@ -294,7 +294,7 @@ def install_atomic_delivery(kombu_version: tuple[int, ...] = tuple(kombu.VERSION
 
     A kombu outside :data:`KOMBU_VERSIONS`, or without the Redis client library, is left as it is."""
     transport = kombu_redis()
-    if transport is None or not kombu_within(kombu_version, KOMBU_VERSIONS):
+    if transport is None or not version_within(kombu_version, KOMBU_VERSIONS):
         return False
     channel = transport.Channel
     if not getattr(channel, _INSTALLED, False):

@@ -35,7 +35,6 @@ from agentloop.actions.tracing import Tracer
 from agentloop.actions.usage import use_meter
 from agentloop.loops.progress import ProgressEvent, ProgressStatus
 from agentloop.loops.run_outcome import (
-    MODEL_UNAVAILABLE,
     STOPPED_BY_BOUND,
     STOPPED_COMPLETE,
     DegradationRecorder,
@@ -81,9 +80,6 @@ from agentloop.pipelines.pipeline import BaseAgentPipeline
 R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
-
-#: The phases of the events a run's end is judged on: its model failures and its loops' ends.
-RUN_END_PHASES = (MODEL_UNAVAILABLE, "done")
 
 #: The phase of the event a packed branch gets when it blocked its pack's event loop.
 LOOP_BLOCKED = "loop_blocked"
@@ -786,8 +782,8 @@ class WorkflowEngine:
         The record says how it ended (``stopped_by``: ``"bound"`` when a loop's ``done`` event says
         it hit its bound, else ``"complete"``). A packed batch's run reads its events and ends with
         the other runs' due (``rounds``: ``store/batch_rounds.py``)."""
-        if rounds is None:
-            ends = [event for _, event in self.store.events(run_id, phase=RUN_END_PHASES)]
+        if rounds is None:  # the store picks them: a run of many loops reads few rows, if any
+            ends = [event for _, event in self.store.run_end_events(run_id)]
         else:
             ends = await rounds.ends(run_id)
         failures, bounded = failures_in(ends), bounded_paths(ends)  # one read for both

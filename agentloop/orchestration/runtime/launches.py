@@ -32,6 +32,11 @@ it under, and nothing could read it back by that id. Its task's result (under
 the task id) is the refusal. The refusal's text never quotes a value it
 refuses (``orchestration/redaction.py``): a secret pasted into the wrong field
 stays out of the logs, the run store and the result backend.
+
+A run the claim creates comes back with its record, its cancel flag in it: that flag is taken as
+read (``StoreCancelSignal.remember``), so the check before the run's first step asks the store
+nothing more. No cancel can be older than the run it names (cancelling an unknown run does
+nothing), so one sent since is seen as one sent just after that check would be: at the next.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from agentloop.orchestration.errors import (
 from agentloop.orchestration.redaction import describe_hidden, hidden_texts, scrub_error
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.store import RunOwner, RunStatus, RunStore
+from agentloop.orchestration.store.seams import StoreCancelSignal
 from agentloop.orchestration.wire import DegradedResult, LaunchRequest, check_name
 
 __all__ = [
@@ -169,6 +175,7 @@ def claim_launch(
     except RunExistsError as exists:
         stored = store.run_owner(exists.record.id)
         return _claim_existing(exists.record, stored, owner, task_id, request, problem)
+    StoreCancelSignal.remember(store, run_id, record.cancel_requested)  # read with it (the module doc)
     return LaunchClaim(
         run_id=run_id, request=request, problem=problem, record=record, owner_token=owner.token, created=True
     )

@@ -18,7 +18,9 @@ once every ``interval`` seconds per run and process, when a node's token does no
 run may have been pruned and its id launched anew, a new run with a new owner; forged tokens
 cost the store no more than that); whether the run has ended
 is read at most every ``interval`` seconds per run and process (an ended run stays ended), like
-the cancel flag (``store/seams.py``): a task pays no extra round trip in the common case.
+the cancel flag (``store/seams.py``): a task pays no extra round trip in the common case. When a
+task needs both (the first task of a run in a process), they are one read
+(``run_owner_and_status``); an ended run's record is read then, to say how it ended.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, ClassVar
 from weakref import WeakKeyDictionary
 
 from agentloop.orchestration.errors import RunAlreadyEndedError, RunNotFoundError, RunOwnershipError
-from agentloop.orchestration.store import RunOwner, RunStore
+from agentloop.orchestration.store import TERMINAL_STATUSES, RunOwner, RunStore
 from agentloop.orchestration.store.seams import _answers_of
 from agentloop.orchestration.wire import WorkflowNode
 
@@ -50,9 +52,21 @@ class RunGate:
     def admit(self, data: Any) -> WorkflowNode:
         """The node ``data`` carries, when its task may run it; else the error saying why not."""
         node = WorkflowNode.from_dict(data)
+        status = self._read_both(node.run_id)
         self.check_owner(node.run_id, node.owner_token)
-        self._check_going(node.run_id)
+        self._check_going(node.run_id, status)
         return node
+
+    def _read_both(self, run_id: str) -> str | None:
+        """The run's status, read with its owner (kept for :meth:`check_owner`) when this process
+        does not know the owner yet; ``None`` when it does (nothing is read)."""
+        with self._lock:
+            if run_id in _answers_of(self._owners, self.store):
+                return None
+        owner, status = self.store.run_owner_and_status(run_id)  # RunNotFoundError for an unknown run
+        with self._lock:
+            _answers_of(self._owners, self.store)[run_id] = owner
+        return status
 
     def check_owner(self, run_id: str, token: str | None) -> None:
         """:class:`~agentloop.orchestration.errors.RunOwnershipError` unless ``token`` is the run owner's."""
@@ -83,12 +97,20 @@ class RunGate:
             _answers_of(self._owners, self.store)[run_id] = owner
         return owner
 
-    def _check_going(self, run_id: str) -> None:
+    def _check_going(self, run_id: str, status: str | None = None) -> None:
+        """:class:`RunAlreadyEndedError` when the run has ended (``status``: read just now, else
+        read here unless known for ``interval``); the record of an ended run is read to say how."""
         now = time.monotonic()
         with self._lock:
             seen_at = _answers_of(self._going, self.store).get(run_id)
             if seen_at is not None and now - seen_at < self.interval:
                 return
+        if status is None:
+            status = self.store.run_owner_and_status(run_id)[1]  # RunNotFoundError for an unknown run
+        if status not in TERMINAL_STATUSES:
+            with self._lock:
+                _answers_of(self._going, self.store)[run_id] = now
+            return
         record = self.store.get_run(run_id)
         if record is None:
             raise RunNotFoundError(run_id)

@@ -10,7 +10,7 @@ neither. The promises are the protocol's; this module says who keeps them.
 
 A store gives the primitives, each one atomic step on its storage, taking checked values:
 
-- runs: ``_insert_run(values, owner)``, ``_insert_unless_open(values)``, ``_run_owner(run_id)``,
+- runs: ``_insert_run(values, owner)``, ``_insert_unless_open(values)``, ``_run_owner_and_status(run_id)``,
   ``_mark_running(run_id)``, ``_finish_run(asked)`` (a :class:`Finish`), ``_get_run(run_id)``,
   ``_list_runs(query)`` (a :class:`RunQuery`), ``_child_counts(parent_run_id)``,
   ``_count_runs(statuses)``;
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentloop.loops.run_outcome import MODEL_UNAVAILABLE, STOPPED_BY_BOUND
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.store.checks import (
     check_count,
@@ -164,16 +165,22 @@ class RunQuery:
         )
 
 
+#: The phases of the events a run's end is judged on (:func:`judges_the_end`).
+END_PHASES = (MODEL_UNAVAILABLE, "done")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EventQuery:
     """Which events :meth:`RunStoreBase.events` reads, checked: those of root run ``run_id``
-    above ``after_id``, oldest first, at most ``limit``; of ``phases`` and ``status`` when given."""
+    above ``after_id``, oldest first, at most ``limit``; of ``phases`` and ``status`` when given.
+    ``ends``: only those a run's end is judged on (:meth:`RunStoreBase.run_end_events`)."""
 
     run_id: str
     after_id: int
     limit: int | None
     phases: tuple[str, ...] | None
     status: str | None
+    ends: bool = False
 
     def matches(self, event_id: int, row: Mapping[str, Any]) -> bool:
         """Whether an event, its id and row (``checks.event_rows``), is one asked for."""
@@ -181,7 +188,17 @@ class EventQuery:
             event_id > self.after_id
             and (self.phases is None or row["phase"] in self.phases)
             and (self.status is None or row["status"] == self.status)
+            and (not self.ends or judges_the_end(row["phase"], row["payload"]))
         )
+
+
+def judges_the_end(phase: str, payload: Mapping[str, Any]) -> bool:
+    """Whether an event is one a run's end is judged on (``loops/run_outcome.py``): a model
+    failure, or the ``done`` event of a loop that stopped at its bound."""
+    if phase == MODEL_UNAVAILABLE:
+        return True
+    data = payload.get("data")
+    return phase == "done" and isinstance(data, Mapping) and data.get("stopped_by") == STOPPED_BY_BOUND
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -296,7 +313,12 @@ class RunStoreBase:
 
     def run_owner(self, run_id: str) -> RunOwner | None:
         """The owner the run was created with (``None``: anyone may end it)."""
-        return self._run_owner(run_id)
+        return self._run_owner_and_status(run_id)[0]
+
+    def run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
+        """:meth:`run_owner` and the run's status, in one read (what a task's node is admitted on:
+        ``orchestration/runtime/run_gate.py``)."""
+        return self._run_owner_and_status(run_id)
 
     def mark_running(self, run_id: str) -> bool:
         """Mark the run running, keeping its first start time; ``False`` when it had already ended.
@@ -430,6 +452,15 @@ class RunStoreBase:
         )
         return self._events(query)
 
+    def run_end_events(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """The events root run ``run_id``'s end is judged on, oldest first: its model failures
+        and the ``done`` events of its loops that stopped at their bound (:func:`judges_the_end`),
+        picked by the store: a run of 50 stages reads none of its 50 other ``done`` events."""
+        if not is_storable_id(run_id):
+            return []
+        query = EventQuery(run_id=run_id, after_id=0, limit=None, phases=END_PHASES, status=None, ends=True)
+        return self._events(query)
+
     # loops
 
     def save_checkpoint(self, run_id: str, path: str, iteration: int, state: JsonValue) -> None:
@@ -543,8 +574,9 @@ class RunStoreBase:
         run of that id when it exists now, else the earliest open run of the runnable."""
         raise NotImplementedError
 
-    def _run_owner(self, run_id: str) -> RunOwner | None:
-        """The run's owner; :class:`~agentloop.orchestration.errors.RunNotFoundError` if unknown."""
+    def _run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
+        """The run's owner and status; :class:`~agentloop.orchestration.errors.RunNotFoundError` if
+        unknown."""
         raise NotImplementedError
 
     def _mark_running(self, run_id: str) -> tuple[bool, str | None]:

@@ -96,10 +96,9 @@ class InMemoryRunStore(BulkRunStoreBase):
             chosen = self._runs.get(run_id) or min(open_runs, key=lambda r: r.created_at)
             return _copied(chosen)
 
-    def _run_owner(self, run_id: str) -> RunOwner | None:
+    def _run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
         with self._lock:
-            self._get(run_id)
-            return self._owners.get(run_id)
+            return self._owners.get(run_id), self._get(run_id).status
 
     def _get(self, run_id: str) -> RunRecord:
         record = self._runs.get(run_id)

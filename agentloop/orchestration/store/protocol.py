@@ -253,6 +253,10 @@ class RunStore(Protocol):
         """The owner the run was created with (``None``: anyone may end it)."""
         ...
 
+    def run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
+        """:meth:`run_owner` and the run's status, in one read (what a task's node is admitted on)."""
+        ...
+
     def mark_running(self, run_id: str) -> bool:
         """Mark the run running (first start time kept); ``False`` when it had already ended."""
         ...
@@ -326,6 +330,12 @@ class RunStore(Protocol):
         """The root run's events with an id above ``after_id``, oldest first, as ``(id, event)``;
         only those of ``phase`` (or of any of several phases) and of ``status`` when given (read
         without the others)."""
+        ...
+
+    def run_end_events(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """The events the root run's end is judged on, oldest first, as ``(id, event)``: its model
+        failures and the ``done`` events of its loops that stopped at their bound (read without
+        the others)."""
         ...
 
     def request_cancel(self, run_id: str) -> None:

@@ -31,6 +31,7 @@ from sqlalchemy import (
     update,
 )
 
+from agentloop.loops.run_outcome import MODEL_UNAVAILABLE, STOPPED_BY_BOUND
 from agentloop.orchestration.errors import RunExistsError, RunNotFoundError
 from agentloop.orchestration.store.base import (
     Ended,
@@ -184,14 +185,14 @@ class SqlRunStore(BulkRunStoreBase):
             return _record(insert_unless_open(connection, self.dialect, values))
 
     @retried
-    def _run_owner(self, run_id: str) -> RunOwner | None:
-        statement = select(runs.c.launch_digest, runs.c.owner_token).where(runs.c.id == run_id)
+    def _run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
+        columns = (runs.c.launch_digest, runs.c.owner_token, runs.c.status)
         with one_statement(self.engine) as connection:
-            row = connection.execute(statement).first()
+            row = connection.execute(select(*columns).where(runs.c.id == run_id)).first()
         if row is None:
             raise RunNotFoundError(run_id)
-        digest, token = row
-        return None if token is None else RunOwner(launch_digest=digest or "", token=token)
+        digest, token, status = row
+        return None if token is None else RunOwner(launch_digest=digest or "", token=token), status
 
     @retried
     def _mark_running(self, run_id: str) -> tuple[bool, str | None]:
@@ -316,6 +317,11 @@ class SqlRunStore(BulkRunStoreBase):
             statement = statement.where(run_events.c.phase.in_(query.phases))
         if query.status is not None:
             statement = statement.where(run_events.c.status == query.status)
+        if query.ends:  # base.judges_the_end, in the database: a failure, or a loop stopped at its bound
+            stopped_by = run_events.c.payload[("data", "stopped_by")].as_string()
+            statement = statement.where(
+                or_(run_events.c.phase == MODEL_UNAVAILABLE, stopped_by == STOPPED_BY_BOUND)
+            )
         if query.limit is not None:
             statement = statement.limit(query.limit)
         with one_statement(self.engine) as connection:
