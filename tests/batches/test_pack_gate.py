@@ -38,8 +38,10 @@ ROOT = TESTS.parent
 T = TypeVar("T")
 #: How long a second launch is watched for not starting on a worker of ``-c 1`` (s): with a
 #: prefetch of 2 it starts within milliseconds.
-QUIET_WINDOW = 2.0
-#: A batch's summary's countdown (s): it waits in the worker, unchanged, for the whole test.
+QUIET_WINDOW = 1.0
+#: A batch's summary's countdown (s): it waits in the worker, unchanged, for the whole test (so
+#: the batch's own record stays open: each test's batches have a key of their own, which a batch
+#: still open does not hold up).
 POLL_SECONDS = 300.0
 
 
@@ -81,6 +83,23 @@ def gated_worker(
     finally:
         server_cm.__exit__(None, None, None)
         store.engine.dispose()
+
+
+Rig = tuple[Any, RunStore, WorkerProcess, RedisServer]
+
+
+@pytest.fixture(scope="module")
+def c2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    """A worker of ``-c 2``, shared by the tests of this module (each leaves it idle)."""
+    with gated_worker(tmp_path_factory.mktemp("c2"), 2) as rig:
+        yield rig
+
+
+@pytest.fixture(scope="module")
+def c1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    """A worker of ``-c 1`` on a Redis the test may restart, shared likewise."""
+    with gated_worker(tmp_path_factory.mktemp("c1"), 1, restartable=True) as rig:
+        yield rig
 
 
 def stats(app: Any, worker: WorkerProcess) -> tuple[int, int]:
@@ -136,146 +155,147 @@ def running(store: RunStore, run_ids: list[str]) -> int:
     return sum(1 for record in records if record is not None and record.status == "running")
 
 
-def test_a_launch_runs_while_packs_hold_every_process_they_may_take(tmp_path: Path) -> None:
+def test_a_launch_runs_while_packs_hold_every_process_they_may_take(tmp_path: Path, c2: Rig) -> None:
     release = tmp_path / "release"
-    with gated_worker(tmp_path, 2) as (app, store, worker, _):
-        assert stats(app, worker) == (3, 2)  # -c 2: a spare process, a prefetch of 2
-        batch_id = app.send_task(
-            BATCH,
-            kwargs={
-                "runnable": "gate.held",
-                "inputs": list(range(12)),
-                "chunk_size": 4,  # three chunks, each one pack of four runs
-                "context": {"release": str(release)},
-                "poll_seconds": POLL_SECONDS,
-            },
-        ).get(timeout=30)["batch_id"]
+    app, store, worker, _ = c2
+    assert stats(app, worker) == (3, 2)  # -c 2: a spare process, a prefetch of 2
+    batch_id = app.send_task(
+        BATCH,
+        kwargs={
+            "runnable": "gate.held",
+            "inputs": list(range(12)),
+            "chunk_size": 4,  # three chunks, each one pack of four runs
+            "context": {"release": str(release)},
+            "poll_seconds": POLL_SECONDS,
+            "key": tmp_path.name,
+        },
+    ).get(timeout=30)["batch_id"]
 
-        def batch_running() -> int:
-            return int(summarize(store, batch_id)["by_status"].get("running", 0))
+    def batch_running() -> int:
+        return int(summarize(store, batch_id)["by_status"].get("running", 0))
 
-        wait_for(lambda: True if batch_running() >= 8 else None, ceiling=60, what="two packs running")
-        assert stats(app, worker) == (3, 3)  # two packs: one message more, for what is not a pack
-        # while two packs hold their processes, a launch runs on the third
-        launch = app.send_task(LAUNCH, kwargs={"runnable": "gate.quick", "input": 7})
-        assert launch.get(timeout=60) == 7
-        # and the third pack was not taken meanwhile: it waits for a pack's process
-        assert batch_running() == 8
-        assert int(summarize(store, batch_id)["by_status"].get("pending", 0)) == 4
-        release.write_text("go")
-        state = batch_ended(store, batch_id)
-        # the message taken beside the packs is given back once they end
-        assert prefetch_back_to(app, worker, 2) == (3, 2)
+    wait_for(lambda: True if batch_running() >= 8 else None, ceiling=60, what="two packs running")
+    assert stats(app, worker) == (3, 3)  # two packs: one message more, for what is not a pack
+    # while two packs hold their processes, a launch runs on the third
+    launch = app.send_task(LAUNCH, kwargs={"runnable": "gate.quick", "input": 7})
+    assert launch.get(timeout=60) == 7
+    # and the third pack was not taken meanwhile: it waits for a pack's process
+    assert batch_running() == 8
+    assert int(summarize(store, batch_id)["by_status"].get("pending", 0)) == 4
+    release.write_text("go")
+    state = batch_ended(store, batch_id)
+    # the message taken beside the packs is given back once they end
+    assert prefetch_back_to(app, worker, 2) == (3, 2)
     assert (state["total"], state["succeeded"]) == (12, 12)
 
 
-def test_c_1_runs_one_task_that_is_not_a_pack_at_a_time_beside_a_pack_or_not(tmp_path: Path) -> None:
+def test_c_1_runs_one_task_that_is_not_a_pack_at_a_time_beside_a_pack_or_not(tmp_path: Path, c1: Rig) -> None:
     """What failed with a spare process that took any task: two launches at once on ``-c 1``."""
     first, second, packed = tmp_path / "first", tmp_path / "second", tmp_path / "packed"
-    with gated_worker(tmp_path, 1) as (app, store, worker, _):
-        assert stats(app, worker) == (2, 1)
-        # no pack: one launch runs, the next waits in the broker though a process is free
-        alone = [launch_held(app, first), launch_held(app, first)]
-        settles_at(store, alone, 1, "a worker of -c 1 ran two launches at once")
-        first.write_text("go")
-        wait_for(lambda: ended(store, alone), ceiling=60, what="both launches ended")
+    app, store, worker, _ = c1
+    assert stats(app, worker) == (2, 1)
+    # no pack: one launch runs, the next waits in the broker though a process is free
+    alone = [launch_held(app, first), launch_held(app, first)]
+    settles_at(store, alone, 1, "a worker of -c 1 ran two launches at once")
+    first.write_text("go")
+    wait_for(lambda: ended(store, alone), ceiling=60, what="both launches ended")
 
-        # a pack holds the process -c 1 gives: one launch more runs beside it, not two
-        batch_id = app.send_task(
-            BATCH,
-            kwargs={
-                "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
-                "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS,
-            },
-        ).get(timeout=30)["batch_id"]  # fmt: skip
-        wait_for(
-            lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
-            ceiling=60,
-            what="the pack running",
-        )
-        assert stats(app, worker) == (2, 2)
-        beside = [launch_held(app, second), launch_held(app, second)]
-        settles_at(store, beside, 1, "beside a pack, a worker of -c 1 ran two launches")
-        packed.write_text("go")  # the pack ends: its message's place goes back; still one launch
-        batch_ended(store, batch_id)
-        assert running(store, beside) == 1
-        second.write_text("go")
-        wait_for(lambda: ended(store, beside), ceiling=60, what="the launches beside the pack ended")
-        assert prefetch_back_to(app, worker, 1) == (2, 1)
+    # a pack holds the process -c 1 gives: one launch more runs beside it, not two
+    batch_id = app.send_task(
+        BATCH,
+        kwargs={
+            "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
+            "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS, "key": tmp_path.name,
+        },
+    ).get(timeout=30)["batch_id"]  # fmt: skip
+    wait_for(
+        lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
+        ceiling=60,
+        what="the pack running",
+    )
+    assert stats(app, worker) == (2, 2)
+    beside = [launch_held(app, second), launch_held(app, second)]
+    settles_at(store, beside, 1, "beside a pack, a worker of -c 1 ran two launches")
+    packed.write_text("go")  # the pack ends: its message's place goes back; still one launch
+    batch_ended(store, batch_id)
+    assert running(store, beside) == 1
+    second.write_text("go")
+    wait_for(lambda: ended(store, beside), ceiling=60, what="the launches beside the pack ended")
+    assert prefetch_back_to(app, worker, 1) == (2, 1)
 
 
-def test_c_2_runs_two_tasks_that_are_not_packs_beside_one_pack_not_three(tmp_path: Path) -> None:
+def test_c_2_runs_two_tasks_that_are_not_packs_beside_one_pack_not_three(tmp_path: Path, c2: Rig) -> None:
     """Beside one pack the worker takes one message more than -c 2: three in all, two of them
     launches; a third launch waits for one of them (or the pack) to end."""
     packed, held = tmp_path / "packed", tmp_path / "held"
-    with gated_worker(tmp_path, 2) as (app, store, worker, _):
-        batch_id = app.send_task(
-            BATCH,
-            kwargs={
-                "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
-                "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS,
-            },
-        ).get(timeout=30)["batch_id"]  # fmt: skip
-        wait_for(
-            lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
-            ceiling=60,
-            what="the pack running",
-        )
-        assert stats(app, worker) == (3, 3)  # one pack: one message more
-        launches = [launch_held(app, held) for _ in range(3)]
-        settles_at(store, launches, 2, "beside a pack, a worker of -c 2 ran three launches")
-        packed.write_text("go")  # the pack ends: its place goes back, still two launches
-        batch_ended(store, batch_id)
-        assert running(store, launches) == 2
-        held.write_text("go")
-        wait_for(lambda: ended(store, launches), ceiling=60, what="the launches ended")
-        assert prefetch_back_to(app, worker, 2) == (3, 2)
+    app, store, worker, _ = c2
+    batch_id = app.send_task(
+        BATCH,
+        kwargs={
+            "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
+            "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS, "key": tmp_path.name,
+        },
+    ).get(timeout=30)["batch_id"]  # fmt: skip
+    wait_for(
+        lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
+        ceiling=60,
+        what="the pack running",
+    )
+    assert stats(app, worker) == (3, 3)  # one pack: one message more
+    launches = [launch_held(app, held) for _ in range(3)]
+    settles_at(store, launches, 2, "beside a pack, a worker of -c 2 ran three launches")
+    packed.write_text("go")  # the pack ends: its place goes back, still two launches
+    batch_ended(store, batch_id)
+    assert running(store, launches) == 2
+    held.write_text("go")
+    wait_for(lambda: ended(store, launches), ceiling=60, what="the launches ended")
+    assert prefetch_back_to(app, worker, 2) == (3, 2)
 
 
-def test_the_bound_comes_back_after_a_broker_restart_while_a_pack_holds(tmp_path: Path) -> None:
+def test_the_bound_comes_back_after_a_broker_restart_while_a_pack_holds(tmp_path: Path, c1: Rig) -> None:
     """A reconnect makes the consumer and its prefetch anew: the gate counts the pack that ran
     through it, gives its extra message back when the pack ends (its acknowledgement lost with the
     old connection), and ``-c 1`` runs one launch at a time again; no run is lost."""
     packed, after = tmp_path / "packed", tmp_path / "after"
-    with gated_worker(tmp_path, 1, restartable=True) as (app, store, worker, server):
-        if not server.restartable:
-            pytest.skip("this Redis server cannot be restarted by the test")
-        batch_id = app.send_task(
-            BATCH,
-            kwargs={
-                "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
-                "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS,
-            },
-        ).get(timeout=30)["batch_id"]  # fmt: skip
+    app, store, worker, server = c1
+    if not server.restartable:
+        pytest.skip("this Redis server cannot be restarted by the test")
+    batch_id = app.send_task(
+        BATCH,
+        kwargs={
+            "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
+            "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS, "key": tmp_path.name,
+        },
+    ).get(timeout=30)["batch_id"]  # fmt: skip
+    wait_for(
+        lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
+        ceiling=60,
+        what="the pack running",
+    )
+    assert stats(app, worker) == (2, 2)
+    server.restart()
+    # the new consumer: the pack still holds the process -c 1 gives, so one message more
+    seen: list[tuple[int, int] | None] = []
+    try:
         wait_for(
-            lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
+            lambda: True if _stats_or_none(app, worker, seen) == (2, 2) else None,
             ceiling=60,
-            what="the pack running",
+            what="the worker back, a pack held",
         )
-        assert stats(app, worker) == (2, 2)
-        server.restart()
-        # the new consumer: the pack still holds the process -c 1 gives, so one message more
-        seen: list[tuple[int, int] | None] = []
-        try:
-            wait_for(
-                lambda: True if _stats_or_none(app, worker, seen) == (2, 2) else None,
-                ceiling=60,
-                what="the worker back, a pack held",
-            )
-        except AssertionError as missed:
-            raise AssertionError(f"{missed}; the worker's answers: {seen[-5:]}") from None
-        packed.write_text("go")
-        state = batch_ended(store, batch_id)
-        assert (state["total"], state["succeeded"]) == (4, 4)
-        # the pack's acknowledgement went with the old connection (its message comes back after
-        # the visibility timeout, past this test, and runs nothing): the prefetch is -c 1's again
-        launches = [launch_held(app, after), launch_held(app, after)]
-        settles_at(store, launches, 1, "after a reconnect, a worker of -c 1 ran two launches at once")
-        after.write_text("go")
-        wait_for(lambda: ended(store, launches), ceiling=60, what="the launches ended")
-        assert prefetch_back_to(app, worker, 1) == (2, 1)
-        assert worker.is_alive()
-        assert "Unrecoverable error" not in worker.log_text()
+    except AssertionError as missed:
+        raise AssertionError(f"{missed}; the worker's answers: {seen[-5:]}") from None
+    packed.write_text("go")
+    state = batch_ended(store, batch_id)
+    assert (state["total"], state["succeeded"]) == (4, 4)
+    # the pack's acknowledgement went with the old connection (its message comes back after
+    # the visibility timeout, past this test, and runs nothing): the prefetch is -c 1's again
+    launches = [launch_held(app, after), launch_held(app, after)]
+    settles_at(store, launches, 1, "after a reconnect, a worker of -c 1 ran two launches at once")
+    after.write_text("go")
+    wait_for(lambda: ended(store, launches), ceiling=60, what="the launches ended")
+    assert prefetch_back_to(app, worker, 1) == (2, 1)
+    assert worker.is_alive()
+    assert "Unrecoverable error" not in worker.log_text()
 
 
 def _stats_or_none(
