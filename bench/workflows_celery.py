@@ -259,18 +259,7 @@ def _install_timing(folder: str) -> None:
             return
         pid = os.getpid()
         with open(os.path.join(folder, f"{pid}.timing.json"), "w") as out:
-            json.dump(
-                {
-                    name: {
-                        "count": len(taken),
-                        "seconds": sum(wall for wall, _ in taken),
-                        "cpu": sum(cpu for _, cpu in taken),
-                        "samples": taken,
-                    }
-                    for name, taken in samples.items()
-                },
-                out,
-            )
+            json.dump(samples, out)  # each task name's (wall, CPU) seconds, one pair a task
         samples.clear()
         for name, profile in profiles.items():
             profile.dump_stats(os.path.join(folder, f"{pid}.{name}.prof"))

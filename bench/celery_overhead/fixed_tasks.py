@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import pstats
 import statistics
@@ -30,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from bench.celery_overhead.measure import run_once
-from bench.celery_overhead.profile_worker import _wait_for_files
+from bench.celery_overhead.profile_worker import task_samples
 from bench.celery_overhead.report import indent, pstats_text
 from bench.celery_overhead.rig import ROOT, STORE_ENV, rig
 from bench.celery_overhead.sides import DEFAULT_STAGES, build_sides
@@ -56,11 +55,7 @@ def fixed_tasks(
             Path(folder, "on").touch()
             walls = [run_once(r, side)[0] for _ in range(runs)]
             r.worker.terminate()
-        _wait_for_files(folder, "*.timing.json")
-        samples: dict[str, list[tuple[float, float]]] = {}
-        for path in glob.glob(os.path.join(folder, "*.timing.json")):
-            for name, entry in json.loads(Path(path).read_text()).items():
-                samples.setdefault(name, []).extend((wall, cpu) for wall, cpu in entry["samples"])
+        samples = task_samples(folder)
         walls.sort()
         out.append(f"  pipeline wall, send to result: median {walls[len(walls) // 2] * 1000:.1f} ms")
         out.append(f"  {'task (median of its runs)':<26} {'tasks':>5} {'wall ms':>9} {'CPU ms':>9}")

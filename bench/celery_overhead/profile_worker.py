@@ -25,6 +25,17 @@ def _wait_for_files(folder: str, pattern: str, timeout: float = 10.0) -> None:
         time.sleep(0.1)
 
 
+def task_samples(folder: str) -> dict[str, list[tuple[float, float]]]:
+    """Each task name's ``(wall, CPU)`` seconds, one pair a task, from the ``*.timing.json`` files
+    the pool processes wrote into ``folder`` as they exited (``workflows_celery._install_timing``)."""
+    _wait_for_files(folder, "*.timing.json")
+    samples: dict[str, list[tuple[float, float]]] = {}
+    for path in glob.glob(os.path.join(folder, "*.timing.json")):
+        for name, taken in json.loads(Path(path).read_text()).items():
+            samples.setdefault(name, []).extend((wall, cpu) for wall, cpu in taken)
+    return samples
+
+
 def profile_timing(*, store_kind: str, width: int, stages: int, rounds: int = 3) -> str:
     """Unprofiled time per task inside the pool processes (``task_prerun`` -> ``task_postrun``)."""
     from bench.workflows_celery import TIMING_ENV
@@ -44,17 +55,12 @@ def profile_timing(*, store_kind: str, width: int, stages: int, rounds: int = 3)
                 for side in sides:
                     run_once(r, side)
             r.worker.terminate()
-        _wait_for_files(folder, "*.timing.json")
-        totals: dict[str, list[float]] = {}
-        for path in glob.glob(os.path.join(folder, "*.timing.json")):
-            for name, entry in json.loads(Path(path).read_text()).items():
-                total = totals.setdefault(name, [0, 0.0, 0.0])
-                total[0] += entry["count"]
-                total[1] += entry["seconds"]
-                total[2] += entry["cpu"]
-    for name, (count, seconds, cpu) in sorted(totals.items()):
+        samples = task_samples(folder)
+    for name, taken in sorted(samples.items()):
+        count = len(taken)
+        seconds, cpu = sum(wall for wall, _ in taken), sum(cpu for _, cpu in taken)
         per_task = f"{seconds / count * 1000:8.2f} ms/task, {cpu / count * 1000:8.2f} ms of CPU"
-        out.append(f"  {name:<24} {int(count):6d} tasks  {per_task}")
+        out.append(f"  {name:<24} {count:6d} tasks  {per_task}")
     return "\n".join(out)
 
 
