@@ -82,9 +82,10 @@ class SpareProcess(bootsteps.Step):  # type: ignore[misc]
         super().__init__(parent, **kwargs)
         app = getattr(parent, "app", None)
         concurrency = getattr(parent, "concurrency", None)
-        if app is None or type(concurrency) is not int or getattr(parent, "autoscale", None):
+        if app is None or type(concurrency) is not int:
             return
-        if not _gated(app, getattr(parent, "pool_cls", None), kwargs.get("autoscale")):
+        autoscale = getattr(parent, "autoscale", None) or kwargs.get("autoscale")
+        if not _gated(app, getattr(parent, "pool_cls", None), autoscale):
             return
         app.agentloop_pack_processes = concurrency  # what PackGate lets packs hold
         parent.min_concurrency = concurrency + 1  # the pool's size (celery.worker.components.Pool)

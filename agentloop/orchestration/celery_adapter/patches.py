@@ -235,13 +235,8 @@ def share_channel_client(channel_class: Any) -> None:
     channel_class.conn_or_acquire = conn_or_acquire
 
 
-def _trace_info() -> Any:
-    from celery.app.trace import TraceInfo
-
-    return TraceInfo
-
-
 def _trace() -> Any:
+    """Celery's tracer module (imported when a patch is asked for, not with this module)."""
     from celery.app import trace
 
     return trace
@@ -249,15 +244,15 @@ def _trace() -> Any:
 
 def celery_ignore_is_patched() -> bool:
     """Whether this process's Celery tracer formats an ignored task's traceback only to log it."""
-    patched = (_trace_info().handle_ignore, _trace().ExceptionInfo)
+    trace = _trace()
+    patched = (trace.TraceInfo.handle_ignore, trace.ExceptionInfo)
     return all(getattr(function, _PATCHED, False) for function in patched)
 
 
 def quiet_ignored_tasks(trace_info: Any) -> None:
     """Make ``trace_info.handle_ignore`` (Celery's ``TraceInfo``) do its work, building the log
     record of an ignored task, only when the tracer's logger logs ``INFO`` (the record's level)."""
-    from celery.app import trace
-
+    trace = _trace()
     original: Any = trace_info.handle_ignore
 
     @functools.wraps(original)
@@ -305,10 +300,11 @@ def apply_worker_patches(
     """
     applied: list[str] = []
     if version_within(celery_version, CELERY_IGNORE_LOGGED_ALWAYS):
-        if not getattr(_trace_info().handle_ignore, _PATCHED, False):
-            quiet_ignored_tasks(_trace_info())
-        if not getattr(_trace().ExceptionInfo, _PATCHED, False):
-            light_ignored_outcomes(_trace())
+        trace = _trace()
+        if not getattr(trace.TraceInfo.handle_ignore, _PATCHED, False):
+            quiet_ignored_tasks(trace.TraceInfo)
+        if not getattr(trace.ExceptionInfo, _PATCHED, False):
+            light_ignored_outcomes(trace)
         applied.append("celery-ignored-task-traceback")
     transport = kombu_redis()
     if transport is None:
