@@ -155,32 +155,43 @@ def running(store: RunStore, run_ids: list[str]) -> int:
     return sum(1 for record in records if record is not None and record.status == "running")
 
 
-def test_a_launch_runs_while_packs_hold_every_process_they_may_take(tmp_path: Path, c2: Rig) -> None:
-    release = tmp_path / "release"
-    app, store, worker, _ = c2
-    assert stats(app, worker) == (3, 2)  # -c 2: a spare process, a prefetch of 2
-    batch_id = app.send_task(
+def batch_running(store: RunStore, batch_id: str) -> int:
+    return int(summarize(store, batch_id)["by_status"].get("running", 0))
+
+
+def held_batch(app: Any, store: RunStore, tmp_path: Path, release: Path, *, inputs: int, running: int) -> str:
+    """A batch of ``inputs`` held runs in packs of four, under a key of the test's own; its id,
+    once ``running`` of its runs run."""
+    batch_id: str = app.send_task(
         BATCH,
         kwargs={
             "runnable": "gate.held",
-            "inputs": list(range(12)),
-            "chunk_size": 4,  # three chunks, each one pack of four runs
+            "inputs": list(range(inputs)),
+            "chunk_size": 4,  # a chunk is one pack of four runs
             "context": {"release": str(release)},
             "poll_seconds": POLL_SECONDS,
             "key": tmp_path.name,
         },
     ).get(timeout=30)["batch_id"]
+    wait_for(
+        lambda: True if batch_running(store, batch_id) >= running else None,
+        ceiling=60,
+        what=f"{running} of the batch's runs running",
+    )
+    return batch_id
 
-    def batch_running() -> int:
-        return int(summarize(store, batch_id)["by_status"].get("running", 0))
 
-    wait_for(lambda: True if batch_running() >= 8 else None, ceiling=60, what="two packs running")
+def test_a_launch_runs_while_packs_hold_every_process_they_may_take(tmp_path: Path, c2: Rig) -> None:
+    release = tmp_path / "release"
+    app, store, worker, _ = c2
+    assert stats(app, worker) == (3, 2)  # -c 2: a spare process, a prefetch of 2
+    batch_id = held_batch(app, store, tmp_path, release, inputs=12, running=8)  # three packs, two running
     assert stats(app, worker) == (3, 3)  # two packs: one message more, for what is not a pack
     # while two packs hold their processes, a launch runs on the third
     launch = app.send_task(LAUNCH, kwargs={"runnable": "gate.quick", "input": 7})
     assert launch.get(timeout=60) == 7
     # and the third pack was not taken meanwhile: it waits for a pack's process
-    assert batch_running() == 8
+    assert batch_running(store, batch_id) == 8
     assert int(summarize(store, batch_id)["by_status"].get("pending", 0)) == 4
     release.write_text("go")
     state = batch_ended(store, batch_id)
@@ -201,18 +212,7 @@ def test_c_1_runs_one_task_that_is_not_a_pack_at_a_time_beside_a_pack_or_not(tmp
     wait_for(lambda: ended(store, alone), ceiling=60, what="both launches ended")
 
     # a pack holds the process -c 1 gives: one launch more runs beside it, not two
-    batch_id = app.send_task(
-        BATCH,
-        kwargs={
-            "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
-            "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS, "key": tmp_path.name,
-        },
-    ).get(timeout=30)["batch_id"]  # fmt: skip
-    wait_for(
-        lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
-        ceiling=60,
-        what="the pack running",
-    )
+    batch_id = held_batch(app, store, tmp_path, packed, inputs=4, running=4)  # one pack
     assert stats(app, worker) == (2, 2)
     beside = [launch_held(app, second), launch_held(app, second)]
     settles_at(store, beside, 1, "beside a pack, a worker of -c 1 ran two launches")
@@ -229,18 +229,7 @@ def test_c_2_runs_two_tasks_that_are_not_packs_beside_one_pack_not_three(tmp_pat
     launches; a third launch waits for one of them (or the pack) to end."""
     packed, held = tmp_path / "packed", tmp_path / "held"
     app, store, worker, _ = c2
-    batch_id = app.send_task(
-        BATCH,
-        kwargs={
-            "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
-            "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS, "key": tmp_path.name,
-        },
-    ).get(timeout=30)["batch_id"]  # fmt: skip
-    wait_for(
-        lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
-        ceiling=60,
-        what="the pack running",
-    )
+    batch_id = held_batch(app, store, tmp_path, packed, inputs=4, running=4)  # one pack
     assert stats(app, worker) == (3, 3)  # one pack: one message more
     launches = [launch_held(app, held) for _ in range(3)]
     settles_at(store, launches, 2, "beside a pack, a worker of -c 2 ran three launches")
@@ -260,18 +249,7 @@ def test_the_bound_comes_back_after_a_broker_restart_while_a_pack_holds(tmp_path
     app, store, worker, server = c1
     if not server.restartable:
         pytest.skip("this Redis server cannot be restarted by the test")
-    batch_id = app.send_task(
-        BATCH,
-        kwargs={
-            "runnable": "gate.held", "inputs": list(range(4)), "chunk_size": 4,
-            "context": {"release": str(packed)}, "poll_seconds": POLL_SECONDS, "key": tmp_path.name,
-        },
-    ).get(timeout=30)["batch_id"]  # fmt: skip
-    wait_for(
-        lambda: True if summarize(store, batch_id)["by_status"].get("running", 0) == 4 else None,
-        ceiling=60,
-        what="the pack running",
-    )
+    batch_id = held_batch(app, store, tmp_path, packed, inputs=4, running=4)  # one pack
     assert stats(app, worker) == (2, 2)
     server.restart()
     # the new consumer: the pack still holds the process -c 1 gives, so one message more
