@@ -206,6 +206,7 @@ def test_every_variable_of_celerys_settings_is_documented(load_config: LoadConfi
     not_celerys |= {"AGENTLOOP_METRICS_PORT", "AGENTLOOP_METRICS_HOST"}  # the metrics' (worker bootstep)
     not_celerys |= {"AGENTLOOP_RECORD_RUNS", "AGENTLOOP_PACK_SIZE"}  # recordings', the canvas's
     not_celerys |= {"AGENTLOOP_FAIR_SLOTS", "AGENTLOOP_CONCURRENCY_LEASE_SECONDS"}  # the launch's admission
+    not_celerys |= {"AGENTLOOP_EVENT_LOOP"}  # the worker's task loops (celery_adapter/event_loops.py)
     not_celerys |= {
         "AGENTLOOP_TRACING_EXPORTER",
         "AGENTLOOP_TRACING_CAPTURE_PROMPTS",

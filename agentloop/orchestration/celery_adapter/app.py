@@ -21,6 +21,7 @@ from celery import Celery
 from agentloop.orchestration.celery_adapter.config import celery_config, project_broker
 from agentloop.orchestration.celery_adapter.dependencies import AppDependencies
 from agentloop.orchestration.celery_adapter.edge_consumer import install_edge
+from agentloop.orchestration.celery_adapter.event_loops import install_task_loops
 from agentloop.orchestration.celery_adapter.heap import install_heap_freeze
 from agentloop.orchestration.celery_adapter.memory_results import use_memory_results
 from agentloop.orchestration.celery_adapter.pack_gate import install_pack_gate
@@ -85,6 +86,7 @@ def create_app(
     install_edge(app, store=store)  # workers refuse poison messages before Celery touches them
     install_worker_metrics(app)  # a worker serves its metrics with AGENTLOOP_METRICS_PORT (off by default)
     install_heap_freeze(app)  # the boot-time heap out of the collector's walks (heap.py)
+    install_task_loops(app)  # tasks run on uvloop's event loop unless AGENTLOOP_EVENT_LOOP=asyncio
     install_packing(app)  # the worker's pool for the packing rule; packs' route (pack_policy.py)
     install_pack_gate(app)  # a prefork worker keeps a spare process beside packs (pack_gate.py)
     if settings.tracing.enabled:  # one trace per run (the otel extra), off by default

@@ -38,6 +38,7 @@ from agentloop.orchestration.celery_adapter.canvas import (
 from agentloop.orchestration.celery_adapter.config import BATCH_PRIORITY
 from agentloop.orchestration.celery_adapter.deliveries import first_delivery, node_of, unmark_chain
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
+from agentloop.orchestration.celery_adapter.event_loops import new_task_loop
 from agentloop.orchestration.celery_adapter.outgoing import check_output
 from agentloop.orchestration.celery_adapter.pause import (
     RESUME_TASK_OPTIONS,
@@ -110,10 +111,11 @@ EVENTS_INTERVAL = 1.0
 
 
 def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run the core's coroutine on this thread's event loop (one per worker thread, reused)."""
+    """Run the core's coroutine on this thread's event loop (one per worker thread, reused; of the
+    kind the worker runs: ``event_loops.py``)."""
     loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
     if loop is None or loop.is_closed():
-        loop = _loops.loop = asyncio.new_event_loop()
+        loop = _loops.loop = new_task_loop()
     return loop.run_until_complete(coroutine)
 
 

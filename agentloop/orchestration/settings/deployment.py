@@ -206,6 +206,12 @@ class Settings(_Group):
     the packing rule decides (packs of up to 200 of the branches it finds safe to pack, one task
     per branch for the others; a pipeline's loop stages in one task for up to a second)."""
 
+    event_loop: str = _env("AGENTLOOP_EVENT_LOOP", "uvloop")
+    """``AGENTLOOP_EVENT_LOOP``: the event loop a worker's tasks run on: ``uvloop`` (libuv's, in C:
+    less CPU per packed run) or ``asyncio`` (the standard library's, for a library that misbehaves
+    on uvloop). A worker where uvloop is not installed says so and runs asyncio's
+    (``celery_adapter/event_loops.py``). Default: ``uvloop``."""
+
     fair_slots: int | None = _env("AGENTLOOP_FAIR_SLOTS", None)
     """``AGENTLOOP_FAIR_SLOTS``: the runs of concurrency keys the fleet runs at once, shared fairly:
     while ``n`` keys have work, each holds at most ``slots // n`` (and never more than its own
@@ -224,6 +230,14 @@ class Settings(_Group):
     @classmethod
     def _lease(cls, value: Any) -> float:
         return seconds(value, "AGENTLOOP_CONCURRENCY_LEASE_SECONDS")
+
+    @field_validator("event_loop", mode="before")
+    @classmethod
+    def _event_loop(cls, value: Any) -> str:
+        name = str(value).strip().lower()
+        if name not in ("uvloop", "asyncio"):
+            raise ValueError(f"AGENTLOOP_EVENT_LOOP must be uvloop or asyncio, not {value!r}")
+        return name
 
     @field_validator("pack_size", mode="before")
     @classmethod
