@@ -144,16 +144,52 @@ def monotonic_deadline(deadline: float | None) -> float | None:
 async def within_deadline(scope: RunScope, work: Awaitable[T], *, limit: str = "") -> T:
     """Await ``work``, cut off when ``scope``'s deadline passes (a step hanging in a model call too)
     with :class:`~actions.RunDeadlineExceededError` ("run ... passed its deadline" + ``limit``)."""
-    if scope.deadline is None:  # nothing to cut off: no timeout to arm (a run without a deadline)
+    deadline = scope.deadline
+    if deadline is None:  # nothing to cut off: no timeout to arm (a run without a deadline)
         return await work
     try:
-        async with asyncio.timeout(scope.remaining()):
-            return await work
+        async with asyncio.timeout(None) as timeout:
+            alarm = _DeadlineAlarm(deadline, timeout)
+            try:
+                return await work
+            finally:
+                alarm.cancel()
     except TimeoutError:
-        if scope.deadline is not None and time.monotonic() >= scope.deadline:
+        if time.monotonic() >= deadline:
             message = f"run {scope.run_id} passed its deadline{limit}"
             raise RunDeadlineExceededError(message, path=scope.path) from None
         raise
+
+
+class _DeadlineAlarm:
+    """Expires ``timeout`` once ``time.monotonic()`` has reached ``deadline``, never before.
+
+    An event loop's timer may wake early against ``time.monotonic()``: uvloop's clock is libuv's,
+    in milliseconds and read once per turn of the loop, so a timer armed late in a long turn (a
+    pack's hundreds of branches) fires up to that turn's length early. The work cut off then would
+    read as cancelled, not as past its deadline (:func:`failure_phase`). The alarm checks the
+    clock the deadline is in and waits out the rest when woken early."""
+
+    __slots__ = ("_deadline", "_handle", "_loop", "_timeout")
+
+    def __init__(self, deadline: float, timeout: asyncio.Timeout) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._deadline, self._timeout = deadline, timeout
+        self._handle: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._ring()
+
+    def _ring(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left > 0:
+            self._handle = self._loop.call_later(left, self._ring)
+        else:  # passed: the timeout cancels the work at the loop's next turn
+            self._handle = None
+            self._timeout.reschedule(self._loop.time())
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 async def call_work(scope: RunScope | None, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
