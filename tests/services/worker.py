@@ -141,8 +141,19 @@ def _worker_env(
     return child
 
 
-def _wait_until_ready(worker: WorkerProcess, *, timeout: float) -> None:
-    """Poll the worker with remote-control pings until it answers, it exits, or ``timeout`` passes."""
+def _wait_for_ready_line(worker: WorkerProcess, *, deadline: float) -> None:
+    """Wait until the worker logs that it is ready (celery's ``<hostname> ready.``, at INFO), it exits,
+    or ``deadline`` passes: a ping sent before its consumer listens waits its whole timeout unanswered."""
+    ready = f"{worker.hostname} ready."
+    while time.monotonic() < deadline and worker.is_alive() and ready not in worker.log_text():
+        time.sleep(0.02)
+
+
+def _wait_until_ready(worker: WorkerProcess, *, timeout: float, logs_ready: bool) -> None:
+    """Poll the worker with remote-control pings until it answers, it exits, or ``timeout`` passes.
+
+    With ``logs_ready`` (a log level of INFO or below) the pings start once the worker logs that it is
+    ready, so the first is answered at once."""
     probe = create_app(
         overrides={
             "broker_url": worker.broker_url,
@@ -155,8 +166,10 @@ def _wait_until_ready(worker: WorkerProcess, *, timeout: float) -> None:
     )
     try:
         deadline = time.monotonic() + timeout
+        if logs_ready:
+            _wait_for_ready_line(worker, deadline=deadline)
         last_error: Exception | None = None
-        while time.monotonic() < deadline:
+        while True:  # one ping at least, even when the ready line used the time up
             if not worker.is_alive():
                 raise WorkerStartError(
                     f"worker {worker.hostname} exited with {worker.returncode} before it answered a ping; "
@@ -169,6 +182,8 @@ def _wait_until_ready(worker: WorkerProcess, *, timeout: float) -> None:
                 time.sleep(0.2)
             if replies:
                 return
+            if time.monotonic() >= deadline:
+                break
         cause = f" (last probe error: {last_error!r})" if last_error else ""
         raise WorkerStartError(
             f"worker {worker.hostname} did not answer a ping within {timeout}s{cause}; "
@@ -260,7 +275,7 @@ def run_worker_process(
             stop_timeout=stop_timeout,
         )
         try:
-            _wait_until_ready(worker, timeout=start_timeout)
+            _wait_until_ready(worker, timeout=start_timeout, logs_ready=loglevel.upper() in ("DEBUG", "INFO"))
             try:
                 yield worker
             except Exception as exc:
