@@ -10,6 +10,7 @@ reads the source with ``ast``: nothing is imported, so a failure names the file 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,12 @@ def python_files() -> Iterator[Path]:
             yield path
 
 
+@functools.cache
+def syntax_tree(path: Path) -> ast.Module:
+    """``path`` parsed, once for the module's tests (they only read the trees)."""
+    return ast.parse(path.read_text())
+
+
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -66,7 +73,7 @@ def imports_of(path: Path) -> dict[str, int]:
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: dict[str, int] = {}
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(syntax_tree(path)):
         if isinstance(node, ast.Import):
             found.update({alias.name: node.lineno for alias in node.names})
         elif isinstance(node, ast.ImportFrom):
@@ -209,7 +216,7 @@ def test_no_module_is_a_re_export_shim() -> None:
     imports."""
     shims = []
     for path in python_files():
-        tree = ast.parse(path.read_text())
+        tree = syntax_tree(path)
         body = [
             node
             for node in tree.body
@@ -236,14 +243,14 @@ def test_no_module_global_registry_or_store() -> None:
     a module global that a test has to swap out."""
     found = []
     for path in python_files():
-        for node in ast.parse(path.read_text()).body:
+        for node in syntax_tree(path).body:
             value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
             if isinstance(value, ast.Call):
                 func = value.func
                 called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                 if called in GLOBAL_STATE_CALLS:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} module-level {called}()")
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(syntax_tree(path)):
             if isinstance(node, ast.Global):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} global {', '.join(node.names)}")
     assert sorted(set(found)) == []
@@ -288,7 +295,7 @@ def test_every_import_is_absolute() -> None:
     found = [
         f"{path.relative_to(ROOT)}:{node.lineno}"
         for path in python_files()
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(syntax_tree(path))
         if isinstance(node, ast.ImportFrom) and node.level
     ]
     assert found == []

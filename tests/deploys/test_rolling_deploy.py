@@ -37,7 +37,7 @@ from agentloop.orchestration.wire import DEFERRALS_HEADER, LAUNCH, WIRE_HEADER
 from tests.services.private_services import redis_and_store
 from tests.services.rabbitmq import close_connections, list_queues, private_rabbitmq
 from tests.services.redis_server import ServiceUnavailable
-from tests.services.worker import WorkerProcess, run_worker_process
+from tests.services.worker import WorkerGroup, WorkerProcess, run_worker_process
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
@@ -84,11 +84,12 @@ def _rig(stack: ExitStack, tmp_path: Path, broker: str) -> dict[str, Any]:
         apps[version] = app
     client = redis.Redis.from_url(server.url)
     stack.callback(client.close)
+    workers = WorkerGroup(stack)
 
     def worker(version: int, **options: Any) -> WorkerProcess:
         env = {"DATABASE_URL": database_url, "PYTHONPATH": os.pathsep.join(map(str, (ROOT, TESTS, HERE)))}
         env["AGENTLOOP_WIRE_VERSION_OVERRIDE"] = str(version)  # 1: a worker of a release before 39
-        return stack.enter_context(
+        return workers.start(
             run_worker_process(
                 broker_url=broker_url, result_backend=server.url, imports=MODULES, env=env, **options
             )

@@ -2,7 +2,7 @@
 the worker started next finishes the run, the answer applied once (issue 21).
 
 ``crash_points`` (imported by the worker) kills it right after the write the test arms. The
-workers run with short time limits, so the message of the killed one comes back within 10 s.
+workers run with short time limits, so the message of the killed one comes back within 6 s.
 """
 
 from __future__ import annotations

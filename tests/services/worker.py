@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from pathlib import Path
 
 from agentloop.orchestration.celery_adapter.app import create_app
@@ -29,6 +29,7 @@ from agentloop.orchestration.settings import env_names
 
 __all__ = [
     "CONFIG_ENV_VARS",
+    "WorkerGroup",
     "WorkerProcess",
     "WorkerStartError",
     "run_worker_process",
@@ -125,6 +126,37 @@ class WorkerProcess:
         return f"WorkerProcess(pid={self.pid}, hostname={self.hostname!r}, returncode={self.returncode})"
 
 
+class WorkerGroup:
+    """Workers started for an ``ExitStack``'s length, all told to stop at once when it unwinds.
+
+    A prefork pool takes about 1.5 s to stop (its processes look for the shutdown once a second), so
+    workers stopped one after the other add those up. When the stack unwinds to the last worker
+    started here, every live worker of the group gets its warm shutdown (``SIGTERM``); each one's own
+    exit (:func:`run_worker_process`) then waits for it, in the stack's order as before.
+    """
+
+    def __init__(self, stack: ExitStack) -> None:
+        self._stack = stack
+        self._stopping = False
+        #: The workers started here, in order (stopped or killed ones too).
+        self.workers: list[WorkerProcess] = []
+
+    def start(self, worker: AbstractContextManager[WorkerProcess]) -> WorkerProcess:
+        """Enter ``worker`` (a :func:`run_worker_process`) for the stack's length."""
+        started = self._stack.enter_context(worker)
+        self.workers.append(started)
+        self._stack.callback(self._stop_all)
+        return started
+
+    def _stop_all(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        for worker in self.workers:
+            if worker.is_alive():  # not yet reaped, so the pid is still this worker's
+                worker.kill(signal.SIGTERM, group=False)
+
+
 def _worker_env(
     *, broker_url: str, result_backend: str, imports: Sequence[str], env: Mapping[str, str] | None
 ) -> dict[str, str]:
@@ -141,8 +173,19 @@ def _worker_env(
     return child
 
 
-def _wait_until_ready(worker: WorkerProcess, *, timeout: float) -> None:
-    """Poll the worker with remote-control pings until it answers, it exits, or ``timeout`` passes."""
+def _wait_for_ready_line(worker: WorkerProcess, *, deadline: float) -> None:
+    """Wait until the worker logs that it is ready (celery's ``<hostname> ready.``, at INFO), it exits,
+    or ``deadline`` passes: a ping sent before its consumer listens waits its whole timeout unanswered."""
+    ready = f"{worker.hostname} ready."
+    while time.monotonic() < deadline and worker.is_alive() and ready not in worker.log_text():
+        time.sleep(0.02)
+
+
+def _wait_until_ready(worker: WorkerProcess, *, timeout: float, logs_ready: bool) -> None:
+    """Poll the worker with remote-control pings until it answers, it exits, or ``timeout`` passes.
+
+    With ``logs_ready`` (a log level of INFO or below) the pings start once the worker logs that it is
+    ready, so the first is answered at once."""
     probe = create_app(
         overrides={
             "broker_url": worker.broker_url,
@@ -155,8 +198,10 @@ def _wait_until_ready(worker: WorkerProcess, *, timeout: float) -> None:
     )
     try:
         deadline = time.monotonic() + timeout
+        if logs_ready:
+            _wait_for_ready_line(worker, deadline=deadline)
         last_error: Exception | None = None
-        while time.monotonic() < deadline:
+        while True:  # one ping at least, even when the ready line used the time up
             if not worker.is_alive():
                 raise WorkerStartError(
                     f"worker {worker.hostname} exited with {worker.returncode} before it answered a ping; "
@@ -169,6 +214,8 @@ def _wait_until_ready(worker: WorkerProcess, *, timeout: float) -> None:
                 time.sleep(0.2)
             if replies:
                 return
+            if time.monotonic() >= deadline:
+                break
         cause = f" (last probe error: {last_error!r})" if last_error else ""
         raise WorkerStartError(
             f"worker {worker.hostname} did not answer a ping within {timeout}s{cause}; "
@@ -260,7 +307,7 @@ def run_worker_process(
             stop_timeout=stop_timeout,
         )
         try:
-            _wait_until_ready(worker, timeout=start_timeout)
+            _wait_until_ready(worker, timeout=start_timeout, logs_ready=loglevel.upper() in ("DEBUG", "INFO"))
             try:
                 yield worker
             except Exception as exc:

@@ -25,7 +25,7 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -39,7 +39,7 @@ from agentloop.orchestration.store import RunStore, SqlRunStore, SqlToolStore
 from agentloop.orchestration.testing.servers.scripted_server import ScriptedReplyServer
 from tests.services.private_services import redis_and_store
 from tests.services.redis_server import RedisServer, ServiceUnavailable, private_redis_server
-from tests.services.worker import WorkerProcess, run_worker_process
+from tests.services.worker import WorkerGroup, WorkerProcess, run_worker_process
 
 __all__ = [
     "ROOT",
@@ -130,9 +130,10 @@ class WorkerEnvironment:
     tools: SqlToolStore
     #: What every worker started here gets (see the module doc).
     env: dict[str, str]
+    #: The workers :meth:`start_worker` started, stopped together when the stack closes.
+    group: WorkerGroup
     #: The local model server the workers' ``OPENAI_BASE_URL`` names, if any.
     model: ScriptedReplyServer | None = None
-    workers: list[WorkerProcess] = field(default_factory=list)
 
     @classmethod
     def start(
@@ -165,6 +166,7 @@ class WorkerEnvironment:
             store=services.store,
             tools=services.tools,
             env={**worker_env, **(env or {})},
+            group=WorkerGroup(stack),
             model=model,
         )
 
@@ -203,12 +205,13 @@ class WorkerEnvironment:
         queue: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> WorkerProcess:
-        """:meth:`worker`, started for the stack's length."""
-        started = self.stack.enter_context(
-            self.worker(imports, concurrency=concurrency, queue=queue, env=env)
-        )
-        self.workers.append(started)
-        return started
+        """:meth:`worker`, started for the stack's length (stopped with the others: :class:`WorkerGroup`)."""
+        return self.group.start(self.worker(imports, concurrency=concurrency, queue=queue, env=env))
+
+    @property
+    def workers(self) -> list[WorkerProcess]:
+        """The workers :meth:`start_worker` started, in order."""
+        return self.group.workers
 
     def client(self, *, registry: RunnableRegistry | None = None, queue: str | None = None) -> Any:
         """A client app on this Redis (on ``queue`` if given), closed with the stack.
