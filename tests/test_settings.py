@@ -47,6 +47,7 @@ EVERY_VARIABLE = {
     "AGENTLOOP_CHECKPOINT_SECONDS": "0",
     "AGENTLOOP_PACK_SIZE": "50",
     "AGENTLOOP_FAIR_SLOTS": "64",
+    "AGENTLOOP_EVENT_LOOP": "asyncio",
     "AGENTLOOP_MODEL_KEY_RPM": "20",
     "AGENTLOOP_MODEL_KEY_TPM": "4000",
     "AGENTLOOP_MODEL_KEY_TOKEN_BUDGET": "1000000",
@@ -126,6 +127,7 @@ def test_every_variable_is_read_into_its_field() -> None:
     assert settings.delivery_limit == 5
     assert settings.checkpoint_seconds == 0.0
     assert settings.pack_size == 50
+    assert settings.event_loop == "asyncio"
     assert (settings.fair_slots, settings.concurrency_lease_seconds) == (64, 600.0)
     assert settings.store.retry_seconds == 7.5
     assert settings.store.retention_seconds == 30 * 86400
