@@ -175,7 +175,7 @@ class _DeadlineAlarm:
     def __init__(self, deadline: float, timeout: asyncio.Timeout) -> None:
         self._loop = asyncio.get_running_loop()
         self._deadline, self._timeout = deadline, timeout
-        self._handle: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._handle: asyncio.TimerHandle | None = None
         self._ring()
 
     def _ring(self) -> None:

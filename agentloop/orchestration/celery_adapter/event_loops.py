@@ -5,10 +5,10 @@ and a pack runs hundreds of loops on one of them: their timers, wake-ups and cal
 event loop's own Python in asyncio's loop (``base_events``, ``events``), about a seventh of a
 packed run's worker CPU in a py-spy of 1,000 model-bound runs. uvloop (libuv, in C; the loop
 uvicorn runs on) does the same work for less: 0.27-0.32 -> 0.24-0.29 ms of CPU per packed run of
-``bench.packing_profile --store memory`` (three alternating pairs), and 7-10% less worker CPU per
-run of ``bench.packing``'s 1,000 loops (``bench/README.md``). It runs what asyncio's loop runs
-(``asyncio.timeout`` deadlines, ``run_in_executor``, ``call_soon_threadsafe`` from a pack's
-threads, the SDKs' HTTP through anyio).
+``bench.packing_profile --store memory`` (three alternating pairs), and 5-30% less worker CPU per
+run of 1,000 model-bound loops on two threads workers (three alternating rigs; ``bench/README.md``).
+It runs what asyncio's loop runs (``asyncio.timeout`` deadlines, ``run_in_executor``,
+``call_soon_threadsafe`` from a pack's threads, the SDKs' HTTP through anyio).
 
 A worker picks its loop when it starts (:class:`TaskLoops`, a worker bootstep, before the pool
 forks or starts its threads), from ``AGENTLOOP_EVENT_LOOP``: ``uvloop`` (the default, where uvloop
@@ -28,12 +28,11 @@ from typing import Any
 
 from celery import Celery, bootsteps
 
-__all__ = ["EVENT_LOOPS", "install_task_loops", "new_task_loop", "use_event_loop"]
+from agentloop.orchestration.settings.deployment import EVENT_LOOPS
+
+__all__ = ["install_task_loops", "new_task_loop", "use_event_loop"]
 
 logger = logging.getLogger(__name__)
-
-#: The values ``AGENTLOOP_EVENT_LOOP`` takes.
-EVENT_LOOPS = ("uvloop", "asyncio")
 
 
 class _Loops:
@@ -55,7 +54,7 @@ def new_task_loop() -> asyncio.AbstractEventLoop:
 
 
 def use_event_loop(name: str) -> str:
-    """Make :func:`new_task_loop` give loops of ``name`` (one of :data:`EVENT_LOOPS`) from now on;
+    """Make :func:`new_task_loop` give loops of ``name`` (``uvloop`` or ``asyncio``) from now on;
     the kind it gives (``asyncio`` when uvloop is asked for and not installed)."""
     if name not in EVENT_LOOPS:
         raise ValueError(f"AGENTLOOP_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)}, not {name!r}")

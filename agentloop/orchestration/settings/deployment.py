@@ -29,6 +29,9 @@ from agentloop.orchestration.settings.store import StoreSettings
 from agentloop.orchestration.settings.tracing import TracingSettings
 from agentloop.orchestration.wire import WIRE_VERSION
 
+#: The event loops a worker's tasks may run on (``AGENTLOOP_EVENT_LOOP``; ``celery_adapter/event_loops.py``).
+EVENT_LOOPS = ("uvloop", "asyncio")
+
 __all__ = ["SCHEDULE_KEYS", "Settings", "default_home", "schedule_entries"]
 
 _APP_NAME = "agentloop"
@@ -235,8 +238,8 @@ class Settings(_Group):
     @classmethod
     def _event_loop(cls, value: Any) -> str:
         name = str(value).strip().lower()
-        if name not in ("uvloop", "asyncio"):
-            raise ValueError(f"AGENTLOOP_EVENT_LOOP must be uvloop or asyncio, not {value!r}")
+        if name not in EVENT_LOOPS:
+            raise ValueError(f"AGENTLOOP_EVENT_LOOP must be {' or '.join(EVENT_LOOPS)}, not {value!r}")
         return name
 
     @field_validator("pack_size", mode="before")
