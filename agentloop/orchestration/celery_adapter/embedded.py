@@ -18,7 +18,16 @@ from agentloop.orchestration.errors import WorkerStartError
 from agentloop.orchestration.settings.broker import Broker
 from agentloop.orchestration.wire import PING
 
-__all__ = ["embedded_worker"]
+__all__ = ["embedded_worker", "is_embedded"]
+
+
+def is_embedded(worker: Any) -> bool:
+    """Whether ``worker`` (a worker bootstep's parent) is an embedded one (:func:`embedded_worker`,
+    Celery's ``TestWorkController``): it shares its process with other work, so the bootsteps that
+    set process-wide state (the collector's, the tasks' event loop) leave that process alone."""
+    from celery.contrib.testing.worker import TestWorkController
+
+    return isinstance(worker, TestWorkController)
 
 
 def _as_current_app(app: Any, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 
 from celery import Celery, bootsteps
 
+from agentloop.orchestration.celery_adapter.embedded import is_embedded
 from agentloop.orchestration.settings.deployment import EVENT_LOOPS
 
 __all__ = ["install_task_loops", "new_task_loop", "use_event_loop"]
@@ -78,14 +79,12 @@ class TaskLoops(bootsteps.Step):  # type: ignore[misc]
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
-        from celery.contrib.testing.worker import TestWorkController
-
         from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 
         app = getattr(parent, "app", None)
         # before the pool forks or starts its threads (they inherit the choice); an embedded
         # worker shares its process with other work, whose loops it leaves as they are
-        if app is not None and not isinstance(parent, TestWorkController):
+        if app is not None and not is_embedded(parent):
             use_event_loop(dependencies_of(app).settings.event_loop)
 
 

@@ -39,6 +39,8 @@ from typing import Any
 
 from celery import Celery, bootsteps, signals
 
+from agentloop.orchestration.celery_adapter.embedded import is_embedded
+
 __all__ = ["YOUNG_THRESHOLD", "freeze_heap", "install_heap_freeze"]
 
 #: The youngest generation's collection threshold a worker runs with (the module doc).
@@ -62,9 +64,7 @@ class FrozenHeap(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
-        from celery.contrib.testing.worker import TestWorkController
-
-        self.enabled = not isinstance(parent, TestWorkController)
+        self.enabled = not is_embedded(parent)
         if self.enabled:  # connected before the pool forks: each pool process freezes its own heap
             _preload_model_sdk(getattr(parent, "app", None))
             signals.worker_process_init.connect(freeze_heap, weak=False, dispatch_uid="agentloop.frozen_heap")
