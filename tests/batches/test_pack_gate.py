@@ -181,6 +181,26 @@ def held_batch(app: Any, store: RunStore, tmp_path: Path, release: Path, *, inpu
     return batch_id
 
 
+def launches_beside_one_pack(
+    rig: Rig, tmp_path: Path, concurrency: int, packed: Path, held: Path, too_many: str
+) -> None:
+    """One pack held on a worker of ``-c concurrency``: it takes one message more (its prefetch
+    ``concurrency + 1``), runs ``concurrency`` of ``concurrency + 1`` held launches beside the pack
+    (``too_many``: what running all of them would be), still ``concurrency`` once the pack ends and
+    its message's place goes back, and its prefetch is ``concurrency`` again after."""
+    app, store, worker, _ = rig
+    batch_id = held_batch(app, store, tmp_path, packed, inputs=4, running=4)  # one pack
+    assert stats(app, worker) == (concurrency + 1, concurrency + 1)  # one pack: one message more
+    launches = [launch_held(app, held) for _ in range(concurrency + 1)]
+    settles_at(store, launches, concurrency, f"beside a pack, a worker of -c {concurrency} {too_many}")
+    packed.write_text("go")
+    batch_ended(store, batch_id)
+    assert running(store, launches) == concurrency
+    held.write_text("go")
+    wait_for(lambda: ended(store, launches), ceiling=60, what="the launches beside the pack ended")
+    assert prefetch_back_to(app, worker, concurrency) == (concurrency + 1, concurrency)
+
+
 def test_a_launch_runs_while_packs_hold_every_process_they_may_take(tmp_path: Path, c2: Rig) -> None:
     release = tmp_path / "release"
     app, store, worker, _ = c2
@@ -212,33 +232,13 @@ def test_c_1_runs_one_task_that_is_not_a_pack_at_a_time_beside_a_pack_or_not(tmp
     wait_for(lambda: ended(store, alone), ceiling=60, what="both launches ended")
 
     # a pack holds the process -c 1 gives: one launch more runs beside it, not two
-    batch_id = held_batch(app, store, tmp_path, packed, inputs=4, running=4)  # one pack
-    assert stats(app, worker) == (2, 2)
-    beside = [launch_held(app, second), launch_held(app, second)]
-    settles_at(store, beside, 1, "beside a pack, a worker of -c 1 ran two launches")
-    packed.write_text("go")  # the pack ends: its message's place goes back; still one launch
-    batch_ended(store, batch_id)
-    assert running(store, beside) == 1
-    second.write_text("go")
-    wait_for(lambda: ended(store, beside), ceiling=60, what="the launches beside the pack ended")
-    assert prefetch_back_to(app, worker, 1) == (2, 1)
+    launches_beside_one_pack(c1, tmp_path, 1, packed, second, "ran two launches")
 
 
 def test_c_2_runs_two_tasks_that_are_not_packs_beside_one_pack_not_three(tmp_path: Path, c2: Rig) -> None:
     """Beside one pack the worker takes one message more than -c 2: three in all, two of them
     launches; a third launch waits for one of them (or the pack) to end."""
-    packed, held = tmp_path / "packed", tmp_path / "held"
-    app, store, worker, _ = c2
-    batch_id = held_batch(app, store, tmp_path, packed, inputs=4, running=4)  # one pack
-    assert stats(app, worker) == (3, 3)  # one pack: one message more
-    launches = [launch_held(app, held) for _ in range(3)]
-    settles_at(store, launches, 2, "beside a pack, a worker of -c 2 ran three launches")
-    packed.write_text("go")  # the pack ends: its place goes back, still two launches
-    batch_ended(store, batch_id)
-    assert running(store, launches) == 2
-    held.write_text("go")
-    wait_for(lambda: ended(store, launches), ceiling=60, what="the launches ended")
-    assert prefetch_back_to(app, worker, 2) == (3, 2)
+    launches_beside_one_pack(c2, tmp_path, 2, tmp_path / "packed", tmp_path / "held", "ran three launches")
 
 
 def test_the_bound_comes_back_after_a_broker_restart_while_a_pack_holds(tmp_path: Path, c1: Rig) -> None:
