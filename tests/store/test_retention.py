@@ -4,6 +4,7 @@ On PostgreSQL, the runs list and the prune read the indexes of migration 0009.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -201,6 +202,32 @@ def test_a_retention_longer_than_a_hundred_years_is_refused_when_the_settings_lo
 # ----- what a pruned workflow's late writers leave, and its id launched again -----------------
 
 
+def just_after_the_rows_of(engine: Engine, *run_ids: str) -> datetime:
+    """A cut-off just after the latest row written for ``run_ids`` (their events, checkpoints and
+    waits, as stamped), once this process's clock has passed it: what is written next is stamped
+    after it. (A cut-off read from the clock alone once came before the wait just written, on a
+    loaded CI host whose clock stepped back.)"""
+    from sqlalchemy import func, select, union_all
+
+    from agentloop.orchestration.store.tables import checkpoints, human_waits, run_events
+
+    written = union_all(
+        select(func.max(run_events.c.created_at).label("at")).where(run_events.c.run_id.in_(run_ids)),
+        select(func.max(checkpoints.c.updated_at).label("at")).where(checkpoints.c.run_id.in_(run_ids)),
+        select(func.max(human_waits.c.created_at).label("at")).where(human_waits.c.run_id.in_(run_ids)),
+    ).subquery()
+    with engine.connect() as connection:
+        latest = connection.execute(select(func.max(written.c.at))).scalar_one()
+    cut_off = _utc(latest) + timedelta(microseconds=1)
+    while datetime.now(UTC) <= cut_off:  # a barrier on the clock the next row is stamped with
+        time.sleep(0.001)
+    return cut_off
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def test_rows_a_pruned_workflow_s_late_writers_leave_go_with_the_next_prune(sql_engine: Engine) -> None:
     from agentloop.orchestration.store import SqlRunStore
 
@@ -215,7 +242,7 @@ def test_rows_a_pruned_workflow_s_late_writers_leave_go_with_the_next_prune(sql_
     store.save_checkpoint("root-branch", "branch/3", 2, {"n": 2})
     store.append_events("root", [EVENT])
     waits_of(store).record(Wait(run_id="root-branch", path="branch/3", question=Question(prompt="late?")))
-    cut_off = datetime.now(UTC)
+    cut_off = just_after_the_rows_of(sql_engine, "root-branch", "root")
     store.save_checkpoint("root-branch", "branch/4", 1, {"n": 1})  # after the cut-off: kept for now
     ended(store, "kept")  # a workflow with its run: never an orphan
 
