@@ -69,7 +69,7 @@ def run_on_a_worker(folder: Path, redis_server: RedisServer, module: str, comman
             _, worker_log = worker.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(worker.pid, signal.SIGKILL)
-            _, worker_log = worker.communicate()
+            _, worker_log = worker.communicate(timeout=30)  # stderr held outside the group: fail, not hang
 
     assert triggered.returncode == 0, triggered.stdout + triggered.stderr + worker_log[-3000:]
     return triggered.stdout  # on Redis the command starts no worker of its own: the background one ran it

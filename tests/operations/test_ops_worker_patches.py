@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from agentloop.orchestration.celery_adapter.patches import (
+    CELERY_CHORD_SCRIPTS_UNRETRIED,
     CELERY_IGNORE_LOGGED_ALWAYS,
     KOMBU_CLIENT_PER_CALL,
     KOMBU_RESTORE_DEFECT,
@@ -35,8 +36,8 @@ _PRELUDE = """
 import json
 from agentloop.orchestration.celery_adapter.app import create_app
 from agentloop.orchestration.celery_adapter.patches import (
-    apply_worker_patches, celery_ignore_is_patched, install_worker_patches, kombu_client_is_shared,
-    kombu_restore_is_patched,
+    apply_worker_patches, celery_ignore_is_patched, chord_scripts_are_retried, install_worker_patches,
+    kombu_client_is_shared, kombu_restore_is_patched,
 )
 app = create_app(overrides={"broker_url": "memory://", "result_backend": "cache+memory://"})
 install_worker_patches(app)
@@ -62,21 +63,42 @@ def _run(script: str) -> Any:
 def test_a_client_process_that_builds_the_app_and_sends_tasks_patches_no_library() -> None:
     patched = _run("""
         app.send_task("agentloop.ping")
-        print(json.dumps([kombu_restore_is_patched(), kombu_client_is_shared(), celery_ignore_is_patched()]))
+        print(json.dumps([
+            kombu_restore_is_patched(), kombu_client_is_shared(), celery_ignore_is_patched(),
+            chord_scripts_are_retried(),
+        ]))
     """)
-    assert patched == [False, False, False]
+    assert patched == [False, False, False, False]
 
 
 def test_a_worker_of_the_app_applies_the_patches_when_it_starts() -> None:
     patched = _run("""
         def flags():
-            return [kombu_restore_is_patched(), kombu_client_is_shared(), celery_ignore_is_patched()]
+            return [
+                kombu_restore_is_patched(), kombu_client_is_shared(), celery_ignore_is_patched(),
+                chord_scripts_are_retried(),
+            ]
 
         before = flags()
         worker = app.WorkController(pool_cls="solo", concurrency=1, without_heartbeat=True)
         print(json.dumps([before, flags()]))
     """)
-    assert patched == [[False, False, False], [True, True, True]]
+    assert patched == [[False, False, False, False], [True, True, True, True]]
+
+
+def test_only_celery_versions_whose_chord_scripts_go_unretried_are_patched() -> None:
+    first, beyond = CELERY_CHORD_SCRIPTS_UNRETRIED
+    fixed_kombu = KOMBU_RESTORE_DEFECT[1]
+    outcome = _run(f"""
+        before = apply_worker_patches(kombu_version={fixed_kombu!r}, celery_version=(5, 6))
+        fixed = apply_worker_patches(kombu_version={fixed_kombu!r}, celery_version={beyond!r})
+        unpatched = chord_scripts_are_retried()
+        patched = apply_worker_patches(kombu_version={fixed_kombu!r}, celery_version={first!r})
+        again = apply_worker_patches(kombu_version={fixed_kombu!r}, celery_version={first!r})
+        print(json.dumps([before, fixed, unpatched, patched, again, chord_scripts_are_retried()]))
+    """)
+    chord = ["celery-ignored-task-traceback", "celery-redis-chord-scripts-retried"]
+    assert outcome == [["celery-ignored-task-traceback"], [], False, chord, chord, True]
 
 
 def test_only_kombu_versions_known_to_have_the_defect_are_patched_and_only_once() -> None:

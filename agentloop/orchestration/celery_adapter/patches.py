@@ -60,11 +60,31 @@ first only when the tracer's logger logs ``INFO`` (a worker started with ``--log
 the same line as before), and the second without the traceback (its exception alone). Celery 5.3
 to 5.7 (read in 5.7.0's ``celery/app/trace.py`` and ``celery/worker/request.py``;
 ``bench.celery_overhead.fixed_tasks`` measures it).
+
+**Celery 5.7, Redis result backend: a chord part's return is not retried on a lost connection.**
+When a task of a chord's header ends, ``RedisBackend.on_chord_part_return`` counts it in one Lua
+script, and the part that completes the count claims the right to send the chord's callback (the
+merge) with a token, then extends and clears that claim in two more scripts. A Redis connection
+lost in any of them (a Redis restart) raises redis-py's ``ConnectionError`` out of the task after
+its work is done: the task fails, and with it the run, though its step succeeded (the fault suite's
+``Redis restarted``: 2 of 212 scenario runs, "ConnectionError Connection closed by server."). Results
+and messages are retried while Redis is away (``result_backend_always_retry``, the publish retry
+policy); these scripts are not. Upstream, the same class of defect: celery/celery#3363
+(https://github.com/celery/celery/issues/3363, a socket error in ``on_chord_part_return`` loses
+the chord). :func:`retry_chord_scripts` runs each script again through the backend's own
+``ensure`` (its retry policy, about 20 s), as ``RedisBackend.set`` is. Running one again is safe:
+the count script counts a part once (its set of parts seen), the other two check the token. One
+case needs more: when the count script ran and its reply was lost, the retry finds the claim
+taken (by this very call) and would send no callback, so :class:`RetriedScript` reads the claim
+and takes it as its own when it holds this call's token. Not covered: the last part's read of
+the parts' results, between the scripts (a lost connection there still fails its task). Celery 5.7
+(``celery/backends/redis.py``, read in 5.7.0; earlier versions not checked).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import sys
 from collections.abc import Iterator
@@ -76,12 +96,15 @@ import kombu
 from celery import Celery, bootsteps
 
 __all__ = [
+    "CELERY_CHORD_SCRIPTS_UNRETRIED",
     "CELERY_IGNORE_LOGGED_ALWAYS",
     "KOMBU_CLIENT_PER_CALL",
     "KOMBU_RESTORE_DEFECT",
+    "RetriedScript",
     "WorkerPatches",
     "apply_worker_patches",
     "celery_ignore_is_patched",
+    "chord_scripts_are_retried",
     "install_worker_patches",
     "kombu_ack_is_patched",
     "kombu_client_is_shared",
@@ -91,6 +114,7 @@ __all__ = [
     "mend_ack_on_dead_connection",
     "mend_restore_unacked",
     "quiet_ignored_tasks",
+    "retry_chord_scripts",
     "share_channel_client",
     "version_within",
 ]
@@ -105,6 +129,18 @@ KOMBU_CLIENT_PER_CALL = ((5, 4), (5, 8))
 
 #: Celery versions (major, minor) whose tracer formats an ignored task's traceback unread: 5.3 to 5.7.
 CELERY_IGNORE_LOGGED_ALWAYS = ((5, 3), (5, 8))
+
+#: Celery versions (major, minor) whose Redis result backend runs a chord part's return in scripts
+#: it does not retry: 5.7.
+CELERY_CHORD_SCRIPTS_UNRETRIED = ((5, 7), (5, 8))
+
+#: ``RedisBackend``'s chord scripts (cached properties), each with whether a retry of it must
+#: take back a claim its lost first run made (the count script's, :class:`RetriedScript`).
+_CHORD_SCRIPTS = (
+    ("_chord_part_return_script", True),
+    ("_chord_claim_extend_script", False),
+    ("_chord_cleanup_script", False),
+)
 
 _PATCHED = "_agentloop_patched"
 #: Where a patched channel keeps its shared client (in the instance's ``__dict__``).
@@ -290,6 +326,85 @@ def light_ignored_outcomes(trace: Any) -> None:
     trace.ExceptionInfo = exception_info
 
 
+class RetriedScript:
+    """One of a Redis result backend's chord scripts, run again while Redis is away (the module
+    doc): through the backend's ``ensure``, as its ``set`` is. With ``reclaims`` (the count
+    script), a run after a lost one that finds the chord's claim taken by this call's own token
+    (``args[7]``, in ``keys[5]``) answers as the run that took it: claimed."""
+
+    def __init__(self, backend: Any, script: Any, *, reclaims: bool) -> None:
+        self.backend = backend
+        self.script = script
+        self.reclaims = reclaims
+
+    def __call__(self, keys: Any = (), args: Any = (), client: Any = None) -> Any:
+        lost = False
+
+        def once() -> Any:
+            nonlocal lost
+            try:
+                return self.script(keys=keys, args=args, client=client)
+            except self.backend.connection_errors:
+                lost = True
+                raise
+
+        answer = self.backend.ensure(once, ())
+        if lost and self.reclaims:
+            return self._reclaimed(answer, keys, args, client)
+        return answer
+
+    def _reclaimed(self, answer: Any, keys: Any, args: Any, client: Any) -> Any:
+        ready, added, size, claimed = answer
+        if ready == -1 or claimed:
+            return answer
+        redis = client if client is not None else self.backend.client
+        holder = self.backend.ensure(lambda: redis.get(keys[5]), ())
+        if holder is not None and _text(holder) == str(args[7]):
+            logger.warning("chord part %s counted again after a lost reply: the claim is its own", args[0])
+            return [ready, added, size, 1]
+        return answer
+
+
+def _text(value: Any) -> str:
+    """``value`` (bytes from redis-py, or a string) as a string."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _redis_backend() -> Any:
+    """Celery's Redis result backend class, or ``None`` where it has no chord scripts to retry."""
+    from celery.backends.redis import RedisBackend
+
+    present = all(hasattr(RedisBackend, name) for name, _ in _CHORD_SCRIPTS)
+    return RedisBackend if present else None
+
+
+def chord_scripts_are_retried(backend_class: Any = None) -> bool:
+    """Whether ``backend_class`` (Celery's ``RedisBackend`` by default) runs its chord scripts
+    through :class:`RetriedScript`."""
+    backend_class = backend_class if backend_class is not None else _redis_backend()
+    if backend_class is None:
+        return False
+    scripts = [inspect.getattr_static(backend_class, name) for name, _ in _CHORD_SCRIPTS]
+    return all(getattr(getattr(script, "func", None), _PATCHED, False) for script in scripts)
+
+
+def retry_chord_scripts(backend_class: Any) -> None:
+    """Make ``backend_class`` (Celery's ``RedisBackend``, or a subclass) run each of its chord
+    scripts through :class:`RetriedScript`. Idempotent."""
+    for name, reclaims in _CHORD_SCRIPTS:
+        original = inspect.getattr_static(backend_class, name)
+        if getattr(original.func, _PATCHED, False):
+            continue
+
+        def build(backend: Any, _make: Any = original.func, _reclaims: bool = reclaims) -> RetriedScript:
+            return RetriedScript(backend, _make(backend), reclaims=_reclaims)
+
+        setattr(build, _PATCHED, True)
+        script = functools.cached_property(build)
+        script.__set_name__(backend_class, name)
+        setattr(backend_class, name, script)
+
+
 def apply_worker_patches(
     kombu_version: tuple[int, ...] = tuple(kombu.VERSION[:2]),
     celery_version: tuple[int, ...] = tuple(celery.VERSION[:2]),
@@ -306,6 +421,11 @@ def apply_worker_patches(
         if not getattr(trace.ExceptionInfo, _PATCHED, False):
             light_ignored_outcomes(trace)
         applied.append("celery-ignored-task-traceback")
+    backend = _redis_backend()
+    if backend is not None and version_within(celery_version, CELERY_CHORD_SCRIPTS_UNRETRIED):
+        if not chord_scripts_are_retried(backend):
+            retry_chord_scripts(backend)
+        applied.append("celery-redis-chord-scripts-retried")
     transport = kombu_redis()
     if transport is None:
         return tuple(applied)
