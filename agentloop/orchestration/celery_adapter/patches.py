@@ -75,8 +75,10 @@ the chord). :func:`retry_chord_scripts` runs each script again through the backe
 ``ensure`` (its retry policy, about 20 s), as ``RedisBackend.set`` is. Running one again is safe:
 the count script counts a part once (its set of parts seen), the other two check the token. One
 case needs more: when the count script ran and its reply was lost, the retry finds the claim
-taken (by this very call) and would send no callback, so :class:`RetriedScript` reads the claim
-and takes it as its own when it holds this call's token. Not covered: the last part's read of
+taken (by this very call) and would send no callback, and the chord would never end. redis-py's
+own retry of the command (three tries) does the same unseen. So when a count completes unclaimed,
+:class:`RetriedScript` reads the claim and takes it as its own when it holds this call's token
+(a new one for each call). Not covered: the last part's read of
 the parts' results, between the scripts (a lost connection there still fails its task). Celery 5.7
 (``celery/backends/redis.py``, read in 5.7.0; earlier versions not checked).
 """
@@ -329,8 +331,9 @@ def light_ignored_outcomes(trace: Any) -> None:
 class RetriedScript:
     """One of a Redis result backend's chord scripts, run again while Redis is away (the module
     doc): through the backend's ``ensure``, as its ``set`` is. With ``reclaims`` (the count
-    script), a run after a lost one that finds the chord's claim taken by this call's own token
-    (``args[7]``, in ``keys[5]``) answers as the run that took it: claimed."""
+    script), an answer that completes the count unclaimed while the chord's claim holds this
+    call's own token (``args[7]``, in ``keys[5]``) is the answer of a run whose reply was lost
+    (here, or in redis-py's own retry of the command): it answers as the run that took it."""
 
     def __init__(self, backend: Any, script: Any, *, reclaims: bool) -> None:
         self.backend = backend
@@ -338,28 +341,16 @@ class RetriedScript:
         self.reclaims = reclaims
 
     def __call__(self, keys: Any = (), args: Any = (), client: Any = None) -> Any:
-        lost = False
-
-        def once() -> Any:
-            nonlocal lost
-            try:
-                return self.script(keys=keys, args=args, client=client)
-            except self.backend.connection_errors:
-                lost = True
-                raise
-
-        answer = self.backend.ensure(once, ())
-        if lost and self.reclaims:
-            return self._reclaimed(answer, keys, args, client)
-        return answer
+        answer = self.backend.ensure(lambda: self.script(keys=keys, args=args, client=client), ())
+        return self._reclaimed(answer, keys, args, client) if self.reclaims else answer
 
     def _reclaimed(self, answer: Any, keys: Any, args: Any, client: Any) -> Any:
         ready, added, size, claimed = answer
-        if ready == -1 or claimed:
-            return answer
+        if ready == -1 or claimed or not size or int(ready) != int(size) + int(added or 0):
+            return answer  # a late copy, a claim made, or a count not complete: as it is
         redis = client if client is not None else self.backend.client
         holder = self.backend.ensure(lambda: redis.get(keys[5]), ())
-        if holder is not None and _text(holder) == str(args[7]):
+        if holder is not None and _text(holder) == str(args[7]):  # the token is new to each call
             logger.warning("chord part %s counted again after a lost reply: the claim is its own", args[0])
             return [ready, added, size, 1]
         return answer
