@@ -11,9 +11,12 @@ it down too.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 
@@ -86,6 +89,20 @@ def select(size: Size, only: Sequence[str] = (), broker: BrokerKind = "redis") -
     return chosen
 
 
+#: Where a failed scenario's worker log is kept (``tests/artifacts/``, not committed): its error
+#: lines name the error, its tracebacks say where it was raised.
+LOGS = Path(__file__).resolve().parents[1] / "artifacts" / "faults"
+
+
+def keep_log(rig: FaultRig, scenario: Scenario) -> Path:
+    """Write what the worker logged during ``scenario`` to a file under :data:`LOGS`; its path."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^a-z0-9]+", "-", scenario.name.lower()).strip("-")
+    path = LOGS / f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    path.write_text(rig.worker_log()[rig.log_mark :], encoding="utf-8")
+    return path
+
+
 def run_scenario(rig: FaultRig, scenario: Scenario, size: Size) -> ScenarioResult:
     """Run one scenario; an error of the scenario itself is a problem of its result."""
     started = time.monotonic()
@@ -96,6 +113,7 @@ def run_scenario(rig: FaultRig, scenario: Scenario, size: Size) -> ScenarioResul
         result = ScenarioResult(name=scenario.name, problems=[f"the scenario raised {error!r}"])
     if not result.passed:
         result.problems.extend(f"worker log: {line}" for line in rig.worker_errors(rig.log_mark))
+        result.problems.append(f"the worker's whole log of the scenario: {keep_log(rig, scenario)}")
     note = rig.recover()
     if note is not None:
         result.problems.append(note)
