@@ -78,9 +78,9 @@ case needs more: when the count script ran and its reply was lost, the retry fin
 taken (by this very call) and would send no callback, and the chord would never end. redis-py's
 own retry of the command (three tries) does the same unseen. So when a count completes unclaimed,
 :class:`RetriedScript` reads the claim and takes it as its own when it holds this call's token
-(a new one for each call). Not covered: the last part's read of
-the parts' results, between the scripts (a lost connection there still fails its task). Celery 5.7
-(``celery/backends/redis.py``, read in 5.7.0; earlier versions not checked).
+(a new one for each call). Not covered: the last part's read of the parts' results, between the
+scripts (a lost connection there still fails its task). Celery 5.7 (``celery/backends/redis.py``,
+read in 5.7.0; earlier versions not checked).
 """
 
 from __future__ import annotations
@@ -89,13 +89,14 @@ import functools
 import inspect
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import celery
 import kombu
 from celery import Celery, bootsteps
+from kombu.utils import encoding as kombu_encoding
 
 __all__ = [
     "CELERY_CHORD_SCRIPTS_UNRETRIED",
@@ -118,6 +119,7 @@ __all__ = [
     "quiet_ignored_tasks",
     "retry_chord_scripts",
     "share_channel_client",
+    "text_of",
     "version_within",
 ]
 
@@ -143,6 +145,9 @@ _CHORD_SCRIPTS = (
     ("_chord_claim_extend_script", False),
     ("_chord_cleanup_script", False),
 )
+
+#: kombu's ``bytes_to_str`` (untyped): a Redis reply, bytes or text, as text.
+text_of: Callable[[Any], str] = kombu_encoding.bytes_to_str
 
 _PATCHED = "_agentloop_patched"
 #: Where a patched channel keeps its shared client (in the instance's ``__dict__``).
@@ -350,15 +355,10 @@ class RetriedScript:
             return answer  # a late copy, a claim made, or a count not complete: as it is
         redis = client if client is not None else self.backend.client
         holder = self.backend.ensure(lambda: redis.get(keys[5]), ())
-        if holder is not None and _text(holder) == str(args[7]):  # the token is new to each call
+        if holder is not None and text_of(holder) == str(args[7]):  # the token is new to each call
             logger.warning("chord part %s counted again after a lost reply: the claim is its own", args[0])
             return [ready, added, size, 1]
         return answer
-
-
-def _text(value: Any) -> str:
-    """``value`` (bytes from redis-py, or a string) as a string."""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _redis_backend() -> Any:
@@ -375,8 +375,12 @@ def chord_scripts_are_retried(backend_class: Any = None) -> bool:
     backend_class = backend_class if backend_class is not None else _redis_backend()
     if backend_class is None:
         return False
-    scripts = [inspect.getattr_static(backend_class, name) for name, _ in _CHORD_SCRIPTS]
-    return all(getattr(getattr(script, "func", None), _PATCHED, False) for script in scripts)
+    return all(_retried(inspect.getattr_static(backend_class, name)) for name, _ in _CHORD_SCRIPTS)
+
+
+def _retried(script: Any) -> bool:
+    """Whether ``script`` (a chord script's cached property) builds a :class:`RetriedScript`."""
+    return bool(getattr(getattr(script, "func", None), _PATCHED, False))
 
 
 def retry_chord_scripts(backend_class: Any) -> None:
@@ -384,7 +388,7 @@ def retry_chord_scripts(backend_class: Any) -> None:
     scripts through :class:`RetriedScript`. Idempotent."""
     for name, reclaims in _CHORD_SCRIPTS:
         original = inspect.getattr_static(backend_class, name)
-        if getattr(original.func, _PATCHED, False):
+        if _retried(original):
             continue
 
         def build(backend: Any, _make: Any = original.func, _reclaims: bool = reclaims) -> RetriedScript:
@@ -414,8 +418,7 @@ def apply_worker_patches(
         applied.append("celery-ignored-task-traceback")
     backend = _redis_backend()
     if backend is not None and version_within(celery_version, CELERY_CHORD_SCRIPTS_UNRETRIED):
-        if not chord_scripts_are_retried(backend):
-            retry_chord_scripts(backend)
+        retry_chord_scripts(backend)  # idempotent
         applied.append("celery-redis-chord-scripts-retried")
     transport = kombu_redis()
     if transport is None:

@@ -45,11 +45,10 @@ from typing import Any
 import kombu
 from kombu.transport.virtual import Empty
 from kombu.transport.virtual import QoS as VirtualQoS
-from kombu.utils import encoding as kombu_encoding
 from kombu.utils import json as kombu_json
 from redis.exceptions import ResponseError
 
-from agentloop.orchestration.celery_adapter.patches import kombu_redis, version_within
+from agentloop.orchestration.celery_adapter.patches import kombu_redis, text_of, version_within
 
 __all__ = [
     "DOORBELL_TOKENS",
@@ -122,10 +121,9 @@ end
 return false
 """
 
-#: kombu's own JSON and text helpers (untyped): the messages are written and read as kombu does.
+#: kombu's own JSON helpers (untyped): the messages are written and read as kombu does.
 _dumps: Callable[[Any], str] = kombu_json.dumps
 _loads: Callable[[str], Any] = kombu_json.loads
-_text: Callable[[Any], str] = kombu_encoding.bytes_to_str
 
 _INSTALLED = "_agentloop_atomic_delivery"
 #: Where a channel keeps whether it delivers atomically (in the instance's ``__dict__``).
@@ -244,13 +242,13 @@ def _brpop_read(original: Callable[..., Any]) -> Callable[..., Any]:
             if pending == _WAIT or not reply:
                 raise Empty()
             source, item, *held = reply
-            queue = _text(source).rsplit(self.sep, 1)[0]
+            queue = text_of(source).rsplit(self.sep, 1)[0]
             self._queue_cycle.rotate(queue)
-            held_tags = {_text(tag) for tag in held}
+            held_tags = {text_of(tag) for tag in held}
             tags: set[str] = self.__dict__.setdefault(_HELD, set())
             tags |= held_tags  # QoS.append keeps them in memory only
             try:
-                self.connection._deliver(_loads(_text(item)), queue)
+                self.connection._deliver(_loads(text_of(item)), queue)
             finally:
                 tags -= held_tags
             return True
