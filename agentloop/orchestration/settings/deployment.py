@@ -29,10 +29,10 @@ from agentloop.orchestration.settings.store import StoreSettings
 from agentloop.orchestration.settings.tracing import TracingSettings
 from agentloop.orchestration.wire import WIRE_VERSION
 
+__all__ = ["EVENT_LOOPS", "SCHEDULE_KEYS", "Settings", "default_home", "schedule_entries"]
+
 #: The event loops a worker's tasks may run on (``AGENTLOOP_EVENT_LOOP``; ``celery_adapter/event_loops.py``).
 EVENT_LOOPS = ("uvloop", "asyncio")
-
-__all__ = ["SCHEDULE_KEYS", "Settings", "default_home", "schedule_entries"]
 
 _APP_NAME = "agentloop"
 _SQLITE_FILENAME = "agentloop.sqlite3"
