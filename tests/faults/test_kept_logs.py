@@ -4,7 +4,6 @@ tracebacks say where an error was raised (the error lines alone did not name Cel
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from .suite import LOGS, Scenario, keep_log
@@ -30,4 +29,4 @@ def test_a_failed_scenario_s_worker_log_is_kept_from_its_mark() -> None:
         assert path.parent == LOGS and path.name.startswith("broker-restarted-twice-")
         assert path.read_text(encoding="utf-8") == 'Traceback (most recent call last):\n  File "redis.py"\n'
     finally:
-        Path(path).unlink()
+        path.unlink()

@@ -71,7 +71,6 @@ class Chord:
         self.backend = backend_class(app=self.app, url=server.url)
         self.group = str(uuid.uuid4())
         self.backend.set_chord_size(self.group, size)
-        self.redis = redis.Redis.from_url(server.url)
 
     def part_ends(self, index: int) -> None:
         """Part ``index`` succeeded with ``index`` as its result: the backend counts it, as the
@@ -82,7 +81,7 @@ class Chord:
 
     def callbacks_sent(self) -> list[Any]:
         """The arguments of each callback message in the broker's queue."""
-        messages = [loads(raw) for raw in self.redis.lrange(QUEUE, 0, -1)]
+        messages = [loads(raw) for raw in self.backend.client.lrange(QUEUE, 0, -1)]
         return [loads(_body(message))[0] for message in messages]
 
 

@@ -218,14 +218,10 @@ def just_after_the_rows_of(engine: Engine, *run_ids: str) -> datetime:
     ).subquery()
     with engine.connect() as connection:
         latest = connection.execute(select(func.max(written.c.at))).scalar_one()
-    cut_off = _utc(latest) + timedelta(microseconds=1)
+    cut_off = latest + timedelta(microseconds=1)  # UTC, aware: the columns' UtcDateTime
     while datetime.now(UTC) <= cut_off:  # a barrier on the clock the next row is stamped with
         time.sleep(0.001)
     return cut_off
-
-
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def test_rows_a_pruned_workflow_s_late_writers_leave_go_with_the_next_prune(sql_engine: Engine) -> None:
