@@ -21,6 +21,8 @@ from agentloop.orchestration.celery_adapter.pack_policy import pack_plan, pool_n
 from agentloop.orchestration.metrics import record as metrics
 from agentloop.orchestration.metrics.instruments import RunInstruments
 from agentloop.orchestration.packing.rule import (
+    AUTO_PACK_SIZE_MAX,
+    AUTO_PACKS,
     auto_pack_size,
     deployment_packing,
     plain_work,
@@ -100,7 +102,7 @@ def test_the_deployment_side_of_the_rule(pool: str | None, version: int, limits:
 
 
 def test_packs_are_at_most_200_as_even_as_the_width_allows_and_never_above_the_bound() -> None:
-    assert [auto_pack_size(width, None) for width in (2, 200, 201, 1000, 1001, 10_000)] == [
+    assert [auto_pack_size(width, None) for width in (2, 200, 201, 1000, 1001, 4000)] == [
         2,
         200,
         101,
@@ -110,6 +112,25 @@ def test_packs_are_at_most_200_as_even_as_the_width_allows_and_never_above_the_b
     ]
     assert auto_pack_size(100, 8) == 8 and auto_pack_size(10, 8) == 8 and auto_pack_size(3, 8) == 3
     assert auto_pack_size(1000, 500) == 200
+    assert auto_pack_size(10_000, 500) == 200  # a bound keeps its lanes of 200, however wide
+
+
+@pytest.mark.parametrize(
+    ("width", "packs", "size"),
+    [
+        (4001, 20, 201),  # just past 20 packs of 200: 20 bigger ones
+        (10_000, 20, 500),
+        (20_000, 20, 1000),
+        (20_001, 21, 953),  # past 20 packs of 1,000: packs of at most 1,000
+        (100_000, 100, 1000),
+    ],
+)
+def test_a_fan_out_wider_than_20_packs_gets_20_bigger_ones_of_at_most_1000(
+    width: int, packs: int, size: int
+) -> None:
+    assert auto_pack_size(width, None) == size
+    assert -(-width // size) == packs
+    assert AUTO_PACKS == 20 and AUTO_PACK_SIZE_MAX == 1000 and size <= AUTO_PACK_SIZE_MAX
 
 
 def test_pool_names_are_read_from_celerys_classes() -> None:

@@ -93,7 +93,7 @@ class ModelFan(BaseCompositeAgent):
 
 
 #: The pack sizes the packed fans are registered with: ``bench.model.fan_packed_<K>``.
-PACK_SIZES = (1, 10, 50, 100, 200, 500)
+PACK_SIZES = (1, 10, 50, 100, 200, 500, 1000)
 
 
 def packed_fan(size: int) -> str:
@@ -131,6 +131,11 @@ class ModelFanPacked200(ModelFan):
 @register(packed_fan(500))
 class ModelFanPacked500(ModelFan):
     pack_size = 500
+
+
+@register(packed_fan(1000))
+class ModelFanPacked1000(ModelFan):
+    pack_size = 1000
 
 
 def _sleep(*args: Any, **kwargs: Any) -> int:
