@@ -10,9 +10,10 @@ meter, recording...), while the loop runs the other branches; the branch awaits 
 
 A pack opens :func:`pack_threads` around its branches (``WorkflowEngine.start_pack``, a batch's
 ``agentloop.batch_pack``); the engine gives each branch's scope :func:`current_pack_threads`.
-The threads are the process's, shared by its packs: made on first use (a process whose packs'
-work is all coroutines makes none), one for each call running at once (up to
-:data:`MAX_THREADS`), and kept for the next pack (making a thread costs more than a call). A call
+The threads are the process's, shared by its packs (:class:`SpawningThreads`): made when work
+comes and no thread is idle, one for each call running at once (up to :data:`MAX_THREADS`), by a
+thread of their own, never by the loop that hands the work over, and kept for the next pack
+(making a thread costs more than a call). A call
 costs a hand-over to a thread and back: about 0.1 ms of CPU on a shared 2-core host
 (``bench/README.md``, "Issue 36"), against milliseconds for a Celery task of its own.
 
@@ -26,12 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["PackThreads", "current_pack_threads", "pack_threads"]
 
@@ -42,19 +45,108 @@ T = TypeVar("T")
 #: branches a worker's packs hold at once in practice (its task slots times 200).
 MAX_THREADS = 1024
 
-_shared: dict[str, ThreadPoolExecutor] = {}  # "threads": this process's, once made
+
+class _WorkItem:
+    __slots__ = ("fn", "future")
+
+    def __init__(self, future: Future[Any], fn: Callable[[], Any]) -> None:
+        self.future, self.fn = future, fn
+
+    def run(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = self.fn()
+        except BaseException as error:  # the caller's to see, as ThreadPoolExecutor hands it over
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(result)
+
+
+class SpawningThreads(Executor):
+    """Threads made on demand (up to ``max_threads``) and kept, whose :meth:`submit` never starts
+    one: a *spawner* thread does.
+
+    ``ThreadPoolExecutor.submit`` starts a thread itself when none is idle, inside a lock every
+    submitter shares, and ``Thread.start`` waits until the new thread has run. Called from a
+    pack's event loop, in a process whose other packs hold its GIL, that wait stalled the loop,
+    and every other pack's loop that submitted meanwhile (0.23 and 0.57 s, read by the lag watch
+    in ``bench.packing --runs 10000``, reported as a branch blocking its pack). Here a submit
+    queues its work, asks the spawner for a thread when none is idle or coming, and returns."""
+
+    def __init__(self, max_threads: int, name: str) -> None:
+        self._max, self._name = max_threads, name
+        self._work: queue.SimpleQueue[_WorkItem | None] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._queued = self._idle = self._coming = self._threads = 0
+        self._closed = False
+        self._spawner = threading.Thread(target=self._spawn, name=f"{name}-spawner", daemon=True)
+        self._spawner.start()
+
+    @property
+    def threads(self) -> int:
+        """How many threads run work (made so far; they are kept)."""
+        return self._threads
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new work after shutdown")
+            self._work.put(_WorkItem(future, functools.partial(fn, *args, **kwargs)))
+            self._queued += 1
+            wanted = self._queued > self._idle + self._coming and self._threads + self._coming < self._max
+            if wanted:
+                self._coming += 1
+        if wanted:
+            self._requests.put(True)
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed = True
+            threads = self._threads + self._coming
+        self._requests.put(False)
+        for _ in range(threads):
+            self._work.put(None)
+        if wait:
+            self._spawner.join()
+
+    def _spawn(self) -> None:
+        while self._requests.get():
+            thread = threading.Thread(target=self._serve, name=f"{self._name}_{self._threads}", daemon=True)
+            thread.start()
+            with self._lock:
+                self._coming -= 1
+                self._threads += 1
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            item = self._work.get()
+            with self._lock:
+                self._idle -= 1
+                if item is not None:
+                    self._queued -= 1
+            if item is None:
+                return
+            item.run()
+            del item  # its result and arguments are not kept alive by an idle thread
+
+
+_shared: dict[str, SpawningThreads] = {}  # "threads": this process's, once made
 _shared_lock = threading.Lock()
 
 
-def _threads() -> ThreadPoolExecutor:
+def _threads() -> SpawningThreads:
     """The process's threads for packs' plain-function work, made on first use and kept: a
     thread made for one pack serves the next (making one costs more than a call)."""
     with _shared_lock:
         executor = _shared.get("threads")
         if executor is None:
-            executor = _shared["threads"] = ThreadPoolExecutor(
-                max_workers=MAX_THREADS, thread_name_prefix="agentloop-pack"
-            )
+            executor = _shared["threads"] = SpawningThreads(MAX_THREADS, "agentloop-pack")
         return executor
 
 
