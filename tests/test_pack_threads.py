@@ -117,3 +117,25 @@ def test_a_shut_pool_takes_no_more_work_and_its_threads_end() -> None:
         if thread.name == "test-threads_0":
             thread.join(WAIT)
     assert "test-threads_0" not in {thread.name for thread in threading.enumerate()}
+
+
+def test_work_fails_with_the_error_when_no_thread_can_be_started(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A system that refuses threads fails the queued work with its error: no caller waits forever."""
+    original = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name.startswith("test-threads_"):
+            raise RuntimeError("can't start new thread")
+        original(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    pool = SpawningThreads(2, "test-threads")
+    try:
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            pool.submit(lambda: 1).result(WAIT)
+        assert pool.threads == 0
+        assert "no thread could be started for queued work" in caplog.text
+    finally:
+        pool.shutdown()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import os
 import queue
 import threading
@@ -39,6 +40,8 @@ from typing import Any, TypeVar
 __all__ = ["PackThreads", "current_pack_threads", "pack_threads"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 #: The most threads the packs of one process run plain-function work in at once: far above the
@@ -72,7 +75,12 @@ class SpawningThreads(Executor):
     pack's event loop, in a process whose other packs hold its GIL, that wait stalled the loop,
     and every other pack's loop that submitted meanwhile (0.23 and 0.57 s, read by the lag watch
     in ``bench.packing --runs 10000``, reported as a branch blocking its pack). Here a submit
-    queues its work, asks the spawner for a thread when none is idle or coming, and returns."""
+    queues its work, asks the spawner for a thread when none is idle or coming, and returns.
+
+    The threads are daemons, blocked on the queue when idle: a pack drains its writes before its
+    task ends, so a worker that exits has none in flight. Where the system refuses a thread and
+    none runs, the queued work fails with its error (``ThreadPoolExecutor`` raised it from
+    ``submit``)."""
 
     def __init__(self, max_threads: int, name: str) -> None:
         self._max, self._name = max_threads, name
@@ -116,10 +124,31 @@ class SpawningThreads(Executor):
     def _spawn(self) -> None:
         while self._requests.get():
             thread = threading.Thread(target=self._serve, name=f"{self._name}_{self._threads}", daemon=True)
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError as error:  # the system refused a thread ("can't start new thread")
+                with self._lock:
+                    self._coming -= 1
+                    stranded = self._threads == 0 and self._coming == 0
+                logger.error("%s: no thread could be started for queued work: %s", self._name, error)
+                if stranded:  # nothing will ever run the queue: its callers get the error
+                    self._fail_queued(error)
+                continue
             with self._lock:
                 self._coming -= 1
                 self._threads += 1
+
+    def _fail_queued(self, error: BaseException) -> None:
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                with self._lock:
+                    self._queued -= 1
+                if item.future.set_running_or_notify_cancel():
+                    item.future.set_exception(error)
 
     def _serve(self) -> None:
         while True:
