@@ -204,7 +204,8 @@ def _install_profiler(folder: str) -> None:
             return
         profile.disable()
         pid = os.getpid()
-        profile.dump_stats(os.path.join(folder, f"{pid}.prof"))
+        if state["on"]:  # a process that ran no profiled task (a prefork spare) has no stats to load
+            profile.dump_stats(os.path.join(folder, f"{pid}.prof"))
         with open(os.path.join(folder, f"{pid}.json"), "w") as out:
             json.dump({"pid": pid, "sql_statements": state["sql"], "tasks": state["tasks"]}, out)
 

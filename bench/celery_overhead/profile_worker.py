@@ -79,7 +79,13 @@ def profile_worker(*, store_kind: str, width: int, stages: int) -> str:
                 seconds, _, _ = run_once(r, sides[key])
                 r.worker.terminate()
             _wait_for_files(folder, "*.json")
-            profiles = glob.glob(os.path.join(folder, "*.prof"))
+            # a pool process writes its .json once its .prof is whole; a prefork worker that runs
+            # packs has a spare process beyond CONCURRENCY, whose .prof may still be being written
+            profiles = [
+                path
+                for path in glob.glob(os.path.join(folder, "*.prof"))
+                if os.path.exists(path[:-5] + ".json")
+            ]
             if not profiles:
                 out.append(f"{key}: no profile written by the pool processes")
                 continue
