@@ -206,8 +206,9 @@ class Settings(_Group):
     event loop, for composites that set no ``pack_size`` of their own, and how many consecutive
     loop stages of a pipeline one task runs one after another, for pipelines that set none
     (``docs/how-to/packing.md``); ``1`` keeps one task per branch and per stage. Default: unset,
-    the packing rule decides (packs of up to 200 of the branches it finds safe to pack, one task
-    per branch for the others; a pipeline's loop stages in one task for up to a second)."""
+    the packing rule decides (packs of up to 200 of the branches it finds safe to pack, or 20
+    bigger packs, of up to 1,000, where more than 4,000 are; one task per branch for the others;
+    a pipeline's loop stages in one task for up to a second)."""
 
     event_loop: str = _env("AGENTLOOP_EVENT_LOOP", "uvloop")
     """``AGENTLOOP_EVENT_LOOP``: the event loop a worker's tasks run on: ``uvloop`` (libuv's, in C:
