@@ -12,6 +12,7 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -35,9 +36,21 @@ def gated_starts(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
         original(self)
 
     monkeypatch.setattr(threading.Thread, "start", start)
-    monkeypatch.setattr(pack_threads_module, "_shared", {})  # this test's own threads
-    yield gate
-    gate.set()
+    with own_threads(monkeypatch):
+        yield gate
+        gate.set()
+
+
+@contextmanager
+def own_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's pack threads made anew for the test, and shut after it."""
+    shared: dict[str, SpawningThreads] = {}
+    monkeypatch.setattr(pack_threads_module, "_shared", shared)
+    try:
+        yield
+    finally:
+        for pool in shared.values():
+            pool.shutdown()
 
 
 def test_a_packs_loop_hands_work_over_without_waiting_for_a_thread_to_start(
@@ -60,7 +73,6 @@ def test_a_packs_loop_hands_work_over_without_waiting_for_a_thread_to_start(
 
 
 def test_work_returns_its_value_or_its_error_in_the_callers_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pack_threads_module, "_shared", {})
     name: contextvars.ContextVar[str] = contextvars.ContextVar("name", default="none")
 
     def fail() -> None:
@@ -75,7 +87,8 @@ def test_work_returns_its_value_or_its_error_in_the_callers_context(monkeypatch:
         assert offload.calls == 2
         return value
 
-    assert asyncio.run(pack()) == "branch/1"
+    with own_threads(monkeypatch):
+        assert asyncio.run(pack()) == "branch/1"
 
 
 def test_threads_are_kept_made_only_for_work_running_at_once_and_bounded() -> None:

@@ -55,14 +55,19 @@ class _WorkItem:
     def __init__(self, future: Future[Any], fn: Callable[[], Any]) -> None:
         self.future, self.fn = future, fn
 
-    def run(self) -> None:
+    def run(self, done: Callable[[], None]) -> None:
+        """Run the work and settle its future, calling ``done`` first: the caller woken by the
+        result finds the thread counted idle again (its next call takes it, not a new thread)."""
         if not self.future.set_running_or_notify_cancel():
+            done()
             return
         try:
             result = self.fn()
         except BaseException as error:  # the caller's to see, as ThreadPoolExecutor hands it over
+            done()
             self.future.set_exception(error)
         else:
+            done()
             self.future.set_result(result)
 
 
@@ -125,7 +130,7 @@ class SpawningThreads(Executor):
         while self._requests.get():
             thread = threading.Thread(target=self._serve, name=f"{self._name}_{self._threads}", daemon=True)
             try:
-                thread.start()
+                thread.start()  # the thread counts itself (``_serve``)
             except RuntimeError as error:  # the system refused a thread ("can't start new thread")
                 with self._lock:
                     self._coming -= 1
@@ -133,10 +138,6 @@ class SpawningThreads(Executor):
                 logger.error("%s: no thread could be started for queued work: %s", self._name, error)
                 if stranded:  # nothing will ever run the queue: its callers get the error
                     self._fail_queued(error)
-                continue
-            with self._lock:
-                self._coming -= 1
-                self._threads += 1
 
     def _fail_queued(self, error: BaseException) -> None:
         while True:
@@ -150,10 +151,16 @@ class SpawningThreads(Executor):
                 if item.future.set_running_or_notify_cancel():
                     item.future.set_exception(error)
 
+    def _idle_again(self) -> None:
+        with self._lock:
+            self._idle += 1
+
     def _serve(self) -> None:
+        with self._lock:  # from coming to idle in one step: a submit meanwhile counts it once
+            self._coming -= 1
+            self._threads += 1
+            self._idle += 1
         while True:
-            with self._lock:
-                self._idle += 1
             item = self._work.get()
             with self._lock:
                 self._idle -= 1
@@ -161,7 +168,7 @@ class SpawningThreads(Executor):
                     self._queued -= 1
             if item is None:
                 return
-            item.run()
+            item.run(self._idle_again)
             del item  # its result and arguments are not kept alive by an idle thread
 
 
