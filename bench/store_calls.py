@@ -6,10 +6,11 @@ progress events), plus its checkpoints; this times each of them against a
 private PostgreSQL database (``tests.services.postgres``), one
 thread, ``--calls`` calls each (1,000), and beside them their floor: the same
 ``SELECT`` as ``loop_record`` sent by psycopg alone on an autocommit connection,
-measured in the same run. Printed per call: CPU (this process only, not the
-server's) and wall microseconds, the median of ``--rounds`` (5) rounds, and the
-ratio of each call's CPU to the floor's. A call's round trips are counted by
-``tests/store/test_store_round_trips.py``; this prints what they cost.
+measured in the same run; and a pipeline stage's one statement (``finish_loop_then_start``: a
+stage's end, its event and the next stage's start), through the store and sent by psycopg alone.
+Printed per call: CPU (this process only, not the server's) and wall microseconds, the median
+of ``--rounds`` (5) rounds, and the ratio of each call's CPU to the floor's. A call's round
+trips are counted by ``tests/store/test_store_round_trips.py``; this prints what they cost.
 """
 
 from __future__ import annotations
@@ -38,15 +39,37 @@ def _timed(call: Callable[[], Any], calls: int) -> tuple[float, float]:
 def measure(url: str, *, calls: int, rounds: int) -> dict[str, tuple[float, float]]:
     """Median CPU and wall microseconds per call of each store call, and of the floor."""
     import psycopg
+    from psycopg.types.json import Jsonb
     from sqlalchemy.engine import make_url
 
     from agentloop.orchestration.store import open_store
+    from agentloop.orchestration.store.checks import event_rows
+    from agentloop.orchestration.store.dialects import PG_FINISH_LOOP_THEN_START, pg_event_batch
+    from agentloop.orchestration.store.tables import utcnow
 
     store, _ = open_store(url)
     raw = psycopg.connect(make_url(url).set(drivername="postgresql").render_as_string(False), autocommit=True)
     run_id, paths = uuid.uuid4().hex, iter(range(10**9))
     store.create_run(run_id=run_id, runnable="bench", input={})
     floor_sql = "SELECT finished, result, iteration, state FROM checkpoints WHERE run_id = %s AND path = %s"
+    # a pipeline stage's one statement (its end and the next stage's start), sent by psycopg alone:
+    # what the store's call costs above the statement itself
+    stage_sql = str(PG_FINISH_LOOP_THEN_START.compile(dialect=store.engine.dialect))
+
+    def stage_alone() -> Any:
+        done = next(paths)
+        params = {
+            **pg_event_batch(run_id, event_rows(run_id, EVENTS[:1])),
+            **{"run_id": run_id, "path": f"s/{done}", "next_path": f"s/{done + 1}", "updated_at": utcnow()},
+            **{"result": Jsonb({"r": 1}), "input_tokens": 0, "output_tokens": 0},
+        }
+        params["events"] = Jsonb(params["events"])
+        return raw.execute(stage_sql, params, prepare=True).fetchone()
+
+    def stage_through_store() -> Any:
+        done = next(paths)
+        return store.finish_loop_then_start(run_id, f"s/{done}", {"r": 1}, f"s/{done + 1}", events=EVENTS[:1])
+
     sides: dict[str, Callable[[], Any]] = {
         "floor: psycopg SELECT": lambda: raw.execute(floor_sql, (run_id, "p")).fetchone(),
         "loop_record": lambda: store.loop_record(run_id, "p"),
@@ -56,6 +79,8 @@ def measure(url: str, *, calls: int, rounds: int) -> dict[str, tuple[float, floa
             run_id, f"p/{next(paths)}", {"r": 1}, events=EVENTS
         ),
         "finish_loop, no events": lambda: store.finish_loop(run_id, f"p/{next(paths)}", {"r": 1}),
+        "finish_loop_then_start": stage_through_store,
+        "  the same, psycopg alone": stage_alone,
     }
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     try:
