@@ -58,12 +58,10 @@ def measure(url: str, *, calls: int, rounds: int) -> dict[str, tuple[float, floa
 
     def stage_alone() -> Any:
         done = next(paths)
-        params = {
-            **pg_event_batch(run_id, event_rows(run_id, EVENTS[:1])),
-            **{"run_id": run_id, "path": f"s/{done}", "next_path": f"s/{done + 1}", "updated_at": utcnow()},
-            **{"result": Jsonb({"r": 1}), "input_tokens": 0, "output_tokens": 0},
-        }
+        params = pg_event_batch(run_id, event_rows(run_id, EVENTS[:1]))
         params["events"] = Jsonb(params["events"])
+        params.update(run_id=run_id, path=f"s/{done}", next_path=f"s/{done + 1}", updated_at=utcnow())
+        params.update(result=Jsonb({"r": 1}), input_tokens=0, output_tokens=0)
         return raw.execute(stage_sql, params, prepare=True).fetchone()
 
     def stage_through_store() -> Any:

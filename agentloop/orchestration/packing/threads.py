@@ -58,17 +58,15 @@ class _WorkItem:
     def run(self, done: Callable[[], None]) -> None:
         """Run the work and settle its future, calling ``done`` first: the caller woken by the
         result finds the thread counted idle again (its next call takes it, not a new thread)."""
-        if not self.future.set_running_or_notify_cancel():
-            done()
-            return
-        try:
-            result = self.fn()
-        except BaseException as error:  # the caller's to see, as ThreadPoolExecutor hands it over
-            done()
-            self.future.set_exception(error)
-        else:
-            done()
-            self.future.set_result(result)
+        settle: Callable[[], Any] | None = None  # cancelled before it ran: nothing to settle
+        if self.future.set_running_or_notify_cancel():
+            try:
+                settle = functools.partial(self.future.set_result, self.fn())
+            except BaseException as error:  # the caller's to see, as ThreadPoolExecutor hands it over
+                settle = functools.partial(self.future.set_exception, error)
+        done()
+        if settle is not None:
+            settle()
 
 
 class SpawningThreads(Executor):
