@@ -72,11 +72,16 @@ def _configure_sqlite(engine: Engine, *, wal: bool) -> None:
 _BROKEN_CONNECTION = ("connection in transaction status ACTIVE", "connection in transaction status UNKNOWN")
 
 
+def counts_as_disconnect(error: BaseException) -> bool:
+    """Whether psycopg's ``error`` says the connection's socket died in the middle of a command
+    (which SQLAlchemy's dialect does not count as a disconnect)."""
+    return any(text in str(error) for text in _BROKEN_CONNECTION)
+
+
 def _count_broken_connections_as_disconnects(engine: Engine) -> None:
     @event.listens_for(engine, "handle_error")
     def _on_error(context: ExceptionContext) -> None:
-        error = context.original_exception
-        if not context.is_disconnect and any(text in str(error) for text in _BROKEN_CONNECTION):
+        if not context.is_disconnect and counts_as_disconnect(context.original_exception):
             context.is_disconnect = True  # the pool discards it; the store's retry tries again
 
 

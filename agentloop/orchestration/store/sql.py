@@ -77,6 +77,7 @@ from agentloop.orchestration.store.dialects import (
     pg_event_batch,
     upserts,
 )
+from agentloop.orchestration.store.direct import run_fixed
 from agentloop.orchestration.store.json_values import JsonValue
 from agentloop.orchestration.store.protocol import (
     CHILD_SUMS,
@@ -297,8 +298,7 @@ class SqlRunStore(BulkRunStoreBase):
         """One transaction; on PostgreSQL one statement under the run's lock when none fails
         (``dialects.py``), else ``dialects.insert_events_failing_once``."""
         if self.dialect == "postgresql" and not _fails(rows):
-            with one_statement(self.engine) as connection, connection.begin():
-                connection.execute(PG_APPEND_EVENTS, pg_event_batch(root_run_id, rows))
+            run_fixed(self.engine, PG_APPEND_EVENTS, pg_event_batch(root_run_id, rows))
             return
         with self.engine.begin() as connection:
             _insert_events(connection, root_run_id, rows)
@@ -373,8 +373,7 @@ class SqlRunStore(BulkRunStoreBase):
                 "checkpoints": saved,
                 "updated_at": rows[0]["updated_at"] if rows else utcnow(),
             }
-            with one_statement(self.engine) as connection, connection.begin():
-                connection.execute(PG_SAVE_CHECKPOINTS, params)
+            run_fixed(self.engine, PG_SAVE_CHECKPOINTS, params)
             return
         with self.engine.begin() as connection:  # the events, the usage, the checkpoints: one transaction
             _insert_events(connection, run_id, events)
@@ -413,9 +412,8 @@ class SqlRunStore(BulkRunStoreBase):
         unique = list(dict.fromkeys(paths))
         if self.dialect == "postgresql":
             listed = [{"run_id": run_id, "path": path} for path in unique]
-            with one_statement(self.engine) as connection, connection.begin():
-                returned = connection.execute(PG_START_RUNS_LOOPS, {"loops": listed, "updated_at": utcnow()})
-                rows.update((str(row.path), row) for row in returned)
+            returned = run_fixed(self.engine, PG_START_RUNS_LOOPS, {"loops": listed, "updated_at": utcnow()})
+            rows.update((str(row.path), row) for row in returned)
             return [_started(rows[path]) for path in paths]
         with self.engine.begin() as connection:
             for start in range(0, len(unique), 500):
@@ -433,8 +431,13 @@ class SqlRunStore(BulkRunStoreBase):
         if self.dialect != "postgresql":
             with self.engine.begin() as connection:
                 return self._finished(connection, ends)
-        with one_statement(self.engine) as connection, connection.begin():  # one statement (dialects.py)
-            return self._finished(connection, ends)
+        (row,) = ends.loops
+        if not ends.events and not ends.used:  # no events: not under the root run's event lock
+            with one_statement(self.engine) as connection, connection.begin():
+                return connection.execute(self._upserts.finish_loop, row).scalar_one()
+        params = {**row, **pg_event_batch(ends.run_id, ends.events), **ends.tokens}
+        (finished,) = run_fixed(self.engine, PG_FINISH_LOOP, params)  # one statement (dialects.py)
+        return finished.result
 
     @retried
     def _finish_loop_then_start(self, ends: LoopEnds, next_path: str) -> tuple[JsonValue, StartedLoop]:
@@ -448,8 +451,7 @@ class SqlRunStore(BulkRunStoreBase):
                 **ends.tokens,
                 "next_path": next_path,
             }
-            with one_statement(self.engine) as connection, connection.begin():
-                both = connection.execute(PG_FINISH_LOOP_THEN_START, params).one()
+            (both,) = run_fixed(self.engine, PG_FINISH_LOOP_THEN_START, params)
             record = _record_of_loop(
                 (both.next_finished, both.next_result, both.next_iteration, both.next_state)
             )
@@ -461,18 +463,13 @@ class SqlRunStore(BulkRunStoreBase):
 
     def _finished(self, connection: Connection, ends: LoopEnds) -> JsonValue:
         """Record one loop's end (``ends``: its events, usage and result) on ``connection``, in its
-        transaction: the result as recorded (on PostgreSQL one statement)."""
+        transaction, on SQLite: the result as recorded."""
         (row,) = ends.loops
-        if self.dialect != "postgresql":
-            if ends.events:
-                connection.execute(run_events.insert(), ends.events)
-            if ends.used:
-                connection.execute(_added_counts(ends.run_id, ends.tokens))
-            return connection.execute(self._upserts.finish_loop, row).scalar_one()
-        if not ends.events and not ends.used:
-            return connection.execute(self._upserts.finish_loop, row).scalar_one()
-        batch = pg_event_batch(ends.run_id, ends.events)
-        return connection.execute(PG_FINISH_LOOP, {**row, **batch, **ends.tokens}).scalar_one()
+        if ends.events:
+            connection.execute(run_events.insert(), ends.events)
+        if ends.used:
+            connection.execute(_added_counts(ends.run_id, ends.tokens))
+        return connection.execute(self._upserts.finish_loop, row).scalar_one()
 
     @retried
     def _finish_loops(self, ends: LoopEnds) -> list[JsonValue]:
@@ -488,8 +485,7 @@ class SqlRunStore(BulkRunStoreBase):
                 "loops": [{"path": row["path"], "result": row["result"]} for row in loops],
                 "updated_at": loops[0]["updated_at"] if loops else utcnow(),
             }
-            with one_statement(self.engine) as connection, connection.begin():
-                recorded.update((path, value) for path, value in connection.execute(PG_FINISH_LOOPS, params))
+            recorded.update((path, value) for path, value in run_fixed(self.engine, PG_FINISH_LOOPS, params))
             return [recorded[row["path"]] for row in loops]
         with self.engine.begin() as connection:
             if rows:
@@ -515,9 +511,8 @@ class SqlRunStore(BulkRunStoreBase):
             for values, owner in rows
         ]
         if self.dialect == "postgresql":
-            with one_statement(self.engine) as connection, connection.begin():
-                statement = pg_insert_runs(tuple(params[0]))  # every row has the same columns
-                created = {str(row.id) for row in connection.execute(statement, pg_run_rows(params))}
+            statement = pg_insert_runs(tuple(params[0]))  # every row has the same columns
+            created = {str(row.id) for row in run_fixed(self.engine, statement, pg_run_rows(params))}
         else:
             with self.engine.begin() as connection:
                 created = {str(row.id) for row in connection.execute(self._upserts.create_run, params)}
@@ -537,11 +532,10 @@ class SqlRunStore(BulkRunStoreBase):
         marked: set[str] = set()
         first_starts: list[str] = []
         if self.dialect == "postgresql":
-            with one_statement(self.engine) as connection, connection.begin():
-                for row in connection.execute(PG_MARK_RUNS_RUNNING, {"ids": run_ids, "now": utcnow()}):
-                    marked.add(str(row.id))
-                    if row.first_start:
-                        first_starts.append(str(row.runnable))
+            for row in run_fixed(self.engine, PG_MARK_RUNS_RUNNING, {"ids": run_ids, "now": utcnow()}):
+                marked.add(str(row.id))
+                if row.first_start:
+                    first_starts.append(str(row.runnable))
             return marked, first_starts
         with self.engine.begin() as connection:
             for chunk in id_chunks(run_ids):
@@ -555,14 +549,13 @@ class SqlRunStore(BulkRunStoreBase):
         now = utcnow()
         if self.dialect == "postgresql":
             listed = [{"run_id": run_id, "path": path} for run_id, path in loops]
-            with one_statement(self.engine) as connection, connection.begin():
-                returned = connection.execute(PG_START_RUNS_LOOPS, {"loops": listed, "updated_at": now})
-                started = {(str(row.run_id), str(row.path)): _started(row) for row in returned}
+            returned = run_fixed(self.engine, PG_START_RUNS_LOOPS, {"loops": listed, "updated_at": now})
+            started = {(str(row.run_id), str(row.path)): _started(row) for row in returned}
             return [started[loop] for loop in loops]
         rows = [{"run_id": run, "path": path, "deliveries": 1, "updated_at": now} for run, path in loops]
         with self.engine.begin() as connection:
-            returned = connection.execute(bulk_upserts(self.dialect).start_runs_loops, rows)
-            started = {(str(row.run_id), str(row.path)): _started(row) for row in returned}
+            upserted = connection.execute(bulk_upserts(self.dialect).start_runs_loops, rows)
+            started = {(str(row.run_id), str(row.path)): _started(row) for row in upserted}
         return [started[loop] for loop in loops]
 
     @retried
@@ -600,9 +593,8 @@ class SqlRunStore(BulkRunStoreBase):
             "loops": [{key: row[key] for key in ("run_id", "path", "result")} for row in loops],
             "updated_at": now,
         }
-        with one_statement(self.engine) as connection, connection.begin():
-            returned = connection.execute(PG_FINISH_RUNS_LOOPS, params)
-            recorded = {(str(row.run_id), str(row.path)): row.result for row in returned}
+        returned = run_fixed(self.engine, PG_FINISH_RUNS_LOOPS, params)
+        recorded = {(str(row.run_id), str(row.path)): row.result for row in returned}
         return [recorded[(end.run_id, end.path)] for end in ends]
 
     @retried
@@ -618,9 +610,8 @@ class SqlRunStore(BulkRunStoreBase):
     def _finish_runs(self, asked: list[Finish]) -> list[Ended | Refused]:
         ended: dict[str, Ended] = {}
         if self.dialect == "postgresql":  # one statement, in autocommit
-            with one_statement(self.engine) as connection, connection.begin():
-                for row in connection.execute(PG_FINISH_RUNS, pg_finish_runs(asked)):
-                    ended[str(row.id)] = Ended(row.runnable, row.started_at or row.created_at)
+            for row in run_fixed(self.engine, PG_FINISH_RUNS, pg_finish_runs(asked)):
+                ended[str(row.id)] = Ended(row.runnable, row.started_at or row.created_at)
         else:
             with self.engine.begin() as connection:
                 for one in asked:
