@@ -155,3 +155,12 @@ def test_returned_timestamps_are_converted_as_their_column_type_says(engine: Eng
 def test_a_statement_that_returns_rows_without_declaring_them_is_refused(engine: Engine) -> None:
     with pytest.raises(ValueError, match="declares their columns"):
         run_fixed(engine, text("SELECT 1").columns(), {})
+
+
+def test_a_sqlite_engine_is_refused(tmp_path: Any) -> None:
+    sqlite = create_engine_for(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
+    try:
+        with pytest.raises(ValueError, match="PostgreSQL statements, not sqlite's"):
+            run_fixed(sqlite, text("SELECT 1"), {})
+    finally:
+        sqlite.dispose()

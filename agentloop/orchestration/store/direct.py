@@ -29,6 +29,7 @@ What SQLAlchemy does around a statement is done here too:
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
@@ -60,28 +61,31 @@ class _Compiled:
     row: Callable[..., Any]
 
 
-_COMPILED: weakref.WeakKeyDictionary[Dialect, dict[Fixed, _Compiled]] = weakref.WeakKeyDictionary()
+_COMPILED: weakref.WeakKeyDictionary[Dialect, weakref.WeakKeyDictionary[Fixed, _Compiled]]
+_COMPILED = weakref.WeakKeyDictionary()  # an engine's dialect, and a statement, may be collected
+_COMPILING = threading.Lock()  # a pack's threads send statements side by side
 
 
 def _compiled(dialect: Dialect, statement: Fixed) -> _Compiled:
-    by_statement = _COMPILED.setdefault(dialect, {})
-    found = by_statement.get(statement)
-    if found is not None:
-        return found
-    compiled = statement.compile(dialect=dialect)
-    binds = tuple(
-        (name, bind.type.dialect_impl(dialect).bind_processor(dialect))
-        for bind, name in compiled.bind_names.items()
-    )
+    try:
+        return _COMPILED[dialect][statement]
+    except KeyError:
+        pass
     selected = statement.selected_columns if isinstance(statement, TextualSelect) else ()
     if isinstance(statement, TextualSelect) and not selected:
         raise ValueError(
             "a statement that returns rows declares their columns: text(...).columns(column(...))"
         )
+    compiled = statement.compile(dialect=dialect)
+    binds = tuple(
+        (name, bind.type.dialect_impl(dialect).bind_processor(dialect))
+        for bind, name in compiled.bind_names.items()
+    )
     columns = tuple(column.type.dialect_impl(dialect).result_processor(dialect, None) for column in selected)
     row = namedtuple("row", [column.name for column in selected])  # type: ignore[misc]
     found = _Compiled(compiled.string, binds, columns, row)
-    by_statement[statement] = found
+    with _COMPILING:
+        _COMPILED.setdefault(dialect, weakref.WeakKeyDictionary())[statement] = found
     return found
 
 
@@ -94,6 +98,8 @@ def run_fixed(engine: Engine, statement: Fixed, params: Mapping[str, Any]) -> Se
     """Run ``statement`` (a PostgreSQL statement of fixed text, atomic by itself) with ``params``
     on ``engine``, in autocommit; the rows of a ``TextualSelect`` (by index or by column name),
     none for a plain ``TextClause``."""
+    if engine.dialect.name != "postgresql":
+        raise ValueError(f"run_fixed sends PostgreSQL statements, not {engine.dialect.name}'s")
     if _listened(engine):
         with one_statement(engine) as connection, connection.begin():
             result = connection.execute(statement, params)
