@@ -164,3 +164,17 @@ def test_a_sqlite_engine_is_refused(tmp_path: Any) -> None:
             run_fixed(sqlite, text("SELECT 1"), {})
     finally:
         sqlite.dispose()
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["psycopg", "sqlalchemy"])
+def test_an_error_never_quotes_the_statements_parameters(engine: Engine, direct: bool) -> None:
+    """A statement's parameters are a run's content: an error, which reaches logs and records,
+    names the statement and never what it carried (what the server's own message quotes aside)."""
+    failing = text("SELECT length(CAST(:card AS text)) / 0 AS n").columns(column("n", Integer()))
+    with pytest.raises(DataError) as raised:
+        if direct:
+            run_fixed(engine, failing, {"card": "card 4242-4242"})
+        else:
+            with engine.connect() as connection:
+                connection.execute(failing, {"card": "card 4242-4242"})
+    assert "4242" not in str(raised.value) and "hidden" in str(raised.value)

@@ -124,12 +124,15 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
     SQLite files get WAL mode, ``synchronous=NORMAL`` and a busy timeout; the
     file's folder is created. An in-memory SQLite database (``sqlite://``) is
     one connection shared by every thread, for single-process tests. Every
-    engine pings pooled connections before use, and a process forked from this one starts with a
-    pool of its own (:func:`_forget_connections_in_forked_children`). Extra keyword arguments go to
+    engine pings pooled connections before use, never quotes a statement's parameters in an error
+    or a log line, and a process forked from this one starts with a pool of its own
+    (:func:`_forget_connections_in_forked_children`). Extra keyword arguments go to
     :func:`sqlalchemy.create_engine`.
     """
     resolved = normalize_url(url) if url else database_url()
-    options: dict[str, Any] = {"pool_pre_ping": True, **kwargs}
+    # A statement's parameters are a run's content (inputs, results, events): an error or a log line
+    # never quotes them (SQLAlchemy's ``hide_parameters``), whether it reaches a log or a record.
+    options: dict[str, Any] = {"pool_pre_ping": True, "hide_parameters": True, **kwargs}
     if make_url(resolved).get_backend_name() != "sqlite":
         if make_url(resolved).get_backend_name() == "postgresql":
             # A database that goes silent (a dead host, a dropped route) must not hold a task forever:
