@@ -14,7 +14,7 @@ from datetime import UTC
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, Integer, column, event, text
+from sqlalchemy import Engine, Integer, column, event, select, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import DataError, OperationalError
 
@@ -157,13 +157,35 @@ def test_a_statement_that_returns_rows_without_declaring_them_is_refused(engine:
         run_fixed(engine, text("SELECT 1").columns(), {})
 
 
-def test_a_sqlite_engine_is_refused(tmp_path: Any) -> None:
+def test_on_sqlite_the_statement_goes_through_sqlalchemy(tmp_path: Any) -> None:
     sqlite = create_engine_for(f"sqlite:///{tmp_path / 'runs.sqlite3'}")
     try:
-        with pytest.raises(ValueError, match="PostgreSQL statements, not sqlite's"):
-            run_fixed(sqlite, text("SELECT 1"), {})
+        (row,) = run_fixed(sqlite, text("SELECT :n + 1 AS m").columns(column("m", Integer())), {"n": 1})
+        assert row.m == 2
     finally:
         sqlite.dispose()
+
+
+def test_a_select_of_bound_values_reads_as_sqlalchemy_reads_it(store: SqlRunStore) -> None:
+    """A run's record: its times as aware datetimes, its JSON as JSON, through either path."""
+    run_id = uuid.uuid4().hex
+    store.create_run(run_id=run_id, runnable="x", input={"q": [1, None, "é"]})
+    store.mark_running(run_id)
+    direct = store.get_run(run_id)
+    sent: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
+    through = store.get_run(run_id)
+    assert sent and direct == through
+    assert direct is not None and direct.input == {"q": [1, None, "é"]}
+    assert direct.started_at is not None and direct.started_at.tzinfo is UTC
+
+
+def test_a_select_with_an_expanding_in_is_refused(engine: Engine) -> None:
+    from agentloop.orchestration.store.tables import runs
+
+    expanding = select(runs.c.id).where(runs.c.status.in_(["pending", "running"]))
+    with pytest.raises(ValueError, match="no expanding IN"):
+        run_fixed(engine, expanding, {})
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["psycopg", "sqlalchemy"])

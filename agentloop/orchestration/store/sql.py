@@ -93,9 +93,17 @@ from agentloop.orchestration.store.retry import StoreRetry, retried
 from agentloop.orchestration.store.tables import UtcDateTime, checkpoints, run_events, runs, utcnow
 from agentloop.orchestration.store.unless_open import insert_unless_open
 
-_RUN_COLUMNS = tuple(runs.c[field.name] for field in fields(RunRecord))
+_RUN_FIELDS = tuple(field.name for field in fields(RunRecord))
+_RUN_COLUMNS = tuple(runs.c[name] for name in _RUN_FIELDS)
+_RUN = select(*_RUN_COLUMNS).where(runs.c.id == bindparam("run_id"))
+_OWNER_AND_STATUS = select(runs.c.launch_digest, runs.c.owner_token, runs.c.status).where(
+    runs.c.id == bindparam("run_id")
+)
 _LOOP_RECORD = select(
     checkpoints.c.finished, checkpoints.c.result, checkpoints.c.iteration, checkpoints.c.state
+)
+_ONE_LOOP_RECORD = _LOOP_RECORD.where(
+    checkpoints.c.run_id == bindparam("run_id"), checkpoints.c.path == bindparam("path")
 )
 
 
@@ -131,8 +139,9 @@ def _insert_events(connection: Connection, root_run_id: str, rows: list[dict[str
         connection.execute(run_events.insert(), rows)
 
 
-def _record(row: Row[Any]) -> RunRecord:
-    return RunRecord(**row._mapping)
+def _record(row: Sequence[Any]) -> RunRecord:
+    """A run's record from a row of :data:`_RUN_COLUMNS`, in their order."""
+    return RunRecord(**dict(zip(_RUN_FIELDS, row, strict=True)))
 
 
 def _record_and_owner(columns: RowMapping) -> tuple[RunRecord, RunOwner | None]:
@@ -187,12 +196,10 @@ class SqlRunStore(BulkRunStoreBase):
 
     @retried
     def _run_owner_and_status(self, run_id: str) -> tuple[RunOwner | None, str]:
-        columns = (runs.c.launch_digest, runs.c.owner_token, runs.c.status)
-        with one_statement(self.engine) as connection:
-            row = connection.execute(select(*columns).where(runs.c.id == run_id)).first()
-        if row is None:
+        found = run_fixed(self.engine, _OWNER_AND_STATUS, {"run_id": run_id})
+        if not found:
             raise RunNotFoundError(run_id)
-        digest, token, status = row
+        digest, token, status = found[0]
         return None if token is None else RunOwner(launch_digest=digest or "", token=token), status
 
     @retried
@@ -250,9 +257,8 @@ class SqlRunStore(BulkRunStoreBase):
 
     @retried
     def _get_run(self, run_id: str) -> RunRecord | None:
-        with one_statement(self.engine) as connection:
-            row = connection.execute(select(*_RUN_COLUMNS).where(runs.c.id == run_id)).first()
-        return None if row is None else _record(row)
+        found = run_fixed(self.engine, _RUN, {"run_id": run_id})
+        return _record(found[0]) if found else None
 
     @retried
     def _list_runs(self, query: RunQuery) -> list[RunRecord]:
@@ -384,10 +390,8 @@ class SqlRunStore(BulkRunStoreBase):
 
     @retried
     def _loop_record(self, run_id: str, path: str) -> LoopRecord:
-        statement = _LOOP_RECORD.where(checkpoints.c.run_id == run_id, checkpoints.c.path == path)
-        with one_statement(self.engine) as connection:
-            row = connection.execute(statement).first()
-        return _record_of_loop(row)
+        found = run_fixed(self.engine, _ONE_LOOP_RECORD, {"run_id": run_id, "path": path})
+        return _record_of_loop(found[0] if found else None)
 
     @retried
     def _loop_records(self, run_id: str, paths: Sequence[str]) -> list[LoopRecord]:
