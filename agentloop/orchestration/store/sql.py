@@ -119,8 +119,9 @@ def _record_of_loop(row: Sequence[Any] | None) -> LoopRecord:
     )
 
 
-def _started(row: Row[Any]) -> StartedLoop:
-    """A loop's record, with its count of deliveries, from a ``start_loops`` row."""
+def _started(row: Any) -> StartedLoop:
+    """A loop's record, with its count of deliveries, from a ``start_loops`` row (SQLAlchemy's,
+    or :func:`~agentloop.orchestration.store.direct.run_fixed`'s: both name their columns)."""
     record = _record_of_loop((row.finished, row.result, row.iteration, row.state))
     return StartedLoop(record, int(row.deliveries))
 
