@@ -23,7 +23,11 @@ _RUN_STORE_FILE = os.path.join("orchestration", "store", "sql.py")
 
 @dataclass
 class SqlCounter:
-    """Counts the statements an engine sends, by the run-store method that sent them."""
+    """Counts the statements an engine sends, by the run-store method that sent them.
+
+    It listens to the engine's statement events, so on PostgreSQL the store sends every statement
+    through SQLAlchemy while it is attached (``orchestration/store/direct.py``): the times printed
+    beside the counts are that path's, not the one a worker takes."""
 
     statements: Counter[str] = field(default_factory=Counter)
 
