@@ -193,7 +193,8 @@ def _install_profiler(folder: str) -> None:
         from sqlalchemy import event
         from sqlalchemy.engine import Engine
 
-        # every engine of the pool process: the run store's is the only one it opens
+        # every engine of the pool process: the run store's is the only one it opens. A listener
+        # makes the store send through SQLAlchemy (store/direct.py): a profiled worker's path.
         event.listen(Engine, "before_cursor_execute", count_statement)
         state["profile"] = cProfile.Profile()
         atexit.register(dump)
