@@ -173,8 +173,15 @@ def test_a_select_of_bound_values_reads_as_sqlalchemy_reads_it(store: SqlRunStor
     store.mark_running(run_id)
     direct = store.get_run(run_id)
     sent: list[str] = []
-    event.listen(store.engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
-    through = store.get_run(run_id)
+
+    def note(*args: Any) -> None:
+        sent.append(args[2])
+
+    event.listen(store.engine, "before_cursor_execute", note)
+    try:
+        through = store.get_run(run_id)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", note)
     assert sent and direct == through
     assert direct is not None and direct.input == {"q": [1, None, "é"]}
     assert direct.started_at is not None and direct.started_at.tzinfo is UTC

@@ -36,7 +36,7 @@ import weakref
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlalchemy import Engine, Select, TextClause, TextualSelect
 from sqlalchemy.engine import Dialect
@@ -74,7 +74,7 @@ def _compiled(dialect: Dialect, statement: Fixed) -> _Compiled:
         return _COMPILED[dialect][statement]
     except KeyError:
         pass
-    selected = () if isinstance(statement, TextClause) else statement.selected_columns
+    selected = statement.selected_columns if _returns_rows(statement) else ()
     if isinstance(statement, TextualSelect) and not selected:
         raise ValueError(
             "a statement that returns rows declares their columns: text(...).columns(column(...))"
@@ -94,8 +94,8 @@ def _compiled(dialect: Dialect, statement: Fixed) -> _Compiled:
     return found
 
 
-def _returns_rows(statement: Fixed) -> bool:
-    return isinstance(statement, TextualSelect | Select)
+def _returns_rows(statement: Fixed) -> TypeGuard[TextualSelect | Select[Any]]:
+    return not isinstance(statement, TextClause)
 
 
 def _listened(engine: Engine) -> bool:

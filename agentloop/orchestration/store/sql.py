@@ -126,6 +126,12 @@ def _started(row: Any) -> StartedLoop:
     return StartedLoop(record, int(row.deliveries))
 
 
+def _pg_loop_end(ends: LoopEnds) -> dict[str, Any]:
+    """The parameters of ``PG_FINISH_LOOP`` for one loop's end: its row, its events, its usage."""
+    (row,) = ends.loops
+    return {**row, **pg_event_batch(ends.run_id, ends.events), **ends.tokens}
+
+
 def _fails(rows: list[dict[str, Any]]) -> bool:
     """Whether event ``rows`` report a failure (each level fails once: ``_insert_events``)."""
     return any(row["status"] == "failed" for row in rows)
@@ -436,12 +442,11 @@ class SqlRunStore(BulkRunStoreBase):
         if self.dialect != "postgresql":
             with self.engine.begin() as connection:
                 return self._finished(connection, ends)
-        (row,) = ends.loops
         if not ends.events and not ends.used:  # no events: not under the root run's event lock
+            (row,) = ends.loops
             with one_statement(self.engine) as connection, connection.begin():
                 return connection.execute(self._upserts.finish_loop, row).scalar_one()
-        params = {**row, **pg_event_batch(ends.run_id, ends.events), **ends.tokens}
-        (finished,) = run_fixed(self.engine, PG_FINISH_LOOP, params)  # one statement (dialects.py)
+        (finished,) = run_fixed(self.engine, PG_FINISH_LOOP, _pg_loop_end(ends))  # one statement
         return finished.result
 
     @retried
@@ -449,13 +454,7 @@ class SqlRunStore(BulkRunStoreBase):
         """The loop's end (:meth:`_finished`) and the next loop's start, in one transaction; on
         PostgreSQL one statement (``PG_FINISH_LOOP_THEN_START``): one round trip, not four."""
         if self.dialect == "postgresql":
-            (row,) = ends.loops
-            params = {
-                **row,
-                **pg_event_batch(ends.run_id, ends.events),
-                **ends.tokens,
-                "next_path": next_path,
-            }
+            params = {**_pg_loop_end(ends), "next_path": next_path}
             (both,) = run_fixed(self.engine, PG_FINISH_LOOP_THEN_START, params)
             record = _record_of_loop(
                 (both.next_finished, both.next_result, both.next_iteration, both.next_state)
