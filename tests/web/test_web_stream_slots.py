@@ -26,12 +26,13 @@ async def ask(client: httpx.AsyncClient, run_id: str, opened: asyncio.Event) -> 
                 response.headers.get("retry-after"),
                 httpx.Response(200, content=body).json()["error"]["code"],
             )
-        first = ""
-        async for frame in frames(response):
-            first = frame.event
-            break
+        # the reader is kept until the end: one dropped after its first frame is finalized by the
+        # event loop, and closing it closes the connection, which gives the slot back too soon
+        reader = frames(response)
+        first = await anext(reader)
         await opened.wait()  # hold the slot until every client has its answer
-        return 200, None, first
+        await reader.aclose()
+        return 200, None, first.event
 
 
 async def test_streams_past_the_limit_get_503_before_anything_is_streamed(
@@ -53,11 +54,13 @@ async def test_streams_past_the_limit_get_503_before_anything_is_streamed(
             wait_for(lambda: web_rig.store.events(run_id), what="the run's first event")
             opened = asyncio.Event()
             asked = [asyncio.create_task(ask(client, run_id, opened)) for _ in range(CLIENTS)]
-            refused = 0
-            while refused < CLIENTS - SLOTS:  # every refusal answered while the streams hold their slots
-                done, _ = await asyncio.wait(asked, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-                assert done, "no answer"
-                refused = sum(task.done() for task in asked)
+            answered: set[asyncio.Task[tuple[int, str | None, str]]] = set()
+            while len(answered) < CLIENTS - SLOTS:  # every refusal, while the streams hold their slots
+                pending = [task for task in asked if task not in answered]
+                done, _ = await asyncio.wait(pending, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+                assert done, f"no answer in 60 s; {len(answered)} answered, {slots.open} slots held"
+                answered |= done
+            assert slots.open == SLOTS
             opened.set()
             answers = await asyncio.wait_for(asyncio.gather(*asked), 60)
         gate.touch()
