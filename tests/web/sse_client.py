@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +18,10 @@ class Frame:
     comment: bool = False
 
 
-async def frames(response: httpx.Response) -> AsyncIterator[Frame]:
+async def frames(response: httpx.Response) -> AsyncGenerator[Frame, None]:
     """Each frame of the stream: ``event``, ``id`` and the JSON ``data``; comments as ``comment``."""
-    event, event_id, data, comment = "message", None, [], False
+    event, event_id, comment = "message", None, False
+    data: list[str] = []
     async for line in response.aiter_lines():
         if line == "":
             if data or comment:
