@@ -17,14 +17,17 @@ from test_canvas_shapes import FakeTask, Replaced, shape
 from test_packing_rule import apps as apps_of_each_setting  # noqa: F401  (the fixture "apps")
 
 from agentloop import BaseAgentLoop, BaseAgentPipeline, BaseCompositeAgent, Branch, step
+from agentloop.orchestration.celery_adapter import tasks
 from agentloop.orchestration.celery_adapter.canvas import continue_stages, continue_with, pipeline_stages
-from agentloop.orchestration.celery_adapter.pack_policy import stage_plan
+from agentloop.orchestration.celery_adapter.pack_policy import leading_stages, stage_plan
+from agentloop.orchestration.celery_adapter.tasks import stages_here
 from agentloop.orchestration.packing.rule import why_not_joined
 from agentloop.orchestration.registry import RunnableRegistry
 from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.next_step import ChainStages, Done, StagesLeft
 from agentloop.orchestration.store import InMemoryRunStore
 from agentloop.orchestration.wire import (
+    FINALIZE,
     PACK_TASKS,
     PIPELINE_DONE,
     STAGE,
@@ -234,6 +237,55 @@ def test_an_expansion_is_sent_again_while_the_broker_is_away_afresh_each_time(ap
     assert len(task.sent) == 3 and len({id(canvas) for canvas in task.sent}) == 3
 
 
+# ----- the task that expands a pipeline runs its first stages ----------------------------------------
+
+
+def test_the_task_that_expands_a_pipeline_runs_its_first_joinable_stages_where_the_rule_joins(
+    apps: dict[str, Any],
+) -> None:
+    assert leading_stages(apps["default"], chained()) == 8
+    assert leading_stages(apps["default"], chained(joinable=frozenset({0, 1, 3, 5, 6, 7}))) == 2
+    assert leading_stages(apps["default"], chained(joinable=frozenset({0, 2}))) == 1
+    assert leading_stages(apps["default"], chained(pack_size=3)) == 3  # what one stages task runs
+    assert leading_stages(apps["default"], chained(joinable=frozenset({1, 2}))) == 0  # stage 0 expands
+    assert leading_stages(apps["default"], chained(pack_size=1)) == 0  # a task per stage, as asked
+    for app in ("off", "limits", "version1"):
+        assert leading_stages(apps[app], chained()) == 0  # the chain of a task per stage, as before
+
+
+def test_the_rest_of_a_pipeline_begun_in_its_task_is_its_chain_from_there_then_what_follows(
+    apps: dict[str, Any],
+) -> None:
+    task, node = FakeTask(apps["default"]), NODE.to_dict()
+    pipeline = chained(joinable=frozenset({0, 1, 3, 5, 6, 7}))  # Mixed: 2 and 4 expand
+    then = apps["default"].signature(FINALIZE, args=("r", "token"))
+    left = StagesLeft(node=NODE, previous=2, index=2, count=6, pipeline=pipeline)
+    with pytest.raises(Replaced) as rest:
+        continue_stages(task, left, then=then)
+    assert shape(rest.value.canvas) == (
+        "chain",
+        (STAGE, (2, node, 2, None), {}, True),  # fed the output of the stages run in the task
+        (STAGE, (node, 3, None), {}, False),
+        (STAGE, (node, 4, None), {}, False),
+        (STAGES, (node, 5, 3, None), {}, False),
+        (PIPELINE_DONE, (node,), {}, False),
+        (FINALIZE, ("r", "token"), {}, False),
+    )
+    inner = ChainStages(node=NODE, input=2, stages=1, carries_input=False)
+    left = StagesLeft(node=NODE, previous=None, index=3, count=5, expanded=inner, pipeline=pipeline)
+    with pytest.raises(Replaced) as expanded:  # a stage that expanded runs first and feeds the rest
+        continue_stages(task, left)
+    assert shape(expanded.value.canvas) == (
+        "chain",
+        (STAGE, (2, node, 0, None), {}, True),
+        (PIPELINE_DONE, (node,), {}, False),
+        (STAGE, (node, 3, None), {}, False),
+        (STAGE, (node, 4, None), {}, False),
+        (STAGES, (node, 5, 3, None), {}, False),
+        (PIPELINE_DONE, (node,), {}, False),
+    )
+
+
 # ----- the engine --------------------------------------------------------------------------------------
 
 
@@ -328,3 +380,41 @@ def test_a_pipelines_pack_size_is_checked_like_a_composites(engine: WorkflowEngi
     engine.store.create_run(run_id="w", runnable="wrong", input=0)
     with pytest.raises(ValueError, match="pack_size must be a whole number of at least 1"):
         asyncio.run(engine.start(WorkflowNode(run_id="w", runnable="wrong", fresh=True), 0))
+
+
+def test_a_pipeline_of_joinable_stages_runs_and_closes_in_the_task_that_expanded_it(
+    apps: dict[str, Any], engine: WorkflowEngine
+) -> None:
+    started = asyncio.run(engine.start(FIVE, 0))
+    assert isinstance(started, ChainStages) and started.joinable == frozenset(range(5))
+
+    assert stages_here(FakeTask(apps["default"]), engine, started, None) == Done(value=5)
+
+    assert EXECUTED == [0, 1, 2, 3, 4]
+    root = [
+        (event["phase"], event["iteration"]) for _, event in engine.store.events("r") if event["path"] == ""
+    ]
+    assert root == [("start", 0), *(("stage", i) for i in range(1, 6)), ("done", 5)]  # as its chain's
+    records = engine.store.loop_records("r", [f"pipeline/{i}" for i in range(5)])
+    assert [(finished, result) for finished, result, _ in records] == [(True, i + 1) for i in range(5)]
+
+
+def test_what_the_task_that_expanded_a_pipeline_leaves_is_the_pipelines_rest(
+    apps: dict[str, Any], engine: WorkflowEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine.store.create_run(run_id="m", runnable="mixed", input=0)
+    mixed = WorkflowNode(run_id="m", runnable="mixed", fresh=True)
+    started = asyncio.run(engine.start(mixed, 0))
+    assert isinstance(started, ChainStages)
+    assert stages_here(FakeTask(apps["off"]), engine, started, None) is started  # a task per stage
+    assert EXECUTED == []
+
+    left = stages_here(FakeTask(apps["default"]), engine, started, None)
+    assert left == StagesLeft(node=mixed, previous=2, index=2, count=6, pipeline=started)  # Inner expands
+    assert EXECUTED == [0, 1]
+
+    monkeypatch.setattr(tasks, "JOINED_STAGES_SECONDS", 0)  # its time is up after one stage
+    started = asyncio.run(engine.start(FIVE, 0))
+    assert isinstance(started, ChainStages)
+    left = stages_here(FakeTask(apps["default"]), engine, started, None)
+    assert left == StagesLeft(node=FIVE, previous=1, index=1, count=4, pipeline=started)

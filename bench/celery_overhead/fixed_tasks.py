@@ -1,12 +1,14 @@
 """``python -m bench.celery_overhead.fixed_tasks``: the CPU of each task of the framework's pipeline.
 
-A pipeline of N trivial stages runs as four tasks whatever N: ``agentloop.launch``,
-``agentloop.stages``, ``agentloop.pipeline_done`` and ``agentloop.finalize``. The three besides
-the stages are the fixed cost of a pipeline. This runs ``--runs`` pipelines one after another in
-the benchmark's rig (``rig.py``, after a warm-up) and prints, per task name, the wall and CPU
-milliseconds inside the pool processes (``task_prerun`` -> ``task_postrun``: the body, the
-result write, the publishing of what follows; CPU of the pool process, so the waits on Redis
-and PostgreSQL are not in it). CPU time moves less with the host's load than wall time does.
+A pipeline of N trivial stages runs as a fixed number of tasks whatever N: one, its
+``agentloop.launch``, which runs the stages itself (``tasks.stages_here``); before it, four:
+``agentloop.launch``, ``agentloop.stages``, ``agentloop.pipeline_done`` and
+``agentloop.finalize``, the three besides the stages the fixed cost of a pipeline. This runs
+``--runs`` pipelines one after another in the benchmark's rig (``rig.py``, after a warm-up) and
+prints, per task name, the wall and CPU milliseconds inside the pool processes (``task_prerun``
+-> ``task_postrun``: the body, the result write, the publishing of what follows; CPU of the pool
+process, so the waits on Redis and PostgreSQL are not in it). CPU time moves less with the
+host's load than wall time does.
 
 ``--profile`` adds a cProfile of each fixed task's windows alone, by cumulative time, so a
 task's Python shows apart from the others' (the process-wide profile of ``--profile`` on the
@@ -65,7 +67,7 @@ def fixed_tasks(
             cpu_ms = statistics.median(cpu for _, cpu in taken) * 1000
             out.append(f"  {name:<26} {len(taken):5d} {wall_ms:9.2f} {cpu_ms:9.2f}")
             fixed_cpu += cpu_ms if name in FIXED else 0.0
-        out.append(f"  the three fixed tasks: {fixed_cpu:.2f} ms of CPU a pipeline (load {_load()})")
+        out.append(f"  the fixed tasks that ran: {fixed_cpu:.2f} ms of CPU a pipeline (load {_load()})")
         if profile:
             for name in FIXED:
                 files = glob.glob(os.path.join(folder, f"*.{name}.prof"))

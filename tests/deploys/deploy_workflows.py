@@ -100,8 +100,15 @@ class Appends(_OneStep):
         return [*state["input"], state["worker"]]
 
 
+class OneAppend(BaseAgentPipeline):
+    """A pipeline of one stage: as a stage of another, it expands (a task of its own)."""
+
+    stages = (Appends,)
+
+
 @register("deploy.stages")
 class Stages(BaseAgentPipeline):
-    """Three loop stages, one ``agentloop.stages`` task by default: the workers that ran them."""
+    """A stage that expands, then three loop stages, one ``agentloop.stages`` task by default (the
+    launch would run them itself were they first): the workers that ran the four."""
 
-    stages = (Appends, Appends, Appends)
+    stages = (OneAppend, Appends, Appends, Appends)

@@ -208,7 +208,7 @@ def test_runs_of_stages_reach_only_workers_that_run_them(deploy_rig: dict[str, A
     ]
     for handle in handles:
         workers = handle.wait_sync(timeout=CEILING)
-        assert len(workers) == 3 and set(workers) <= {old.pid, new.pid}
+        assert len(workers) == 4 and set(workers) <= {old.pid, new.pid}
     received = "Task agentloop.stages["
     assert received in new.log_text()  # joined by default, on the worker that reads them
     assert received not in old.log_text(), old.log_text()[-3000:]

@@ -1,5 +1,6 @@
-"""A pipeline's loop stages run one after another in one ``agentloop.stages`` task on a real
-prefork worker over Redis (``docs/how-to/packing.md#pipelines``): each stage recorded as it ends,
+"""A pipeline's loop stages run one after another in one task (its launch, which runs them as an
+``agentloop.stages`` task would) on a real prefork worker over Redis
+(``docs/how-to/packing.md#pipelines``): each stage recorded as it ends,
 so a pool process SIGKILLed in the middle of the run is sent again and resumes at the stage in
 flight, never running the stages before it again (counted from the stages' own log, never
 timed); a cancel stops the run between two stages; ``pack_size = 1`` keeps a task per stage.
@@ -56,6 +57,7 @@ def test_a_run_of_stages_killed_midway_resumes_at_the_stage_in_flight(
     redis_celery: Any, tmp_path: Path
 ) -> None:
     log = tmp_path / "stages.log"
+    sent_on = received(redis_celery.worker.log_text(), "agentloop.stages[")
     handle = _launch(redis_celery, log, 0.15)
     before = _wait_for_lines(log, 3)
     (pid,) = {pid for _, pid in before}  # one task, one pool process, ran them all so far
@@ -73,7 +75,11 @@ def test_a_run_of_stages_killed_midway_resumes_at_the_stage_in_flight(
         assert executions[value] == 1, lines
     assert executions[before[-1][0]] <= 2 and len(lines) <= STAGES + 1, lines
     assert all(pid != after for _, after in lines[len(before) :])
-    assert "agentloop.stages[" in redis_celery.worker.log_text()
+    # the launch ran the stages itself (``tasks.stages_here``); its message, delivered again after
+    # the kill, resumed them: no task of their own, before or after
+    text = redis_celery.worker.log_text()
+    assert received(text, f"agentloop.launch[{handle.run_id}]") == 2
+    assert received(text, "agentloop.stages[") == sent_on
     record = redis_celery.store.get_run(handle.run_id)
     assert record is not None and record.status == "succeeded"
 

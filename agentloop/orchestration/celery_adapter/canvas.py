@@ -4,7 +4,9 @@ value, or the canvas the task replaces itself with.
 
 A pipeline becomes a ``chain`` of stage tasks closed by ``agentloop.pipeline_done``: consecutive
 loop and action stages share an ``agentloop.stages`` task where the rule allows
-(``docs/how-to/packing.md#pipelines``), every other stage is an ``agentloop.stage`` of its own;
+(``docs/how-to/packing.md#pipelines``), every other stage is an ``agentloop.stage`` of its own
+(the task that expands the pipeline runs the first of those runs itself, ``tasks.stages_here``,
+and the chain is what is left: :func:`continue_stages`);
 a composite becomes a ``chord`` of branch tasks whose body is ``agentloop.merge``.
 Both are expanded at run time (``Task.replace``), so a width can depend on the
 previous stage's output, and shapes nest both ways. A composite of width 1 is
@@ -128,31 +130,36 @@ def sendable(task: Task, check: Callable[..., None], *args: Any) -> None:
         raise
 
 
-def pipeline_stages(task: Task, outcome: ChainStages) -> list[Signature]:
-    """The stage tasks of a pipeline, then the task that closes it: consecutive stages the rule
-    lets share a task (``outcome.joinable``) go up to :func:`stage_plan`'s number to one
-    ``agentloop.stages``; a stage alone is an ``agentloop.stage``."""
+def pipeline_stages(
+    task: Task, outcome: ChainStages, start: int = 0, lead: tuple[Any, ...] | None = None
+) -> list[Signature]:
+    """The stage tasks of a pipeline from stage ``start`` on, then the task that closes it:
+    consecutive stages the rule lets share a task (``outcome.joinable``) go up to
+    :func:`stage_plan`'s number to one ``agentloop.stages``; a stage alone is an
+    ``agentloop.stage``. The first is fed ``lead`` (by default the pipeline's input; ``()``: the
+    output of the canvas before it)."""
     app, node = task.app, outcome.node.to_dict()
+    first = (outcome.input,) if lead is None else lead
     # The pipeline's own input rides along with each stage only when it reads it.
     carried = outcome.input if outcome.carries_input else None
     steps: list[Signature] = []
-    for index, count in _stage_runs(outcome, stage_plan(app, outcome) if outcome.joinable else 1):
-        lead = (outcome.input,) if index == 0 else ()
+    for index, count in _stage_runs(outcome, stage_plan(app, outcome) if outcome.joinable else 1, start):
+        head = first if index == start else ()
         if count == 1:
-            steps.append(app.signature(STAGE, args=(*lead, node, index, carried), immutable=index == 0))
+            steps.append(app.signature(STAGE, args=(*head, node, index, carried), immutable=bool(head)))
         else:
             steps.append(
-                app.signature(STAGES, args=(*lead, node, index, count, carried), immutable=index == 0)
+                app.signature(STAGES, args=(*head, node, index, count, carried), immutable=bool(head))
             )
     steps.append(app.signature(PIPELINE_DONE, args=(node,)))
     return steps
 
 
-def _stage_runs(outcome: ChainStages, size: int) -> list[tuple[int, int]]:
-    """The pipeline's stages in order as ``(first, count)`` runs: at most ``size`` consecutive
-    joinable stages each; every other stage a run of one."""
+def _stage_runs(outcome: ChainStages, size: int, start: int = 0) -> list[tuple[int, int]]:
+    """The pipeline's stages from ``start`` in order as ``(first, count)`` runs: at most ``size``
+    consecutive joinable stages each; every other stage a run of one."""
     runs: list[tuple[int, int]] = []
-    for index in range(outcome.stages):
+    for index in range(start, outcome.stages):
         if runs and index in outcome.joinable and index - 1 in outcome.joinable:
             first, count = runs[-1]
             if first + count == index and count < size:
@@ -162,12 +169,15 @@ def _stage_runs(outcome: ChainStages, size: int) -> list[tuple[int, int]]:
     return runs
 
 
-def continue_stages(task: Task, outcome: Outcome | StagesLeft) -> Any:
+def continue_stages(task: Task, outcome: Outcome | StagesLeft, then: Signature | None = None) -> Any:
     """An ``agentloop.stages`` task's outcome, as :func:`continue_with` continues it; the stages
     left after its time replace it, in an ``agentloop.stages`` task of their own (after the
-    canvas of a stage that expanded, fed its output)."""
+    canvas of a stage that expanded, fed its output). The rest of a pipeline whose first stages
+    ran in the task that expanded it (``outcome.pipeline``) is its chain from there, then ``then``."""
     if not isinstance(outcome, StagesLeft):
-        return continue_with(task, outcome)
+        return continue_with(task, outcome, then=then)
+    if outcome.pipeline is not None:
+        return _continue_pipeline(task, outcome, outcome.pipeline, then)
     app, node = task.app, outcome.node.to_dict()
     if outcome.expanded is not None:
         rest = app.signature(STAGES, args=(node, outcome.index, outcome.count, outcome.input))
@@ -177,6 +187,24 @@ def continue_stages(task: Task, outcome: Outcome | StagesLeft) -> Any:
 
     def build() -> Signature:
         return app.signature(STAGES, args=args, immutable=True)
+
+    canvas = build()
+    sendable(task, check_canvas, canvas)
+    replace_with(task, canvas, build)
+
+
+def _continue_pipeline(task: Task, left: StagesLeft, pipeline: ChainStages, then: Signature | None) -> Any:
+    """Replace ``task`` with the chain of ``pipeline`` from the stage ``left`` names, closed by
+    ``agentloop.pipeline_done``, then ``then`` (after the canvas of a stage that expanded)."""
+    tail = [then] if then is not None else []
+    if left.expanded is not None:
+        rest = chain(*pipeline_stages(task, pipeline, left.index, lead=()), *tail)
+        return continue_with(task, left.expanded, then=rest)
+    sendable(task, check_output, left.previous, task.name)
+
+    def build() -> Signature:
+        steps = pipeline_stages(task, pipeline, left.index, lead=(left.previous,))
+        return chain(*steps, *(step.clone() for step in tail))
 
     canvas = build()
     sendable(task, check_canvas, canvas)

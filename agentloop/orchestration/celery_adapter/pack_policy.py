@@ -28,7 +28,15 @@ from agentloop.orchestration.packing.rule import DeploymentPacking, auto_pack_si
 from agentloop.orchestration.runtime.next_step import ChainStages, FanOut
 from agentloop.orchestration.wire import PACK_TASKS, PACK_WIRE_VERSION
 
-__all__ = ["PackRouter", "install_packing", "pack_plan", "pool_name", "stage_plan", "this_deployment"]
+__all__ = [
+    "PackRouter",
+    "install_packing",
+    "leading_stages",
+    "pack_plan",
+    "pool_name",
+    "stage_plan",
+    "this_deployment",
+]
 
 
 def pool_name(pool_cls: Any) -> str | None:
@@ -113,3 +121,16 @@ def stage_plan(app: Celery, outcome: ChainStages) -> int:
     if chosen is not None:
         return chosen
     return outcome.stages if this_deployment(app).allowed else 1
+
+
+def leading_stages(app: Celery, outcome: ChainStages) -> int:
+    """How many of the pipeline's first stages the task that expanded it runs itself, as the
+    ``agentloop.stages`` task it would send first would (0: none, the chain as before): its first
+    run of joinable stages, where :func:`stage_plan` joins stages at all."""
+    plan = stage_plan(app, outcome)
+    if plan <= 1:
+        return 0
+    count = 0
+    while count < min(plan, outcome.stages) and count in outcome.joinable:
+        count += 1
+    return count

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Coroutine
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -40,6 +41,7 @@ from agentloop.orchestration.celery_adapter.deliveries import first_delivery, no
 from agentloop.orchestration.celery_adapter.dependencies import dependencies_of
 from agentloop.orchestration.celery_adapter.event_loops import new_task_loop
 from agentloop.orchestration.celery_adapter.outgoing import check_output
+from agentloop.orchestration.celery_adapter.pack_policy import leading_stages
 from agentloop.orchestration.celery_adapter.pause import (
     RESUME_TASK_OPTIONS,
     pause_task,
@@ -59,7 +61,7 @@ from agentloop.orchestration.packing.rule import JOINED_STAGES_SECONDS
 from agentloop.orchestration.redaction import hidden_texts, parameter_names
 from agentloop.orchestration.runtime.engine import WorkflowEngine
 from agentloop.orchestration.runtime.launches import attached_result, claim_launch
-from agentloop.orchestration.runtime.next_step import Done
+from agentloop.orchestration.runtime.next_step import ChainStages, Done, Outcome, StagesLeft
 from agentloop.orchestration.runtime.run_end import end_with_failure
 from agentloop.orchestration.runtime.run_gate import RunGate
 from agentloop.orchestration.settings.store import age_seconds
@@ -249,14 +251,48 @@ def launch(
     )
     engine = engine_for(self)
     engine.record_start(node)
-    outcome = run_node(self, claim.run_id, engine.start(node, request.input), key)
+    started = run_node(self, claim.run_id, engine.start(node, request.input), key)
+    outcome = stages_here(self, engine, started, key)
     if isinstance(outcome, Done):
         try:
             return finalize(self, outcome.value, claim.run_id, claim.owner_token)
         finally:  # its slot is free: the runs parked under its key that may start now are sent
             wake_waiters(self.app, key)
     then = self.app.signature(FINALIZE, args=(claim.run_id, claim.owner_token))
-    return continue_with(self, outcome, then=then)
+    return continue_stages(self, outcome, then=then)
+
+
+def stages_here(
+    task: Task, engine: WorkflowEngine, outcome: Outcome, key: str | None
+) -> Outcome | StagesLeft:
+    """``outcome``, or, for a pipeline, what is left of it once ``task`` ran its first stages
+    itself, as the ``agentloop.stages`` task its chain would start with runs them (the rule:
+    ``pack_policy.leading_stages``), and closed it when they were all of them: a pipeline of
+    cheap stages is one task, not a chain of three."""
+    count = leading_stages(task.app, outcome) if isinstance(outcome, ChainStages) else 0
+    if not isinstance(outcome, ChainStages) or not count:
+        return outcome
+    node, total = outcome.node, outcome.stages
+    carried = outcome.input if outcome.carries_input else None
+    run = engine.stages(
+        outcome.input,
+        node,
+        0,
+        count,
+        carried,
+        seconds=JOINED_STAGES_SECONDS,
+        hand_on=lambda output: check_output(output, task.name),  # as a chain's next message would be
+    )
+    left = run_node(task, node.run_id, run, key)
+    if isinstance(left, StagesLeft):
+        return replace(left, count=total - left.index, pipeline=outcome)
+    if not isinstance(left, Done):
+        return left  # a failure its composite collects
+    if count < total:
+        return StagesLeft(
+            node=node, previous=left.value, index=count, count=total - count, input=carried, pipeline=outcome
+        )
+    return run_coroutine(engine.pipeline_done(left.value, node))
 
 
 def admitted(task: Task, data: Any) -> WorkflowNode:
@@ -280,17 +316,18 @@ def run(self: Task, node: dict[str, Any], input: Any = None) -> Any:
     """Run one loop or action stage, or expand one pipeline or composite."""
     work = admitted(self, node)
     with branch_slot(self, work):  # a keyed run's branch past its key's branch limit is parked
-        outcome = run_node(self, work.run_id, engine_for(self).start(work, input), work.concurrency_key)
-        return continue_with(self, outcome)
+        engine, key = engine_for(self), work.concurrency_key
+        outcome = run_node(self, work.run_id, engine.start(work, input), key)
+        return continue_stages(self, stages_here(self, engine, outcome, key))
 
 
 def stage(self: Task, previous: Any, node: dict[str, Any], index: int, input: Any = None) -> Any:
     """Stage ``index`` of a pipeline, fed the previous stage's output."""
     work = admitted(self, node)
     with branch_slot(self, work):
-        stage_run = engine_for(self).stage(previous, work, int(index), input)
-        outcome = run_node(self, work.run_id, stage_run, work.concurrency_key)
-        return continue_with(self, outcome)
+        engine, key = engine_for(self), work.concurrency_key
+        outcome = run_node(self, work.run_id, engine.stage(previous, work, int(index), input), key)
+        return continue_stages(self, stages_here(self, engine, outcome, key))
 
 
 def stages(self: Task, previous: Any, node: dict[str, Any], index: int, count: int, input: Any = None) -> Any:

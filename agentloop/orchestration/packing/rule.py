@@ -32,6 +32,8 @@ or an action stage (:func:`why_not_joined`; plain-function hooks included: stage
 time, so there is no sibling to block) and points 2 to 4 hold; such a task hands the stages left
 on to a task of their own once it has run for :data:`JOINED_STAGES_SECONDS`. The pipeline's
 ``pack_size``, else ``AGENTLOOP_PACK_SIZE``, caps the stages one task runs (``1``: one task each).
+The task that expands a pipeline runs the first such run of stages itself, where there is one
+(``pack_policy.leading_stages``): a pipeline of cheap stages is one task.
 """
 
 from __future__ import annotations

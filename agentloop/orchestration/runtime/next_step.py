@@ -70,7 +70,10 @@ class StagesLeft:
     """An ``agentloop.stages`` task ran its time (``packing/rule.py``): the pipeline ``node``'s
     ``count`` stages from ``index`` on are left, fed ``previous`` (and the pipeline's ``input``
     when its stages read it). ``expanded``: the outcome of the stage before them when it expanded
-    into a canvas (a stage class that changed under a running chain), which runs first."""
+    into a canvas (a stage class that changed under a running chain), which runs first.
+    ``pipeline``: the pipeline's own shape when the task that expanded it ran its first stages
+    itself: then the stages left are the rest of the pipeline, its close included, and no chain
+    after the task holds them."""
 
     node: WorkflowNode
     previous: Any
@@ -78,6 +81,7 @@ class StagesLeft:
     count: int
     input: Any = None
     expanded: Outcome | None = None
+    pipeline: ChainStages | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
