@@ -20,6 +20,7 @@ from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.pool import StaticPool
 
 from agentloop.orchestration.settings import Settings, load_settings
+from agentloop.orchestration.store.json_values import json_text
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -138,6 +139,8 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
             # A database that goes silent (a dead host, a dropped route) must not hold a task forever:
             # connecting gives up, idle connections are probed, and unacknowledged writes time out.
             options["connect_args"] = {**POSTGRES_CONNECT_ARGS, **options.get("connect_args", {})}
+            # JSON parameters (a pack's events, results, checkpoints) written by orjson where it agrees
+            options.setdefault("json_serializer", json_text)
         engine = create_engine(resolved, **options)
         _count_broken_connections_as_disconnects(engine)
         _forget_connections_in_forked_children(engine)
