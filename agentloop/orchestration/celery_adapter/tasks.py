@@ -269,8 +269,10 @@ def stages_here(
     itself, as the ``agentloop.stages`` task its chain would start with runs them (the rule:
     ``pack_policy.leading_stages``), and closed it when they were all of them: a pipeline of
     cheap stages is one task, not a chain of three."""
-    count = leading_stages(task.app, outcome) if isinstance(outcome, ChainStages) else 0
-    if not isinstance(outcome, ChainStages) or not count:
+    if not isinstance(outcome, ChainStages):
+        return outcome
+    count = leading_stages(task.app, outcome)
+    if not count:
         return outcome
     node, total = outcome.node, outcome.stages
     carried = outcome.input if outcome.carries_input else None
