@@ -61,6 +61,7 @@ ECHO = (
 
 @pytest.mark.integration
 def test_on_postgresql_values_come_back_as_they_went_and_a_nan_is_refused(engine: Engine) -> None:
+    assert engine.dialect._json_serializer is json_text  # type: ignore[attr-defined]  # psycopg's
     for value in (EVENT, 2**70, {"kept": None, "n": [1, 2.5]}, "é"):
         ((back,),) = run_fixed(engine, ECHO, {"value": value})
         assert back == value

@@ -139,8 +139,9 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
             # A database that goes silent (a dead host, a dropped route) must not hold a task forever:
             # connecting gives up, idle connections are probed, and unacknowledged writes time out.
             options["connect_args"] = {**POSTGRES_CONNECT_ARGS, **options.get("connect_args", {})}
-            # JSON parameters (a pack's events, results, checkpoints) written by orjson where it agrees
-            options.setdefault("json_serializer", json_text)
+            if make_url(resolved).get_driver_name() == "psycopg":  # takes bytes; psycopg2 wants text
+                # JSON parameters (a pack's events, results, checkpoints): orjson's where it agrees
+                options.setdefault("json_serializer", json_text)
         engine = create_engine(resolved, **options)
         _count_broken_connections_as_disconnects(engine)
         _forget_connections_in_forked_children(engine)
