@@ -139,9 +139,7 @@ def pipeline_stages(
     ``agentloop.stage``. The first is fed ``lead`` (by default the pipeline's input; ``()``: the
     output of the canvas before it)."""
     app, node = task.app, outcome.node.to_dict()
-    first = (outcome.input,) if lead is None else lead
-    # The pipeline's own input rides along with each stage only when it reads it.
-    carried = outcome.input if outcome.carries_input else None
+    first, carried = (outcome.input,) if lead is None else lead, outcome.carried
     steps: list[Signature] = []
     for index, count in _stage_runs(outcome, stage_plan(app, outcome) if outcome.joinable else 1, start):
         head = first if index == start else ()

@@ -274,8 +274,7 @@ def stages_here(
     count = leading_stages(task.app, outcome)
     if not count:
         return outcome
-    node, total = outcome.node, outcome.stages
-    carried = outcome.input if outcome.carries_input else None
+    node, total, carried = outcome.node, outcome.stages, outcome.carried
     run = engine.stages(
         outcome.input,
         node,

@@ -38,6 +38,11 @@ class ChainStages:
     #: The pipeline's ``pack_size`` (``None``: the deployment's): the most stages one task runs.
     pack_size: int | None = None
 
+    @property
+    def carried(self) -> Any:
+        """The pipeline's own input as each stage is given it: ``None`` unless its stages read it."""
+        return self.input if self.carries_input else None
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FanOut:

@@ -134,12 +134,13 @@ def create_engine_for(url: str | None = None, **kwargs: Any) -> Engine:
     # A statement's parameters are a run's content (inputs, results, events): an error or a log line
     # never quotes them (SQLAlchemy's ``hide_parameters``), whether it reaches a log or a record.
     options: dict[str, Any] = {"pool_pre_ping": True, "hide_parameters": True, **kwargs}
-    if make_url(resolved).get_backend_name() != "sqlite":
-        if make_url(resolved).get_backend_name() == "postgresql":
+    parsed = make_url(resolved)
+    if parsed.get_backend_name() != "sqlite":
+        if parsed.get_backend_name() == "postgresql":
             # A database that goes silent (a dead host, a dropped route) must not hold a task forever:
             # connecting gives up, idle connections are probed, and unacknowledged writes time out.
             options["connect_args"] = {**POSTGRES_CONNECT_ARGS, **options.get("connect_args", {})}
-            if make_url(resolved).get_driver_name() == "psycopg":  # takes bytes; psycopg2 wants text
+            if parsed.get_driver_name() == "psycopg":  # takes bytes; psycopg2 wants text
                 # JSON parameters (a pack's events, results, checkpoints): orjson's where it agrees
                 options.setdefault("json_serializer", json_text)
         engine = create_engine(resolved, **options)

@@ -124,11 +124,8 @@ def json_text(value: Any) -> bytes | str:
     or an infinity orjson wrote as ``null``: the standard library writes ``NaN``, which PostgreSQL
     refuses, so such a value is never stored as ``null`` (:func:`to_json_value` refuses it before
     it gets here)."""
-    if _orjson is not None:
-        try:
-            text: bytes = _orjson.dumps(value)
-        except TypeError:
-            return json.dumps(value)
-        if b"null" not in text:
-            return text
-    return json.dumps(value)
+    try:
+        text = None if _orjson is None else _orjson.dumps(value)
+    except TypeError:
+        text = None
+    return text if text is not None and b"null" not in text else json.dumps(value)

@@ -443,9 +443,8 @@ class SqlRunStore(BulkRunStoreBase):
             with self.engine.begin() as connection:
                 return self._finished(connection, ends)
         if not ends.events and not ends.used:  # no events: not under the root run's event lock
-            (row,) = ends.loops
             with one_statement(self.engine) as connection, connection.begin():
-                return connection.execute(self._upserts.finish_loop, row).scalar_one()
+                return self._finished(connection, ends)
         (finished,) = run_fixed(self.engine, PG_FINISH_LOOP, _pg_loop_end(ends))  # one statement
         return finished.result
 
@@ -467,7 +466,7 @@ class SqlRunStore(BulkRunStoreBase):
 
     def _finished(self, connection: Connection, ends: LoopEnds) -> JsonValue:
         """Record one loop's end (``ends``: its events, usage and result) on ``connection``, in its
-        transaction, on SQLite: the result as recorded."""
+        transaction (on PostgreSQL only an end without events or usage): the result as recorded."""
         (row,) = ends.loops
         if ends.events:
             connection.execute(run_events.insert(), ends.events)
